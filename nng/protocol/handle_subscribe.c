@@ -1,0 +1,168 @@
+// SUBSCRIBE and UNSUBSCRIBE: per-filter validation, the application's
+// grant, SUBACK/UNSUBACK, then retained messages.
+#include <stdlib.h>
+#include <string.h>
+
+#include "nng/protocol/proto_impl.h"
+#include "src/log/log.h"
+
+#define SUB_MAX_FILTERS 4096
+
+// Handles one SUBSCRIBE. Returns 0, or -1 when the connection is ended.
+int
+handle_subscribe(nmq_link *l, const mqtt_packet *pk)
+{
+	nmq_proto            *p   = l->p;
+	nmq_session          *s   = l->session;
+	const mqtt_subscribe *sub = &pk->u.subscribe;
+	uint32_t              n   = sub->count;
+	if (n > SUB_MAX_FILTERS) {
+		link_fail(l, MQTT_RC_QUOTA_EXCEEDED);
+		return -1;
+	}
+	uint8_t *codes   = malloc(n);
+	bool    *existed = malloc(n * sizeof(bool));
+	if (codes == NULL || existed == NULL) {
+		free(codes);
+		free(existed);
+		link_fail(l, MQTT_RC_UNSPECIFIED);
+		return -1;
+	}
+	uint32_t sub_id = 0;
+	if (l->ver == MQTT_PROTO_V5 && (sub->props.present & MQTT_PBIT(MQTT_PROP_SUBSCRIPTION_ID))) {
+		mqtt_prop_iter it;
+		mqtt_prop_iter_init(&it, &sub->props);
+		mqtt_prop_iter_next_sub_id(&it, &sub_id);
+	}
+	mqtt_sub_iter it;
+	mqtt_bytes    f;
+	mqtt_sub_opts o;
+	uint32_t      i = 0;
+	mqtt_sub_iter_init(&it, sub, l->ver);
+	while (i < n && mqtt_sub_iter_next(&it, &f, &o)) {
+		existed[i] = false;
+		if (!mqtt_topic_filter_valid(f.p, f.len)) {
+			codes[i++] = l->ver == MQTT_PROTO_V5 ? MQTT_RC_TOPIC_FILTER_INVALID : 0x80;
+			continue;
+		}
+		bool shared = f.len > 7 && memcmp(f.p, "$share/", 7) == 0;
+		if (shared && o.no_local && l->ver == MQTT_PROTO_V5) {
+			// [MQTT-3.8.3-4]
+			free(codes);
+			free(existed);
+			link_fail(l, MQTT_RC_PROTOCOL_ERROR);
+			return -1;
+		}
+		proto_sub_opts so;
+		so.qos                 = o.qos;
+		so.no_local            = l->ver == MQTT_PROTO_V5 && o.no_local;
+		so.retain_as_published = l->ver == MQTT_PROTO_V5 && o.retain_as_published;
+		so.retain_handling     = l->ver == MQTT_PROTO_V5 ? o.retain_handling : 0;
+		so.sub_id              = sub_id;
+		uint8_t rc = p->ops->subscribe(p->app, s, (const char *) f.p, f.len, &so, &existed[i]);
+		if (rc >= 0x80 && l->ver != MQTT_PROTO_V5) {
+			rc = 0x80;
+		}
+		codes[i++] = rc;
+	}
+	mqtt_packet r;
+	memset(&r, 0, sizeof(r));
+	r.type               = MQTT_SUBACK;
+	r.u.suback.packet_id = sub->packet_id;
+	r.u.suback.count     = i;
+	r.u.suback.codes     = codes;
+	pthread_mutex_lock(&s->mtx);
+	link_send_packet(l, &r);
+	pthread_mutex_unlock(&s->mtx);
+
+	// Retained messages after the SUBACK [MQTT-3.3.1-6].
+	mqtt_sub_iter_init(&it, sub, l->ver);
+	for (uint32_t j = 0; j < i && mqtt_sub_iter_next(&it, &f, &o); j++) {
+		if (codes[j] >= 0x80) {
+			continue;
+		}
+		proto_sub_opts so;
+		so.qos                 = o.qos;
+		so.no_local            = l->ver == MQTT_PROTO_V5 && o.no_local;
+		so.retain_as_published = l->ver == MQTT_PROTO_V5 && o.retain_as_published;
+		so.retain_handling     = l->ver == MQTT_PROTO_V5 ? o.retain_handling : 0;
+		so.sub_id              = sub_id;
+		p->ops->subscribed(p->app, s, (const char *) f.p, f.len, &so, existed[j]);
+	}
+	free(codes);
+	free(existed);
+	return 0;
+}
+
+// Handles one UNSUBSCRIBE.
+int
+handle_unsubscribe(nmq_link *l, const mqtt_packet *pk)
+{
+	nmq_proto              *p     = l->p;
+	nmq_session            *s     = l->session;
+	const mqtt_unsubscribe *unsub = &pk->u.unsubscribe;
+	uint32_t                n     = unsub->count;
+	if (n > SUB_MAX_FILTERS) {
+		link_fail(l, MQTT_RC_QUOTA_EXCEEDED);
+		return -1;
+	}
+	uint8_t *codes = malloc(n);
+	if (codes == NULL) {
+		link_fail(l, MQTT_RC_UNSPECIFIED);
+		return -1;
+	}
+	mqtt_unsub_iter it;
+	mqtt_bytes      f;
+	uint32_t        i = 0;
+	mqtt_unsub_iter_init(&it, unsub);
+	while (i < n && mqtt_unsub_iter_next(&it, &f)) {
+		if (!mqtt_topic_filter_valid(f.p, f.len)) {
+			codes[i++] = MQTT_RC_TOPIC_FILTER_INVALID;
+			continue;
+		}
+		codes[i++] = p->ops->unsubscribe(p->app, s, (const char *) f.p, f.len);
+	}
+	mqtt_packet r;
+	memset(&r, 0, sizeof(r));
+	r.type               = MQTT_UNSUBACK;
+	r.u.suback.packet_id = unsub->packet_id;
+	r.u.suback.count     = i;
+	r.u.suback.codes     = codes;
+	pthread_mutex_lock(&s->mtx);
+	link_send_packet(l, &r);
+	pthread_mutex_unlock(&s->mtx);
+	free(codes);
+	return 0;
+}
+
+// Handles DISCONNECT from the client.
+int
+handle_disconnect(nmq_link *l, const mqtt_packet *pk)
+{
+	nmq_session *s = l->session;
+	if (l->ver == MQTT_PROTO_V5) {
+		const mqtt_disconnect *d = &pk->u.disconnect;
+		if (d->props.present & MQTT_PBIT(MQTT_PROP_SESSION_EXPIRY)) {
+			if (l->session_zero_expiry && d->props.session_expiry != 0) {
+				// [MQTT-3.14.2-2]
+				link_fail(l, MQTT_RC_PROTOCOL_ERROR);
+				return -1;
+			}
+			pthread_mutex_lock(&s->mtx);
+			if (s->link == l) {
+				s->expiry_s = d->props.session_expiry;
+			}
+			pthread_mutex_unlock(&s->mtx);
+		}
+		l->graceful = d->reason == MQTT_RC_SUCCESS;
+	} else {
+		l->graceful = true;
+	}
+	if (l->graceful && l->will != NULL) {
+		// [MQTT-3.1.2-10]: the will is discarded.
+		nmq_msg_release(l->will);
+		l->will = NULL;
+	}
+	conn_close(l->conn);
+	return -1;
+}

@@ -1,0 +1,485 @@
+// The per-connection protocol state machine: accept, frame dispatch,
+// keepalive and CONNECT deadlines, writing control packets and PUBLISH
+// heads, and the end of a connection (will, session detach or end).
+#include <stdlib.h>
+#include <string.h>
+
+#include "nng/codec/mqtt_publish_out.h"
+#include "nng/protocol/proto_impl.h"
+#include "src/log/log.h"
+
+#define SHUTDOWN_GRACE_MS 2000
+// Payloads up to this size are copied into the connection's send buffer;
+// larger ones go out by reference.
+#define COPY_MAX 1024
+// Outbound topic aliases we assign at most, per connection.
+#define OUT_ALIAS_MAX 64
+
+static int  link_frame(void *upper, const uint8_t *frame, size_t len);
+static void link_too_large(void *upper, uint32_t size);
+static void link_closed(void *upper);
+static void link_writable(void *upper);
+static void link_timer_cb(void *arg);
+
+static const conn_ops link_conn_ops = {
+	.frame     = link_frame,
+	.too_large = link_too_large,
+	.closed    = link_closed,
+	.writable  = link_writable,
+};
+
+// Takes over an accepted connection: CONNECT deadline, then reading.
+void
+proto_accept(nmq_proto *p, nmq_conn *c)
+{
+	nmq_link *l = calloc(1, sizeof(*l));
+	if (l == NULL || p->stopping) {
+		free(l);
+		conn_close(c);
+		conn_release(c);
+		return;
+	}
+	l->p    = p;
+	l->conn = c;
+	l->ver  = MQTT_PROTO_V311;
+	atomic_init(&l->last_rx_ms, nmq_clock_ms());
+	tw_timer_init(&l->timer, link_timer_cb, l);
+	l->deadline_ms = nmq_clock_ms() + p->lim.connect_timeout_ms;
+	proto_links_add(p, l);
+	timer_wheel_schedule(p->tw, &l->timer, l->deadline_ms);
+	conn_start(c, &link_conn_ops, l);
+}
+
+// Frees what the link owns. Runs once the connection is closed and its
+// timer cancelled.
+static void
+link_free(nmq_link *l)
+{
+	if (l->in_alias != NULL) {
+		for (uint32_t i = 0; i <= l->in_alias_max; i++) {
+			free(l->in_alias[i]);
+		}
+		free(l->in_alias);
+	}
+	if (l->out_alias != NULL) {
+		for (uint32_t i = 0; i < l->out_alias_len; i++) {
+			free(l->out_alias[i]);
+		}
+		free(l->out_alias);
+	}
+	if (l->will != NULL) {
+		nmq_msg_release(l->will);
+	}
+	free(l->username);
+	free(l);
+}
+
+// Keepalive / CONNECT deadline / shutdown grace (wheel thread).
+static void
+link_timer_cb(void *arg)
+{
+	nmq_link *l   = arg;
+	uint64_t  now = nmq_clock_ms();
+	if (l->shutting || !l->connected) {
+		if (now >= l->deadline_ms) {
+			if (!l->connected && !l->shutting) {
+				log_info("conn", "peer=%s reason=connect_timeout", conn_peer(l->conn));
+			}
+			conn_close(l->conn);
+		} else {
+			timer_wheel_schedule(l->p->tw, &l->timer, l->deadline_ms);
+		}
+		return;
+	}
+	if (l->keepalive == 0) {
+		return;
+	}
+	uint64_t span = (uint64_t) (l->keepalive * 1000.0 * l->p->lim.keepalive_multiplier);
+	uint64_t last = atomic_load(&l->last_rx_ms);
+	if (now >= last + span) {
+		log_info("conn", "peer=%s reason=keepalive_timeout keepalive=%u", conn_peer(l->conn),
+		    l->keepalive);
+		if (l->ver == MQTT_PROTO_V5 && l->session != NULL) {
+			pthread_mutex_lock(&l->session->mtx);
+			if (l->session->link == l) {
+				link_send_disconnect(l, MQTT_RC_KEEP_ALIVE_TIMEOUT);
+			}
+			pthread_mutex_unlock(&l->session->mtx);
+			conn_shutdown(l->conn);
+			l->shutting    = true;
+			l->deadline_ms = now + SHUTDOWN_GRACE_MS;
+			timer_wheel_schedule(l->p->tw, &l->timer, l->deadline_ms);
+		} else {
+			conn_close(l->conn);
+		}
+		return;
+	}
+	timer_wheel_schedule(l->p->tw, &l->timer, last + span);
+}
+
+// Encodes a control packet into the send buffer. Caller holds the session
+// mutex when attached. Returns false if closing or out of memory.
+bool
+link_send_packet(nmq_link *l, const mqtt_packet *pkt)
+{
+	size_t n = mqtt_encoded_size(l->ver, pkt);
+	if (n == 0) {
+		return false;
+	}
+	bool ok = false;
+	conn_tx_lock(l->conn);
+	uint8_t *b = conn_tx_reserve(l->conn, n);
+	if (b != NULL && mqtt_encode(b, n, l->ver, pkt) == n) {
+		conn_tx_commit(l->conn, n);
+		ok = true;
+	}
+	conn_tx_unlock(l->conn);
+	if (ok) {
+		conn_tx_flush_later(l->conn);
+	}
+	return ok;
+}
+
+// Sends a v5 DISCONNECT with a reason (nothing for 3.1.1).
+void
+link_send_disconnect(nmq_link *l, uint8_t reason)
+{
+	if (l->ver != MQTT_PROTO_V5) {
+		return;
+	}
+	mqtt_packet pk;
+	memset(&pk, 0, sizeof(pk));
+	pk.type                  = MQTT_DISCONNECT;
+	pk.u.disconnect.reason   = reason;
+	link_send_packet(l, &pk);
+}
+
+// Ends the connection because of the client: a v5 client first gets a
+// DISCONNECT with the reason; the will is published (abnormal end).
+void
+link_fail(nmq_link *l, uint8_t reason)
+{
+	log_info("conn", "peer=%s client_id=%s reason=%s(0x%02x)", conn_peer(l->conn),
+	    l->session != NULL ? l->session->client_id : "", mqtt_reason_name(reason), reason);
+	if (l->ver == MQTT_PROTO_V5 && l->connected) {
+		if (l->session != NULL) {
+			pthread_mutex_lock(&l->session->mtx);
+			link_send_disconnect(l, reason);
+			pthread_mutex_unlock(&l->session->mtx);
+		} else {
+			link_send_disconnect(l, reason);
+		}
+		conn_shutdown(l->conn);
+		l->shutting    = true;
+		l->deadline_ms = nmq_clock_ms() + SHUTDOWN_GRACE_MS;
+		timer_wheel_schedule(l->p->tw, &l->timer, l->deadline_ms);
+	} else {
+		conn_close(l->conn);
+	}
+}
+
+// Returns the outbound alias for topic, assigning a new one when there is
+// room; 0 when none. *fresh says whether the topic must be sent too.
+static uint16_t
+out_alias(nmq_link *l, const char *topic, size_t tlen, bool *fresh)
+{
+	*fresh = false;
+	uint16_t max = l->client_alias_max < OUT_ALIAS_MAX ? l->client_alias_max : OUT_ALIAS_MAX;
+	if (max == 0) {
+		return 0;
+	}
+	for (uint16_t i = 0; i < l->out_alias_len; i++) {
+		if (strncmp(l->out_alias[i], topic, tlen) == 0 && l->out_alias[i][tlen] == '\0') {
+			return (uint16_t) (i + 1);
+		}
+	}
+	if (l->out_alias_len >= max) {
+		return 0;
+	}
+	if (l->out_alias == NULL) {
+		l->out_alias = calloc(max, sizeof(char *));
+		if (l->out_alias == NULL) {
+			return 0;
+		}
+	}
+	char *t = strndup(topic, tlen);
+	if (t == NULL) {
+		return 0;
+	}
+	l->out_alias[l->out_alias_len++] = t;
+	*fresh                           = true;
+	return l->out_alias_len;
+}
+
+// Encodes one PUBLISH for entry e; see proto_impl.h. Caller holds the
+// session mutex and the connection's tx lock.
+int
+link_send_publish(nmq_link *l, const out_entry *e, uint16_t pid, bool dup)
+{
+	nmq_msg          *m = e->msg;
+	mqtt_publish_head h;
+	memset(&h, 0, sizeof(h));
+	h.proto       = l->ver;
+	h.qos         = e->qos;
+	h.dup         = dup;
+	h.retain      = e->retain;
+	h.topic       = (const uint8_t *) m->topic;
+	h.topic_len   = m->topic_len;
+	h.packet_id   = pid;
+	h.payload_len = m->payload_len;
+	if (l->ver == MQTT_PROTO_V5) {
+		h.fwd_props_len = m->props_len;
+		h.sub_ids       = e->sub_ids;
+		h.n_sub_ids     = e->n_sub_ids;
+		if (m->expiry_at_ms != 0) {
+			h.has_expiry = true;
+			h.expiry     = nmq_msg_remaining(m, nmq_clock_ms());
+			if (h.expiry == 0) {
+				h.expiry = 1; // expired just now; checked before
+			}
+		}
+	}
+	size_t total = mqtt_publish_total_size(&h);
+	if (total == 0 || total > l->client_max_packet) {
+		return -1;
+	}
+	if (l->ver == MQTT_PROTO_V5 && l->client_alias_max > 0) {
+		bool     fresh;
+		uint16_t a = out_alias(l, m->topic, m->topic_len, &fresh);
+		if (a != 0) {
+			h.topic_alias = a;
+			if (!fresh) {
+				h.topic_len = 0;
+			}
+		}
+	}
+	size_t         hs       = mqtt_publish_head_size(&h);
+	const uint8_t *tail     = l->ver == MQTT_PROTO_V5 ? m->props : m->payload;
+	size_t         tail_len = m->payload_len + (l->ver == MQTT_PROTO_V5 ? m->props_len : 0);
+	bool           copy     = tail_len <= COPY_MAX;
+	uint8_t       *b        = conn_tx_reserve(l->conn, hs + (copy ? tail_len : 0));
+	if (b == NULL) {
+		return 0;
+	}
+	if (mqtt_publish_head_encode(b, hs, &h) != hs) {
+		return -1;
+	}
+	if (copy) {
+		memcpy(b + hs, tail, tail_len);
+		conn_tx_commit(l->conn, hs + tail_len);
+	} else {
+		conn_tx_commit(l->conn, hs);
+		if (!conn_tx_ref(l->conn, m, tail, tail_len)) {
+			return 0;
+		}
+	}
+	return 1;
+}
+
+// Sends a simple ack (PUBACK/PUBREC/PUBREL/PUBCOMP).
+static void
+send_ack(nmq_link *l, uint8_t type, uint16_t pid, uint8_t reason)
+{
+	mqtt_packet pk;
+	memset(&pk, 0, sizeof(pk));
+	pk.type            = type;
+	pk.flags           = type == MQTT_PUBREL ? 0x2 : 0;
+	pk.u.ack.packet_id = pid;
+	pk.u.ack.reason    = l->ver == MQTT_PROTO_V5 ? reason : 0;
+	link_send_packet(l, &pk);
+}
+
+// Handles PUBACK/PUBREC/PUBREL/PUBCOMP from the client.
+static int
+handle_ack(nmq_link *l, const mqtt_packet *pk)
+{
+	nmq_session *s   = l->session;
+	uint16_t     pid = pk->u.ack.packet_id;
+	pthread_mutex_lock(&s->mtx);
+	if (s->link != l) {
+		pthread_mutex_unlock(&s->mtx);
+		return -1;
+	}
+	switch (pk->type) {
+	case MQTT_PUBACK:
+		session_puback_locked(s, pid);
+		break;
+	case MQTT_PUBREC:
+		if (session_pubrec_locked(s, pid, pk->u.ack.reason >= 0x80)) {
+			if (pk->u.ack.reason < 0x80) {
+				send_ack(l, MQTT_PUBREL, pid, 0);
+			}
+		} else {
+			send_ack(l, MQTT_PUBREL, pid, MQTT_RC_PACKET_ID_NOT_FOUND);
+		}
+		break;
+	case MQTT_PUBCOMP:
+		session_pubcomp_locked(s, pid);
+		break;
+	case MQTT_PUBREL: {
+		bool found = false;
+		for (uint32_t i = 0; i < s->rel_len; i++) {
+			if (s->rel[i].pid == pid) {
+				s->rel[i] = s->rel[--s->rel_len];
+				found     = true;
+				break;
+			}
+		}
+		send_ack(l, MQTT_PUBCOMP, pid, found ? 0 : MQTT_RC_PACKET_ID_NOT_FOUND);
+		break;
+	}
+	}
+	pthread_mutex_unlock(&s->mtx);
+	return 0;
+}
+
+// One complete frame from the connection (worker thread).
+static int
+link_frame(void *upper, const uint8_t *frame, size_t len)
+{
+	nmq_link *l = upper;
+	atomic_store_explicit(&l->last_rx_ms, nmq_clock_ms(), memory_order_relaxed);
+	if (!l->connected) {
+		return handle_connect(l, frame, len);
+	}
+	mqtt_packet pk;
+	int         rc = mqtt_decode(frame, len, l->ver, &pk);
+	if (rc != 0) {
+		if (rc == MQTT_RC_UNSUPPORTED_VERSION) {
+			rc = MQTT_RC_PROTOCOL_ERROR;
+		}
+		link_fail(l, (uint8_t) rc);
+		return -1;
+	}
+	switch (pk.type) {
+	case MQTT_PUBLISH:
+		return handle_publish(l, &pk);
+	case MQTT_PUBACK:
+	case MQTT_PUBREC:
+	case MQTT_PUBREL:
+	case MQTT_PUBCOMP:
+		return handle_ack(l, &pk);
+	case MQTT_SUBSCRIBE:
+		return handle_subscribe(l, &pk);
+	case MQTT_UNSUBSCRIBE:
+		return handle_unsubscribe(l, &pk);
+	case MQTT_PINGREQ: {
+		mqtt_packet r;
+		memset(&r, 0, sizeof(r));
+		r.type = MQTT_PINGRESP;
+		pthread_mutex_lock(&l->session->mtx);
+		link_send_packet(l, &r);
+		pthread_mutex_unlock(&l->session->mtx);
+		return 0;
+	}
+	case MQTT_DISCONNECT:
+		return handle_disconnect(l, &pk);
+	case MQTT_CONNECT:
+		// A second CONNECT is a protocol error [MQTT-3.1.0-2].
+		link_fail(l, MQTT_RC_PROTOCOL_ERROR);
+		return -1;
+	case MQTT_AUTH:
+		// Enhanced authentication was not negotiated.
+		link_fail(l, MQTT_RC_PROTOCOL_ERROR);
+		return -1;
+	default:
+		// Server-to-client packets from a client.
+		link_fail(l, MQTT_RC_PROTOCOL_ERROR);
+		return -1;
+	}
+}
+
+// A frame larger than max_packet_size was announced.
+static void
+link_too_large(void *upper, uint32_t size)
+{
+	nmq_link *l = upper;
+	log_info("conn", "peer=%s reason=packet_too_large size=%u max=%u", conn_peer(l->conn), size,
+	    l->p->lim.max_packet_size);
+	link_fail(l, MQTT_RC_PACKET_TOO_LARGE);
+}
+
+// The socket has room again: send more of the session's queue.
+static void
+link_writable(void *upper)
+{
+	nmq_link    *l = upper;
+	nmq_session *s = l->session;
+	if (s == NULL || !l->connected) {
+		return;
+	}
+	pthread_mutex_lock(&s->mtx);
+	if (s->link == l && s->q_len > 0) {
+		session_pump_locked(s);
+	}
+	pthread_mutex_unlock(&s->mtx);
+}
+
+// The connection ended (worker thread): will, session detach or end, and
+// the link is freed.
+static void
+link_closed(void *upper)
+{
+	nmq_link  *l = upper;
+	nmq_proto *p = l->p;
+	timer_wheel_cancel(p->tw, &l->timer);
+	proto_links_remove(p, l);
+	nmq_session *s = l->session;
+	if (l->connected) {
+		long n = atomic_fetch_sub(&p->m.connections, 1);
+		(void) n;
+	}
+	if (s != NULL) {
+		bool     end     = false;
+		bool     current = false;
+		nmq_msg *will    = NULL;
+		pthread_mutex_lock(&s->mtx);
+		if (s->link == l) {
+			current = true;
+			__atomic_store_n(&s->link, NULL, __ATOMIC_RELAXED);
+			s->offline_since_ms = nmq_clock_ms();
+			if (s->expiry_s == 0) {
+				end = true;
+			}
+		}
+		if (!l->graceful && l->will != NULL) {
+			if (l->will_delay_s == 0 || !current || end) {
+				// No delay, or the session ends now, or a takeover
+				// happened (the delay was for a reconnect that
+				// came).
+				if (l->will_delay_s == 0 || end) {
+					will = l->will;
+					l->will = NULL;
+				}
+			} else {
+				if (s->will != NULL) {
+					nmq_msg_release(s->will);
+				}
+				s->will       = l->will;
+				l->will       = NULL;
+				s->will_at_ms = nmq_clock_ms() + (uint64_t) l->will_delay_s * 1000;
+			}
+		}
+		if (current && !end) {
+			session_timer_update_locked(s);
+		}
+		pthread_mutex_unlock(&s->mtx);
+		if (will != NULL) {
+			proto_publish_will(p, will);
+		}
+		if (l->connected) {
+			p->ops->client_status(p->app, s, false, l->graceful ? 0 : MQTT_RC_UNSPECIFIED,
+			    conn_peer(l->conn), l->keepalive, l->clean_start);
+		}
+		log_info("conn", "client_id=%s peer=%s event=disconnected graceful=%d",
+		    s->client_id, conn_peer(l->conn), l->graceful);
+		if (end) {
+			session_end(s);
+		}
+		nmq_session_release(s);
+		l->session = NULL;
+	}
+	nmq_conn *c = l->conn;
+	link_free(l);
+	conn_release(c);
+}

@@ -1,0 +1,254 @@
+// The protocol-layer instance: the session table, live connection list,
+// metrics and lifecycle.
+#include <stdlib.h>
+#include <string.h>
+
+#include "nng/protocol/proto_impl.h"
+
+// FNV-1a over a NUL-terminated client id.
+static size_t
+hash_id(const char *s)
+{
+	uint64_t h = 1469598103934665603ull;
+	for (; *s != '\0'; s++) {
+		h ^= (uint8_t) *s;
+		h *= 1099511628211ull;
+	}
+	return (size_t) h;
+}
+
+// Returns a new protocol layer, or NULL.
+nmq_proto *
+proto_alloc(const proto_limits *limits, timer_wheel *tw, workq *wq, const proto_app_ops *ops,
+    void *app)
+{
+	nmq_proto *p = calloc(1, sizeof(*p));
+	if (p == NULL) {
+		return NULL;
+	}
+	p->lim     = *limits;
+	p->tw      = tw;
+	p->wq      = wq;
+	p->ops     = ops;
+	p->app     = app;
+	p->tbl_cap = 1024;
+	p->tbl     = calloc(p->tbl_cap, sizeof(*p->tbl));
+	if (p->tbl == NULL) {
+		free(p);
+		return NULL;
+	}
+	p->env.wq              = wq;
+	p->env.max_packet_size = limits->max_packet_size;
+	p->env.tx_high_water   = 256 * 1024;
+	atomic_init(&p->next_session_id, 1);
+	pthread_mutex_init(&p->tbl_mtx, NULL);
+	pthread_mutex_init(&p->links_mtx, NULL);
+	return p;
+}
+
+void
+proto_set_limits(nmq_proto *p, const proto_limits *limits)
+{
+	p->lim                 = *limits;
+	p->env.max_packet_size = limits->max_packet_size;
+}
+
+proto_metrics *
+proto_metrics_get(nmq_proto *p)
+{
+	return &p->m;
+}
+
+const conn_env *
+proto_conn_env(nmq_proto *p)
+{
+	return &p->env;
+}
+
+void
+proto_count_drop(nmq_proto *p, atomic_long *why)
+{
+	atomic_fetch_add(&p->m.msgs_dropped, 1);
+	if (why != NULL) {
+		atomic_fetch_add(why, 1);
+	}
+}
+
+// Finds a session by client id; returns it held, or NULL. Caller holds
+// tbl_mtx.
+nmq_session *
+proto_table_find(nmq_proto *p, const char *client_id)
+{
+	size_t mask = p->tbl_cap - 1;
+	for (size_t i = hash_id(client_id) & mask;; i = (i + 1) & mask) {
+		nmq_session *s = p->tbl[i];
+		if (s == NULL) {
+			return NULL;
+		}
+		if (s != (nmq_session *) p && strcmp(s->client_id, client_id) == 0) {
+			return s;
+		}
+	}
+}
+
+// Rebuilds the table at a new capacity, dropping tombstones.
+static void
+table_resize(nmq_proto *p, size_t ncap)
+{
+	nmq_session **nt = calloc(ncap, sizeof(*nt));
+	if (nt == NULL) {
+		return;
+	}
+	for (size_t i = 0; i < p->tbl_cap; i++) {
+		nmq_session *s = p->tbl[i];
+		if (s == NULL || s == (nmq_session *) p) {
+			continue;
+		}
+		size_t j = hash_id(s->client_id) & (ncap - 1);
+		while (nt[j] != NULL) {
+			j = (j + 1) & (ncap - 1);
+		}
+		nt[j] = s;
+	}
+	free(p->tbl);
+	p->tbl     = nt;
+	p->tbl_cap = ncap;
+}
+
+// Inserts s (the table keeps the caller's reference). Caller holds tbl_mtx.
+void
+proto_table_insert(nmq_proto *p, nmq_session *s)
+{
+	if ((p->tbl_len + 1) * 2 > p->tbl_cap) {
+		table_resize(p, p->tbl_cap * 2);
+	}
+	size_t mask = p->tbl_cap - 1;
+	size_t i    = hash_id(s->client_id) & mask;
+	while (p->tbl[i] != NULL && p->tbl[i] != (nmq_session *) p) {
+		i = (i + 1) & mask;
+	}
+	p->tbl[i] = s;
+	p->tbl_len++;
+	long n = atomic_fetch_add(&p->m.sessions, 1) + 1;
+	long mx = atomic_load(&p->m.sessions_max);
+	while (n > mx && !atomic_compare_exchange_weak(&p->m.sessions_max, &mx, n)) {
+	}
+}
+
+// Removes s (a tombstone keeps probe chains intact; the table's reference
+// passes to the caller). Caller holds tbl_mtx.
+void
+proto_table_remove(nmq_proto *p, nmq_session *s)
+{
+	size_t mask = p->tbl_cap - 1;
+	for (size_t i = hash_id(s->client_id) & mask;; i = (i + 1) & mask) {
+		if (p->tbl[i] == NULL) {
+			return;
+		}
+		if (p->tbl[i] == s) {
+			p->tbl[i] = (nmq_session *) p; // tombstone
+			p->tbl_len--;
+			atomic_fetch_sub(&p->m.sessions, 1);
+			return;
+		}
+	}
+}
+
+void
+proto_links_add(nmq_proto *p, nmq_link *l)
+{
+	pthread_mutex_lock(&p->links_mtx);
+	if (p->links_len == p->links_cap) {
+		size_t     ncap = p->links_cap ? p->links_cap * 2 : 64;
+		nmq_link **nl   = realloc(p->links, ncap * sizeof(*nl));
+		if (nl == NULL) {
+			pthread_mutex_unlock(&p->links_mtx);
+			return;
+		}
+		p->links     = nl;
+		p->links_cap = ncap;
+	}
+	p->links[p->links_len++] = l;
+	pthread_mutex_unlock(&p->links_mtx);
+}
+
+void
+proto_links_remove(nmq_proto *p, nmq_link *l)
+{
+	pthread_mutex_lock(&p->links_mtx);
+	for (size_t i = 0; i < p->links_len; i++) {
+		if (p->links[i] == l) {
+			p->links[i] = p->links[--p->links_len];
+			break;
+		}
+	}
+	pthread_mutex_unlock(&p->links_mtx);
+}
+
+// Closes every connection: v5 clients get DISCONNECT 0x8B first.
+void
+proto_shutdown_all(nmq_proto *p)
+{
+	pthread_mutex_lock(&p->links_mtx);
+	p->stopping = true;
+	for (size_t i = 0; i < p->links_len; i++) {
+		nmq_link *l = p->links[i];
+		conn_hold(l->conn);
+		if (l->connected && l->ver == MQTT_PROTO_V5) {
+			nmq_session *s = l->session;
+			if (s != NULL) {
+				// Lock order is session -> conn; the links list lock
+				// is a leaf for everyone else, so take the session
+				// lock by trying and otherwise just close.
+				if (pthread_mutex_trylock(&s->mtx) == 0) {
+					if (s->link == l) {
+						link_send_disconnect(l, MQTT_RC_SERVER_SHUTTING_DOWN);
+					}
+					pthread_mutex_unlock(&s->mtx);
+				}
+			}
+			conn_shutdown(l->conn);
+		} else {
+			conn_close(l->conn);
+		}
+		conn_release(l->conn);
+	}
+	pthread_mutex_unlock(&p->links_mtx);
+}
+
+// Frees the protocol layer. Connections must be gone (proto_shutdown_all
+// and a drain of the work queue) and listeners stopped.
+void
+proto_free(nmq_proto *p)
+{
+	if (p == NULL) {
+		return;
+	}
+	pthread_mutex_lock(&p->tbl_mtx);
+	for (size_t i = 0; i < p->tbl_cap; i++) {
+		nmq_session *s = p->tbl[i];
+		if (s == NULL || s == (nmq_session *) p) {
+			continue;
+		}
+		p->tbl[i] = NULL;
+		pthread_mutex_unlock(&p->tbl_mtx);
+		timer_wheel_cancel(p->tw, &s->timer);
+		pthread_mutex_lock(&s->mtx);
+		s->ended = true;
+		session_clear_locked(s);
+		if (s->will != NULL) {
+			nmq_msg_release(s->will);
+			s->will = NULL;
+		}
+		pthread_mutex_unlock(&s->mtx);
+		p->ops->session_end(p->app, s);
+		nmq_session_release(s);
+		pthread_mutex_lock(&p->tbl_mtx);
+	}
+	pthread_mutex_unlock(&p->tbl_mtx);
+	free(p->tbl);
+	free(p->links);
+	pthread_mutex_destroy(&p->tbl_mtx);
+	pthread_mutex_destroy(&p->links_mtx);
+	free(p);
+}

@@ -1,0 +1,135 @@
+// The MQTT protocol layer: one state machine per connection (CONNECT,
+// keepalive, topic aliases, will), one session per client id (QoS 1/2
+// windows, packet ids, the bounded outbound queue, expiry), all timers on
+// one wheel. Broker policy (authentication, routing, retained messages,
+// $SYS) is delegated to the application through proto_app_ops.
+//
+// Threads:
+// - Frames of one connection are handled on a worker thread, one batch at a
+//   time (see conn.h). Application callbacks run on that thread and may
+//   call nmq_session_deliver() on any session, the sender's included.
+// - Locks: session table -> session -> connection, in that order. No lock
+//   is held while an application callback runs, except where noted.
+// - Timer callbacks (keepalive, expiry, retry, will delay) run on the wheel
+//   thread and only close connections or post work.
+#ifndef NMQ_PROTO_H
+#define NMQ_PROTO_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "nng/codec/mqtt_codec.h"
+#include "nng/protocol/msg.h"
+#include "nng/protocol/timer_wheel.h"
+#include "nng/transport/conn.h"
+
+typedef struct nmq_session nmq_session;
+typedef struct nmq_proto   nmq_proto;
+
+// Reloadable limits (the mqtt section). Plain fields, read without locks;
+// a reload replaces them between operations, which is benign.
+typedef struct proto_limits {
+	uint32_t max_packet_size;
+	uint32_t client_max_packet_size;
+	uint32_t max_mqueue_len;
+	uint32_t max_inflight_window;
+	uint32_t max_awaiting_rel;
+	uint32_t await_rel_timeout_s;
+	uint32_t retry_interval_s;
+	double   keepalive_multiplier;
+	uint16_t max_topic_alias;
+	uint32_t connect_timeout_ms;
+} proto_limits;
+
+// What the application learns of a connecting client.
+typedef struct proto_client_info {
+	const char    *client_id;
+	const uint8_t *username; // NULL if absent
+	uint32_t       username_len;
+	const uint8_t *password; // NULL if absent
+	uint32_t       password_len;
+	const char    *peer;
+	uint8_t        proto_ver;
+	nmq_conn      *conn;
+} proto_client_info;
+
+typedef struct proto_sub_opts {
+	uint8_t  qos;
+	bool     no_local;
+	bool     retain_as_published;
+	uint8_t  retain_handling;
+	uint32_t sub_id;
+} proto_sub_opts;
+
+typedef struct proto_app_ops {
+	// Returns 0 to accept, or an MQTT 5 reason code (0x86, 0x87, ...).
+	uint8_t (*authenticate)(void *app, const proto_client_info *info);
+	// Routes a message published by `from` (NULL for wills and system
+	// messages); the message reference is borrowed. Returns 0, or an MQTT 5
+	// reason code for the publisher's ack (0x87 not authorized, ...).
+	uint8_t (*route)(void *app, nmq_session *from, nmq_msg *msg);
+	// Adds or replaces one subscription; returns the granted QoS or a
+	// failure reason code (>= 0x80). Sets *existed.
+	uint8_t (*subscribe)(void *app, nmq_session *s, const char *filter, size_t len,
+	    const proto_sub_opts *opts, bool *existed);
+	// Called after SUBACK is queued, for retained messages.
+	void (*subscribed)(void *app, nmq_session *s, const char *filter, size_t len,
+	    const proto_sub_opts *opts, bool existed);
+	// Returns 0 or 0x11 (no subscription existed).
+	uint8_t (*unsubscribe)(void *app, nmq_session *s, const char *filter, size_t len);
+	// The session's state is being discarded: drop its subscriptions.
+	void (*session_end)(void *app, nmq_session *s);
+	// A client connected (online) or its connection ended.
+	void (*client_status)(void *app, nmq_session *s, bool online, uint8_t reason,
+	    const char *peer, uint16_t keepalive, bool clean_start);
+} proto_app_ops;
+
+// Counters for metrics; every field is updated atomically.
+typedef struct proto_metrics {
+	atomic_long connections;
+	atomic_long connections_max;
+	atomic_long sessions;
+	atomic_long sessions_max;
+	atomic_long msgs_received;
+	atomic_long msgs_sent;
+	atomic_long msgs_dropped;
+	atomic_long drop_queue_full;
+	atomic_long drop_expired;
+	atomic_long drop_too_large;
+	atomic_long await_rel_expired;
+} proto_metrics;
+
+// Creates the protocol layer. Returns NULL on failure.
+nmq_proto *proto_alloc(const proto_limits *limits, timer_wheel *tw, workq *wq,
+    const proto_app_ops *ops, void *app);
+// Ends every connection (wills are sent as for an abnormal close when
+// `send_wills`), then frees everything. Call after listeners stopped.
+void proto_free(nmq_proto *p);
+// Closes every connection, sending v5 clients DISCONNECT 0x8B.
+void proto_shutdown_all(nmq_proto *p);
+// Replaces the reloadable limits.
+void proto_set_limits(nmq_proto *p, const proto_limits *limits);
+proto_metrics *proto_metrics_get(nmq_proto *p);
+const conn_env *proto_conn_env(nmq_proto *p);
+
+// Takes over a freshly accepted connection (the reference is consumed).
+void proto_accept(nmq_proto *p, nmq_conn *c);
+
+// Queues msg for s at the given QoS (already min(granted, published)).
+// retain is the RETAIN flag to send; sub_ids the subscription identifiers
+// to attach (v5). Holds its own reference to msg. Drops are counted.
+void nmq_session_deliver(nmq_session *s, nmq_msg *msg, uint8_t qos, bool retain,
+    const uint32_t *sub_ids, uint32_t n_sub_ids);
+
+void        nmq_session_hold(nmq_session *s);
+void        nmq_session_release(nmq_session *s);
+bool        nmq_session_online(nmq_session *s);
+uint64_t    nmq_session_id(const nmq_session *s);
+const char *nmq_session_client_id(const nmq_session *s);
+uint8_t     nmq_session_proto(const nmq_session *s);
+// Application data slot (e.g. the session's subscription list), guarded by
+// the application.
+void **nmq_session_app_data(nmq_session *s);
+
+#endif // NMQ_PROTO_H

@@ -1,0 +1,193 @@
+// Private structures of the protocol layer, shared by proto.c, session.c,
+// link.c and the handle_*.c files. Not for use outside nng/protocol/.
+#ifndef NMQ_PROTO_IMPL_H
+#define NMQ_PROTO_IMPL_H
+
+#include <pthread.h>
+
+#include "nng/protocol/proto.h"
+
+#define SUBIDS_INLINE 4
+
+// A message waiting in a session's queue or in flight.
+typedef struct out_entry {
+	nmq_msg *msg;
+	uint8_t  qos;
+	bool     retain;
+	uint8_t  n_sub_ids;
+	uint32_t sub_ids[SUBIDS_INLINE];
+} out_entry;
+
+enum infl_state {
+	INFL_WAIT_PUBACK = 1,
+	INFL_WAIT_PUBREC,
+	INFL_WAIT_PUBCOMP, // PUBREL sent; msg already released
+};
+
+typedef struct infl_entry {
+	out_entry e;
+	uint16_t  pid;
+	uint8_t   state;
+	uint64_t  sent_ms;
+} infl_entry;
+
+typedef struct rel_entry {
+	uint16_t pid;
+	uint64_t at_ms;
+} rel_entry;
+
+typedef struct nmq_link nmq_link;
+
+// A session, keyed by client id. Everything below `mtx` is guarded by it.
+struct nmq_session {
+	atomic_int refs;
+	nmq_proto *p;
+	uint64_t   id;
+	char      *client_id;
+	void      *app_data;
+
+	pthread_mutex_t mtx;
+	uint8_t         ver;
+	nmq_link       *link;     // current connection, NULL while offline
+	bool            ended;    // removed from the table
+	uint32_t        expiry_s; // session expiry interval; UINT32_MAX never
+	uint64_t        offline_since_ms;
+
+	// Outbound queue (ring), bounded by limits.max_mqueue_len.
+	out_entry *q;
+	uint32_t   q_head;
+	uint32_t   q_len;
+	uint32_t   q_cap;
+
+	// In-flight outbound QoS 1/2, in send order (array from infl_start).
+	infl_entry *infl;
+	uint32_t    infl_start;
+	uint32_t    infl_len; // entries from infl_start
+	uint32_t    infl_cap;
+	uint32_t    infl_max;
+	uint16_t    next_pid;
+
+	// Inbound QoS 2 packet ids awaiting PUBREL.
+	rel_entry *rel;
+	uint32_t   rel_len;
+	uint32_t   rel_cap;
+
+	// A delayed will waiting for its time (or the session end).
+	nmq_msg *will;
+	uint64_t will_at_ms;
+
+	tw_timer timer; // expiry, will delay and QoS retry
+	uint64_t timer_at;
+};
+
+// Per-connection protocol state. Fields marked rx are touched only on the
+// connection's receive path (one worker at a time); fields marked s are
+// guarded by the session mutex once attached.
+struct nmq_link {
+	nmq_proto   *p;
+	nmq_conn    *conn; // held until the connection closes
+	tw_timer     timer;
+	atomic_ullong last_rx_ms;
+	uint64_t     deadline_ms; // keepalive or CONNECT deadline; timer only
+	bool         shutting;    // timer: close hard at deadline
+
+	// rx
+	bool         connected;
+	uint8_t      ver;
+	uint16_t     keepalive;
+	nmq_session *session; // held while attached
+	char       **in_alias; // inbound topic aliases, 1..max_topic_alias
+	uint16_t     in_alias_max;
+	bool         graceful; // DISCONNECT 0x00 received
+	bool         session_zero_expiry; // CONNECT had expiry 0 (v5)
+	nmq_msg     *will;
+	uint32_t     will_delay_s;
+	char        *username;
+	bool         clean_start;
+
+	// s (read-mostly after CONNECT)
+	uint32_t client_max_packet;
+	uint16_t client_receive_max;
+	uint16_t client_alias_max;
+	bool     request_problem_info;
+	// outbound topic aliases: topics[i] has alias i + 1
+	char   **out_alias;
+	uint16_t out_alias_len;
+	bool     taken_over;
+};
+
+struct nmq_proto {
+	proto_limits         lim;
+	timer_wheel         *tw;
+	workq               *wq;
+	const proto_app_ops *ops;
+	void                *app;
+	conn_env             env;
+	proto_metrics        m;
+	atomic_ullong        next_session_id;
+
+	pthread_mutex_t tbl_mtx;
+	nmq_session   **tbl; // open hash by client id
+	size_t          tbl_cap;
+	size_t          tbl_len;
+
+	// Live links, for shutdown.
+	pthread_mutex_t links_mtx;
+	nmq_link      **links;
+	size_t          links_len;
+	size_t          links_cap;
+	bool            stopping;
+};
+
+// proto.c: session table
+nmq_session *proto_table_find(nmq_proto *p, const char *client_id);
+void         proto_table_insert(nmq_proto *p, nmq_session *s);
+void         proto_table_remove(nmq_proto *p, nmq_session *s);
+void         proto_count_drop(nmq_proto *p, atomic_long *why);
+void         proto_links_add(nmq_proto *p, nmq_link *l);
+void         proto_links_remove(nmq_proto *p, nmq_link *l);
+
+// session.c
+nmq_session *session_alloc(nmq_proto *p, const char *client_id);
+// Discards queued and in-flight state (clean start). Caller holds mtx.
+void session_clear_locked(nmq_session *s);
+// Sends what the window and socket allow. Caller holds mtx; s->link set.
+void session_pump_locked(nmq_session *s);
+// Resends in-flight messages (DUP) and PUBRELs in order. Caller holds mtx.
+void session_resend_locked(nmq_session *s, bool only_old);
+// Ends the session: removes it from the table, tells the application,
+// publishes a pending will. Called without locks.
+void session_end(nmq_session *s);
+// Re-arms the session timer for the earliest of expiry, will and retry.
+// Caller holds mtx.
+void session_timer_update_locked(nmq_session *s);
+// Ack handling, caller holds mtx. Return false if the packet id was unknown.
+bool session_puback_locked(nmq_session *s, uint16_t pid);
+bool session_pubrec_locked(nmq_session *s, uint16_t pid, bool failed);
+bool session_pubcomp_locked(nmq_session *s, uint16_t pid);
+
+// link.c: writing control packets (caller holds the session mutex if
+// attached, or is on the receive path before attachment).
+bool link_send_packet(nmq_link *l, const mqtt_packet *pkt);
+void link_send_disconnect(nmq_link *l, uint8_t reason);
+// Encodes one PUBLISH for an out_entry. Returns 1 sent, 0 no room/closing,
+// -1 the message is too large for this client.
+int link_send_publish(nmq_link *l, const out_entry *e, uint16_t pid, bool dup);
+// Protocol error: v5 DISCONNECT with reason then close; v3 close.
+void link_fail(nmq_link *l, uint8_t reason);
+
+// handle_*.c, on the receive path
+int handle_connect(nmq_link *l, const uint8_t *frame, size_t len);
+int handle_publish(nmq_link *l, const mqtt_packet *pkt);
+int handle_subscribe(nmq_link *l, const mqtt_packet *pkt);
+int handle_unsubscribe(nmq_link *l, const mqtt_packet *pkt);
+int handle_disconnect(nmq_link *l, const mqtt_packet *pkt);
+
+// Builds a shared message (handle_connect.c).
+nmq_msg *proto_msg_build(uint8_t ver, mqtt_bytes topic, const mqtt_props *in, mqtt_bytes payload,
+    uint8_t qos, bool retain, uint64_t origin);
+
+// Will publication (session.c)
+void proto_publish_will(nmq_proto *p, nmq_msg *will);
+
+#endif // NMQ_PROTO_IMPL_H

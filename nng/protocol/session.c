@@ -1,0 +1,578 @@
+// Sessions: the outbound queue bounded by max_mqueue_len, the in-flight
+// window bounded by min(Receive Maximum, max_inflight_window), packet ids,
+// inbound QoS 2 state, expiry and delayed wills.
+#include <stdlib.h>
+#include <string.h>
+
+#include "nng/protocol/proto_impl.h"
+#include "src/log/log.h"
+
+static void session_timer_cb(void *arg);
+
+// Returns a new session of ref 1 (not yet in the table), or NULL.
+nmq_session *
+session_alloc(nmq_proto *p, const char *client_id)
+{
+	nmq_session *s = calloc(1, sizeof(*s));
+	if (s == NULL) {
+		return NULL;
+	}
+	s->client_id = strdup(client_id);
+	if (s->client_id == NULL) {
+		free(s);
+		return NULL;
+	}
+	atomic_init(&s->refs, 1);
+	s->p        = p;
+	s->id       = atomic_fetch_add(&p->next_session_id, 1);
+	s->next_pid = 1;
+	pthread_mutex_init(&s->mtx, NULL);
+	tw_timer_init(&s->timer, session_timer_cb, s);
+	return s;
+}
+
+void
+nmq_session_hold(nmq_session *s)
+{
+	atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
+}
+
+// Drops a reference; the last one frees the session and what it holds.
+void
+nmq_session_release(nmq_session *s)
+{
+	if (atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) != 1) {
+		return;
+	}
+	session_clear_locked(s);
+	if (s->will != NULL) {
+		nmq_msg_release(s->will);
+	}
+	free(s->q);
+	free(s->infl);
+	free(s->rel);
+	pthread_mutex_destroy(&s->mtx);
+	free(s->client_id);
+	free(s);
+}
+
+bool
+nmq_session_online(nmq_session *s)
+{
+	// A racy read is fine: used to pick shared-subscription members.
+	return __atomic_load_n(&s->link, __ATOMIC_RELAXED) != NULL;
+}
+
+uint64_t
+nmq_session_id(const nmq_session *s)
+{
+	return s->id;
+}
+
+const char *
+nmq_session_client_id(const nmq_session *s)
+{
+	return s->client_id;
+}
+
+uint8_t
+nmq_session_proto(const nmq_session *s)
+{
+	return s->ver;
+}
+
+void **
+nmq_session_app_data(nmq_session *s)
+{
+	return &s->app_data;
+}
+
+// Releases queued and in-flight messages and inbound QoS 2 state.
+void
+session_clear_locked(nmq_session *s)
+{
+	for (uint32_t i = 0; i < s->q_len; i++) {
+		nmq_msg_release(s->q[(s->q_head + i) % s->q_cap].msg);
+	}
+	s->q_len  = 0;
+	s->q_head = 0;
+	for (uint32_t i = 0; i < s->infl_len; i++) {
+		infl_entry *f = &s->infl[s->infl_start + i];
+		if (f->e.msg != NULL) {
+			nmq_msg_release(f->e.msg);
+		}
+	}
+	s->infl_len   = 0;
+	s->infl_start = 0;
+	s->rel_len    = 0;
+}
+
+// Appends an entry to the queue ring, growing it up to the bound. Returns
+// false when full.
+static bool
+queue_push(nmq_session *s, const out_entry *e)
+{
+	uint32_t bound = s->p->lim.max_mqueue_len;
+	if (s->q_len >= bound) {
+		return false;
+	}
+	if (s->q_len == s->q_cap) {
+		uint32_t ncap = s->q_cap ? s->q_cap * 2 : 16;
+		if (ncap > bound) {
+			ncap = bound;
+		}
+		out_entry *nq = malloc((size_t) ncap * sizeof(*nq));
+		if (nq == NULL) {
+			return false;
+		}
+		for (uint32_t i = 0; i < s->q_len; i++) {
+			nq[i] = s->q[(s->q_head + i) % s->q_cap];
+		}
+		free(s->q);
+		s->q      = nq;
+		s->q_cap  = ncap;
+		s->q_head = 0;
+	}
+	s->q[(s->q_head + s->q_len) % s->q_cap] = *e;
+	s->q_len++;
+	return true;
+}
+
+static void
+queue_pop(nmq_session *s)
+{
+	s->q_head = (s->q_head + 1) % s->q_cap;
+	s->q_len--;
+	if (s->q_len == 0) {
+		s->q_head = 0;
+	}
+}
+
+// Returns true if pid is in flight.
+static bool
+pid_in_use(nmq_session *s, uint16_t pid)
+{
+	for (uint32_t i = 0; i < s->infl_len; i++) {
+		if (s->infl[s->infl_start + i].pid == pid) {
+			return true;
+		}
+	}
+	return false;
+}
+
+// Returns the next free packet id (1..65535). The window is far below
+// 65535, so a free id always exists.
+static uint16_t
+next_pid(nmq_session *s)
+{
+	for (;;) {
+		uint16_t pid = s->next_pid++;
+		if (s->next_pid == 0) {
+			s->next_pid = 1;
+		}
+		if (pid != 0 && (s->infl_len == 0 || !pid_in_use(s, pid))) {
+			return pid;
+		}
+	}
+}
+
+// Appends to the in-flight array; false on allocation failure.
+static bool
+infl_push(nmq_session *s, const infl_entry *f)
+{
+	if (s->infl_start + s->infl_len == s->infl_cap) {
+		if (s->infl_start > 0) {
+			memmove(s->infl, s->infl + s->infl_start, s->infl_len * sizeof(*s->infl));
+			s->infl_start = 0;
+		}
+		if (s->infl_len == s->infl_cap) {
+			uint32_t    ncap = s->infl_cap ? s->infl_cap * 2 : 8;
+			infl_entry *ni   = realloc(s->infl, (size_t) ncap * sizeof(*ni));
+			if (ni == NULL) {
+				return false;
+			}
+			s->infl     = ni;
+			s->infl_cap = ncap;
+		}
+	}
+	s->infl[s->infl_start + s->infl_len++] = *f;
+	return true;
+}
+
+// Finds an in-flight entry by packet id and state; returns its index
+// relative to infl_start, or -1.
+static int64_t
+infl_find(nmq_session *s, uint16_t pid, uint8_t state)
+{
+	for (uint32_t i = 0; i < s->infl_len; i++) {
+		infl_entry *f = &s->infl[s->infl_start + i];
+		if (f->pid == pid && f->state == state) {
+			return i;
+		}
+	}
+	return -1;
+}
+
+static void
+infl_remove(nmq_session *s, uint32_t i)
+{
+	infl_entry *f = &s->infl[s->infl_start + i];
+	if (f->e.msg != NULL) {
+		nmq_msg_release(f->e.msg);
+	}
+	if (i == 0) {
+		s->infl_start++;
+		s->infl_len--;
+	} else {
+		memmove(f, f + 1, (s->infl_len - i - 1) * sizeof(*f));
+		s->infl_len--;
+	}
+	if (s->infl_len == 0) {
+		s->infl_start = 0;
+	}
+}
+
+// Sends queued messages while the window and the socket allow.
+void
+session_pump_locked(nmq_session *s)
+{
+	nmq_link *l = s->link;
+	if (l == NULL || !l->connected) {
+		return;
+	}
+	nmq_proto *p   = s->p;
+	uint64_t   now = 0;
+	bool       any = false;
+	conn_tx_lock(l->conn);
+	while (s->q_len > 0 && !conn_tx_full(l->conn)) {
+		out_entry *e = &s->q[s->q_head];
+		if (e->msg->expiry_at_ms != 0) {
+			if (now == 0) {
+				now = nmq_clock_ms();
+			}
+			if (nmq_msg_remaining(e->msg, now) == 0) {
+				proto_count_drop(p, &p->m.drop_expired);
+				nmq_msg_release(e->msg);
+				queue_pop(s);
+				continue;
+			}
+		}
+		if (e->qos == 0) {
+			int r = link_send_publish(l, e, 0, false);
+			if (r == 0) {
+				break;
+			}
+			if (r < 0) {
+				proto_count_drop(p, &p->m.drop_too_large);
+			} else {
+				atomic_fetch_add_explicit(&p->m.msgs_sent, 1, memory_order_relaxed);
+			}
+			nmq_msg_release(e->msg);
+			queue_pop(s);
+			any = true;
+			continue;
+		}
+		if (s->infl_len >= s->infl_max) {
+			break;
+		}
+		infl_entry f;
+		f.e     = *e;
+		f.pid   = next_pid(s);
+		f.state = e->qos == 1 ? INFL_WAIT_PUBACK : INFL_WAIT_PUBREC;
+		if (now == 0) {
+			now = nmq_clock_ms();
+		}
+		f.sent_ms = now;
+		int r     = link_send_publish(l, e, f.pid, false);
+		if (r == 0) {
+			break;
+		}
+		if (r < 0) {
+			proto_count_drop(p, &p->m.drop_too_large);
+			nmq_msg_release(e->msg);
+			queue_pop(s);
+			continue;
+		}
+		if (!infl_push(s, &f)) {
+			// Sent but cannot be tracked: keep the reference in the
+			// queue and stop; the client may ack an unknown id,
+			// which is harmless.
+			break;
+		}
+		atomic_fetch_add_explicit(&p->m.msgs_sent, 1, memory_order_relaxed);
+		queue_pop(s);
+		any = true;
+	}
+	conn_tx_unlock(l->conn);
+	if (any) {
+		conn_tx_flush_later(l->conn);
+		if (l->ver != MQTT_PROTO_V5 && s->infl_len > 0) {
+			session_timer_update_locked(s);
+		}
+	}
+}
+
+// Queues a message for s; see proto.h.
+void
+nmq_session_deliver(nmq_session *s, nmq_msg *msg, uint8_t qos, bool retain,
+    const uint32_t *sub_ids, uint32_t n_sub_ids)
+{
+	nmq_proto *p = s->p;
+	pthread_mutex_lock(&s->mtx);
+	if (s->ended || (qos == 0 && s->link == NULL)) {
+		pthread_mutex_unlock(&s->mtx);
+		return;
+	}
+	out_entry e;
+	e.msg       = msg;
+	e.qos       = qos;
+	e.retain    = retain;
+	e.n_sub_ids = 0;
+	for (uint32_t i = 0; i < n_sub_ids && i < SUBIDS_INLINE; i++) {
+		e.sub_ids[e.n_sub_ids++] = sub_ids[i];
+	}
+	if (!queue_push(s, &e)) {
+		proto_count_drop(p, &p->m.drop_queue_full);
+		if (qos > 0) {
+			log_warn_rl("session",
+			    "client_id=%s reason=queue_full max_mqueue_len=%u topic=%s qos=%u "
+			    "action=drop",
+			    s->client_id, p->lim.max_mqueue_len, msg->topic, qos);
+		}
+		pthread_mutex_unlock(&s->mtx);
+		return;
+	}
+	nmq_msg_hold(msg);
+	if (s->link != NULL) {
+		session_pump_locked(s);
+	}
+	pthread_mutex_unlock(&s->mtx);
+}
+
+// Resends in-flight PUBLISH (DUP) and PUBREL packets in their original
+// order; with only_old, just those sent more than retry_interval ago.
+void
+session_resend_locked(nmq_session *s, bool only_old)
+{
+	nmq_link *l = s->link;
+	if (l == NULL || !l->connected) {
+		return;
+	}
+	uint64_t now   = nmq_clock_ms();
+	uint64_t retry = (uint64_t) s->p->lim.retry_interval_s * 1000;
+	bool     any   = false;
+	conn_tx_lock(l->conn);
+	for (uint32_t i = 0; i < s->infl_len; i++) {
+		infl_entry *f = &s->infl[s->infl_start + i];
+		if (only_old && now - f->sent_ms < retry) {
+			continue;
+		}
+		if (f->state == INFL_WAIT_PUBCOMP) {
+			mqtt_packet pk;
+			memset(&pk, 0, sizeof(pk));
+			pk.type              = MQTT_PUBREL;
+			pk.flags             = 0x2;
+			pk.u.ack.packet_id   = f->pid;
+			if (!link_send_packet(l, &pk)) {
+				break;
+			}
+		} else if (link_send_publish(l, &f->e, f->pid, true) == 0) {
+			break;
+		}
+		f->sent_ms = now;
+		any        = true;
+	}
+	conn_tx_unlock(l->conn);
+	if (any) {
+		conn_tx_flush_later(l->conn);
+	}
+}
+
+// PUBACK for pid: completes a QoS 1 flow and sends more.
+bool
+session_puback_locked(nmq_session *s, uint16_t pid)
+{
+	int64_t i = infl_find(s, pid, INFL_WAIT_PUBACK);
+	if (i < 0) {
+		return false;
+	}
+	infl_remove(s, (uint32_t) i);
+	session_pump_locked(s);
+	return true;
+}
+
+// PUBREC for pid: the message is delivered; answer with PUBREL (unless
+// the receiver failed it, v5 reason >= 0x80, which ends the flow).
+bool
+session_pubrec_locked(nmq_session *s, uint16_t pid, bool failed)
+{
+	int64_t i = infl_find(s, pid, INFL_WAIT_PUBREC);
+	if (i < 0) {
+		return false;
+	}
+	if (failed) {
+		infl_remove(s, (uint32_t) i);
+		session_pump_locked(s);
+		return true;
+	}
+	infl_entry *f = &s->infl[s->infl_start + (uint32_t) i];
+	nmq_msg_release(f->e.msg);
+	f->e.msg   = NULL;
+	f->state   = INFL_WAIT_PUBCOMP;
+	f->sent_ms = nmq_clock_ms();
+	return true;
+}
+
+// PUBCOMP for pid: completes a QoS 2 flow and sends more.
+bool
+session_pubcomp_locked(nmq_session *s, uint16_t pid)
+{
+	int64_t i = infl_find(s, pid, INFL_WAIT_PUBCOMP);
+	if (i < 0) {
+		return false;
+	}
+	infl_remove(s, (uint32_t) i);
+	session_pump_locked(s);
+	return true;
+}
+
+// Publishes a will message through the application and releases it.
+void
+proto_publish_will(nmq_proto *p, nmq_msg *will)
+{
+	atomic_fetch_add_explicit(&p->m.msgs_received, 1, memory_order_relaxed);
+	p->ops->route(p->app, NULL, will);
+	nmq_msg_release(will);
+}
+
+// Ends s: out of the table, state dropped, the application told, a pending
+// will published. The table's reference is released.
+void
+session_end(nmq_session *s)
+{
+	nmq_proto *p = s->p;
+	pthread_mutex_lock(&p->tbl_mtx);
+	pthread_mutex_lock(&s->mtx);
+	if (s->ended) {
+		pthread_mutex_unlock(&s->mtx);
+		pthread_mutex_unlock(&p->tbl_mtx);
+		return;
+	}
+	s->ended = true;
+	proto_table_remove(p, s);
+	pthread_mutex_unlock(&p->tbl_mtx);
+	nmq_msg *will = s->will;
+	s->will       = NULL;
+	session_clear_locked(s);
+	pthread_mutex_unlock(&s->mtx);
+	timer_wheel_cancel(p->tw, &s->timer);
+	if (will != NULL) {
+		proto_publish_will(p, will);
+	}
+	p->ops->session_end(p->app, s);
+	nmq_session_release(s); // the table's reference
+}
+
+// Re-arms the session timer: expiry while offline, the delayed will, and
+// QoS retry for 3.1.1 clients with messages in flight.
+void
+session_timer_update_locked(nmq_session *s)
+{
+	uint64_t at = 0;
+	if (s->ended) {
+		return;
+	}
+	if (s->link == NULL && s->expiry_s != UINT32_MAX) {
+		at = s->offline_since_ms + (uint64_t) s->expiry_s * 1000;
+	}
+	if (s->will != NULL && (at == 0 || s->will_at_ms < at)) {
+		at = s->will_at_ms;
+	}
+	if (s->link != NULL && s->ver != MQTT_PROTO_V5 && s->infl_len > 0 &&
+	    s->p->lim.retry_interval_s > 0) {
+		uint64_t r = nmq_clock_ms() + (uint64_t) s->p->lim.retry_interval_s * 1000;
+		if (at == 0 || r < at) {
+			at = r;
+		}
+	}
+	if (at == 0) {
+		if (s->timer_at != 0) {
+			// Leave it armed: the callback re-checks and goes idle.
+		}
+		return;
+	}
+	if (s->timer_at != 0 && s->timer_at <= at && s->timer.armed) {
+		return; // fires earlier anyway and re-evaluates
+	}
+	s->timer_at = at;
+	timer_wheel_schedule(s->p->tw, &s->timer, at);
+}
+
+// Work posted from the timer thread: ending a session or publishing a will
+// routes messages, which belongs on a worker.
+typedef struct session_work {
+	workq_job    job;
+	nmq_session *s;
+	nmq_msg     *will;
+	bool         end;
+} session_work;
+
+static void
+session_work_fn(workq_job *job)
+{
+	session_work *w = (session_work *) job;
+	if (w->will != NULL) {
+		proto_publish_will(w->s->p, w->will);
+	}
+	if (w->end) {
+		session_end(w->s);
+	}
+	nmq_session_release(w->s);
+	free(w);
+}
+
+// Session timer (wheel thread): expiry, will delay and retry.
+static void
+session_timer_cb(void *arg)
+{
+	nmq_session *s   = arg;
+	uint64_t     now = nmq_clock_ms();
+	nmq_msg     *will = NULL;
+	bool         end  = false;
+	pthread_mutex_lock(&s->mtx);
+	s->timer_at = 0;
+	if (s->ended) {
+		pthread_mutex_unlock(&s->mtx);
+		return;
+	}
+	if (s->will != NULL && now >= s->will_at_ms) {
+		will    = s->will;
+		s->will = NULL;
+	}
+	if (s->link == NULL && s->expiry_s != UINT32_MAX &&
+	    now >= s->offline_since_ms + (uint64_t) s->expiry_s * 1000) {
+		end = true;
+	}
+	if (s->link != NULL && s->ver != MQTT_PROTO_V5 && s->infl_len > 0) {
+		session_resend_locked(s, true);
+	}
+	if (!end) {
+		session_timer_update_locked(s);
+	}
+	pthread_mutex_unlock(&s->mtx);
+	if (will != NULL || end) {
+		session_work *w = calloc(1, sizeof(*w));
+		if (w == NULL) {
+			if (will != NULL) {
+				nmq_msg_release(will);
+			}
+			return;
+		}
+		nmq_session_hold(s);
+		w->job.fn = session_work_fn;
+		w->s      = s;
+		w->will   = will;
+		w->end    = end;
+		workq_post(s->p->wq, &w->job);
+	}
+}

@@ -1,0 +1,693 @@
+#include "nng/transport/conn.h"
+
+#include <arpa/inet.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nng/codec/mqtt_codec.h"
+
+#define RX_INIT 1024
+#define RX_GROW_MAX (64 * 1024)
+#define TX_IOV_MAX 8
+
+// One piece of queued output: either bytes in the arena (ref == NULL, at
+// offset off) or bytes inside a shared message (ref held, at p).
+typedef struct tx_seg {
+	nmq_msg       *ref;
+	const uint8_t *p;
+	size_t         off;
+	size_t         len;
+} tx_seg;
+
+typedef struct txbuf {
+	uint8_t *arena;
+	size_t   arena_len;
+	size_t   arena_cap;
+	tx_seg  *segs;
+	size_t   nsegs;
+	size_t   seg_cap;
+	size_t   bytes;
+} txbuf;
+
+struct nmq_conn {
+	nng_stream     *s;
+	nng_aio        *rx_aio;
+	nng_aio        *tx_aio;
+	const conn_env *env;
+	const conn_ops *ops;
+	void           *upper;
+	pthread_mutex_t mtx;
+	pthread_cond_t  cv;
+	int             upcalls; // writable() calls running
+	atomic_int      refs;
+	workq_job       job;
+	workq_job       destroy_job;
+
+	// Receive path: touched only by the recv callback and the job, which
+	// never run at the same time for one connection.
+	uint8_t *rx;
+	size_t   rx_len;
+	size_t   rx_cap;
+	size_t   rx_want; // free space requested for the next read
+	int      rx_result;
+	bool     rx_filled;
+	uint64_t rx_bytes;
+
+	// Guarded by mtx.
+	bool    closing;
+	bool    draining;
+	bool    reading_done;
+	bool    closed_notified;
+	bool    tx_busy;
+	bool    flush_pending;
+	txbuf   fill;
+	txbuf   send;
+	size_t  send_seg;
+	size_t  send_off;
+	nng_iov iov[TX_IOV_MAX];
+
+	char peer[64];
+};
+
+static atomic_long live_conns;
+
+static void rx_cb(void *arg);
+static void tx_cb(void *arg);
+static void rx_job(workq_job *job);
+static void destroy_job(workq_job *job);
+
+// Releases every message reference held by a txbuf and empties it.
+static void
+txbuf_reset(txbuf *b)
+{
+	for (size_t i = 0; i < b->nsegs; i++) {
+		if (b->segs[i].ref != NULL) {
+			nmq_msg_release(b->segs[i].ref);
+		}
+	}
+	b->nsegs     = 0;
+	b->arena_len = 0;
+	b->bytes     = 0;
+	// Give back large arenas so that an idle connection stays small.
+	if (b->arena_cap > 64 * 1024) {
+		free(b->arena);
+		b->arena     = NULL;
+		b->arena_cap = 0;
+	}
+	if (b->seg_cap > 256) {
+		free(b->segs);
+		b->segs    = NULL;
+		b->seg_cap = 0;
+	}
+}
+
+static void
+txbuf_fini(txbuf *b)
+{
+	txbuf_reset(b);
+	free(b->arena);
+	free(b->segs);
+}
+
+// Makes room for one more segment; false on allocation failure.
+static bool
+txbuf_seg_room(txbuf *b)
+{
+	if (b->nsegs < b->seg_cap) {
+		return true;
+	}
+	size_t  ncap = b->seg_cap ? b->seg_cap * 2 : 8;
+	tx_seg *ns   = realloc(b->segs, ncap * sizeof(*ns));
+	if (ns == NULL) {
+		return false;
+	}
+	b->segs    = ns;
+	b->seg_cap = ncap;
+	return true;
+}
+
+// Formats the peer address of s into buf.
+static void
+format_peer(nng_stream *s, char *buf, size_t len)
+{
+	nng_sockaddr sa;
+	snprintf(buf, len, "unknown");
+	if (nng_stream_get_addr(s, NNG_OPT_REMADDR, &sa) != 0) {
+		return;
+	}
+	char a[INET6_ADDRSTRLEN];
+	if (sa.s_family == NNG_AF_INET) {
+		inet_ntop(AF_INET, &sa.s_in.sa_addr, a, sizeof(a));
+		snprintf(buf, len, "%s:%u", a, ntohs(sa.s_in.sa_port));
+	} else if (sa.s_family == NNG_AF_INET6) {
+		inet_ntop(AF_INET6, sa.s_in6.sa_addr, a, sizeof(a));
+		snprintf(buf, len, "[%s]:%u", a, ntohs(sa.s_in6.sa_port));
+	}
+}
+
+// Returns a new connection for stream s, or NULL.
+nmq_conn *
+conn_alloc(nng_stream *s, const conn_env *env)
+{
+	nmq_conn *c = calloc(1, sizeof(*c));
+	if (c == NULL) {
+		return NULL;
+	}
+	c->rx_cap = RX_INIT;
+	c->rx     = malloc(c->rx_cap);
+	if (c->rx == NULL) {
+		goto fail;
+	}
+	if (nng_aio_alloc(&c->rx_aio, rx_cb, c) != 0) {
+		goto fail;
+	}
+	if (nng_aio_alloc(&c->tx_aio, tx_cb, c) != 0) {
+		goto fail;
+	}
+	pthread_mutex_init(&c->mtx, NULL);
+	pthread_cond_init(&c->cv, NULL);
+	atomic_init(&c->refs, 1);
+	c->s               = s;
+	c->env             = env;
+	c->job.fn          = rx_job;
+	c->destroy_job.fn  = destroy_job;
+	c->rx_want         = c->rx_cap;
+	atomic_fetch_add(&live_conns, 1);
+	format_peer(s, c->peer, sizeof(c->peer));
+	return c;
+fail:
+	if (c->rx_aio != NULL) {
+		nng_aio_free(c->rx_aio);
+	}
+	free(c->rx);
+	free(c);
+	return NULL;
+}
+
+// Submits a receive into the free part of the buffer. Caller holds mtx.
+static void
+start_recv(nmq_conn *c)
+{
+	nng_iov iov;
+	iov.iov_buf = c->rx + c->rx_len;
+	iov.iov_len = c->rx_cap - c->rx_len;
+	nng_aio_set_iov(c->rx_aio, 1, &iov);
+	nng_stream_recv(c->s, c->rx_aio);
+}
+
+// Sets the upper layer and posts the first receive.
+void
+conn_start(nmq_conn *c, const conn_ops *ops, void *upper)
+{
+	c->ops   = ops;
+	c->upper = upper;
+	conn_hold(c); // for the receive path
+	pthread_mutex_lock(&c->mtx);
+	start_recv(c);
+	pthread_mutex_unlock(&c->mtx);
+}
+
+void
+conn_hold(nmq_conn *c)
+{
+	atomic_fetch_add_explicit(&c->refs, 1, memory_order_relaxed);
+}
+
+// Drops a reference; the last one schedules destruction on a worker.
+void
+conn_release(nmq_conn *c)
+{
+	if (atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) == 1) {
+		workq_post(c->env->wq, &c->destroy_job);
+	}
+}
+
+// Frees the connection; runs on a worker, never in an aio callback.
+static void
+destroy_job(workq_job *job)
+{
+	nmq_conn *c = (nmq_conn *) ((char *) job - offsetof(nmq_conn, destroy_job));
+	nng_stream_close(c->s);
+	nng_aio_free(c->rx_aio);
+	nng_aio_free(c->tx_aio);
+	nng_stream_free(c->s);
+	txbuf_fini(&c->fill);
+	txbuf_fini(&c->send);
+	pthread_mutex_destroy(&c->mtx);
+	pthread_cond_destroy(&c->cv);
+	free(c->rx);
+	free(c);
+	atomic_fetch_sub(&live_conns, 1);
+}
+
+// Returns the number of connections not yet destroyed.
+long
+conn_live_count(void)
+{
+	return atomic_load(&live_conns);
+}
+
+// Closes the stream once. Caller holds mtx.
+static void
+close_locked(nmq_conn *c)
+{
+	if (c->closing) {
+		return;
+	}
+	c->closing = true;
+	nng_stream_close(c->s);
+}
+
+void
+conn_close(nmq_conn *c)
+{
+	pthread_mutex_lock(&c->mtx);
+	close_locked(c);
+	txbuf_reset(&c->fill);
+	pthread_mutex_unlock(&c->mtx);
+}
+
+void
+conn_shutdown(nmq_conn *c)
+{
+	pthread_mutex_lock(&c->mtx);
+	c->draining = true;
+	if (!c->tx_busy && c->fill.bytes == 0) {
+		close_locked(c);
+	}
+	pthread_mutex_unlock(&c->mtx);
+}
+
+bool
+conn_is_closing(nmq_conn *c)
+{
+	pthread_mutex_lock(&c->mtx);
+	bool r = c->closing || c->draining;
+	pthread_mutex_unlock(&c->mtx);
+	return r;
+}
+
+const char *
+conn_peer(nmq_conn *c)
+{
+	return c->peer;
+}
+
+nng_stream *
+conn_stream(nmq_conn *c)
+{
+	return c->s;
+}
+
+uint64_t
+conn_rx_bytes(nmq_conn *c)
+{
+	return c->rx_bytes;
+}
+
+// Receive completion (NNG task thread): record and hand to a worker.
+static void
+rx_cb(void *arg)
+{
+	nmq_conn *c  = arg;
+	c->rx_result = nng_aio_result(c->rx_aio);
+	if (c->rx_result == 0) {
+		size_t n = nng_aio_count(c->rx_aio);
+		if (n == 0) {
+			c->rx_result = NNG_ECLOSED;
+		}
+		c->rx_filled = (n == c->rx_cap - c->rx_len);
+		c->rx_len += n;
+		c->rx_bytes += n;
+	}
+	workq_post(c->env->wq, &c->job);
+}
+
+// Ensures the receive buffer can hold `need` bytes in total. Returns false
+// on allocation failure.
+static bool
+rx_reserve(nmq_conn *c, size_t need)
+{
+	if (need <= c->rx_cap) {
+		return true;
+	}
+	uint8_t *nb = realloc(c->rx, need);
+	if (nb == NULL) {
+		return false;
+	}
+	c->rx     = nb;
+	c->rx_cap = need;
+	return true;
+}
+
+// Cuts and dispatches every complete frame in the buffer. Returns false if
+// reading must stop.
+static bool
+rx_dispatch(nmq_conn *c)
+{
+	size_t off  = 0;
+	bool   go   = true;
+	size_t want = 0; // size of an incomplete frame at the end, if known
+	while (go) {
+		uint32_t rem;
+		uint8_t  hl;
+		size_t   avail = c->rx_len - off;
+		int      r     = mqtt_frame_header(c->rx + off, avail, &rem, &hl);
+		if (r == MQTT_FRAME_NEED_MORE) {
+			break;
+		}
+		if (r == MQTT_FRAME_MALFORMED) {
+			// Let the decoder report the malformed length.
+			c->ops->frame(c->upper, c->rx + off, avail);
+			go = false;
+			break;
+		}
+		size_t total = (size_t) hl + rem;
+		if (total > c->env->max_packet_size) {
+			c->ops->too_large(c->upper, (uint32_t) (total > UINT32_MAX ? UINT32_MAX : total));
+			go = false;
+			break;
+		}
+		if (total > avail) {
+			want = total;
+			break;
+		}
+		if (c->ops->frame(c->upper, c->rx + off, total) != 0) {
+			go = false;
+			break;
+		}
+		off += total;
+	}
+	if (!go) {
+		return false;
+	}
+	if (off > 0) {
+		memmove(c->rx, c->rx + off, c->rx_len - off);
+		c->rx_len -= off;
+	}
+	// Size the buffer for what comes next: the rest of a large frame, or
+	// a bigger read if the last one filled the buffer; shrink back to the
+	// initial size when idle.
+	size_t target = RX_INIT;
+	if (want > 0) {
+		target = want;
+	} else if (c->rx_filled && c->rx_cap < RX_GROW_MAX) {
+		target = c->rx_cap * 2;
+	} else if (c->rx_filled) {
+		target = c->rx_cap;
+	}
+	if (target < c->rx_len + 64) {
+		target = c->rx_len + 64;
+	}
+	if (target > c->rx_cap) {
+		if (!rx_reserve(c, target)) {
+			return false;
+		}
+	} else if (c->rx_cap > RX_INIT && target <= RX_INIT && c->rx_len <= RX_INIT / 2) {
+		uint8_t *nb = realloc(c->rx, RX_INIT);
+		if (nb != NULL) {
+			c->rx     = nb;
+			c->rx_cap = RX_INIT;
+		}
+	}
+	return true;
+}
+
+// The worker side of a receive: dispatch frames, then read again or finish.
+static void
+rx_job(workq_job *job)
+{
+	nmq_conn *c    = (nmq_conn *) ((char *) job - offsetof(nmq_conn, job));
+	bool      go   = c->rx_result == 0;
+	pthread_mutex_lock(&c->mtx);
+	if (c->closing || c->draining) {
+		go = false;
+	}
+	pthread_mutex_unlock(&c->mtx);
+	if (go) {
+		go = rx_dispatch(c);
+	}
+	pthread_mutex_lock(&c->mtx);
+	if (go && !c->closing && !c->draining) {
+		start_recv(c);
+		pthread_mutex_unlock(&c->mtx);
+		return;
+	}
+	if (c->rx_result != 0 || !go) {
+		if (!c->draining) {
+			close_locked(c);
+		}
+	}
+	bool notify       = !c->closed_notified;
+	c->closed_notified = true;
+	c->reading_done    = true;
+	// No writable() upcall may run once closed() has been called.
+	while (c->upcalls > 0) {
+		pthread_cond_wait(&c->cv, &c->mtx);
+	}
+	pthread_mutex_unlock(&c->mtx);
+	if (notify) {
+		c->ops->closed(c->upper);
+	}
+	conn_release(c); // the receive path's reference
+}
+
+void
+conn_tx_lock(nmq_conn *c)
+{
+	pthread_mutex_lock(&c->mtx);
+}
+
+void
+conn_tx_unlock(nmq_conn *c)
+{
+	pthread_mutex_unlock(&c->mtx);
+}
+
+// Returns n writable bytes at the end of the fill arena, or NULL.
+uint8_t *
+conn_tx_reserve(nmq_conn *c, size_t n)
+{
+	txbuf *b = &c->fill;
+	if (c->closing) {
+		return NULL;
+	}
+	if (b->arena_len + n > b->arena_cap) {
+		size_t ncap = b->arena_cap ? b->arena_cap : 512;
+		while (ncap < b->arena_len + n) {
+			ncap *= 2;
+		}
+		uint8_t *na = realloc(b->arena, ncap);
+		if (na == NULL) {
+			return NULL;
+		}
+		b->arena     = na;
+		b->arena_cap = ncap;
+	}
+	return b->arena + b->arena_len;
+}
+
+// Commits n bytes written after conn_tx_reserve.
+void
+conn_tx_commit(nmq_conn *c, size_t n)
+{
+	txbuf *b = &c->fill;
+	if (n == 0) {
+		return;
+	}
+	// Extend the last arena segment when contiguous, else add one.
+	if (b->nsegs > 0 && b->segs[b->nsegs - 1].ref == NULL &&
+	    b->segs[b->nsegs - 1].off + b->segs[b->nsegs - 1].len == b->arena_len) {
+		b->segs[b->nsegs - 1].len += n;
+	} else {
+		if (!txbuf_seg_room(b)) {
+			close_locked(c);
+			return;
+		}
+		tx_seg *s = &b->segs[b->nsegs++];
+		s->ref    = NULL;
+		s->p      = NULL;
+		s->off    = b->arena_len;
+		s->len    = n;
+	}
+	b->arena_len += n;
+	b->bytes += n;
+}
+
+// Queues bytes inside msg by reference.
+bool
+conn_tx_ref(nmq_conn *c, nmq_msg *msg, const uint8_t *p, size_t len)
+{
+	txbuf *b = &c->fill;
+	if (c->closing) {
+		return false;
+	}
+	if (len == 0) {
+		return true;
+	}
+	if (!txbuf_seg_room(b)) {
+		return false;
+	}
+	nmq_msg_hold(msg);
+	tx_seg *s = &b->segs[b->nsegs++];
+	s->ref    = msg;
+	s->p      = p;
+	s->off    = 0;
+	s->len    = len;
+	b->bytes += len;
+	return true;
+}
+
+size_t
+conn_tx_queued(nmq_conn *c)
+{
+	return c->fill.bytes + c->send.bytes;
+}
+
+bool
+conn_tx_full(nmq_conn *c)
+{
+	return c->closing || c->fill.bytes + c->send.bytes >= c->env->tx_high_water;
+}
+
+// Builds the iov list from the send buffer's current position and submits
+// it. Caller holds mtx.
+static void
+submit_send(nmq_conn *c)
+{
+	txbuf   *b   = &c->send;
+	unsigned n   = 0;
+	size_t   off = c->send_off;
+	for (size_t i = c->send_seg; i < b->nsegs && n < TX_IOV_MAX; i++) {
+		tx_seg        *s    = &b->segs[i];
+		const uint8_t *base = s->ref != NULL ? s->p : b->arena + s->off;
+		c->iov[n].iov_buf   = (void *) (base + off);
+		c->iov[n].iov_len   = s->len - off;
+		off                 = 0;
+		n++;
+	}
+	nng_aio_set_iov(c->tx_aio, n, c->iov);
+	nng_stream_send(c->s, c->tx_aio);
+}
+
+// Swaps fill and send and starts sending. Caller holds mtx.
+static void
+start_send(nmq_conn *c)
+{
+	txbuf t   = c->send;
+	c->send   = c->fill;
+	c->fill   = t;
+	c->send_seg = 0;
+	c->send_off = 0;
+	submit_send(c);
+}
+
+void
+conn_tx_kick(nmq_conn *c)
+{
+	if (c->tx_busy || c->fill.bytes == 0 || c->closing) {
+		return;
+	}
+	c->tx_busy = true;
+	conn_hold(c);
+	start_send(c);
+}
+
+// Deferred flush: runs after the current worker job.
+static void
+flush_later_cb(void *arg)
+{
+	nmq_conn *c = arg;
+	pthread_mutex_lock(&c->mtx);
+	c->flush_pending = false;
+	conn_tx_kick(c);
+	pthread_mutex_unlock(&c->mtx);
+	conn_release(c);
+}
+
+void
+conn_tx_flush_later(nmq_conn *c)
+{
+	pthread_mutex_lock(&c->mtx);
+	if (c->flush_pending || c->tx_busy) {
+		// A running send picks up the fill buffer when it completes.
+		pthread_mutex_unlock(&c->mtx);
+		return;
+	}
+	c->flush_pending = true;
+	conn_hold(c);
+	pthread_mutex_unlock(&c->mtx);
+	if (!workq_defer(flush_later_cb, c)) {
+		flush_later_cb(c);
+	}
+}
+
+// Send completion (NNG task thread): advance over what was written, resend
+// the rest of a short send, then the next batch.
+static void
+tx_cb(void *arg)
+{
+	nmq_conn *c   = arg;
+	int       rv  = nng_aio_result(c->tx_aio);
+	size_t    n   = nng_aio_count(c->tx_aio);
+	bool      end = false;
+	bool      notify = false;
+	pthread_mutex_lock(&c->mtx);
+	if (rv != 0) {
+		close_locked(c);
+		txbuf_reset(&c->send);
+		txbuf_reset(&c->fill);
+		c->tx_busy = false;
+		pthread_mutex_unlock(&c->mtx);
+		conn_release(c);
+		return;
+	}
+	txbuf *b = &c->send;
+	while (n > 0 && c->send_seg < b->nsegs) {
+		tx_seg *s    = &b->segs[c->send_seg];
+		size_t  left = s->len - c->send_off;
+		if (n >= left) {
+			n -= left;
+			c->send_off = 0;
+			c->send_seg++;
+		} else {
+			c->send_off += n;
+			n = 0;
+		}
+	}
+	if (c->send_seg < b->nsegs) {
+		submit_send(c);
+		pthread_mutex_unlock(&c->mtx);
+		return;
+	}
+	txbuf_reset(b);
+	if (c->fill.bytes > 0 && !c->closing) {
+		start_send(c);
+	} else {
+		c->tx_busy = false;
+		end        = true;
+		if (c->draining) {
+			close_locked(c);
+		}
+	}
+	notify = !c->closing && !c->draining && !c->closed_notified &&
+	    c->fill.bytes < c->env->tx_high_water / 2;
+	if (notify) {
+		c->upcalls++;
+	}
+	pthread_mutex_unlock(&c->mtx);
+	if (notify) {
+		c->ops->writable(c->upper);
+		pthread_mutex_lock(&c->mtx);
+		if (--c->upcalls == 0) {
+			pthread_cond_broadcast(&c->cv);
+		}
+		pthread_mutex_unlock(&c->mtx);
+	}
+	if (end) {
+		conn_release(c);
+	}
+}

@@ -1,0 +1,100 @@
+// One client connection over an nng_stream (tcp, tls+tcp, ws, wss): the
+// receive buffer that cuts MQTT frames out of arbitrary chunks, and the
+// outbound queue flushed with gather sends that survive short counts.
+//
+// Threads and ownership:
+// - The recv callback (an NNG task thread) only records the result and posts
+//   the connection's job to the work queue. The job (a worker thread) hands
+//   every complete frame to the upper layer, in order, then re-arms the
+//   receive. So at most one thread processes a connection's input at a time,
+//   and input is never read faster than it is processed.
+// - The outbound queue is guarded by the connection mutex (conn_tx_lock).
+//   Upper-layer locks are taken before it, never after.
+// - Reference counted: the upper layer holds a reference while it points at
+//   the connection (conn_hold/conn_release). The connection is destroyed on
+//   a worker thread once every reference is gone.
+// - ops.closed runs exactly once, on a worker, after the connection stopped
+//   reading for good (peer close, error, conn_close or a protocol close).
+#ifndef NMQ_CONN_H
+#define NMQ_CONN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <nng/nng.h>
+
+#include "nng/protocol/msg.h"
+#include "nng/transport/workq.h"
+
+typedef struct nmq_conn nmq_conn;
+
+typedef struct conn_ops {
+	// One complete frame (fixed header included). Returns 0 to go on, or
+	// -1 to stop reading (the callee has called conn_close or
+	// conn_shutdown).
+	int (*frame)(void *upper, const uint8_t *frame, size_t len);
+	// The fixed header announced a frame larger than the maximum packet
+	// size; nothing was allocated. The callee decides what to send before
+	// the connection is closed.
+	void (*too_large)(void *upper, uint32_t size);
+	// The connection has stopped reading for good.
+	void (*closed)(void *upper);
+	// Output drained below the low-water mark: the upper layer may queue
+	// more. Called without the connection lock.
+	void (*writable)(void *upper);
+} conn_ops;
+
+// The transport-wide settings shared by every connection.
+typedef struct conn_env {
+	workq   *wq;
+	uint32_t max_packet_size; // largest inbound frame, fixed header included
+	size_t   tx_high_water;   // stop pulling queued messages above this
+} conn_env;
+
+// Wraps an accepted stream. Returns NULL on allocation failure (the caller
+// still owns the stream). ref = 1 for the caller.
+nmq_conn *conn_alloc(nng_stream *s, const conn_env *env);
+// Sets the upper layer and starts reading. Call once.
+void conn_start(nmq_conn *c, const conn_ops *ops, void *upper);
+
+void conn_hold(nmq_conn *c);
+void conn_release(nmq_conn *c);
+
+// Closes at once: pending output is discarded.
+void conn_close(nmq_conn *c);
+// Stops reading, sends what is queued (e.g. a DISCONNECT), then closes.
+void conn_shutdown(nmq_conn *c);
+bool conn_is_closing(nmq_conn *c);
+
+// Peer address as "a.b.c.d:port" or "[v6]:port".
+const char *conn_peer(nmq_conn *c);
+nng_stream *conn_stream(nmq_conn *c);
+
+// Outbound queue; every call below needs conn_tx_lock held.
+void conn_tx_lock(nmq_conn *c);
+void conn_tx_unlock(nmq_conn *c);
+// Returns room for n contiguous bytes to be committed with conn_tx_commit,
+// or NULL (closing, or out of memory).
+uint8_t *conn_tx_reserve(nmq_conn *c, size_t n);
+void     conn_tx_commit(nmq_conn *c, size_t n);
+// Queues len bytes at p inside msg by reference (msg is held until sent).
+// Returns false if closing or out of memory.
+bool conn_tx_ref(nmq_conn *c, nmq_msg *msg, const uint8_t *p, size_t len);
+// Bytes queued and not yet sent.
+size_t conn_tx_queued(nmq_conn *c);
+bool   conn_tx_full(nmq_conn *c);
+// Starts a send if none is running.
+void conn_tx_kick(nmq_conn *c);
+// Like conn_tx_kick, but on a worker thread the send starts when the
+// current job ends, so that everything queued by one batch goes out in one
+// gather send. Lock not required.
+void conn_tx_flush_later(nmq_conn *c);
+
+// Connections allocated and not yet destroyed (for a drain at shutdown).
+long conn_live_count(void);
+
+// Bytes received and sent on this connection (for metrics).
+uint64_t conn_rx_bytes(nmq_conn *c);
+
+#endif // NMQ_CONN_H

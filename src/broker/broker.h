@@ -1,0 +1,34 @@
+// The broker application: authentication, routing through the topic tree,
+// retained messages and $SYS client status, on top of the protocol layer.
+//
+// Threads: the proto_app_ops callbacks run on worker threads (see proto.h).
+// broker_alloc/broker_free run on the main thread.
+#ifndef NMQ_BROKER_H
+#define NMQ_BROKER_H
+
+#include "nng/protocol/proto.h"
+#include "src/conf/conf.h"
+#include "src/topic/retain.h"
+#include "src/topic/topic_tree.h"
+
+typedef struct nmq_broker nmq_broker;
+
+// The protocol ops implemented by the broker, to pass to proto_alloc with
+// the broker as `app`.
+extern const proto_app_ops broker_proto_ops;
+
+// Creates the routing state. Returns NULL on failure.
+nmq_broker *broker_alloc(const nmq_conf *conf);
+// Binds the protocol layer (after proto_alloc with this broker as app).
+void broker_set_proto(nmq_broker *b, nmq_proto *p);
+// Applies reloadable settings (auth.allow_anonymous, ...).
+void broker_reconfigure(nmq_broker *b, const nmq_conf *conf);
+void broker_free(nmq_broker *b);
+
+// Limits for the protocol layer from a configuration.
+void broker_limits_from_conf(const nmq_conf *conf, proto_limits *lim);
+
+topic_tree   *broker_topic_tree(nmq_broker *b);
+retain_store *broker_retain(nmq_broker *b);
+
+#endif // NMQ_BROKER_H
