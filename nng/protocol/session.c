@@ -501,7 +501,7 @@ session_timer_update_locked(nmq_session *s)
 		}
 		return;
 	}
-	if (s->timer_at != 0 && s->timer_at <= at && s->timer.armed) {
+	if (s->timer_at != 0 && s->timer_at <= at && timer_wheel_armed(s->p->tw, &s->timer)) {
 		return; // fires earlier anyway and re-evaluates
 	}
 	s->timer_at = at;

@@ -8,6 +8,13 @@
 // - retain_match() returns every retained message whose topic matches the
 //   filter (held; the caller releases). Wildcards at the first level do not
 //   match topics beginning with '$'.
+// - Layout: a trie by topic level. Exact levels are found through one hash
+//   table keyed by (parent node, level), and '+'/'#' walk the children
+//   lists, so a filter without wildcards costs one lookup per level and
+//   "a/+/c" visits only the children of "a" and their "c" children, never
+//   every retained topic.
+// - ops.hold runs under the read lock (short, non-blocking); ops.release
+//   never runs under the lock.
 #ifndef NMQ_RETAIN_H
 #define NMQ_RETAIN_H
 
@@ -21,20 +28,32 @@ typedef struct retain_ops {
 
 typedef struct retain_store retain_store;
 
+// Returns a new empty store, or NULL on allocation failure. ops is copied;
+// both functions are required.
 retain_store *retain_alloc(const retain_ops *ops);
-void          retain_free(retain_store *rs);
+// Releases every stored message and frees the store. Nothing may use the
+// store concurrently.
+void retain_free(retain_store *rs);
 
 // Stores msg under topic (replacing any previous one); msg == NULL clears the
 // topic. Returns 0 or -1 on allocation failure (the reference is released).
+// Also returns -1 (releasing msg) if the topic is not a valid topic name
+// (empty, NUL, '+' or '#'; see topic_name_valid). Clearing a topic that has
+// no message returns 0. The replaced message is released after the lock is
+// dropped.
 int retain_set(retain_store *rs, const char *topic, size_t len, void *msg);
 
 // Calls cb(arg, msg) for every match after taking a reference for the caller;
 // cb owns that reference. No lock is held while cb runs (results are
 // collected first). Returns the number of messages passed, or -1 on
-// allocation failure.
-int retain_match(retain_store *rs, const char *filter, size_t len,
-    void (*cb)(void *arg, void *msg), void *arg);
+// allocation failure (then cb was not called and nothing stays held).
+// `filter` is a real filter (strip "$share/<group>/" first); an invalid
+// filter matches nothing and returns 0. Messages come in no particular
+// order.
+int retain_match(
+    retain_store *rs, const char *filter, size_t len, void (*cb)(void *arg, void *msg), void *arg);
 
+// Number of retained messages (lock-free read).
 size_t retain_count(retain_store *rs);
 
 #endif // NMQ_RETAIN_H

@@ -6,17 +6,38 @@
 //   and disconnect (remove) from any number of threads. Matching takes only
 //   a shared (read) lock on the shard of the tree it walks; inserts and
 //   removes take the exclusive lock of one shard. No lock is held when
-//   topic_tree_match() returns, and no callback runs under a tree lock.
-// - A subscriber is an opaque pointer owned by the caller. The tree calls
-//   ops.hold() on every subscriber it returns from a match, so the result
-//   stays valid after the lock is dropped; the caller releases each entry
-//   (ops.release) when done, e.g. via topic_match_vec_clear().
+//   topic_tree_match() returns, and ops.release never runs under a tree lock.
+// - Sharding: a filter lives in the shard chosen by a hash of its first
+//   level, or in the one wildcard shard if its first level is '+' or '#'.
+//   A match walks the topic's shard and the wildcard shard (skipped for
+//   topics starting with '$'), and skips any shard holding no subscription
+//   without locking it. The locks prefer readers, so a subscribe storm does
+//   not queue publishers behind it; only a writer that has waited 0.5 ms
+//   holds new readers back until it is done, so writers do not starve.
+// - A subscriber is an opaque pointer owned by the caller; the tree keeps no
+//   reference of its own (the caller removes a subscriber before freeing
+//   it). The tree calls ops.hold() on every subscriber it returns from a
+//   match, so the result stays valid after the lock is dropped; the caller
+//   releases each entry (ops.release) when done, e.g. via
+//   topic_match_vec_clear().
+// - ops.hold and ops.eligible are called with a shard's read lock held (the
+//   hold must happen before the lock is dropped): they must be short and
+//   must not block or call back into the tree (an atomic increment, a flag
+//   read).
+// - Results are not deduplicated: a subscriber with overlapping filters
+//   ("a/+" and "a/#") appears once per matching subscription.
 // - Keys: (filter, share group, subscriber). Inserting the same key again
 //   replaces the options and reports existed = true.
 // - Filters starting with '+' or '#' do not match topics starting with '$'.
 // - "$share/<group>/<filter>" subscriptions form groups; a match returns one
 //   member per group, picked round-robin among members for which
 //   ops.eligible() is true (e.g. connected); if none is eligible, any member.
+//   The group is identified by (group name, filter): "$share/g/a" and
+//   "$share/g/b" are two groups, each picking its own member. A filter that
+//   starts with "$share/" but is not a well-formed shared subscription is
+//   rejected by insert and remove.
+// - Depth and length are unbounded: matching, pruning and freeing are
+//   iterative (no recursion on the levels of a topic).
 #ifndef NMQ_TOPIC_TREE_H
 #define NMQ_TOPIC_TREE_H
 
@@ -45,7 +66,8 @@ typedef struct topic_match {
 } topic_match;
 
 // A growable result vector. Initialise with topic_match_vec_init; reuse
-// across matches to avoid allocation on the hot path.
+// across matches to avoid allocation on the hot path. Owned by one thread
+// (typically one per work context); not shared.
 typedef struct topic_match_vec {
 	topic_match *v;
 	size_t       n;
@@ -60,13 +82,17 @@ void topic_match_vec_fini(topic_match_vec *mv, const topic_tree_ops *ops);
 
 typedef struct topic_tree topic_tree;
 
-// Returns a new empty tree, or NULL on allocation failure.
+// Returns a new empty tree, or NULL on allocation failure. ops is copied;
+// hold and release are required, eligible may be NULL.
 topic_tree *topic_tree_alloc(const topic_tree_ops *ops);
-void        topic_tree_free(topic_tree *t);
+// Frees the tree and every node. Nothing may use the tree concurrently.
+// Subscribers still in it are not released (the tree holds no reference).
+void topic_tree_free(topic_tree *t);
 
 // Adds or replaces a subscription. `filter` is the full filter as received
 // (a "$share/g/f" prefix is recognised here). Returns 0, or -1 if the filter
-// is invalid or memory ran out. Sets *existed if the key was already there.
+// is invalid or memory ran out. Sets *existed if the key was already there
+// (existed may be NULL). opts == NULL stores all-zero options.
 int topic_tree_insert(topic_tree *t, const char *filter, size_t len, void *sub,
     const topic_sub_opts *opts, bool *existed);
 
@@ -77,21 +103,45 @@ int topic_tree_remove(topic_tree *t, const char *filter, size_t len, void *sub);
 // Returns 0, or -1 if memory ran out (out then holds what was found).
 int topic_tree_match(topic_tree *t, const char *topic, size_t len, topic_match_vec *out);
 
-// Counts for metrics: distinct filters and total subscriptions.
+// Counts for metrics: distinct filters and total subscriptions. A filter is
+// counted once for its plain subscribers and once per share group, so "a",
+// "$share/g/a" and "$share/h/a" are three filters. Lock-free reads.
 size_t topic_tree_filter_count(topic_tree *t);
 size_t topic_tree_sub_count(topic_tree *t);
 
 // Walks every node depth-first under the read lock (for REST /topic-tree).
 // cb gets the level text, depth, number of children and subscriber list.
-typedef void (*topic_tree_walk_cb)(void *arg, const char *level, size_t len,
-    int depth, size_t n_children, void *const *subs, size_t n_subs);
+// The invisible root is not reported: first-level nodes have depth 1, and
+// each shard is walked under its own read lock, one after the other. The
+// subscriber list holds the plain subscribers followed by the members of
+// every share group of the node. cb runs under the read lock: it must not
+// call into the tree, and level/subs are valid only during the call.
+// Children are visited in no particular order.
+typedef void (*topic_tree_walk_cb)(void *arg, const char *level, size_t len, int depth,
+    size_t n_children, void *const *subs, size_t n_subs);
 void topic_tree_walk(topic_tree *t, topic_tree_walk_cb cb, void *arg);
 
-// True if the topic name matches the (non-shared) filter.
+// True if the topic name matches the (non-shared) filter, with the rules of
+// the tree: '+' one level, '#' zero or more trailing levels ("a/#" matches
+// "a"), empty levels are levels, a first-level wildcard does not match a
+// topic starting with '$'. False if the filter is invalid or the topic empty.
 bool topic_filter_match(const char *filter, size_t flen, const char *topic, size_t tlen);
 
 // If filter is "$share/<group>/<f>", sets group/real filter and returns true.
-bool topic_filter_share_split(const char *filter, size_t len, const char **group,
-    size_t *glen, const char **real, size_t *rlen);
+// Returns false if the filter does not start with "$share/", or if the group
+// is empty or holds '+' or '#', or if <f> is missing or empty; the outputs
+// are then untouched. Any output pointer may be NULL. <f> itself is not
+// validated (see topic_filter_valid).
+bool topic_filter_share_split(const char *filter, size_t len, const char **group, size_t *glen,
+    const char **real, size_t *rlen);
+
+// True if the (non-shared) filter is well formed: at least one byte, no NUL,
+// '+' and '#' only as a whole level, '#' only as the last level. UTF-8 is
+// not checked here (the codec does that).
+bool topic_filter_valid(const char *filter, size_t len);
+
+// True if the topic name is well formed for PUBLISH: at least one byte, no
+// NUL, no '+' or '#'. UTF-8 is not checked here.
+bool topic_name_valid(const char *topic, size_t len);
 
 #endif // NMQ_TOPIC_TREE_H

@@ -1,0 +1,472 @@
+// The retained-message store: a trie by topic level under one rwlock.
+//
+// Layout:
+// - Every node links its children in a doubly linked sibling list, used by
+//   '+' and '#', which must visit all of them anyway.
+// - Exact lookups go through one open-addressing table for the whole store
+//   keyed by (parent node, level): a topic name costs one probe per level
+//   whatever the fan-out of the tree.
+// - Empty nodes (no message, no child) are pruned as soon as they appear.
+//
+// Threading: `lock` guards every field but `nmsgs`, which is an atomic
+// written under the exclusive lock and read lock-free. `ops` is immutable.
+#include "src/topic/retain.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "src/topic/topic_tree.h"
+
+#define RT_EDGES_MIN   16
+#define RT_STACK_LOCAL 32
+
+typedef struct rt_node {
+	struct rt_node *parent;
+	struct rt_node *first; // first child
+	struct rt_node *next; // next sibling
+	struct rt_node *prev; // previous sibling
+	void           *msg; // retained message (a reference), or NULL
+	uint32_t        h; // hash of (parent, level): the edge key
+	uint32_t        len;
+	char            level[];
+} rt_node;
+
+struct retain_store {
+	pthread_rwlock_t lock;
+	retain_ops       ops;
+	rt_node         *root;
+	rt_node        **edges; // every node but the root, by (parent, level)
+	size_t           ecap; // power of two
+	size_t           nedges;
+	_Atomic size_t   nmsgs;
+};
+
+// A match frame: match `node` against the filter from `pos` (RT_EXACT),
+// or match `node` and its later siblings at `pos` (RT_SIBS, for '+'), or
+// collect `node`, its later siblings and all their descendants (RT_TREE,
+// for '#').
+enum { RT_EXACT, RT_SIBS, RT_TREE };
+typedef struct rt_frame {
+	const rt_node *node;
+	size_t         pos;
+	int            kind;
+} rt_frame;
+
+// Returns the hash of the edge (parent, level).
+static uint32_t edge_hash(const rt_node *parent, const char *lvl, size_t len)
+{
+	uint64_t p = (uint64_t)(uintptr_t)parent;
+	uint32_t h = 2166136261u ^ (uint32_t)(p >> 4) ^ (uint32_t)(p >> 36);
+	for (size_t i = 0; i < len; i++) {
+		h ^= (uint8_t)lvl[i];
+		h *= 16777619u;
+	}
+	h ^= h >> 16;
+	h *= 0x85ebca6bu;
+	h ^= h >> 13;
+	h *= 0xc2b2ae35u;
+	h ^= h >> 16;
+	return h;
+}
+
+// Returns the child of parent with this level, or NULL.
+static rt_node *edge_find(
+    const retain_store *rs, const rt_node *parent, const char *lvl, size_t len, uint32_t h)
+{
+	if (rs->nedges == 0) {
+		return NULL;
+	}
+	size_t mask = rs->ecap - 1;
+	for (size_t i = h & mask;; i = (i + 1) & mask) {
+		rt_node *n = rs->edges[i];
+		if (n == NULL) {
+			return NULL;
+		}
+		if (n->h == h && n->parent == parent && n->len == len
+		    && memcmp(n->level, lvl, len) == 0) {
+			return n;
+		}
+	}
+}
+
+// Stores n in a table of capacity cap (which has room).
+static void edge_put(rt_node **tab, size_t cap, rt_node *n)
+{
+	size_t mask = cap - 1;
+	size_t i    = n->h & mask;
+	while (tab[i] != NULL) {
+		i = (i + 1) & mask;
+	}
+	tab[i] = n;
+}
+
+// Moves every edge into a table of capacity ncap. Returns 0, or -1 if
+// memory ran out (the old table is kept).
+static int edge_resize(retain_store *rs, size_t ncap)
+{
+	rt_node **nt = calloc(ncap, sizeof(*nt));
+	if (nt == NULL) {
+		return -1;
+	}
+	for (size_t i = 0; i < rs->ecap; i++) {
+		if (rs->edges[i] != NULL) {
+			edge_put(nt, ncap, rs->edges[i]);
+		}
+	}
+	free(rs->edges);
+	rs->edges = nt;
+	rs->ecap  = ncap;
+	return 0;
+}
+
+// Adds n's edge. Returns 0, or -1 if memory ran out.
+static int edge_add(retain_store *rs, rt_node *n)
+{
+	if ((rs->nedges + 1) * 4 > rs->ecap * 3) {
+		if (rs->ecap > SIZE_MAX / (4 * sizeof(rt_node *))) {
+			return -1;
+		}
+		if (edge_resize(rs, rs->ecap != 0 ? rs->ecap * 2 : RT_EDGES_MIN) != 0) {
+			return -1;
+		}
+	}
+	edge_put(rs->edges, rs->ecap, n);
+	rs->nedges++;
+	return 0;
+}
+
+// Removes n's edge (backward-shift deletion), shrinking the table when it
+// is mostly empty.
+static void edge_del(retain_store *rs, rt_node *n)
+{
+	size_t mask = rs->ecap - 1;
+	size_t i    = n->h & mask;
+	while (rs->edges[i] != n) {
+		i = (i + 1) & mask;
+	}
+	size_t j = i;
+	for (;;) {
+		j = (j + 1) & mask;
+		if (rs->edges[j] == NULL) {
+			break;
+		}
+		size_t home  = rs->edges[j]->h & mask;
+		bool   stays = (i <= j) ? (i < home && home <= j) : (i < home || home <= j);
+		if (stays) {
+			continue;
+		}
+		rs->edges[i] = rs->edges[j];
+		i            = j;
+	}
+	rs->edges[i] = NULL;
+	rs->nedges--;
+	if (rs->ecap > RT_EDGES_MIN && rs->nedges < rs->ecap / 8) {
+		(void)edge_resize(rs, rs->ecap / 2); // failure keeps the larger table
+	}
+}
+
+// Returns a new node (not linked anywhere), or NULL on allocation failure.
+static rt_node *node_alloc(rt_node *parent, const char *lvl, size_t len, uint32_t h)
+{
+	rt_node *n = calloc(1, sizeof(*n) + len + 1);
+	if (n == NULL) {
+		return NULL;
+	}
+	n->parent = parent;
+	n->h      = h;
+	n->len    = (uint32_t)len;
+	if (len > 0) {
+		memcpy(n->level, lvl, len);
+	}
+	return n;
+}
+
+// Returns the child of p for the level, creating it if needed, or NULL if
+// memory ran out.
+static rt_node *child_get(retain_store *rs, rt_node *p, const char *lvl, size_t len)
+{
+	uint32_t h = edge_hash(p, lvl, len);
+	rt_node *n = edge_find(rs, p, lvl, len, h);
+	if (n != NULL) {
+		return n;
+	}
+	n = node_alloc(p, lvl, len, h);
+	if (n == NULL) {
+		return NULL;
+	}
+	if (edge_add(rs, n) != 0) {
+		free(n);
+		return NULL;
+	}
+	n->next = p->first;
+	if (p->first != NULL) {
+		p->first->prev = n;
+	}
+	p->first = n;
+	return n;
+}
+
+// Frees empty nodes from n up to (not including) the root.
+static void prune(retain_store *rs, rt_node *n)
+{
+	while (n->parent != NULL && n->msg == NULL && n->first == NULL) {
+		rt_node *p = n->parent;
+		if (n->prev != NULL) {
+			n->prev->next = n->next;
+		} else {
+			p->first = n->next;
+		}
+		if (n->next != NULL) {
+			n->next->prev = n->prev;
+		}
+		edge_del(rs, n);
+		free(n);
+		n = p;
+	}
+}
+
+// Returns the offset just past the level starting at pos: the next '/' or len.
+static size_t level_end(const char *s, size_t len, size_t pos)
+{
+	const char *p = memchr(s + pos, '/', len - pos);
+	return p != NULL ? (size_t)(p - s) : len;
+}
+
+retain_store *retain_alloc(const retain_ops *ops)
+{
+	if (ops == NULL || ops->hold == NULL || ops->release == NULL) {
+		return NULL;
+	}
+	retain_store *rs = calloc(1, sizeof(*rs));
+	if (rs == NULL) {
+		return NULL;
+	}
+	rs->ops  = *ops;
+	rs->root = node_alloc(NULL, "", 0, 0);
+	if (rs->root == NULL) {
+		goto fail;
+	}
+	if (pthread_rwlock_init(&rs->lock, NULL) != 0) {
+		goto fail;
+	}
+	atomic_init(&rs->nmsgs, 0);
+	return rs;
+
+fail:
+	free(rs->root);
+	free(rs);
+	return NULL;
+}
+
+void retain_free(retain_store *rs)
+{
+	if (rs == NULL) {
+		return;
+	}
+	// Tear down without recursion: descend through first children,
+	// detaching each from its parent, and free on the way back up.
+	rt_node *n = rs->root;
+	while (n != NULL) {
+		rt_node *c = n->first;
+		if (c != NULL) {
+			n->first = c->next;
+			n        = c;
+			continue;
+		}
+		rt_node *p = n->parent;
+		if (n->msg != NULL) {
+			rs->ops.release(n->msg);
+		}
+		free(n);
+		n = p;
+	}
+	free(rs->edges);
+	pthread_rwlock_destroy(&rs->lock);
+	free(rs);
+}
+
+int retain_set(retain_store *rs, const char *topic, size_t len, void *msg)
+{
+	void *old = NULL;
+	int   rv  = 0;
+
+	if (!topic_name_valid(topic, len)) {
+		if (msg != NULL) {
+			rs->ops.release(msg);
+		}
+		return -1;
+	}
+	pthread_rwlock_wrlock(&rs->lock);
+	rt_node *n   = rs->root;
+	size_t   pos = 0;
+	for (;;) {
+		size_t   end = level_end(topic, len, pos);
+		size_t   l   = end - pos;
+		rt_node *c;
+		if (msg != NULL) {
+			c = child_get(rs, n, topic + pos, l);
+			if (c == NULL) {
+				prune(rs, n);
+				old = msg; // released below, as the contract says
+				rv  = -1;
+				goto out;
+			}
+		} else {
+			c = edge_find(rs, n, topic + pos, l, edge_hash(n, topic + pos, l));
+			if (c == NULL) {
+				goto out; // nothing retained there
+			}
+		}
+		n = c;
+		if (end == len) {
+			break;
+		}
+		pos = end + 1;
+	}
+	old    = n->msg;
+	n->msg = msg;
+	if (old == NULL && msg != NULL) {
+		atomic_fetch_add_explicit(&rs->nmsgs, 1, memory_order_relaxed);
+	} else if (old != NULL && msg == NULL) {
+		atomic_fetch_sub_explicit(&rs->nmsgs, 1, memory_order_relaxed);
+		prune(rs, n);
+	}
+
+out:
+	pthread_rwlock_unlock(&rs->lock);
+	if (old != NULL) {
+		rs->ops.release(old);
+	}
+	return rv;
+}
+
+// Appends a held message to the result. Returns 0, or -1 if memory ran out
+// (nothing held then).
+static int collect(const retain_store *rs, void ***v, size_t *n, size_t *cap, void *msg)
+{
+	if (*n == *cap) {
+		size_t ncap = *cap != 0 ? *cap * 2 : 16;
+		void **nv   = realloc(*v, ncap * sizeof(*nv));
+		if (nv == NULL) {
+			return -1;
+		}
+		*v   = nv;
+		*cap = ncap;
+	}
+	rs->ops.hold(msg);
+	(*v)[(*n)++] = msg;
+	return 0;
+}
+
+int retain_match(
+    retain_store *rs, const char *filter, size_t len, void (*cb)(void *arg, void *msg), void *arg)
+{
+	if (!topic_filter_valid(filter, len)) {
+		return 0;
+	}
+	rt_frame  local[RT_STACK_LOCAL];
+	rt_frame *stk = local;
+	size_t    cap = RT_STACK_LOCAL;
+	size_t    sp  = 0;
+	void    **v   = NULL;
+	size_t    n   = 0;
+	size_t    vc  = 0;
+	int       rv  = 0;
+
+	pthread_rwlock_rdlock(&rs->lock);
+	const rt_node *root = rs->root;
+	stk[sp++]           = (rt_frame) { root, 0, RT_EXACT };
+	while (sp > 0) {
+		rt_frame f = stk[--sp];
+		// Every case below pushes at most two frames.
+		if (sp + 2 > cap) {
+			rt_frame *ns = stk == local ? malloc(2 * cap * sizeof(*ns))
+			                            : realloc(stk, 2 * cap * sizeof(*ns));
+			if (ns == NULL) {
+				rv = -1;
+				break;
+			}
+			if (stk == local) {
+				memcpy(ns, local, sizeof(local));
+			}
+			stk = ns;
+			cap *= 2;
+		}
+		const rt_node *nd = f.node;
+		if (f.kind == RT_SIBS || f.kind == RT_TREE) {
+			if (nd->next != NULL) {
+				stk[sp++] = (rt_frame) { nd->next, f.pos, f.kind };
+			}
+			// A first-level wildcard skips topics starting with '$'.
+			if (nd->parent == root && nd->len > 0 && nd->level[0] == '$') {
+				continue;
+			}
+			if (f.kind == RT_SIBS) {
+				stk[sp++] = (rt_frame) { nd, f.pos, RT_EXACT };
+				continue;
+			}
+			if (nd->msg != NULL && collect(rs, &v, &n, &vc, nd->msg) != 0) {
+				rv = -1;
+				break;
+			}
+			if (nd->first != NULL) {
+				stk[sp++] = (rt_frame) { nd->first, 0, RT_TREE };
+			}
+			continue;
+		}
+		if (f.pos > len) {
+			if (nd->msg != NULL && collect(rs, &v, &n, &vc, nd->msg) != 0) {
+				rv = -1;
+				break;
+			}
+			continue;
+		}
+		size_t      end = level_end(filter, len, f.pos);
+		const char *lvl = filter + f.pos;
+		size_t      l   = end - f.pos;
+		if (l == 1 && lvl[0] == '#') {
+			// Zero levels: the parent itself ("a/#" matches "a").
+			if (nd != root && nd->msg != NULL
+			    && collect(rs, &v, &n, &vc, nd->msg) != 0) {
+				rv = -1;
+				break;
+			}
+			if (nd->first != NULL) {
+				stk[sp++] = (rt_frame) { nd->first, 0, RT_TREE };
+			}
+		} else if (l == 1 && lvl[0] == '+') {
+			if (nd->first != NULL) {
+				stk[sp++] = (rt_frame) { nd->first, end + 1, RT_SIBS };
+			}
+		} else {
+			const rt_node *c = edge_find(rs, nd, lvl, l, edge_hash(nd, lvl, l));
+			if (c != NULL) {
+				stk[sp++] = (rt_frame) { c, end + 1, RT_EXACT };
+			}
+		}
+	}
+	pthread_rwlock_unlock(&rs->lock);
+	if (stk != local) {
+		free(stk);
+	}
+	if (rv != 0) {
+		for (size_t i = 0; i < n; i++) {
+			rs->ops.release(v[i]);
+		}
+		free(v);
+		return -1;
+	}
+	for (size_t i = 0; i < n; i++) {
+		cb(arg, v[i]);
+	}
+	free(v);
+	return n > INT32_MAX ? INT32_MAX : (int)n;
+}
+
+size_t retain_count(retain_store *rs)
+{
+	return atomic_load_explicit(&rs->nmsgs, memory_order_relaxed);
+}

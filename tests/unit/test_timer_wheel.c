@@ -1,0 +1,500 @@
+// Unit tests of the timer wheel (nng/protocol/timer_wheel.c).
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "nng/protocol/timer_wheel.h"
+
+// Slack allowed on top of one tick for the worst callback to run: the test
+// machine is shared, ctest runs tests in parallel and the build is
+// sanitized. Mean lateness is held to a tighter bound.
+#define SLACK_MS 100
+
+static void sleep_ms(uint64_t ms)
+{
+	struct timespec ts = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000L };
+	while (nanosleep(&ts, &ts) != 0) { }
+}
+
+// Waits up to limit_ms for *counter to reach want. Returns true if it did.
+static bool wait_for(_Atomic int *counter, int want, uint64_t limit_ms)
+{
+	uint64_t end = nmq_clock_ms() + limit_ms;
+	while (atomic_load(counter) < want) {
+		if (nmq_clock_ms() > end) {
+			return false;
+		}
+		sleep_ms(1);
+	}
+	return true;
+}
+
+// A timer that records when and in which order it fired.
+typedef struct rec {
+	tw_timer     t;
+	uint64_t     deadline;
+	_Atomic int  fired;
+	uint64_t     at;
+	int          order;
+	timer_wheel *tw;
+} rec;
+
+static _Atomic int n_fired;
+static _Atomic int n_errors; // checks failed on the wheel thread
+
+#define CHECK(cond)                                                                                \
+	do {                                                                                       \
+		if (!(cond)) {                                                                     \
+			atomic_fetch_add(&n_errors, 1);                                            \
+		}                                                                                  \
+	} while (0)
+
+static void rec_cb(void *arg)
+{
+	rec *r   = arg;
+	r->at    = nmq_clock_ms();
+	r->order = atomic_fetch_add(&n_fired, 1);
+	atomic_fetch_add(&r->fired, 1);
+}
+
+static void rec_init(rec *r, timer_wheel *tw)
+{
+	memset(r, 0, sizeof(*r));
+	atomic_init(&r->fired, 0);
+	r->tw = tw;
+	tw_timer_init(&r->t, rec_cb, r);
+}
+
+static void rec_arm(rec *r, uint64_t deadline)
+{
+	r->deadline = deadline;
+	timer_wheel_schedule(r->tw, &r->t, deadline);
+}
+
+static void reset(void)
+{
+	atomic_store(&n_fired, 0);
+	atomic_store(&n_errors, 0);
+}
+
+static void test_alloc(void **state)
+{
+	assert_null(timer_wheel_alloc(0));
+	timer_wheel *tw = timer_wheel_alloc(1);
+	assert_non_null(tw);
+	assert_int_equal(timer_wheel_count(tw), 0);
+	timer_wheel_free(tw);
+	timer_wheel_free(NULL);
+	uint64_t a = nmq_clock_ms();
+	sleep_ms(5);
+	assert_true(nmq_clock_ms() >= a + 5);
+}
+
+// Deadlines in reverse order of arming fire in deadline order, never early.
+static void test_order(void **state)
+{
+	timer_wheel *tw = timer_wheel_alloc(5);
+	rec          r[20];
+	uint64_t     now = nmq_clock_ms();
+	reset();
+	for (int i = 0; i < 20; i++) {
+		rec_init(&r[i], tw);
+		rec_arm(&r[i], now + 20 + (uint64_t)(19 - i) * 12);
+	}
+	assert_int_equal(timer_wheel_count(tw), 20);
+	assert_true(wait_for(&n_fired, 20, 2000));
+	for (int i = 0; i < 20; i++) {
+		assert_int_equal(atomic_load(&r[i].fired), 1);
+		assert_int_equal(r[i].order, 19 - i);
+		assert_true(r[i].at >= r[i].deadline);
+		assert_true(r[i].at <= r[i].deadline + 5 + SLACK_MS);
+		assert_false(timer_wheel_armed(tw, &r[i].t));
+	}
+	assert_int_equal(timer_wheel_count(tw), 0);
+	timer_wheel_free(tw);
+}
+
+// Random deadlines, including past ones and ones inside the current tick.
+static void test_never_early(void **state)
+{
+	timer_wheel *tw = timer_wheel_alloc(10);
+	enum { N = 300 };
+	rec     *r   = calloc(N, sizeof(*r));
+	uint64_t now = nmq_clock_ms();
+	uint64_t x   = 12345;
+	reset();
+	for (int i = 0; i < N; i++) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		rec_init(&r[i], tw);
+		uint64_t d = now + x % 200;
+		if (i % 50 == 0) {
+			d = now - 5; // already passed
+		}
+		if (i == 1) {
+			d = 0; // before the wheel existed
+		}
+		rec_arm(&r[i], d);
+	}
+	assert_true(wait_for(&n_fired, N, 3000));
+	uint64_t worst = 0;
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(atomic_load(&r[i].fired), 1);
+		assert_true(r[i].at >= r[i].deadline);
+		uint64_t base = r[i].deadline > now ? r[i].deadline : now;
+		uint64_t late = r[i].at - base;
+		worst         = late > worst ? late : worst;
+	}
+	print_message("never_early: worst lateness %llu ms (tick 10)\n", (unsigned long long)worst);
+	assert_true(worst <= 10 + SLACK_MS);
+	timer_wheel_free(tw);
+	free(r);
+}
+
+// Cancel before firing; reschedule earlier, later and after firing.
+static void test_cancel_reschedule(void **state)
+{
+	timer_wheel *tw = timer_wheel_alloc(5);
+	rec          a, b, c, d;
+	uint64_t     now = nmq_clock_ms();
+	reset();
+	rec_init(&a, tw);
+	rec_init(&b, tw);
+	rec_init(&c, tw);
+	rec_init(&d, tw);
+
+	rec_arm(&a, now + 30);
+	assert_true(timer_wheel_armed(tw, &a.t));
+	timer_wheel_cancel(tw, &a.t);
+	assert_false(timer_wheel_armed(tw, &a.t));
+	timer_wheel_cancel(tw, &a.t); // cancelling twice is harmless
+	assert_int_equal(timer_wheel_count(tw), 0);
+
+	rec_arm(&b, now + 400); // moved earlier
+	rec_arm(&b, now + 40);
+	rec_arm(&c, now + 20); // moved later
+	rec_arm(&c, now + 120);
+	rec_arm(&d, now + 60); // moved to the same deadline twice
+	rec_arm(&d, now + 60);
+	assert_int_equal(timer_wheel_count(tw), 3);
+
+	sleep_ms(200);
+	assert_int_equal(atomic_load(&a.fired), 0);
+	assert_int_equal(atomic_load(&b.fired), 1);
+	assert_int_equal(atomic_load(&c.fired), 1);
+	assert_int_equal(atomic_load(&d.fired), 1);
+	assert_true(b.at >= now + 40 && b.at <= now + 45 + SLACK_MS);
+	assert_true(c.at >= now + 120);
+	assert_true(b.order < d.order && d.order < c.order);
+
+	// A fired timer can be armed again.
+	now = nmq_clock_ms();
+	rec_arm(&b, now + 10);
+	assert_true(wait_for(&b.fired, 2, 1000));
+	assert_true(b.at >= now + 10);
+	assert_int_equal(timer_wheel_count(tw), 0);
+	assert_int_equal(atomic_load(&n_fired), 4);
+	timer_wheel_free(tw);
+}
+
+// Callbacks that cancel themselves, cancel another timer of the same tick,
+// and re-arm themselves.
+typedef struct selfish {
+	tw_timer     t;
+	timer_wheel *tw;
+	tw_timer    *victim;
+	int          rearm; // re-arms left
+	_Atomic int  fired;
+} selfish;
+
+static void selfish_cb(void *arg)
+{
+	selfish *s = arg;
+	atomic_fetch_add(&s->fired, 1);
+	if (s->victim != NULL) {
+		timer_wheel_cancel(s->tw, s->victim); // must not wait on itself
+	}
+	if (s->rearm > 0) {
+		s->rearm--;
+		timer_wheel_schedule(s->tw, &s->t, nmq_clock_ms() + 3);
+		timer_wheel_cancel(s->tw, &s->t); // own cancel: returns at once
+		timer_wheel_schedule(s->tw, &s->t, nmq_clock_ms() + 3);
+	}
+}
+
+static void test_cancel_from_callback(void **state)
+{
+	timer_wheel *tw = timer_wheel_alloc(2);
+	selfish      a, b, c;
+	uint64_t     now = nmq_clock_ms();
+	memset(&a, 0, sizeof(a));
+	memset(&b, 0, sizeof(b));
+	memset(&c, 0, sizeof(c));
+	a.tw = b.tw = c.tw = tw;
+	tw_timer_init(&a.t, selfish_cb, &a);
+	tw_timer_init(&b.t, selfish_cb, &b);
+	tw_timer_init(&c.t, selfish_cb, &c);
+	// a and b share a deadline; whichever runs first cancels the other.
+	a.victim = &b.t;
+	b.victim = &a.t;
+	timer_wheel_schedule(tw, &a.t, now + 20);
+	timer_wheel_schedule(tw, &b.t, now + 20);
+	// c re-arms itself ten times, cancelling itself on the way.
+	c.rearm  = 10;
+	c.victim = &c.t;
+	timer_wheel_schedule(tw, &c.t, now + 5);
+	assert_true(wait_for(&c.fired, 11, 2000));
+	sleep_ms(40);
+	assert_int_equal(atomic_load(&a.fired) + atomic_load(&b.fired), 1);
+	assert_int_equal(atomic_load(&c.fired), 11);
+	assert_int_equal(timer_wheel_count(tw), 0);
+	timer_wheel_free(tw);
+}
+
+// cancel() from another thread waits for a running callback.
+typedef struct slow {
+	tw_timer     t;
+	timer_wheel *tw;
+	_Atomic int  started;
+	_Atomic int  finished;
+	bool         rearm;
+} slow;
+
+static void slow_cb(void *arg)
+{
+	slow *s = arg;
+	atomic_store(&s->started, 1);
+	sleep_ms(100);
+	if (s->rearm) {
+		// Re-armed while cancel() waits: cancel must disarm it again.
+		timer_wheel_schedule(s->tw, &s->t, nmq_clock_ms() + 1);
+	}
+	atomic_store(&s->finished, 1);
+}
+
+static void test_cancel_waits(void **state)
+{
+	timer_wheel *tw = timer_wheel_alloc(2);
+	for (int round = 0; round < 2; round++) {
+		slow *s  = calloc(1, sizeof(*s));
+		s->tw    = tw;
+		s->rearm = round == 1;
+		tw_timer_init(&s->t, slow_cb, s);
+		timer_wheel_schedule(tw, &s->t, nmq_clock_ms() + 5);
+		assert_true(wait_for(&s->started, 1, 2000));
+		uint64_t t0 = nmq_clock_ms();
+		timer_wheel_cancel(tw, &s->t);
+		assert_int_equal(atomic_load(&s->finished), 1);
+		assert_true(nmq_clock_ms() - t0 >= 50);
+		assert_false(timer_wheel_armed(tw, &s->t));
+		assert_int_equal(timer_wheel_count(tw), 0);
+		free(s); // safe: the wheel no longer refers to it
+	}
+	sleep_ms(20);
+	timer_wheel_free(tw);
+}
+
+// 10k timers over 300 ms all fire within the tick tolerance.
+static void test_many(void **state)
+{
+	enum { N = 10000 };
+	timer_wheel *tw  = timer_wheel_alloc(10);
+	rec         *r   = calloc(N, sizeof(*r));
+	uint64_t     now = nmq_clock_ms();
+	uint64_t     x   = 987654321;
+	reset();
+	for (int i = 0; i < N; i++) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		rec_init(&r[i], tw);
+		rec_arm(&r[i], now + 20 + x % 300);
+	}
+	// Cancel every tenth.
+	for (int i = 0; i < N; i += 10) {
+		timer_wheel_cancel(tw, &r[i].t);
+	}
+	assert_int_equal(timer_wheel_count(tw), N - N / 10);
+	assert_true(wait_for(&n_fired, N - N / 10, 5000));
+	uint64_t worst = 0;
+	uint64_t sum   = 0;
+	for (int i = 0; i < N; i++) {
+		if (i % 10 == 0) {
+			assert_int_equal(atomic_load(&r[i].fired), 0);
+			continue;
+		}
+		assert_int_equal(atomic_load(&r[i].fired), 1);
+		assert_true(r[i].at >= r[i].deadline);
+		uint64_t late = r[i].at - r[i].deadline;
+		worst         = late > worst ? late : worst;
+		sum += late;
+	}
+	print_message("many: 9000 timers, mean lateness %.1f ms, worst %llu ms (tick 10)\n",
+	    (double)sum / (N - N / 10), (unsigned long long)worst);
+	assert_true(worst <= 10 + SLACK_MS);
+	assert_true((double)sum / (N - N / 10) <= 10 / 2 + 10);
+	assert_int_equal(timer_wheel_count(tw), 0);
+	timer_wheel_free(tw);
+	free(r);
+}
+
+// Timers beyond one lap (1024 ticks) wait for their own lap, and timers
+// hours away stay armed; free() drops and disarms them.
+static void test_far(void **state)
+{
+	timer_wheel *tw = timer_wheel_alloc(1); // one lap = 1024 ms
+	rec          near, lap, hours;
+	uint64_t     now = nmq_clock_ms();
+	reset();
+	rec_init(&near, tw);
+	rec_init(&lap, tw);
+	rec_init(&hours, tw);
+	rec_arm(&near, now + 60);
+	rec_arm(&lap, now + 60 + 1024); // same slot as `near`, next lap
+	rec_arm(&hours, now + 3 * 3600 * 1000);
+	assert_true(wait_for(&near.fired, 1, 2000));
+	sleep_ms(200);
+	assert_int_equal(atomic_load(&lap.fired), 0);
+	assert_true(wait_for(&lap.fired, 1, 2000));
+	assert_true(lap.at >= lap.deadline);
+	assert_true(lap.at <= lap.deadline + 1 + SLACK_MS);
+	assert_int_equal(atomic_load(&hours.fired), 0);
+	assert_true(timer_wheel_armed(tw, &hours.t));
+	assert_int_equal(timer_wheel_count(tw), 1);
+	timer_wheel_free(tw);
+	assert_false(hours.t.armed);
+	assert_int_equal(atomic_load(&hours.fired), 0);
+}
+
+// Returns the CPU time (user + system) of the process in microseconds.
+static uint64_t cpu_us(void)
+{
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru);
+	return (uint64_t)ru.ru_utime.tv_sec * 1000000u + (uint64_t)ru.ru_utime.tv_usec
+	    + (uint64_t)ru.ru_stime.tv_sec * 1000000u + (uint64_t)ru.ru_stime.tv_usec;
+}
+
+// An idle wheel, and a wheel holding only a timer hours away, use no
+// measurable CPU over 300 ms.
+static void test_idle_cpu(void **state)
+{
+	timer_wheel *tw = timer_wheel_alloc(1);
+	rec          far;
+	sleep_ms(20);
+	uint64_t c0 = cpu_us();
+	sleep_ms(300);
+	uint64_t idle = cpu_us() - c0;
+
+	rec_init(&far, tw);
+	rec_arm(&far, nmq_clock_ms() + 2 * 3600 * 1000);
+	sleep_ms(20);
+	c0 = cpu_us();
+	sleep_ms(300);
+	uint64_t armed = cpu_us() - c0;
+	print_message("idle: %llu us CPU idle, %llu us with one far timer, over 300 ms\n",
+	    (unsigned long long)idle, (unsigned long long)armed);
+	assert_true(idle < 3000);
+	assert_true(armed < 3000);
+	timer_wheel_free(tw);
+}
+
+// Schedules and cancels from several threads while timers fire.
+typedef struct mt_ctx {
+	timer_wheel *tw;
+	rec          r[4][64];
+	_Atomic bool stop;
+} mt_ctx;
+
+typedef struct mt_arg {
+	mt_ctx *c;
+	int     id;
+} mt_arg;
+
+static void *mt_thread(void *p)
+{
+	mt_arg  *a = p;
+	mt_ctx  *c = a->c;
+	uint64_t x = 0x9e3779b97f4a7c15ull * (uint64_t)(a->id + 1);
+	while (!atomic_load(&c->stop)) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		rec *r = &c->r[a->id][x % 64];
+		if ((x >> 32) % 3 == 0) {
+			timer_wheel_cancel(c->tw, &r->t);
+		} else {
+			timer_wheel_schedule(c->tw, &r->t, nmq_clock_ms() + (x >> 40) % 20);
+		}
+	}
+	for (int i = 0; i < 64; i++) {
+		timer_wheel_cancel(c->tw, &c->r[a->id][i].t);
+	}
+	return NULL;
+}
+
+static void test_threads(void **state)
+{
+	mt_ctx   *c = calloc(1, sizeof(*c));
+	pthread_t th[4];
+	mt_arg    args[4];
+	c->tw = timer_wheel_alloc(1);
+	atomic_init(&c->stop, false);
+	reset();
+	for (int i = 0; i < 4; i++) {
+		for (int j = 0; j < 64; j++) {
+			rec_init(&c->r[i][j], c->tw);
+		}
+		args[i].c  = c;
+		args[i].id = i;
+		assert_int_equal(pthread_create(&th[i], NULL, mt_thread, &args[i]), 0);
+	}
+	sleep_ms(300);
+	atomic_store(&c->stop, true);
+	for (int i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+	}
+	print_message("threads: %d callbacks\n", atomic_load(&n_fired));
+	assert_true(atomic_load(&n_fired) > 0);
+	assert_int_equal(timer_wheel_count(c->tw), 0);
+	// Nothing fires after every timer was cancelled.
+	int fired = atomic_load(&n_fired);
+	sleep_ms(30);
+	assert_int_equal(atomic_load(&n_fired), fired);
+	timer_wheel_free(c->tw);
+	free(c);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_alloc),
+		cmocka_unit_test(test_order),
+		cmocka_unit_test(test_never_early),
+		cmocka_unit_test(test_cancel_reschedule),
+		cmocka_unit_test(test_cancel_from_callback),
+		cmocka_unit_test(test_cancel_waits),
+		cmocka_unit_test(test_many),
+		cmocka_unit_test(test_far),
+		cmocka_unit_test(test_idle_cpu),
+		cmocka_unit_test(test_threads),
+	};
+	int rc = cmocka_run_group_tests(tests, NULL, NULL);
+	if (atomic_load(&n_errors) != 0) {
+		fprintf(stderr, "%d checks failed off the main thread\n", atomic_load(&n_errors));
+		rc = 1;
+	}
+	return rc;
+}
