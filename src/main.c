@@ -69,9 +69,15 @@ log_conf_errors(const conf_errors *errs)
 static void
 listener_url(const conf_listener *cl, char *buf, size_t len)
 {
+	static const char *const schemes[] = { "tcp", "tls+tcp", "ws", "wss" };
 	const char *host = cl->host != NULL && cl->host[0] != '\0' ? cl->host : "0.0.0.0";
 	bool        v6   = strchr(host, ':') != NULL;
-	snprintf(buf, len, "tcp://%s%s%s:%d", v6 ? "[" : "", host, v6 ? "]" : "", cl->port);
+	const char *path = (cl->kind == CONF_LISTENER_WS || cl->kind == CONF_LISTENER_WSS) &&
+	        cl->path != NULL
+	    ? cl->path
+	    : "";
+	snprintf(buf, len, "%s://%s%s%s:%d%s", schemes[cl->kind & 3], v6 ? "[" : "", host,
+	    v6 ? "]" : "", cl->port, path);
 }
 
 // Opens every configured listener. Returns 0, or -1 after logging why.
@@ -80,15 +86,19 @@ start_listeners(server *srv, char *err, size_t errlen)
 {
 	for (int i = 0; i < srv->conf.n_listeners; i++) {
 		const conf_listener *cl = &srv->conf.listeners[i];
-		if (cl->kind != CONF_LISTENER_TCP) {
-			snprintf(err, errlen,
-			    "listeners.%s: %s listeners are not supported yet by this build", cl->name,
-			    conf_listener_kind_name(cl->kind));
-			return -1;
-		}
-		char url[300];
+		char                 url[300];
 		listener_url(cl, url, sizeof(url));
-		int rv = listener_start(&srv->listeners[srv->n_listeners], url,
+		listener_opts lo;
+		memset(&lo, 0, sizeof(lo));
+		lo.name                 = cl->name;
+		lo.url                  = url;
+		lo.certfile             = cl->certfile;
+		lo.keyfile              = cl->keyfile;
+		lo.cacertfile           = cl->cacertfile;
+		lo.key_password         = cl->key_password;
+		lo.verify_peer          = cl->verify_peer;
+		lo.fail_if_no_peer_cert = cl->fail_if_no_peer_cert;
+		int rv = listener_start(&srv->listeners[srv->n_listeners], &lo,
 		    proto_conn_env(srv->proto), (listener_accept_fn) proto_accept, srv->proto, err,
 		    errlen);
 		if (rv != 0) {

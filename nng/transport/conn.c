@@ -69,7 +69,8 @@ struct nmq_conn {
 	size_t  send_off;
 	nng_iov iov[TX_IOV_MAX];
 
-	char peer[64];
+	void *tag;
+	char  peer[64];
 };
 
 static atomic_long live_conns;
@@ -288,6 +289,18 @@ conn_is_closing(nmq_conn *c)
 	bool r = c->closing || c->draining;
 	pthread_mutex_unlock(&c->mtx);
 	return r;
+}
+
+void
+conn_set_tag(nmq_conn *c, void *tag)
+{
+	c->tag = tag;
+}
+
+void *
+conn_tag(nmq_conn *c)
+{
+	return c->tag;
 }
 
 const char *

@@ -67,6 +67,11 @@ void conn_close(nmq_conn *c);
 void conn_shutdown(nmq_conn *c);
 bool conn_is_closing(nmq_conn *c);
 
+// An opaque pointer the transport attaches (the listener that accepted the
+// connection), for checks at CONNECT time such as TLS peer verification.
+void  conn_set_tag(nmq_conn *c, void *tag);
+void *conn_tag(nmq_conn *c);
+
 // Peer address as "a.b.c.d:port" or "[v6]:port".
 const char *conn_peer(nmq_conn *c);
 nng_stream *conn_stream(nmq_conn *c);

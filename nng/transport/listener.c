@@ -37,9 +37,10 @@ accept_cb(void *arg)
 
 // Starts a listener; see listener.h.
 int
-listener_start(nmq_listener **lp, const char *url, const conn_env *env,
+listener_start(nmq_listener **lp, const listener_opts *opts, const conn_env *env,
     listener_accept_fn fn, void *arg, char *err, size_t errlen)
 {
+	const char *url = opts->url;
 	nmq_listener *l = calloc(1, sizeof(*l));
 	int           rv;
 	if (l == NULL) {

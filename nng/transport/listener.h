@@ -13,9 +13,22 @@ typedef struct nmq_listener nmq_listener;
 // Called for every accepted connection (ref owned by the callee).
 typedef void (*listener_accept_fn)(void *arg, nmq_conn *c);
 
-// Listens on url (e.g. "tcp://0.0.0.0:1883"). Returns 0 or an NNG error
-// code, with a message in err.
-int listener_start(nmq_listener **lp, const char *url, const conn_env *env,
+// What a listener serves. The url scheme selects the transport:
+// "tcp://h:p", "tls+tcp://h:p", "ws://h:p/path", "wss://h:p/path".
+typedef struct listener_opts {
+	const char *name; // for logs, e.g. "tcp", "ssl.default_1"
+	const char *url;
+	// TLS (tls+tcp and wss)
+	const char *certfile;
+	const char *keyfile;
+	const char *cacertfile;
+	const char *key_password;
+	bool        verify_peer;
+	bool        fail_if_no_peer_cert;
+} listener_opts;
+
+// Starts listening. Returns 0 or an NNG error code, with a message in err.
+int listener_start(nmq_listener **lp, const listener_opts *opts, const conn_env *env,
     listener_accept_fn fn, void *arg, char *err, size_t errlen);
 // The bound port (useful with port 0).
 int listener_port(nmq_listener *l);
