@@ -1,0 +1,327 @@
+#!/usr/bin/env bash
+# Benchmarks our broker against Debian's mosquitto with `nanomq_cli bench`.
+#
+# Each scenario runs once per broker (alternating which broker goes first),
+# each time on a fresh broker started with the same limits (queue 1000,
+# in flight 20, no persistence, TCP_NODELAY) on a free loopback port. The
+# broker is pinned to CPU 0 and the load generator to CPU 1 (taskset). For
+# every run the generator samples the broker's /proc/PID/stat (utime+stime,
+# all threads) at the start and end of the measured window and its VmHWM,
+# and prints one JSON line; this script collects the lines and prints a
+# table with the ratio ours/mosquitto.
+#
+# Usage: scripts/bench.sh [options]
+#   -s, --scenarios a,b,...  scenarios to run (default: all; see -l)
+#   -l, --list               list the scenarios and exit
+#   -d, --duration S         publishing time per run in seconds [10]
+#   -r, --repeat N           runs per scenario and broker; the table shows
+#                            the median and the spread (min..max) [1]
+#   -b, --brokers LIST       nanomq,mosquitto | nanomq | mosquitto [both]
+#   -o, --out FILE           also write the JSON lines to FILE
+#       --no-build           use existing binaries
+#   Environment: NANOMQ_BIN, NANOMQ_CLI_BIN override the binaries;
+#   BENCH_QUEUE, BENCH_INFLIGHT override the broker limits.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+
+scenarios_all=(fanout_q0 fanout_q1 fanout_q0_20 fanout_q1_20 four_q0 four_q1 pairs_q1 shared_q1
+	idle_10k)
+duration=10
+repeat=1
+brokers=nanomq,mosquitto
+out=""
+build=1
+sel=""
+queue=${BENCH_QUEUE:-1000}
+inflight=${BENCH_INFLIGHT:-20}
+
+# Prints the bench arguments of a scenario.
+scenario_args() {
+	case "$1" in
+	fanout_q0) echo "pubsub --pubs 1 --subs 1000 -t bench/fan -q 0 -I 0" ;;
+	fanout_q1) echo "pubsub --pubs 1 --subs 1000 -t bench/fan -q 1 -I 0" ;;
+	fanout_q0_20) echo "pubsub --pubs 1 --subs 1000 -t bench/fan -q 0 -I 50" ;;
+	fanout_q1_20) echo "pubsub --pubs 1 --subs 1000 -t bench/fan -q 1 -I 50" ;;
+	four_q0) echo "pubsub --pubs 4 --subs 4 -t bench/four -q 0 -I 0" ;;
+	four_q1) echo "pubsub --pubs 4 --subs 4 -t bench/four -q 1 -I 0" ;;
+	pairs_q1) echo "pubsub --pubs 1000 --subs 1000 -t bench/pair/%i -q 1 -I 0" ;;
+	shared_q1) echo "pubsub --pubs 1000 --subs 10 -t bench/sh/%i --sub-topic \$share/g/bench/sh/+ -q 1 -I 0" ;;
+	idle_10k) echo "conn -c 10000" ;;
+	*) return 1 ;;
+	esac
+}
+
+# Prints what a scenario is.
+scenario_doc() {
+	case "$1" in
+	fanout_q0) echo "1 publisher -> 1,000 subscribers, QoS 0, flat out" ;;
+	fanout_q1) echo "1 publisher -> 1,000 subscribers, QoS 1, flat out" ;;
+	fanout_q0_20) echo "1 publisher -> 1,000 subscribers, QoS 0, 20 msg/s" ;;
+	fanout_q1_20) echo "1 publisher -> 1,000 subscribers, QoS 1, 20 msg/s" ;;
+	four_q0) echo "4 publishers -> 4 subscribers (one topic), QoS 0, flat out" ;;
+	four_q1) echo "4 publishers -> 4 subscribers (one topic), QoS 1, flat out" ;;
+	pairs_q1) echo "1,000 publisher/subscriber pairs (own topic each), QoS 1, flat out" ;;
+	shared_q1) echo "1,000 publishers -> one 10-member shared subscription, QoS 1, flat out" ;;
+	idle_10k) echo "10,000 idle connections: connections/s and broker memory per connection" ;;
+	esac
+}
+
+while [ $# -gt 0 ]; do
+	case "$1" in
+	-s | --scenarios) sel=$2; shift 2 ;;
+	-d | --duration) duration=$2; shift 2 ;;
+	-r | --repeat) repeat=$2; shift 2 ;;
+	-b | --brokers) brokers=$2; shift 2 ;;
+	-o | --out) out=$2; shift 2 ;;
+	--no-build) build=0; shift ;;
+	-l | --list)
+		for s in "${scenarios_all[@]}"; do
+			printf '%-14s %s\n' "$s" "$(scenario_doc "$s")"
+		done
+		exit 0
+		;;
+	-h | --help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	*) echo "bench.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+	esac
+done
+if [ -n "$sel" ]; then
+	IFS=, read -r -a scenarios <<<"$sel"
+else
+	scenarios=("${scenarios_all[@]}")
+fi
+for s in "${scenarios[@]}"; do
+	scenario_args "$s" >/dev/null || { echo "bench.sh: unknown scenario $s (see -l)" >&2; exit 2; }
+done
+
+# --- binaries ---------------------------------------------------------------
+bdir="$root/build/bench"
+if [ "$build" = 1 ] && [ -z "${NANOMQ_CLI_BIN:-}" ]; then
+	. "$root/scripts/deps.sh"
+	nmq_install_deps
+	cmake -S "$root" -B "$bdir" -DCMAKE_BUILD_TYPE=Release -DBUILD_BENCH=ON >/dev/null
+	cmake --build "$bdir" -j2 --target nanomq_cli
+	if [[ ",$brokers," == *,nanomq,* ]] && [ -z "${NANOMQ_BIN:-}" ]; then
+		cmake --build "$bdir" -j2 --target nanomq ||
+			echo "bench.sh: our broker does not build; running mosquitto only" >&2
+	fi
+fi
+cli=${NANOMQ_CLI_BIN:-$bdir/src/nanomq_cli}
+ours=${NANOMQ_BIN:-$bdir/src/nanomq}
+[ -x "$cli" ] || { echo "bench.sh: no nanomq_cli at $cli" >&2; exit 1; }
+if [[ ",$brokers," == *,mosquitto,* ]] && ! command -v mosquitto >/dev/null; then
+	if [ "$(id -u)" -eq 0 ]; then
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mosquitto >/dev/null
+	else
+		echo "bench.sh: install mosquitto (apt-get install mosquitto)" >&2
+		exit 1
+	fi
+fi
+mosq=$(command -v mosquitto || true)
+list=()
+IFS=, read -r -a want <<<"$brokers"
+for b in "${want[@]}"; do
+	case "$b" in
+	nanomq)
+		if [ -x "$ours" ]; then list+=(nanomq); else
+			echo "bench.sh: skipping nanomq: no binary at $ours" >&2
+		fi
+		;;
+	mosquitto) [ -n "$mosq" ] && list+=(mosquitto) ;;
+	*) echo "bench.sh: unknown broker $b" >&2; exit 2 ;;
+	esac
+done
+[ ${#list[@]} -gt 0 ] || { echo "bench.sh: no broker to run" >&2; exit 1; }
+
+# 10,000 connections need about 10,100 descriptors on each side.
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+if [ "$(ulimit -n)" != unlimited ] && [ "$(ulimit -n)" -lt 10200 ]; then
+	echo "bench.sh: ulimit -n is $(ulimit -n); idle_10k needs 10200" >&2
+fi
+cpus=$(nproc)
+pin_broker=() pin_gen=()
+if command -v taskset >/dev/null && [ "$cpus" -ge 2 ]; then
+	pin_broker=(taskset -c 0)
+	pin_gen=(taskset -c 1)
+else
+	echo "bench.sh: fewer than 2 CPUs or no taskset: not pinning" >&2
+fi
+
+work=$(mktemp -d /tmp/nmq-bench.XXXXXX)
+results="$work/results.jsonl"
+bpid=""
+cleanup() {
+	if [ -n "$bpid" ]; then kill "$bpid" 2>/dev/null || true; fi
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+# Prints a free TCP port.
+free_port() {
+	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# Starts broker $1 on port $2 in the background; sets bpid.
+start_broker() {
+	local b=$1 port=$2
+	if [ "$b" = mosquitto ]; then
+		cat >"$work/mosquitto.conf" <<-EOF
+			listener $port 127.0.0.1
+			allow_anonymous true
+			max_connections -1
+			max_queued_messages $queue
+			max_inflight_messages $inflight
+			persistence false
+			set_tcp_nodelay true
+			log_dest none
+		EOF
+		"${pin_broker[@]}" "$mosq" -c "$work/mosquitto.conf" >"$work/broker.log" 2>&1 &
+	else
+		cat >"$work/nanomq.conf" <<-EOF
+			listeners.tcp.bind = "127.0.0.1:$port"
+			mqtt.max_mqueue_len = $queue
+			mqtt.max_inflight_window = $inflight
+			log.level = error
+		EOF
+		NANOMQ_PID_FILE="$work/nanomq.pid" "${pin_broker[@]}" "$ours" start \
+			--conf "$work/nanomq.conf" >"$work/broker.log" 2>&1 &
+	fi
+	bpid=$!
+	for _ in $(seq 100); do
+		if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+			return 0
+		fi
+		kill -0 "$bpid" 2>/dev/null || break
+		sleep 0.1
+	done
+	echo "bench.sh: $b did not start:" >&2
+	cat "$work/broker.log" >&2
+	return 1
+}
+
+# Stops the running broker.
+stop_broker() {
+	if [ -n "$bpid" ]; then
+		kill "$bpid" 2>/dev/null || true
+		wait "$bpid" 2>/dev/null || true
+		bpid=""
+	fi
+}
+
+# Runs scenario $1 against broker $2, repetition $3; appends a JSON line.
+run_one() {
+	local s=$1 b=$2 rep=$3 port args line
+	port=$(free_port)
+	start_broker "$b" "$port" || return 0
+	read -r -a args <<<"$(scenario_args "$s")"
+	local extra=(--duration "$duration")
+	if [ "${args[0]}" = conn ]; then
+		extra=(--duration 3 -i 0)
+	else
+		extra+=(-i 0)
+	fi
+	echo "== $s on $b (run $rep)" >&2
+	line=$("${pin_gen[@]}" "$cli" bench "${args[@]}" -h 127.0.0.1 -p "$port" --parallel 1 \
+		"${extra[@]}" --broker-pid "$bpid" --json 2>"$work/gen.err") || true
+	stop_broker
+	if [ -z "$line" ]; then
+		echo "bench.sh: $s on $b produced no report:" >&2
+		tail -5 "$work/gen.err" >&2
+		return 0
+	fi
+	printf '{"scenario":"%s","broker":"%s","run":%d,"report":%s}\n' "$s" "$b" "$rep" "$line" \
+		>>"$results"
+}
+
+echo "machine: $cpus CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')" >&2
+i=0
+for s in "${scenarios[@]}"; do
+	for rep in $(seq "$repeat"); do
+		# Alternate which broker goes first.
+		if [ $(((i + rep) % 2)) -eq 0 ]; then order=("${list[@]}"); else
+			order=()
+			for ((k = ${#list[@]} - 1; k >= 0; k--)); do order+=("${list[$k]}"); done
+		fi
+		for b in "${order[@]}"; do
+			run_one "$s" "$b" "$rep"
+		done
+	done
+	i=$((i + 1))
+done
+[ -z "$out" ] || cp "$results" "$out"
+
+python3 - "$results" <<'EOF'
+import json, statistics, sys
+
+rows = {}
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    rows.setdefault((r["scenario"], r["broker"]), []).append(r["report"])
+
+def med(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+def metrics(reps):
+    """Median of each metric over the repetitions, and the spread of msg/s."""
+    m = {}
+    get = {
+        "rate": lambda r: r["delivered_rate"],
+        "cpu_m": lambda r: r.get("broker", {}).get("cpu_s_per_million", float("nan")),
+        "p50": lambda r: r["latency_us"]["p50"] / 1e3,
+        "p99": lambda r: r["latency_us"]["p99"] / 1e3,
+        "hwm": lambda r: r.get("broker", {}).get("vmhwm_kb", float("nan")) / 1024,
+        "lost": lambda r: r["lost"],
+        "gen": lambda r: 100 * r["generator_cpu_s"] / max(r["window_s"], 1e-9),
+        "brk": lambda r: 100 * r.get("broker", {}).get("cpu_s", float("nan")) / max(r["window_s"], 1e-9),
+        "conn_s": lambda r: r["connect"]["per_second"],
+        "bpc": lambda r: r.get("broker", {}).get("bytes_per_conn", float("nan")),
+        "ok": lambda r: r["connect"]["ok"],
+    }
+    for k, f in get.items():
+        m[k] = med([f(r) for r in reps])
+    rates = [r["delivered_rate"] for r in reps]
+    m["spread"] = (100 * (max(rates) - min(rates)) / med(rates)) if len(rates) > 1 and med(rates) else 0
+    return m
+
+def ratio(a, b):
+    try:
+        return "%.2f" % (a / b)
+    except (ZeroDivisionError, TypeError):
+        return "-"
+
+scen = []
+for s, b in rows:
+    if s not in scen:
+        scen.append(s)
+print()
+print("%-13s %-9s %11s %6s %9s %9s %9s %8s %8s %6s %6s" % (
+    "scenario", "broker", "deliv msg/s", "spread", "CPU s/M", "p50 ms", "p99 ms",
+    "VmHWM MB", "lost", "gen%", "brk%"))
+for s in scen:
+    ms = {}
+    for b in ("nanomq", "mosquitto"):
+        if (s, b) not in rows:
+            continue
+        m = metrics(rows[(s, b)])
+        ms[b] = m
+        if s.startswith("idle"):
+            print("%-13s %-9s %11s %6s %9s %9s %9s %8.1f %8s   (%d conns, %.0f conn/s, %.0f B/conn)" % (
+                s, b, "-", "-", "-", "-", "-", m["hwm"], "-", m["ok"], m["conn_s"], m["bpc"]))
+        else:
+            print("%-13s %-9s %11.0f %5.0f%% %9.2f %9.2f %9.2f %8.1f %8d %6.0f %6.0f" % (
+                s, b, m["rate"], m["spread"], m["cpu_m"], m["p50"], m["p99"], m["hwm"],
+                m["lost"], m["gen"], m["brk"]))
+    if len(ms) == 2:
+        o, q = ms["nanomq"], ms["mosquitto"]
+        if s.startswith("idle"):
+            print("%-13s %-9s conn/s %s, bytes/conn %s, VmHWM %s" % (
+                "", "ours/mosq", ratio(o["conn_s"], q["conn_s"]), ratio(o["bpc"], q["bpc"]),
+                ratio(o["hwm"], q["hwm"])))
+        else:
+            print("%-13s %-9s %11s %6s %9s %9s %9s %8s" % (
+                "", "ours/mosq", ratio(o["rate"], q["rate"]), "", ratio(o["cpu_m"], q["cpu_m"]),
+                ratio(o["p50"], q["p50"]), ratio(o["p99"], q["p99"]), ratio(o["hwm"], q["hwm"])))
+print()
+print("deliv msg/s: messages delivered to subscribers per second of the window;")
+print("CPU s/M: broker CPU seconds per million delivered; gen%/brk%: generator and broker")
+print("CPU as a percentage of one core over the window (broker at ~100% = saturated).")
+EOF
