@@ -184,6 +184,11 @@ typedef struct mqtt_props {
 	uint8_t    wildcard_sub_available;
 	uint8_t    sub_id_available;
 	uint8_t    shared_sub_available;
+	// Decode: the first (in SUBSCRIBE the only) subscription identifier,
+	// valid when MQTT_PBIT(MQTT_PROP_SUBSCRIPTION_ID) is set. Encode: written
+	// as the single identifier when that bit is set, sub_ids is NULL and
+	// n_sub_ids is 0.
+	uint32_t subscription_id;
 	// Repeatable properties.
 	uint32_t              n_sub_ids;  // decode: count found in raw
 	const uint32_t       *sub_ids;    // encode only
@@ -319,6 +324,52 @@ size_t mqtt_vbi_encode(uint8_t *buf, uint32_t value); // buf holds >= 4
 // rejected. On CONNECT, an unknown protocol name or level returns
 // MQTT_RC_UNSUPPORTED_VERSION with out->u.connect.proto_level set to what
 // was received, so the caller can answer in the client's version.
+// `out` is zeroed first; on failure its fields are partially filled and must
+// not be used (except type, flags and, as above, connect.proto_level).
+//
+// Which reason code for what (where the specification leaves room, the
+// choice is written here and tested in tests/unit/test_codec.c):
+// - MQTT_RC_MALFORMED: anything that cannot be parsed: a remaining length or
+//   VBI longer than 4 bytes or not in its shortest form, a remaining length
+//   that disagrees with the content, reserved fixed-header flag bits, type 0
+//   (and type 15 on a 3.1.1 connection), bad UTF-8 (including U+0000,
+//   surrogates, overlong forms, > U+10FFFF), a property identifier unknown or
+//   not allowed in that packet or in the will block (MQTT 5.0 2.2.2.2 says
+//   Malformed, not Protocol Error), QoS 3 or DUP with QoS 0 in PUBLISH,
+//   CONNECT reserved flag bit, will QoS 3, will QoS/retain without the will
+//   flag, password without user name in 3.1/3.1.1, reserved bits 6-7 of the
+//   v5 subscription options (or any bit above QoS, or QoS 3, in 3.1.1),
+//   an empty PUBLISH topic on a 3.1.1 connection.
+// - MQTT_RC_PROTOCOL_ERROR: the packet parses but breaks a rule: a packet
+//   identifier of 0 where one is required (every packet that carries one;
+//   chosen over Malformed because the field itself parses), a single-valued
+//   property repeated (user properties and PUBLISH subscription identifiers
+//   may repeat), a property value out of range (payload format, request
+//   problem/response information, maximum QoS and the "available" bytes
+//   > 1; receive maximum, maximum packet size, topic alias or subscription
+//   identifier 0), authentication data without an authentication method,
+//   a response topic that is not a valid topic name, a v5 empty PUBLISH
+//   topic without a topic alias, an empty SUBSCRIBE/UNSUBSCRIBE list,
+//   Retain Handling 3 or
+//   QoS 3 in v5 subscription options (MQTT 5.0 3.8.3.1 says Protocol Error),
+//   No Local on a "$share/" filter, a reason code not defined for the
+//   packet type, CONNACK session present with a non-zero code, SUBACK or v5
+//   UNSUBACK without codes, AUTH with a non-zero reason but no method.
+//   (An AUTH with a reason code but no property length is Malformed: the
+//   two may only be omitted together; DISCONNECT and acks may stop after
+//   the reason code.)
+// - MQTT_RC_TOPIC_NAME_INVALID: a PUBLISH topic or will topic that is valid
+//   UTF-8 but contains '+' or '#' (or an empty will topic).
+// - Topic aliases above the negotiated maximum (MQTT_RC_TOPIC_ALIAS_INVALID)
+//   are the session's business.
+// - MQTT_RC_UNSUPPORTED_VERSION: see above.
+// Not checked here (the broker's business, it has the state): client id
+// content (empty ids, length), topic alias maximum, subscription
+// identifiers in a client's PUBLISH, payload format 1 with a non-UTF-8
+// payload, per-filter validity in SUBSCRIBE/UNSUBSCRIBE: mqtt_decode only
+// checks that each filter is well-formed UTF-8, so the broker can answer
+// MQTT_RC_TOPIC_FILTER_INVALID (0x8F) for just that entry after calling
+// mqtt_topic_filter_valid.
 int mqtt_decode(const uint8_t *buf, size_t len, uint8_t proto, mqtt_packet *out);
 
 // Iterates the topic filters of a decoded SUBSCRIBE. Returns true and fills
@@ -367,6 +418,33 @@ bool mqtt_topic_filter_valid(const uint8_t *s, size_t len);
 // ---------------------------------------------------------------------------
 // Encoding. Each returns the bytes written to buf, or 0 if it would not fit
 // in cap or the input is invalid. `proto` selects the wire version.
+//
+// Invalid input is what mqtt_decode would reject for its structure: QoS 3,
+// DUP with QoS 0, packet id 0 where one is required, a reason code not
+// defined for the packet type and version (a 3.1.1 CONNACK takes the v3
+// return code 0..5, a 3.1.1 SUBACK the raw codes 0, 1, 2, 0x80), a property
+// not allowed in the packet, a field longer than 65535 bytes, a PUBLISH
+// topic with a wildcard (or empty without a v5 topic alias), a
+// SUBSCRIBE/UNSUBSCRIBE list that does not parse or whose count differs.
+// String contents are not re-checked for UTF-8 (except the will topic).
+// For 3.1.1, v5-only fields (properties, ack and DISCONNECT reason codes)
+// are not written. The short forms are used where allowed: an ack with
+// reason 0 and no properties has remaining length 2 (3 with a reason and
+// no properties); DISCONNECT and AUTH with reason 0 and no properties have
+// remaining length 0. CONNECT uses pkt->u.connect.proto_level (3: "MQIsdp",
+// 4 or 5: "MQTT") when it is non-zero, else `proto`.
+//
+// Property blocks: every single-valued property whose bit is set in
+// `present` is written (an unknown bit makes the input invalid); then the
+// subscription identifiers sub_ids[0..n_sub_ids); or, when sub_ids is NULL
+// and MQTT_PBIT(MQTT_PROP_SUBSCRIPTION_ID) is set, the first n_sub_ids found
+// in `raw` (so a decoded block re-encodes as received), or the single
+// `subscription_id` if n_sub_ids is 0; then the user properties
+// user_props[0..n_user_props), or, when user_props is NULL and
+// MQTT_PBIT(MQTT_PROP_USER_PROPERTY) is set, the first n_user_props found in
+// `raw`. So to forward a decoded block without its subscription identifiers
+// (or user properties), clear that bit. Asking for more entries than raw
+// holds makes the input invalid.
 
 size_t mqtt_encode(uint8_t *buf, size_t cap, uint8_t proto, const mqtt_packet *pkt);
 
@@ -375,10 +453,23 @@ size_t mqtt_encoded_size(uint8_t proto, const mqtt_packet *pkt);
 
 // Encodes a property block (length VBI followed by the properties) for the
 // given packet type; returns bytes written or 0. Exposed so that the
-// protocol layer can build per-subscriber PUBLISH headers.
+// protocol layer can build per-subscriber PUBLISH headers. It takes no
+// packet type, so it accepts every known property (values are still
+// range-checked); mqtt_encode checks the per-type allowed sets.
 size_t mqtt_props_encode(uint8_t *buf, size_t cap, const mqtt_props *props);
-// Size of the property block content (without its length VBI).
+// Size of the property block content (without its length VBI); 0 for an
+// empty block and also for an invalid one (mqtt_props_encode tells them
+// apart: it returns 1 for an empty block).
 size_t mqtt_props_size(const mqtt_props *props);
+
+// Builds SUBSCRIBE/UNSUBSCRIBE payloads for encoding: each appends one entry
+// (filter, and for SUBSCRIBE the options byte for `proto`) at buf[0..cap)
+// and returns the bytes written, or 0 if it does not fit or the options are
+// invalid (QoS or retain handling > 2). Concatenate the entries into
+// mqtt_subscribe.list / mqtt_unsubscribe.list and set count.
+size_t mqtt_sub_list_put(
+    uint8_t *buf, size_t cap, uint8_t proto, mqtt_bytes filter, const mqtt_sub_opts *opts);
+size_t mqtt_unsub_list_put(uint8_t *buf, size_t cap, mqtt_bytes filter);
 
 // Human-readable name of a packet type or reason code, for logs.
 const char *mqtt_packet_name(uint8_t type);
