@@ -117,22 +117,31 @@ link_timer_cb(void *arg)
 	timer_wheel_schedule(l->p->tw, &l->timer, last + span);
 }
 
-// Encodes a control packet into the send buffer. Caller holds the session
-// mutex when attached. Returns false if closing or out of memory.
+// Encodes a control packet into the send buffer; the caller holds the
+// connection's tx lock. Returns false if closing or out of memory.
 bool
-link_send_packet(nmq_link *l, const mqtt_packet *pkt)
+link_put_packet_locked(nmq_link *l, const mqtt_packet *pkt)
 {
 	size_t n = mqtt_encoded_size(l->ver, pkt);
 	if (n == 0) {
 		return false;
 	}
-	bool ok = false;
-	conn_tx_lock(l->conn);
 	uint8_t *b = conn_tx_reserve(l->conn, n);
-	if (b != NULL && mqtt_encode(b, n, l->ver, pkt) == n) {
-		conn_tx_commit(l->conn, n);
-		ok = true;
+	if (b == NULL || mqtt_encode(b, n, l->ver, pkt) != n) {
+		return false;
 	}
+	conn_tx_commit(l->conn, n);
+	return true;
+}
+
+// Encodes a control packet into the send buffer and schedules the flush.
+// Caller holds the session mutex when attached. Returns false if closing or
+// out of memory.
+bool
+link_send_packet(nmq_link *l, const mqtt_packet *pkt)
+{
+	conn_tx_lock(l->conn);
+	bool ok = link_put_packet_locked(l, pkt);
 	conn_tx_unlock(l->conn);
 	if (ok) {
 		conn_tx_flush_later(l->conn);

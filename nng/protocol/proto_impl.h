@@ -169,6 +169,7 @@ bool session_pubcomp_locked(nmq_session *s, uint16_t pid);
 // link.c: writing control packets (caller holds the session mutex if
 // attached, or is on the receive path before attachment).
 bool link_send_packet(nmq_link *l, const mqtt_packet *pkt);
+bool link_put_packet_locked(nmq_link *l, const mqtt_packet *pkt); // tx lock held
 void link_send_disconnect(nmq_link *l, uint8_t reason);
 // Encodes one PUBLISH for an out_entry. Returns 1 sent, 0 no room/closing,
 // -1 the message is too large for this client.

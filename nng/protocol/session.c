@@ -373,7 +373,7 @@ session_resend_locked(nmq_session *s, bool only_old)
 			pk.type              = MQTT_PUBREL;
 			pk.flags             = 0x2;
 			pk.u.ack.packet_id   = f->pid;
-			if (!link_send_packet(l, &pk)) {
+			if (!link_put_packet_locked(l, &pk)) {
 				break;
 			}
 		} else if (link_send_publish(l, &f->e, f->pid, true) == 0) {

@@ -213,8 +213,41 @@ deliver_group(nmq_session *from, nmq_msg *msg, topic_match *v, size_t n)
 	nmq_session_deliver(s, msg, q, rap && msg->retain, ids, nids);
 }
 
-static __thread topic_match_vec tls_matches;
-static __thread bool            tls_matches_init;
+// Each worker reuses one match vector (no allocation per publish); a
+// thread-specific key frees it when the worker exits.
+static pthread_key_t  matches_key;
+static pthread_once_t matches_once = PTHREAD_ONCE_INIT;
+
+static void
+matches_free(void *arg)
+{
+	topic_match_vec *mv = arg;
+	topic_match_vec_fini(mv, &tree_ops);
+	free(mv);
+}
+
+static void
+matches_key_init(void)
+{
+	pthread_key_create(&matches_key, matches_free);
+}
+
+// Returns this thread's match vector, or NULL when out of memory.
+static topic_match_vec *
+thread_matches(void)
+{
+	pthread_once(&matches_once, matches_key_init);
+	topic_match_vec *mv = pthread_getspecific(matches_key);
+	if (mv == NULL) {
+		mv = malloc(sizeof(*mv));
+		if (mv == NULL) {
+			return NULL;
+		}
+		topic_match_vec_init(mv);
+		pthread_setspecific(matches_key, mv);
+	}
+	return mv;
+}
 
 // Routes one message; see proto.h.
 static uint8_t
@@ -229,11 +262,10 @@ b_route(void *app, nmq_session *from, nmq_msg *msg)
 			retain_set(b->retained, msg->topic, msg->topic_len, msg);
 		}
 	}
-	if (!tls_matches_init) {
-		topic_match_vec_init(&tls_matches);
-		tls_matches_init = true;
+	topic_match_vec *mv = thread_matches();
+	if (mv == NULL) {
+		return MQTT_RC_UNSPECIFIED;
 	}
-	topic_match_vec *mv = &tls_matches;
 	topic_tree_match(b->tree, msg->topic, msg->topic_len, mv);
 	if (mv->n > 1) {
 		qsort(mv->v, mv->n, sizeof(topic_match), match_cmp);
