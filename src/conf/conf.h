@@ -8,13 +8,18 @@
 //   running broker: it only produces a new nmq_conf, or errors.
 // - The schema (one table in conf_schema.c) drives defaults, types, ranges,
 //   reloadability and the reference documentation.
-// - An nmq_conf owns all its strings; conf_free() releases them.
+// - An nmq_conf owns all its strings and cJSON trees; conf_free() releases
+//   them. An nmq_conf is read-only once loaded: any thread may read it.
+// - No function here logs: every problem is returned in a conf_errors.
 #ifndef NMQ_CONF_H
 #define NMQ_CONF_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+
+struct cJSON; // <cjson/cJSON.h>; only pointers appear here
 
 #define CONF_MAX_LISTENERS 16
 
@@ -26,12 +31,12 @@ enum conf_listener_kind {
 };
 
 typedef struct conf_listener {
-	int   kind;     // enum conf_listener_kind
-	char *name;     // "tcp", "tcp.default_1", "ssl", ...
-	char *bind;     // "host:port" (or "host:port/path" for ws/wss), scheme stripped
-	char *host;     // "0.0.0.0", "::", "127.0.0.1"
+	int   kind; // enum conf_listener_kind
+	char *name; // "tcp", "tcp.default_1", "ssl", ...
+	char *bind; // "host:port" (or "host:port/path" for ws/wss), scheme stripped
+	char *host; // "0.0.0.0", "::", "127.0.0.1"
 	int   port;
-	char *path;     // ws/wss only, e.g. "/mqtt"
+	char *path; // ws/wss only, e.g. "/mqtt"
 	// ssl / wss
 	char *keyfile;
 	char *certfile;
@@ -51,9 +56,28 @@ enum conf_log_level {
 };
 
 #define CONF_LOG_TO_CONSOLE 0x1
-#define CONF_LOG_TO_FILE 0x2
-#define CONF_LOG_TO_SYSLOG 0x4
-#define CONF_LOG_TO_UDS 0x8
+#define CONF_LOG_TO_FILE    0x2
+#define CONF_LOG_TO_SYSLOG  0x4
+#define CONF_LOG_TO_UDS     0x8
+
+// http_server.auth_type
+enum conf_http_auth_type {
+	CONF_HTTP_AUTH_BASIC = 0,
+	CONF_HTTP_AUTH_JWT,
+	CONF_HTTP_AUTH_NONE, // "no_auth"
+};
+
+// auth.no_match
+enum conf_acl_permit {
+	CONF_ACL_ALLOW = 0,
+	CONF_ACL_DENY,
+};
+
+// auth.deny_action
+enum conf_deny_action {
+	CONF_DENY_IGNORE = 0,
+	CONF_DENY_DISCONNECT,
+};
 
 typedef struct nmq_conf {
 	char *path; // file that was read, NULL if none
@@ -62,12 +86,14 @@ typedef struct nmq_conf {
 	bool  daemon;
 	int   num_taskq_thread; // 0 = automatic
 	int   max_taskq_thread;
-	int   parallel;         // 0 = automatic (2 x cores)
+	int   parallel; // 0 = automatic (2 x cores)
 	bool  enable_ipc_internal;
 	char *cmd_ipc_url;
+	char *hook_ipc_url; // accepted, unused
+	char *pid_file; // $NANOMQ_PID_FILE, default /tmp/nanomq/nanomq.pid
 
 	// mqtt
-	uint32_t max_packet_size;        // bytes
+	uint32_t max_packet_size; // bytes
 	uint32_t client_max_packet_size; // bytes
 	uint32_t max_mqueue_len;
 	uint32_t max_inflight_window;
@@ -85,7 +111,7 @@ typedef struct nmq_conf {
 	int           n_listeners;
 
 	// log
-	int      log_to;    // CONF_LOG_TO_* bits
+	int      log_to; // CONF_LOG_TO_* bits
 	int      log_level; // enum conf_log_level
 	char    *log_dir;
 	char    *log_file;
@@ -93,28 +119,72 @@ typedef struct nmq_conf {
 	int      log_rotation_count;
 	char    *log_uds_addr;
 
+	// http_server (REST API). http_enable is true when the section is
+	// present and its `enable` is not false, or with --http.
+	bool     http_enable;
+	int      http_port;
+	char    *http_ip_addr;
+	int      http_limit_conn;
+	uint32_t http_max_body; // bytes
+	char    *http_username; // NULL if not set
+	char    *http_password; // NULL if not set
+	int      http_auth_type; // enum conf_http_auth_type
+	char    *http_jwt_public_keyfile; // NULL if not set
+
 	// auth (the parts the core broker uses today)
-	bool allow_anonymous;
+	bool     allow_anonymous;
+	int      auth_no_match; // enum conf_acl_permit
+	int      auth_deny_action; // enum conf_deny_action
+	bool     auth_cache_enable;
+	int      auth_cache_max_size;
+	uint32_t auth_cache_ttl_s;
+	bool     auth_acl_enable; // auth.acl present and its `enable` not false
+	// auth.password, validated: an object whose members are all strings,
+	// {"user": "password-or-hash", ...} (numbers and booleans written
+	// unquoted are turned into their source text). NULL if not set.
+	struct cJSON *auth_password;
+	// auth.acl, validated and normalised: {"enable": bool, "rules": [rule,
+	// ...]} where each rule is an object with "permit" ("allow"|"deny"),
+	// "action" ("publish"|"subscribe"|"pubsub", filled in when absent),
+	// optional "username", "clientid" (strings), "ipaddrs" (array of
+	// strings; a lone "ipaddr" is moved here), "and" / "or" (arrays of
+	// objects holding only username/clientid/ipaddrs) and "topics" (array
+	// of strings, kept literally: "${clientid}", "@a/#"). NULL if not set.
+	struct cJSON *auth_acl;
 } nmq_conf;
 
 // Collected problems. Each message is one line "file:line: key: reason" (or
 // "file:line:col: reason" for syntax errors), at most CONF_MAX_ERRORS.
+// Messages past the limit are counted in n_dropped_*, so that a caller can
+// print "... and N more". Keys and values quoted in messages are cut to a
+// bounded length and control characters are replaced by '?'.
 #define CONF_MAX_ERRORS 20
 typedef struct conf_errors {
 	int   n_errors;
 	int   n_warnings;
 	char *errors[CONF_MAX_ERRORS];
 	char *warnings[CONF_MAX_ERRORS];
+	int   n_dropped_errors; // errors found but not stored
+	int   n_dropped_warnings; // warnings found but not stored
 } conf_errors;
+
+// Adds one formatted message (error when is_error, else warning). Never
+// fails: when the list is full or memory runs out, the message is counted
+// in n_dropped_* instead.
+void conf_errors_add(conf_errors *errs, bool is_error, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+// Returns true when errs holds at least one error (stored or dropped).
+bool conf_errors_failed(const conf_errors *errs);
 
 // Command-line overrides, applied last. A field left at its zero value
 // (NULL, -1 for ints as set by conf_cli_init) is not set.
 typedef struct conf_cli {
-	const char *conf_path;     // --conf
+	const char *conf_path; // --conf
 	const char *old_conf_path; // --old_conf
-	const char *urls[8];       // --url, repeatable
+	const char *urls[8]; // --url, repeatable
 	int         n_urls;
-	int         daemon;        // -d: 1, else -1
+	int         daemon; // -d: 1, else -1
 	int         num_taskq_thread;
 	int         max_taskq_thread;
 	int         parallel;
@@ -127,10 +197,12 @@ typedef struct conf_cli {
 	int         verify, fail;
 	const char *log_level;
 	const char *log_file;
-	int         log_stdout;  // -1 unset, 0/1
-	int         log_syslog;  // -1 unset, 0/1
+	int         log_stdout; // -1 unset, 0/1
+	int         log_syslog; // -1 unset, 0/1
 } conf_cli;
 
+// Sets every field of cli to "not set": NULL pointers, -1 integers, no
+// URLs.
 void conf_cli_init(conf_cli *cli);
 
 // Fills *conf with defaults, then the file (cli->conf_path, else
@@ -138,11 +210,53 @@ void conf_cli_init(conf_cli *cli);
 // /etc/nanomq.conf), then NANOMQ_* environment variables, then cli.
 // Returns 0 if no errors were found (warnings allowed), -1 otherwise; in
 // both cases *errs lists what was found. On -1, *conf is freed already.
-int  conf_load(nmq_conf *conf, const conf_cli *cli, const char *argv0, conf_errors *errs);
+// *errs is initialised by the call (its previous content is not freed).
+// argv0 may be NULL (then the binary's directory is /proc/self/exe's).
+int conf_load(nmq_conf *conf, const conf_cli *cli, const char *argv0, conf_errors *errs);
+// Frees everything *conf owns and zeroes it. NULL and a zeroed conf are fine.
 void conf_free(nmq_conf *conf);
+// Frees the messages and zeroes *errs.
 void conf_errors_free(conf_errors *errs);
 
 // Fills *conf with the built-in defaults only (used by tests).
 void conf_defaults(nmq_conf *conf);
+
+// Reads HOCON text from memory on top of the built-in defaults (no file
+// lookup, no environment, no command line): what `POST /config_update` and
+// the tests use. name appears in messages; relative includes are resolved
+// against dir (the working directory when NULL). Returns 0 or -1 like
+// conf_load(); on -1, *conf is freed already.
+int conf_load_text(nmq_conf *conf, const char *text, size_t len, const char *name, const char *dir,
+    conf_errors *errs);
+
+// Reload support. conf_diff() compares the running configuration a with a
+// newly loaded b and lists every key whose value differs, in schema order,
+// with whether applying it needs a restart (compat.md 1.4). Listeners are
+// reported as "listeners.<name>" (added, removed or bind changed: restart)
+// and "listeners.<name>.<file key>" (TLS files: applied to new connections).
+// auth.password and auth.acl are reported as a whole.
+typedef struct conf_change {
+	char *key; // owned by the conf_changes
+	bool  restart; // true: takes effect only after a restart
+} conf_change;
+
+typedef struct conf_changes {
+	int          n;
+	conf_change *v;
+} conf_changes;
+
+// Fills *out (which it initialises) with the differences between a and b.
+// Returns 0, or -1 when memory runs out (then *out is empty).
+int  conf_diff(const nmq_conf *a, const nmq_conf *b, conf_changes *out);
+void conf_changes_free(conf_changes *changes);
+
+// Writes the configuration reference (Markdown, the content of
+// docs/config.md) generated from the schema. Returns 0, or -1 on a write
+// error.
+int conf_schema_markdown(FILE *out);
+
+// Returns "tcp", "ssl", "ws" or "wss" for an enum conf_listener_kind, or
+// "?" for anything else.
+const char *conf_listener_kind_name(int kind);
 
 #endif // NMQ_CONF_H

@@ -16,6 +16,9 @@ extern _Atomic int log_level_current;
 
 // Opens the targets named in conf (log_to, dir/file, rotation, uds).
 // Returns 0 or -1 with a message in err.
+// May be called again (reload): the new targets are opened first and swapped
+// in only on success; on failure the running ones stay. Before the first
+// log_open and after log_close, lines go to stderr (level warn until set).
 int  log_open(const nmq_conf *conf, char *err, size_t errlen);
 void log_close(void);
 // Reopens log files (SIGUSR1, after logrotate).

@@ -1,0 +1,501 @@
+// The configuration schema: one table of every key nanomq.conf may hold
+// (compat.md section 2), with its type, default, range, reloadability,
+// alias, help text, the nmq_conf field it fills and whether it is
+// supported. Parsing, validation, defaults, reload and docs/config.md are
+// all driven by this table.
+#include <stdio.h>
+#include <string.h>
+
+#include "src/conf/conf_int.h"
+
+#define CF(f) .base = CONF_BASE_CONF, .off = offsetof(nmq_conf, f)
+#define LF(f) .base = CONF_BASE_LISTENER, .off = offsetof(conf_listener, f)
+
+#define MB256  268435456.0
+#define U32MAX 4294967295.0
+
+// The TLS keys of an ssl or wss listener.
+// clang-format off
+#define TLS_KEYS(kind, inherit) \
+	{ .path = "listeners." kind ".keyfile", .type = CONF_T_STR, .store = CONF_ST_STR, \
+	    LF(keyfile), .reload = true, .flags = CONF_F_TLSFILE | CONF_F_READABLE, \
+	    .def_doc = inherit, \
+	    .help = "PEM private key file. Required; must be readable at startup." }, \
+	{ .path = "listeners." kind ".certfile", .type = CONF_T_STR, .store = CONF_ST_STR, \
+	    LF(certfile), .reload = true, .flags = CONF_F_TLSFILE | CONF_F_READABLE, \
+	    .def_doc = inherit, \
+	    .help = "PEM certificate chain file. Required; must be readable at startup." }, \
+	{ .path = "listeners." kind ".cacertfile", .type = CONF_T_STR, .store = CONF_ST_STR, \
+	    LF(cacertfile), .reload = true, .flags = CONF_F_TLSFILE | CONF_F_READABLE, \
+	    .def_doc = inherit, .help = "PEM CA certificates used to verify client certificates." }, \
+	{ .path = "listeners." kind ".key_password", .type = CONF_T_STR, .store = CONF_ST_STR, \
+	    LF(key_password), .reload = true, .flags = CONF_F_TLSFILE | CONF_F_SECRET, \
+	    .def_doc = inherit, .help = "Passphrase of an encrypted private key." }, \
+	{ .path = "listeners." kind ".verify_peer", .type = CONF_T_BOOL, .store = CONF_ST_BOOL, \
+	    LF(verify_peer), .flags = CONF_F_TLSFILE, .def = "false", .def_doc = inherit, \
+	    .help = "Ask each client for a certificate and verify it against cacertfile." }, \
+	{ .path = "listeners." kind ".fail_if_no_peer_cert", .type = CONF_T_BOOL, \
+	    .store = CONF_ST_BOOL, LF(fail_if_no_peer_cert), .flags = CONF_F_TLSFILE, \
+	    .def = "false", .def_doc = inherit, \
+	    .help = "With verify_peer: refuse a client that sends no certificate." }
+
+const conf_key conf_schema[] = {
+	// ------------------------------------------------------------- system
+	{ .path = "system", .type = CONF_T_SECTION,
+	    .help = "The process: daemon mode, threads, work contexts and the command channel. "
+	        "Every change needs a restart." },
+	{ .path = "system.daemon", .type = CONF_T_BOOL, .store = CONF_ST_BOOL, CF(daemon),
+	    .def = "false",
+	    .help = "After validation, fork to the background and detach (also -d). Without it "
+	        "the broker stays in the foreground, which is the systemd mode." },
+	{ .path = "system.num_taskq_thread", .type = CONF_T_INT, .store = CONF_ST_INT,
+	    CF(num_taskq_thread), .def = "0", .def_doc = "0 (= 2 x CPU cores)", .min = 0, .max = 256,
+	    .help = "Worker threads of the pool that runs the work contexts." },
+	{ .path = "system.max_taskq_thread", .type = CONF_T_INT, .store = CONF_ST_INT,
+	    CF(max_taskq_thread), .def = "0", .def_doc = "0 (= num_taskq_thread)", .min = 0, .max = 256,
+	    .help = "Upper bound on the worker threads." },
+	{ .path = "system.parallel", .type = CONF_T_INT, .store = CONF_ST_INT, CF(parallel),
+	    .def = CONF_XSTR(NMQ_PARALLEL_DEFAULT), .def_doc = "CMake `PARALLEL` (0 = 2 x CPU cores)",
+	    .min = 0, .max = 65535,
+	    .help = "Number of application work contexts (requests in progress at once)." },
+	{ .path = "system.enable_ipc_internal", .type = CONF_T_BOOL, .store = CONF_ST_BOOL,
+	    CF(enable_ipc_internal), .def = "true",
+	    .help = "Serve the command channel that `nanomq reload` uses." },
+	{ .path = "system.cmd_ipc_url", .type = CONF_T_STR, .store = CONF_ST_STR, CF(cmd_ipc_url),
+	    .def = "ipc:///tmp/nanomq_cmd.ipc", .help = "Address of the command channel." },
+	{ .path = "system.hook_ipc_url", .type = CONF_T_STR, .store = CONF_ST_STR, CF(hook_ipc_url),
+	    .status = CONF_S_NOEFFECT, .def = "ipc:///tmp/nanomq_hook.ipc",
+	    .help = "Internal channel for webhooks (accepted for compatibility)." },
+
+	// --------------------------------------------------------------- mqtt
+	{ .path = "mqtt", .type = CONF_T_SECTION, .reload = true,
+	    .help = "MQTT protocol limits and timers. A reload applies every change." },
+	{ .path = "mqtt.max_packet_size", .type = CONF_T_SIZE, .store = CONF_ST_U32,
+	    CF(max_packet_size), .reload = true, .def = "10MB", .min = 1, .max = MB256,
+	    .help = "Largest packet accepted on any listener, checked before the body is read; "
+	        "advertised as Maximum Packet Size to v5 clients." },
+	{ .path = "mqtt.client_max_packet_size", .type = CONF_T_SIZE, .store = CONF_ST_U32,
+	    CF(client_max_packet_size), .reload = true, .def = "10MB", .def_doc = "= max_packet_size",
+	    .min = 1, .max = MB256,
+	    .help = "Largest packet sent to a client that announced no Maximum Packet Size; "
+	        "bigger messages are not sent to it and counted as dropped." },
+	{ .path = "mqtt.max_mqueue_len", .type = CONF_T_INT, .store = CONF_ST_U32,
+	    CF(max_mqueue_len), .reload = true, .def = CONF_XSTR(NMQ_MSQ_LEN_DEFAULT),
+	    .def_doc = "CMake `MSQ_LEN` (2048)", .min = 1, .max = U32MAX, .alias = "mqtt.msq_len",
+	    .help = "Messages waiting per client behind the inflight window; when full, new "
+	        "messages for that client are dropped and counted." },
+	{ .path = "mqtt.max_inflight_window", .type = CONF_T_INT, .store = CONF_ST_U32,
+	    CF(max_inflight_window), .reload = true, .def = "2048", .min = 1, .max = 65535,
+	    .help = "Outbound QoS 1/2 messages in flight per client (also bounded by the "
+	        "client's Receive Maximum)." },
+	{ .path = "mqtt.max_awaiting_rel", .type = CONF_T_INT, .store = CONF_ST_U32,
+	    CF(max_awaiting_rel), .reload = true, .flags = CONF_F_DUR_DEFAULT, .def = "100", .min = 1,
+	    .max = 65535,
+	    .help = "Inbound QoS 1/2 messages per client not yet completed; advertised as "
+	        "Receive Maximum. A duration here is accepted with a warning and means the "
+	        "default." },
+	{ .path = "mqtt.await_rel_timeout", .type = CONF_T_DUR_S, .store = CONF_ST_U32,
+	    CF(await_rel_timeout_s), .reload = true, .def = "300s", .min = 1, .max = U32MAX,
+	    .help = "Inbound QoS 2 state left without a PUBREL this long is discarded." },
+	{ .path = "mqtt.retry_interval", .type = CONF_T_DUR_S, .store = CONF_ST_U32,
+	    CF(retry_interval_s), .reload = true, .def = "10s", .min = 1, .max = 86400,
+	    .alias = "mqtt.qos_duration",
+	    .help = "Resend interval of unacknowledged QoS 1/2 messages to v3.1.1 clients." },
+	{ .path = "mqtt.keepalive_multiplier", .type = CONF_T_FLOAT, .store = CONF_ST_DOUBLE,
+	    CF(keepalive_multiplier), .reload = true, .flags = CONF_F_MIN_EXCL | CONF_F_MILLI_ALIAS,
+	    .def = "1.5", .min = 0.5, .max = 10, .warn_below = 1.0, .alias = "mqtt.keepalive_backoff",
+	    .help = "A client is disconnected after keepalive x multiplier without traffic. "
+	        "Values below 1.0 get a warning; through the alias, 100 or more is read in "
+	        "thousandths (1250 = 1.25)." },
+	{ .path = "mqtt.max_topic_alias", .type = CONF_T_INT, .store = CONF_ST_U32,
+	    CF(max_topic_alias), .reload = true, .def = "64", .min = 0, .max = 65535,
+	    .help = "Topic Alias Maximum advertised to v5 clients." },
+	{ .path = "mqtt.property_size", .type = CONF_T_INT, .store = CONF_ST_U32, CF(property_size),
+	    .reload = true, .status = CONF_S_NOEFFECT, .def = "32", .min = 0, .max = MB256,
+	    .help = "Accepted for compatibility; properties are bounded by max_packet_size." },
+	{ .path = "mqtt.batch_resend", .type = CONF_T_BOOL, .store = CONF_ST_BOOL, CF(batch_resend),
+	    .reload = true, .status = CONF_S_NOEFFECT, .def = "false",
+	    .help = "Accepted for compatibility; queued messages already go out as acks arrive." },
+
+	// ---------------------------------------------------------- listeners
+	{ .path = "listeners", .type = CONF_T_SECTION,
+	    .help = "Where clients connect. Without this section the broker listens on TCP "
+	        "0.0.0.0:1883. Each kind may also hold named listeners, e.g. "
+	        "`listeners.tcp.default_1 { bind = \"0.0.0.0:1884\" }`, which take the same "
+	        "keys; named ssl and wss listeners inherit the TLS keys of `listeners.ssl`. A "
+	        "bind is `host:port` (IPv6: `[::]:1883`); schemes such as `nmq-tcp://` or "
+	        "`tcp://` are tolerated. Adding or removing a listener or changing a bind "
+	        "needs a restart; a reload applies new TLS files to new connections." },
+	{ .path = "listeners.tcp", .type = CONF_T_SECTION, .help = "Plain MQTT over TCP." },
+	{ .path = "listeners.tcp.enable", .type = CONF_T_BOOL, .flags = CONF_F_ENABLE,
+	    .def = "true", .help = "`false` disables this listener." },
+	{ .path = "listeners.tcp.bind", .type = CONF_T_STR, .store = CONF_ST_STR, LF(bind),
+	    .flags = CONF_F_BIND, .def = "0.0.0.0:1883", .help = "Address and port." },
+	{ .path = "listeners.ssl", .type = CONF_T_SECTION, .help = "MQTT over TLS." },
+	{ .path = "listeners.ssl.enable", .type = CONF_T_BOOL, .flags = CONF_F_ENABLE,
+	    .def = "true", .help = "`false` disables this listener." },
+	{ .path = "listeners.ssl.bind", .type = CONF_T_STR, .store = CONF_ST_STR, LF(bind),
+	    .flags = CONF_F_BIND, .def = "0.0.0.0:8883", .help = "Address and port." },
+	TLS_KEYS("ssl", NULL),
+	{ .path = "listeners.ws", .type = CONF_T_SECTION, .help = "MQTT over WebSocket." },
+	{ .path = "listeners.ws.enable", .type = CONF_T_BOOL, .flags = CONF_F_ENABLE, .def = "true",
+	    .help = "`false` disables this listener." },
+	{ .path = "listeners.ws.bind", .type = CONF_T_STR, .store = CONF_ST_STR, LF(bind),
+	    .flags = CONF_F_BIND, .def = "0.0.0.0:8083/mqtt",
+	    .help = "Address, port and the required URL path." },
+	{ .path = "listeners.wss", .type = CONF_T_SECTION, .help = "MQTT over secure WebSocket." },
+	{ .path = "listeners.wss.enable", .type = CONF_T_BOOL, .flags = CONF_F_ENABLE,
+	    .def = "true", .help = "`false` disables this listener." },
+	{ .path = "listeners.wss.bind", .type = CONF_T_STR, .store = CONF_ST_STR, LF(bind),
+	    .flags = CONF_F_BIND, .def = "0.0.0.0:8086/mqtt",
+	    .help = "Address, port and the required URL path." },
+	TLS_KEYS("wss", "from `listeners.ssl`"),
+	{ .path = "listeners.quic", .type = CONF_T_SECTION, .status = CONF_S_UNSUPPORTED,
+	    .help = "MQTT over QUIC." },
+
+	// -------------------------------------------------------- http_server
+	{ .path = "http_server", .type = CONF_T_SECTION,
+	    .help = "The REST API (`/api/v4`). The section being present enables it. Every "
+	        "change needs a restart." },
+	{ .path = "http_server.enable", .type = CONF_T_BOOL, .store = CONF_ST_BOOL, CF(http_enable),
+	    .def_doc = "true (when the section is present)",
+	    .help = "`false` keeps the section but turns the API off." },
+	{ .path = "http_server.port", .type = CONF_T_INT, .store = CONF_ST_INT, CF(http_port),
+	    .def = "8081", .min = 0, .max = 65535, .help = "TCP port." },
+	{ .path = "http_server.ip_addr", .type = CONF_T_STR, .store = CONF_ST_STR, CF(http_ip_addr),
+	    .def = "0.0.0.0", .help = "Bind address; quotes are optional." },
+	{ .path = "http_server.limit_conn", .type = CONF_T_INT, .store = CONF_ST_INT,
+	    CF(http_limit_conn), .def = "32", .min = 1, .max = 65535, .alias = "http_server.parallel",
+	    .help = "Requests handled at the same time; others wait." },
+	{ .path = "http_server.max_body", .type = CONF_T_SIZE, .store = CONF_ST_U32,
+	    CF(http_max_body), .def = "1MB", .min = 1, .max = MB256,
+	    .help = "Largest request body; a bigger one gets HTTP 400, code 108." },
+	{ .path = "http_server.username", .type = CONF_T_STR, .store = CONF_ST_STR,
+	    CF(http_username), .help = "Basic-auth user name." },
+	{ .path = "http_server.password", .type = CONF_T_STR, .store = CONF_ST_STR,
+	    CF(http_password), .flags = CONF_F_SECRET, .help = "Basic-auth password." },
+	{ .path = "http_server.auth_type", .type = CONF_T_ENUM, .store = CONF_ST_INT,
+	    CF(http_auth_type), .def = "basic", .words = "basic|jwt|no_auth",
+	    .help = "How requests authenticate: Basic, RS256 JWT bearer token, or not at all." },
+	{ .path = "http_server.jwt.public.keyfile", .type = CONF_T_STR, .store = CONF_ST_STR,
+	    CF(http_jwt_public_keyfile), .flags = CONF_F_READABLE,
+	    .help = "RS256 public key (PEM). Required when auth_type = jwt." },
+	{ .path = "http_server.jwt.private.keyfile", .type = CONF_T_STR, .status = CONF_S_NOEFFECT,
+	    .help = "Accepted and ignored." },
+
+	// ---------------------------------------------------------------- log
+	{ .path = "log", .type = CONF_T_SECTION, .reload = true,
+	    .help = "Where log lines go and how verbose they are. A reload applies every change." },
+	{ .path = "log.to", .type = CONF_T_FLAGS, .store = CONF_ST_INT, CF(log_to), .reload = true,
+	    .def = "console", .def_doc = "[console]", .words = "console|file|syslog|uds",
+	    .help = "Targets: a list such as `[file, console]`, or a single word." },
+	{ .path = "log.level", .type = CONF_T_ENUM, .store = CONF_ST_INT, CF(log_level),
+	    .reload = true, .def = "warn", .words = "trace|debug|info|warn|error|fatal",
+	    .help = "Lowest level written." },
+	{ .path = "log.dir", .type = CONF_T_STR, .store = CONF_ST_STR, CF(log_dir), .reload = true,
+	    .def = ".", .def_doc = "`.` (working directory)",
+	    .help = "Directory of the log file (target `file`)." },
+	{ .path = "log.file", .type = CONF_T_STR, .store = CONF_ST_STR, CF(log_file),
+	    .reload = true, .def = "nanomq.log", .help = "Name of the log file." },
+	{ .path = "log.rotation.size", .type = CONF_T_SIZE, .store = CONF_ST_U64,
+	    CF(log_rotation_size), .reload = true, .def = "10MB", .min = 1024, .max = 1099511627776.0,
+	    .help = "Rotate when the file would grow past this size." },
+	{ .path = "log.rotation.count", .type = CONF_T_INT, .store = CONF_ST_INT,
+	    CF(log_rotation_count), .reload = true, .def = "5", .min = 0, .max = 1000,
+	    .help = "Rotated files kept (nanomq.log.1 ... .N); the oldest is deleted." },
+	{ .path = "log.uds_addr", .type = CONF_T_STR, .store = CONF_ST_STR, CF(log_uds_addr),
+	    .reload = true,
+	    .help = "Unix datagram socket receiving syslog-formatted lines (target `uds`)." },
+
+	// --------------------------------------------------------------- auth
+	{ .path = "auth", .type = CONF_T_SECTION, .reload = true,
+	    .help = "Client authentication and authorisation. A reload applies every change, "
+	        "including the included password and ACL files, and flushes the ACL cache." },
+	{ .path = "auth.allow_anonymous", .type = CONF_T_BOOL, .store = CONF_ST_BOOL,
+	    CF(allow_anonymous), .reload = true, .def = "true",
+	    .help = "Accept clients without a username or with an unlisted one; a listed user "
+	        "with a wrong password is always refused." },
+	{ .path = "auth.no_match", .type = CONF_T_ENUM, .store = CONF_ST_INT, CF(auth_no_match),
+	    .reload = true, .def = "allow", .words = "allow|deny",
+	    .help = "ACL result when no rule matches." },
+	{ .path = "auth.deny_action", .type = CONF_T_ENUM, .store = CONF_ST_INT,
+	    CF(auth_deny_action), .reload = true, .def = "ignore", .words = "ignore|disconnect",
+	    .help = "After an ACL denial: only refuse the operation, or also disconnect." },
+	{ .path = "auth.cache.enable", .type = CONF_T_BOOL, .store = CONF_ST_BOOL,
+	    CF(auth_cache_enable), .reload = true, .def = "true",
+	    .help = "Cache ACL decisions per client." },
+	{ .path = "auth.cache.max_size", .type = CONF_T_INT, .store = CONF_ST_INT,
+	    CF(auth_cache_max_size), .reload = true, .def = "32", .min = 0, .max = 1000000,
+	    .help = "Cached decisions per client." },
+	{ .path = "auth.cache.ttl", .type = CONF_T_DUR_S, .store = CONF_ST_U32,
+	    CF(auth_cache_ttl_s), .reload = true, .def = "1m", .min = 0, .max = U32MAX,
+	    .help = "Lifetime of a cached decision." },
+	{ .path = "auth.password", .type = CONF_T_OBJECT, .reload = true,
+	    .help = "`user: password` pairs, usually `{include \"/etc/nanomq_pwd.conf\"}`. "
+	        "`$7$...` (PBKDF2-SHA512) and `$6$...` (SHA-512) values are hashes." },
+	{ .path = "auth.acl", .type = CONF_T_OBJECT, .reload = true,
+	    .help = "ACL, usually `{include \"/etc/nanomq_acl.conf\"}`." },
+	{ .path = "auth.acl.enable", .type = CONF_T_BOOL, .reload = true, .def = "true",
+	    .help = "`false` keeps the rules but does not apply them." },
+	{ .path = "auth.acl.rules", .type = CONF_T_ARRAY, .reload = true,
+	    .help = "Rules, first match wins: `{permit = allow|deny, username, clientid, ipaddr, "
+	        "ipaddrs, and, or, action = publish|subscribe|pubsub, topics = [...]}`." },
+	{ .path = "auth.http_auth", .type = CONF_T_SECTION, .status = CONF_S_NOT_YET,
+	    .help = "HTTP authentication and ACL callouts." },
+
+	// ------------------------------------- recognised, not supported yet
+	{ .path = "sqlite", .type = CONF_T_SECTION, .status = CONF_S_NOT_YET,
+	    .help = "SQLite persistence of sessions and messages." },
+	{ .path = "webhook", .type = CONF_T_SECTION, .status = CONF_S_NOT_YET,
+	    .help = "HTTP POST of broker events." },
+	{ .path = "bridges.mqtt", .type = CONF_T_SECTION, .status = CONF_S_NOT_YET,
+	    .help = "MQTT bridges to other brokers, and their offline cache." },
+	{ .path = "preset", .type = CONF_T_SECTION, .status = CONF_S_NOT_YET,
+	    .help = "Persistent sessions created at startup." },
+
+	// ---------------------------------------- recognised, never supported
+	{ .path = "bridges.aws", .type = CONF_T_SECTION, .status = CONF_S_UNSUPPORTED,
+	    .help = "AWS IoT Core bridges." },
+	{ .path = "bridges.nng", .type = CONF_T_SECTION, .status = CONF_S_UNSUPPORTED,
+	    .help = "NNG pub/sub bridges." },
+	{ .path = "rules", .type = CONF_T_SECTION, .status = CONF_S_UNSUPPORTED,
+	    .help = "The rule engine (sqlite, repub, mysql, postgresql, timescaledb)." },
+	{ .path = "exchange_client", .type = CONF_T_SECTION, .status = CONF_S_UNSUPPORTED,
+	    .help = "Message exchange ring buffers." },
+	{ .path = "parquet", .type = CONF_T_SECTION, .status = CONF_S_UNSUPPORTED,
+	    .help = "Parquet file storage." },
+	{ .path = "plugin", .type = CONF_T_SECTION, .status = CONF_S_UNSUPPORTED,
+	    .help = "Loadable plugins." },
+};
+// clang-format on
+
+const size_t conf_schema_len = sizeof(conf_schema) / sizeof(conf_schema[0]);
+
+// Returns the entry whose path or alias equals path, or NULL.
+const conf_key *conf_schema_find(const char *path, bool *via_alias)
+{
+	for (size_t i = 0; i < conf_schema_len; i++) {
+		if (strcmp(conf_schema[i].path, path) == 0) {
+			if (via_alias != NULL) {
+				*via_alias = false;
+			}
+			return &conf_schema[i];
+		}
+		if (conf_schema[i].alias != NULL && strcmp(conf_schema[i].alias, path) == 0) {
+			if (via_alias != NULL) {
+				*via_alias = true;
+			}
+			return &conf_schema[i];
+		}
+	}
+	return NULL;
+}
+
+// Returns true when a schema path (or alias) extends path by ".more".
+bool conf_schema_is_prefix(const char *path)
+{
+	size_t n = strlen(path);
+
+	for (size_t i = 0; i < conf_schema_len; i++) {
+		const char *p = conf_schema[i].path;
+		const char *a = conf_schema[i].alias;
+		if ((strncmp(p, path, n) == 0 && p[n] == '.')
+		    || (a != NULL && strncmp(a, path, n) == 0 && a[n] == '.')) {
+			return true;
+		}
+	}
+	return false;
+}
+
+// ---------------------------------------------------------------------------
+// Reference documentation.
+
+// Returns the name of a type as the docs write it.
+static const char *type_name(const conf_key *k)
+{
+	switch (k->type) {
+	case CONF_T_SECTION:
+		return "section";
+	case CONF_T_BOOL:
+		return "bool";
+	case CONF_T_INT:
+		return "int";
+	case CONF_T_FLOAT:
+		return "float";
+	case CONF_T_STR:
+		return "str";
+	case CONF_T_ENUM:
+		return "enum";
+	case CONF_T_SIZE:
+		return "size";
+	case CONF_T_DUR_S:
+		return "dur(s)";
+	case CONF_T_DUR_MS:
+		return "dur(ms)";
+	case CONF_T_FLAGS:
+		return "array";
+	case CONF_T_OBJECT:
+		return "object";
+	case CONF_T_ARRAY:
+		return "array";
+	}
+	return "?";
+}
+
+// Writes the allowed range or values of k into buf ("" when none).
+static void range_text(const conf_key *k, char *buf, size_t len)
+{
+	buf[0] = '\0';
+	if (k->type == CONF_T_ENUM || k->type == CONF_T_FLAGS) {
+		size_t n = 0;
+		for (const char *w = k->words; *w != '\0' && n + 8 < len;) {
+			size_t wl = strcspn(w, "|");
+			n += (size_t)snprintf(
+			    buf + n, len - n, "%s`%.*s`", n > 0 ? ", " : "", (int)wl, w);
+			w += wl + (w[wl] == '|');
+		}
+		return;
+	}
+	conf_range_text(k, buf, len);
+}
+
+// Returns true for entries that start a new top-level section in the docs.
+static bool is_top_section(const conf_key *k)
+{
+	return k->type == CONF_T_SECTION && strchr(k->path, '.') == NULL
+	    && k->status == CONF_S_SUPPORTED;
+}
+
+// Returns the top-level section name length of path.
+static size_t top_len(const char *path)
+{
+	return strcspn(path, ".");
+}
+
+// Writes one table row for k.
+static void key_row(FILE *out, const conf_key *k)
+{
+	char        range[128];
+	const char *reload;
+
+	range_text(k, range, sizeof(range));
+	if (k->status == CONF_S_NOT_YET || k->status == CONF_S_UNSUPPORTED) {
+		reload = "-";
+	} else {
+		reload = k->reload ? "yes" : "restart";
+	}
+	fprintf(out, "| `%s` | %s | ", k->path, type_name(k));
+	if (k->def_doc != NULL) {
+		fprintf(out, "%s", k->def_doc);
+	} else if (k->def != NULL) {
+		fprintf(out, "`%s`", k->def);
+	} else {
+		fprintf(out, "none");
+	}
+	fprintf(out, " | %s | %s | %s", range, reload, k->help);
+	if (k->alias != NULL) {
+		fprintf(out, " Alias: `%s`.", k->alias);
+	}
+	switch (k->status) {
+	case CONF_S_NOEFFECT:
+		fprintf(out, " *(No effect.)*");
+		break;
+	case CONF_S_NOT_YET:
+		fprintf(out, " *(Not supported yet: ignored with a warning.)*");
+		break;
+	case CONF_S_UNSUPPORTED:
+		fprintf(out, " *(Not supported by this broker: ignored with a warning.)*");
+		break;
+	default:
+		break;
+	}
+	fprintf(out, " |\n");
+}
+
+// Writes docs/config.md from the schema.
+int conf_schema_markdown(FILE *out)
+{
+	fprintf(out,
+	    "# Configuration reference\n"
+	    "\n"
+	    "<!-- Generated from src/conf/conf_schema.c by conf_schema_markdown(); "
+	    "test_conf checks that this file is up to date. Do not edit by hand: run "
+	    "`NMQ_REGEN_DOCS=1 test_conf`. -->\n"
+	    "\n"
+	    "`nanomq.conf` is HOCON, in the subset NanoMQ files use: `a.b.c = v` is the same "
+	    "as `a { b { c = v } }`; the separator is `=` or `:` and may be left out before "
+	    "`{`; a key given twice keeps the later value, and two objects under one key are "
+	    "merged. Strings may be quoted (JSON escapes) or not: an unquoted string runs to "
+	    "the end of the line, `,`, `}` or `]`, so `bind = 0.0.0.0:1883` works. Comments "
+	    "start with `#` or `//` at the start of a line or after white space. "
+	    "`{include \"file\"}` can stand for any object; a relative path is resolved "
+	    "against the directory of the including file. There is no `${...}` "
+	    "substitution.\n"
+	    "\n"
+	    "Types: `bool` is `true`/`false` (also `yes`/`no`/`on`/`off`); `size` takes `B`, "
+	    "`KB`, `MB`, `GB` (1024-based, any case) and a bare number is bytes; `dur(s)` and "
+	    "`dur(ms)` take `ms`, `s`, `m`, `h` and a bare number is in the unit shown. "
+	    "A wrong type, a value out of range or an unknown word is an error reported as "
+	    "`file:line: key: reason`, and the broker refuses to start. An unknown key is a "
+	    "warning and is ignored. \"reload\" says whether `nanomq reload` (or SIGHUP) "
+	    "applies a change, or whether it needs a restart.\n"
+	    "\n"
+	    "Precedence, lowest first: built-in defaults, the file, `NANOMQ_*` environment "
+	    "variables, command-line options. The file is `--conf PATH`, else "
+	    "`$NANOMQ_CONF_PATH`, else `nanomq.conf` beside the binary, else "
+	    "`/etc/nanomq.conf`.\n");
+
+	for (size_t i = 0; i < conf_schema_len; i++) {
+		const conf_key *sec = &conf_schema[i];
+		size_t          tl;
+		if (!is_top_section(sec)) {
+			continue;
+		}
+		tl = strlen(sec->path);
+		fprintf(out, "\n## `%s`\n\n%s\n\n", sec->path, sec->help);
+		fprintf(out, "| key | type | default | range / values | reload | description |\n");
+		fprintf(out, "|---|---|---|---|---|---|\n");
+		for (size_t j = 0; j < conf_schema_len; j++) {
+			const conf_key *k = &conf_schema[j];
+			if (k == sec || top_len(k->path) != tl
+			    || strncmp(k->path, sec->path, tl) != 0) {
+				continue;
+			}
+			key_row(out, k);
+		}
+	}
+
+	fprintf(out,
+	    "\n## Sections recognised but not supported\n\n"
+	    "These sections are recognised so that an existing NanoMQ file still "
+	    "loads: each one gets a single warning and is ignored.\n\n");
+	for (size_t i = 0; i < conf_schema_len; i++) {
+		const conf_key *k = &conf_schema[i];
+		if (k->type != CONF_T_SECTION || k->status == CONF_S_SUPPORTED
+		    || strcmp(k->path, "auth.http_auth") == 0
+		    || strcmp(k->path, "listeners.quic") == 0) {
+			continue;
+		}
+		fprintf(out, "- `%s`: %s %s\n", k->path, k->help,
+		    k->status == CONF_S_NOT_YET ? "Not supported yet."
+		                                : "Not supported by this broker.");
+	}
+
+	fprintf(out,
+	    "\n## Environment variables\n\n"
+	    "They override the file. Booleans take `true`/`false`/`1`/`0`; sizes "
+	    "and durations use the file syntax. An invalid value is an error that "
+	    "names the variable. An empty variable counts as unset.\n\n");
+	if (conf_env_markdown(out) != 0) {
+		return -1;
+	}
+	fprintf(out,
+	    "\n## Legacy flat format (`--old_conf`)\n\n"
+	    "One `key=value` per line (`#` starts a comment line). Each flat key "
+	    "maps onto a HOCON key and is then checked like it; a flat key not in "
+	    "this table gets a warning.\n\n");
+	if (conf_old_markdown(out) != 0) {
+		return -1;
+	}
+	return ferror(out) ? -1 : 0;
+}
