@@ -271,7 +271,8 @@ handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 
 	// Session lookup, takeover and creation.
 	nmq_session *s;
-	nmq_link    *old            = NULL;
+	nmq_conn    *old_conn       = NULL; // held; the old link may be freed
+	bool         old_v5         = false;
 	nmq_session *ended          = NULL;
 	bool         session_present = false;
 	pthread_mutex_lock(&p->tbl_mtx);
@@ -279,10 +280,12 @@ handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 	if (s != NULL) {
 		pthread_mutex_lock(&s->mtx);
 		if (s->link != NULL) {
-			old = s->link;
+			nmq_link *old   = s->link;
 			old->taken_over = true;
-			conn_hold(old->conn);
-			if (old->ver == MQTT_PROTO_V5) {
+			old_conn        = old->conn;
+			old_v5          = old->ver == MQTT_PROTO_V5;
+			conn_hold(old_conn);
+			if (old_v5) {
 				link_send_disconnect(old, MQTT_RC_SESSION_TAKEN_OVER);
 			}
 			__atomic_store_n(&s->link, NULL, __ATOMIC_RELAXED);
@@ -383,15 +386,15 @@ handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 	while (n > mx && !atomic_compare_exchange_weak(&p->m.connections_max, &mx, n)) {
 	}
 
-	if (old != NULL) {
+	if (old_conn != NULL) {
 		log_info("conn", "client_id=%s peer=%s event=session_taken_over", client_id,
-		    conn_peer(old->conn));
-		if (old->ver == MQTT_PROTO_V5) {
-			conn_shutdown(old->conn);
+		    conn_peer(old_conn));
+		if (old_v5) {
+			conn_shutdown(old_conn);
 		} else {
-			conn_close(old->conn);
+			conn_close(old_conn);
 		}
-		conn_release(old->conn);
+		conn_release(old_conn);
 	}
 	if (ended != NULL) {
 		// Publish its pending will, drop its subscriptions.

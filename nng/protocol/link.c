@@ -158,8 +158,15 @@ link_send_disconnect(nmq_link *l, uint8_t reason)
 	}
 	mqtt_packet pk;
 	memset(&pk, 0, sizeof(pk));
-	pk.type                  = MQTT_DISCONNECT;
-	pk.u.disconnect.reason   = reason;
+	pk.type                = MQTT_DISCONNECT;
+	pk.u.disconnect.reason = reason;
+	// A reason string says why in words (allowed on DISCONNECT whatever
+	// Request Problem Information says); it also lets clients that only
+	// parse the reason code of a longer DISCONNECT (paho 1.6) see it.
+	const char *why = mqtt_reason_name(reason);
+	pk.u.disconnect.props.present |= MQTT_PBIT(MQTT_PROP_REASON_STRING);
+	pk.u.disconnect.props.reason_string.p   = (const uint8_t *) why;
+	pk.u.disconnect.props.reason_string.len = (uint32_t) strlen(why);
 	link_send_packet(l, &pk);
 }
 
