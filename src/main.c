@@ -134,7 +134,12 @@ reload(server *srv, const cli_args *args, const char *argv0)
 	sd_notify_reloading();
 	conf_cli cli = args->cli;
 	if (srv->conf.path != NULL) {
-		cli.conf_path = srv->conf.path;
+		// The same file (made absolute at startup), in the same format.
+		if (cli.old_conf_path != NULL) {
+			cli.old_conf_path = srv->conf.path;
+		} else {
+			cli.conf_path = srv->conf.path;
+		}
 	}
 	if (conf_load(&nc, &cli, argv0, &errs) != 0) {
 		log_conf_errors(&errs);
@@ -156,6 +161,11 @@ reload(server *srv, const cli_args *args, const char *argv0)
 			}
 		}
 		conf_changes_free(&ch);
+	}
+	char err[256];
+	if (log_open(&nc, err, sizeof(err)) != 0) {
+		// The running log targets stay; the rest of the reload goes on.
+		log_error("main", "event=reload_log_failed reason=\"%s\"", err);
 	}
 	proto_limits lim;
 	broker_limits_from_conf(&nc, &lim);
@@ -304,6 +314,14 @@ main(int argc, char **argv)
 	if (rc != 0) {
 		fprintf(stderr, "nanomq: configuration has errors; not starting\n");
 		return 1;
+	}
+	if (conf.path != NULL && conf.path[0] != '/') {
+		// Reload re-reads this path after daemonize() changed to "/".
+		char *abs = realpath(conf.path, NULL);
+		if (abs != NULL) {
+			free(conf.path);
+			conf.path = abs;
+		}
 	}
 	if (args.test) {
 		printf("nanomq: configuration %s is valid\n", conf.path != NULL ? conf.path : "(defaults)");
