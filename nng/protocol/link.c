@@ -425,7 +425,7 @@ link_writable(void *upper)
 		return;
 	}
 	pthread_mutex_lock(&s->mtx);
-	if (s->link == l && s->q_len > 0) {
+	if (s->link == l && s->q.len + s->q0.len > 0) {
 		session_pump_locked(s);
 	}
 	pthread_mutex_unlock(&s->mtx);

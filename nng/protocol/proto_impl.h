@@ -12,11 +12,20 @@
 // A message waiting in a session's queue or in flight.
 typedef struct out_entry {
 	nmq_msg *msg;
+	uint64_t seq; // arrival order across the two queues
 	uint8_t  qos;
 	bool     retain;
 	uint8_t  n_sub_ids;
 	uint32_t sub_ids[SUBIDS_INLINE];
 } out_entry;
+
+// A ring of queued entries.
+typedef struct out_ring {
+	out_entry *v;
+	uint32_t   head;
+	uint32_t   len;
+	uint32_t   cap;
+} out_ring;
 
 enum infl_state {
 	INFL_WAIT_PUBACK = 1,
@@ -53,11 +62,13 @@ struct nmq_session {
 	uint32_t        expiry_s; // session expiry interval; UINT32_MAX never
 	uint64_t        offline_since_ms;
 
-	// Outbound queue (ring), bounded by limits.max_mqueue_len.
-	out_entry *q;
-	uint32_t   q_head;
-	uint32_t   q_len;
-	uint32_t   q_cap;
+	// Outbound queues, together bounded by limits.max_mqueue_len: QoS 1/2
+	// messages wait for the in-flight window, QoS 0 ones only for the
+	// socket, so QoS 0 keeps flowing while the window is full [MQTT-4.9.0-3].
+	// With both flowing they leave in arrival order (seq).
+	out_ring q;  // QoS 1/2
+	out_ring q0; // QoS 0
+	uint64_t q_seq;
 
 	// In-flight outbound QoS 1/2, in send order (array from infl_start).
 	infl_entry *infl;

@@ -48,7 +48,8 @@ nmq_session_release(nmq_session *s)
 	if (s->will != NULL) {
 		nmq_msg_release(s->will);
 	}
-	free(s->q);
+	free(s->q.v);
+	free(s->q0.v);
 	free(s->infl);
 	free(s->rel);
 	pthread_mutex_destroy(&s->mtx);
@@ -87,15 +88,23 @@ nmq_session_app_data(nmq_session *s)
 	return &s->app_data;
 }
 
+// Releases every entry of a ring.
+static void
+ring_clear(out_ring *r)
+{
+	for (uint32_t i = 0; i < r->len; i++) {
+		nmq_msg_release(r->v[(r->head + i) % r->cap].msg);
+	}
+	r->len  = 0;
+	r->head = 0;
+}
+
 // Releases queued and in-flight messages and inbound QoS 2 state.
 void
 session_clear_locked(nmq_session *s)
 {
-	for (uint32_t i = 0; i < s->q_len; i++) {
-		nmq_msg_release(s->q[(s->q_head + i) % s->q_cap].msg);
-	}
-	s->q_len  = 0;
-	s->q_head = 0;
+	ring_clear(&s->q);
+	ring_clear(&s->q0);
 	for (uint32_t i = 0; i < s->infl_len; i++) {
 		infl_entry *f = &s->infl[s->infl_start + i];
 		if (f->e.msg != NULL) {
@@ -107,45 +116,57 @@ session_clear_locked(nmq_session *s)
 	s->rel_len    = 0;
 }
 
-// Appends an entry to the queue ring, growing it up to the bound. Returns
-// false when full.
+// Appends an entry to a ring, growing it up to `bound`. Returns false on
+// allocation failure.
 static bool
-queue_push(nmq_session *s, const out_entry *e)
+ring_push(out_ring *r, const out_entry *e, uint32_t bound)
 {
-	uint32_t bound = s->p->lim.max_mqueue_len;
-	if (s->q_len >= bound) {
-		return false;
-	}
-	if (s->q_len == s->q_cap) {
-		uint32_t ncap = s->q_cap ? s->q_cap * 2 : 16;
+	if (r->len == r->cap) {
+		uint32_t ncap = r->cap ? r->cap * 2 : 16;
 		if (ncap > bound) {
 			ncap = bound;
 		}
-		out_entry *nq = malloc((size_t) ncap * sizeof(*nq));
-		if (nq == NULL) {
+		if (ncap <= r->cap) {
 			return false;
 		}
-		for (uint32_t i = 0; i < s->q_len; i++) {
-			nq[i] = s->q[(s->q_head + i) % s->q_cap];
+		out_entry *nv = malloc((size_t) ncap * sizeof(*nv));
+		if (nv == NULL) {
+			return false;
 		}
-		free(s->q);
-		s->q      = nq;
-		s->q_cap  = ncap;
-		s->q_head = 0;
+		for (uint32_t i = 0; i < r->len; i++) {
+			nv[i] = r->v[(r->head + i) % r->cap];
+		}
+		free(r->v);
+		r->v    = nv;
+		r->cap  = ncap;
+		r->head = 0;
 	}
-	s->q[(s->q_head + s->q_len) % s->q_cap] = *e;
-	s->q_len++;
+	r->v[(r->head + r->len) % r->cap] = *e;
+	r->len++;
 	return true;
 }
 
 static void
-queue_pop(nmq_session *s)
+ring_pop(out_ring *r)
 {
-	s->q_head = (s->q_head + 1) % s->q_cap;
-	s->q_len--;
-	if (s->q_len == 0) {
-		s->q_head = 0;
+	r->head = (r->head + 1) % r->cap;
+	r->len--;
+	if (r->len == 0) {
+		r->head = 0;
 	}
+}
+
+// Queues e (QoS 0 and QoS 1/2 apart); false when the session's queue bound
+// is reached.
+static bool
+queue_push(nmq_session *s, out_entry *e)
+{
+	uint32_t bound = s->p->lim.max_mqueue_len;
+	if (s->q.len + s->q0.len >= bound) {
+		return false;
+	}
+	e->seq = s->q_seq++;
+	return ring_push(e->qos == 0 ? &s->q0 : &s->q, e, bound);
 }
 
 // Returns true if pid is in flight.
@@ -232,7 +253,8 @@ infl_remove(nmq_session *s, uint32_t i)
 	}
 }
 
-// Sends queued messages while the window and the socket allow.
+// Sends queued messages while the window and the socket allow: the
+// older of the two queue heads first; QoS 0 alone when the window is full.
 void
 session_pump_locked(nmq_session *s)
 {
@@ -244,8 +266,18 @@ session_pump_locked(nmq_session *s)
 	uint64_t   now = 0;
 	bool       any = false;
 	conn_tx_lock(l->conn);
-	while (s->q_len > 0 && !conn_tx_full(l->conn)) {
-		out_entry *e = &s->q[s->q_head];
+	while (s->q.len + s->q0.len > 0 && !conn_tx_full(l->conn)) {
+		bool       window = s->infl_len < s->infl_max;
+		out_ring  *r;
+		if (s->q.len > 0 && window &&
+		    (s->q0.len == 0 || s->q.v[s->q.head].seq < s->q0.v[s->q0.head].seq)) {
+			r = &s->q;
+		} else if (s->q0.len > 0) {
+			r = &s->q0;
+		} else {
+			break; // only QoS 1/2 left and the window is full
+		}
+		out_entry *e = &r->v[r->head];
 		if (e->msg->expiry_at_ms != 0) {
 			if (now == 0) {
 				now = nmq_clock_ms();
@@ -253,27 +285,24 @@ session_pump_locked(nmq_session *s)
 			if (nmq_msg_remaining(e->msg, now) == 0) {
 				proto_count_drop(p, &p->m.drop_expired);
 				nmq_msg_release(e->msg);
-				queue_pop(s);
+				ring_pop(r);
 				continue;
 			}
 		}
 		if (e->qos == 0) {
-			int r = link_send_publish(l, e, 0, false);
-			if (r == 0) {
+			int rv = link_send_publish(l, e, 0, false);
+			if (rv == 0) {
 				break;
 			}
-			if (r < 0) {
+			if (rv < 0) {
 				proto_count_drop(p, &p->m.drop_too_large);
 			} else {
 				atomic_fetch_add_explicit(&p->m.msgs_sent, 1, memory_order_relaxed);
 			}
 			nmq_msg_release(e->msg);
-			queue_pop(s);
+			ring_pop(r);
 			any = true;
 			continue;
-		}
-		if (s->infl_len >= s->infl_max) {
-			break;
 		}
 		infl_entry f;
 		f.e     = *e;
@@ -283,14 +312,14 @@ session_pump_locked(nmq_session *s)
 			now = nmq_clock_ms();
 		}
 		f.sent_ms = now;
-		int r     = link_send_publish(l, e, f.pid, false);
-		if (r == 0) {
+		int rv    = link_send_publish(l, e, f.pid, false);
+		if (rv == 0) {
 			break;
 		}
-		if (r < 0) {
+		if (rv < 0) {
 			proto_count_drop(p, &p->m.drop_too_large);
 			nmq_msg_release(e->msg);
-			queue_pop(s);
+			ring_pop(r);
 			continue;
 		}
 		if (!infl_push(s, &f)) {
@@ -300,7 +329,7 @@ session_pump_locked(nmq_session *s)
 			break;
 		}
 		atomic_fetch_add_explicit(&p->m.msgs_sent, 1, memory_order_relaxed);
-		queue_pop(s);
+		ring_pop(r);
 		any = true;
 	}
 	conn_tx_unlock(l->conn);
