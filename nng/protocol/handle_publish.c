@@ -33,6 +33,33 @@ handle_publish(nmq_link *l, const mqtt_packet *pk)
 	const mqtt_publish *pub = &pk->u.publish;
 	mqtt_bytes          topic = pub->topic;
 
+	if (l->ver == MQTT_PROTO_V5 &&
+	    (pub->props.present & MQTT_PBIT(MQTT_PROP_SUBSCRIPTION_ID))) {
+		// Only the server sends subscription identifiers [MQTT-3.3.4-6].
+		link_fail(l, MQTT_RC_PROTOCOL_ERROR);
+		return -1;
+	}
+	if (l->ver == MQTT_PROTO_V5 &&
+	    (pub->props.present & MQTT_PBIT(MQTT_PROP_PAYLOAD_FORMAT)) &&
+	    pub->props.payload_format == 1 && !mqtt_utf8_valid(pub->payload.p, pub->payload.len)) {
+		// The payload is declared UTF-8 but is not [MQTT-3.3.2.3.2]:
+		// refuse the message (the ack says why), or the connection for
+		// QoS 0, which has no ack.
+		if (pub->qos == 0) {
+			link_fail(l, MQTT_RC_PAYLOAD_FORMAT_INVALID);
+			return -1;
+		}
+		mqtt_packet r;
+		memset(&r, 0, sizeof(r));
+		r.type            = pub->qos == 1 ? MQTT_PUBACK : MQTT_PUBREC;
+		r.u.ack.packet_id = pub->packet_id;
+		r.u.ack.reason    = MQTT_RC_PAYLOAD_FORMAT_INVALID;
+		pthread_mutex_lock(&s->mtx);
+		link_send_packet(l, &r);
+		pthread_mutex_unlock(&s->mtx);
+		return 0;
+	}
+
 	// Topic alias (v5) [MQTT-3.3.2-7..12].
 	if (l->ver == MQTT_PROTO_V5 && (pub->props.present & MQTT_PBIT(MQTT_PROP_TOPIC_ALIAS))) {
 		uint16_t a = pub->props.topic_alias;

@@ -16,6 +16,7 @@
 #define OUT_ALIAS_MAX 64
 
 static int  link_frame(void *upper, const uint8_t *frame, size_t len);
+static int  link_header(void *upper, uint8_t first_byte, uint32_t size);
 static void link_too_large(void *upper, uint32_t size);
 static void link_closed(void *upper);
 static void link_writable(void *upper);
@@ -23,6 +24,7 @@ static void link_timer_cb(void *arg);
 
 static const conn_ops link_conn_ops = {
 	.frame     = link_frame,
+	.header    = link_header,
 	.too_large = link_too_large,
 	.closed    = link_closed,
 	.writable  = link_writable,
@@ -403,6 +405,22 @@ link_frame(void *upper, const uint8_t *frame, size_t len)
 		link_fail(l, MQTT_RC_PROTOCOL_ERROR);
 		return -1;
 	}
+}
+
+// The first packet must be CONNECT [MQTT-3.1.0-1]: anything else (an HTTP
+// request, TLS on the plain port, garbage) is closed as soon as its first
+// byte arrives, without waiting for the body it seems to announce.
+static int
+link_header(void *upper, uint8_t first_byte, uint32_t size)
+{
+	nmq_link *l = upper;
+	if (!l->connected && (first_byte >> 4) != MQTT_CONNECT) {
+		log_info("conn", "peer=%s reason=first_packet_not_connect byte=0x%02x",
+		    conn_peer(l->conn), first_byte);
+		conn_close(l->conn);
+		return -1;
+	}
+	return 0;
 }
 
 // A frame larger than max_packet_size was announced.

@@ -379,6 +379,10 @@ rx_dispatch(nmq_conn *c)
 			break;
 		}
 		size_t total = (size_t) hl + rem;
+		if (c->ops->header != NULL && c->ops->header(c->upper, c->rx[off], (uint32_t) total) != 0) {
+			go = false;
+			break;
+		}
 		if (total > c->env->max_packet_size) {
 			c->ops->too_large(c->upper, (uint32_t) (total > UINT32_MAX ? UINT32_MAX : total));
 			go = false;

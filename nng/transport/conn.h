@@ -34,6 +34,10 @@ typedef struct conn_ops {
 	// -1 to stop reading (the callee has called conn_close or
 	// conn_shutdown).
 	int (*frame)(void *upper, const uint8_t *frame, size_t len);
+	// The fixed header of the next frame has arrived (its body may not
+	// have). Returns 0 to wait for the body, -1 to stop reading (the callee
+	// has closed). May be NULL.
+	int (*header)(void *upper, uint8_t first_byte, uint32_t size);
 	// The fixed header announced a frame larger than the maximum packet
 	// size; nothing was allocated. The callee decides what to send before
 	// the connection is closed.

@@ -1,7 +1,43 @@
+// Stream listeners for tcp://, tls+tcp://, ws:// and wss://; see listener.h.
+//
+// Ownership: a listener owns its nng_stream_listener, its accept aio and
+// one reference on its current TLS configuration, plus one on the previous
+// configuration after a reload. NNG's TLS listener reads its configuration
+// pointer without a lock when it prepares the next accept, so the previous
+// one is kept alive until the reload after next.
+//
+// Accepted connections point at their listener (conn_set_tag). A stopped
+// listener is therefore never freed: its sockets and TLS configurations are
+// released and the small struct is parked on a list that stays reachable.
 #include "nng/transport/listener.h"
 
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+#include <nng/supplemental/tls/tls.h>
+#include <nng/transport/ws/websocket.h>
+
+#include <mbedtls/error.h>
+#include <mbedtls/pk.h>
+#include <mbedtls/pkcs5.h>
+#include <mbedtls/platform_util.h>
+#include <mbedtls/x509_crt.h>
+
+// Largest PEM file we read (a CA bundle is ~200 KB).
+#define PEM_MAX (4u << 20)
+// Pause before accepting again after running out of memory or descriptors.
+#define ACCEPT_BACKOFF_MS 100
+
+enum listener_kind {
+	KIND_TCP,
+	KIND_TLS,
+	KIND_WS,
+	KIND_WSS,
+};
 
 struct nmq_listener {
 	nng_stream_listener *l;
@@ -9,88 +45,632 @@ struct nmq_listener {
 	const conn_env      *env;
 	listener_accept_fn   fn;
 	void                *arg;
+	enum listener_kind   kind;
+	bool                 host_filtered;
+	char                 name[64];
 	char                 url[256];
+
+	pthread_mutex_t mtx;
+	bool            stopping; // guarded by mtx
+	bool            sleeping; // the aio runs a backoff sleep (mtx)
+	nng_tls_config *tls; // current configuration (mtx)
+	nng_tls_config *tls_prev; // kept for NNG's unlocked read (mtx)
+	atomic_bool     verify_peer;
+	atomic_bool     fail_if_no_peer_cert;
+
+	struct nmq_listener *retired_next;
 };
 
-// Accept completion: wrap the stream, pass it up, accept again.
-static void
-accept_cb(void *arg)
+static pthread_mutex_t retired_lock = PTHREAD_MUTEX_INITIALIZER;
+static nmq_listener   *retired;
+
+// Returns the transport of a URL from its scheme, or -1 if unsupported.
+static int url_kind(const char *url)
+{
+	if (strncmp(url, "tcp://", 6) == 0) {
+		return KIND_TCP;
+	}
+	if (strncmp(url, "tls+tcp://", 10) == 0) {
+		return KIND_TLS;
+	}
+	if (strncmp(url, "ws://", 5) == 0) {
+		return KIND_WS;
+	}
+	if (strncmp(url, "wss://", 6) == 0) {
+		return KIND_WSS;
+	}
+	return -1;
+}
+
+// Returns true when the host part of a ws/wss URL is not a wildcard, so
+// that NNG's virtual-host check will demand a matching Host header.
+static bool url_host_is_specific(const char *url)
+{
+	nng_url *u;
+	bool     specific = false;
+	if (nng_url_parse(&u, url) != 0) {
+		return false;
+	}
+	const char *h = u->u_hostname;
+	if (h != NULL && h[0] != '\0' && strcmp(h, "0.0.0.0") != 0 && strcmp(h, "::") != 0
+	    && strcmp(h, "*") != 0) {
+		specific = true;
+	}
+	nng_url_free(u);
+	return specific;
+}
+
+// ---------------------------------------------------------------------------
+// TLS configuration from files
+
+// Formats an mbed TLS error code as text.
+static void mbed_reason(int rv, char *buf, size_t len)
+{
+	mbedtls_strerror(rv, buf, len);
+	if (buf[0] == '\0') {
+		snprintf(buf, len, "mbed TLS error -0x%04x", (unsigned)-rv);
+	}
+}
+
+// Reads a whole PEM file into a NUL-terminated heap buffer. Returns 0, or
+// an NNG error with "<name>: <key> <path>: <reason>" in err.
+static int pem_read(const char *name, const char *key, const char *path, char **out, size_t *outlen,
+    char *err, size_t errlen)
+{
+	FILE *f = fopen(path, "rb");
+	char *buf;
+	long  n;
+	if (f == NULL) {
+		snprintf(
+		    err, errlen, "%s: %s %s: cannot open: %s", name, key, path, strerror(errno));
+		return NNG_ENOENT;
+	}
+	if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
+		snprintf(
+		    err, errlen, "%s: %s %s: cannot read: %s", name, key, path, strerror(errno));
+		fclose(f);
+		return NNG_EINVAL;
+	}
+	if ((unsigned long)n > PEM_MAX) {
+		snprintf(err, errlen, "%s: %s %s: larger than %u bytes", name, key, path, PEM_MAX);
+		fclose(f);
+		return NNG_EINVAL;
+	}
+	if ((buf = malloc((size_t)n + 1)) == NULL) {
+		snprintf(err, errlen, "%s: %s %s: out of memory", name, key, path);
+		fclose(f);
+		return NNG_ENOMEM;
+	}
+	size_t got = fread(buf, 1, (size_t)n, f);
+	if (ferror(f) != 0) {
+		snprintf(
+		    err, errlen, "%s: %s %s: cannot read: %s", name, key, path, strerror(errno));
+		free(buf);
+		fclose(f);
+		return NNG_EINVAL;
+	}
+	fclose(f);
+	buf[got] = '\0';
+	if (memchr(buf, '\0', got) != NULL || strstr(buf, "-----BEGIN ") == NULL) {
+		snprintf(err, errlen, "%s: %s %s: not a PEM file", name, key, path);
+		free(buf);
+		return NNG_EINVAL;
+	}
+	*out    = buf;
+	*outlen = got;
+	return 0;
+}
+
+// Wipes and frees a buffer that held key material.
+static void secret_free(char *p, size_t len)
+{
+	if (p != NULL) {
+		mbedtls_platform_zeroize(p, len);
+		free(p);
+	}
+}
+
+// The PEM texts of one TLS listener.
+typedef struct tls_files {
+	char  *cert;
+	size_t cert_len;
+	char  *key;
+	size_t key_len;
+	char  *ca;
+	size_t ca_len;
+} tls_files;
+
+static void tls_files_free(tls_files *f)
+{
+	free(f->cert);
+	secret_free(f->key, f->key_len);
+	free(f->ca);
+	memset(f, 0, sizeof(*f));
+}
+
+// Reads and checks the TLS files of o: every file parses, the key opens
+// with the password and matches the certificate. Returns 0 with the texts
+// in *f (free with tls_files_free), or an NNG error with a message naming
+// the file in err.
+static int tls_files_load(const listener_opts *o, tls_files *f, char *err, size_t errlen)
+{
+	const char        *name = o->name != NULL ? o->name : "listener";
+	char               why[160];
+	mbedtls_x509_crt   crt;
+	mbedtls_pk_context pk;
+	int                rv;
+
+	memset(f, 0, sizeof(*f));
+	if (o->certfile == NULL || o->certfile[0] == '\0' || o->keyfile == NULL
+	    || o->keyfile[0] == '\0') {
+		snprintf(err, errlen, "%s: certfile and keyfile are required for TLS", name);
+		return NNG_EINVAL;
+	}
+	if (o->verify_peer && (o->cacertfile == NULL || o->cacertfile[0] == '\0')) {
+		snprintf(err, errlen, "%s: verify_peer needs cacertfile", name);
+		return NNG_EINVAL;
+	}
+	if ((rv = pem_read(name, "certfile", o->certfile, &f->cert, &f->cert_len, err, errlen)) != 0
+	    || (rv = pem_read(name, "keyfile", o->keyfile, &f->key, &f->key_len, err, errlen))
+	        != 0) {
+		tls_files_free(f);
+		return rv;
+	}
+	if (o->cacertfile != NULL && o->cacertfile[0] != '\0'
+	    && (rv = pem_read(name, "cacertfile", o->cacertfile, &f->ca, &f->ca_len, err, errlen))
+	        != 0) {
+		tls_files_free(f);
+		return rv;
+	}
+
+	mbedtls_x509_crt_init(&crt);
+	mbedtls_pk_init(&pk);
+	rv = mbedtls_x509_crt_parse(&crt, (const unsigned char *)f->cert, f->cert_len + 1);
+	if (rv < 0 || crt.version == 0) {
+		mbed_reason(rv, why, sizeof(why));
+		snprintf(err, errlen, "%s: certfile %s: no valid certificate (%s)", name,
+		    o->certfile, why);
+		goto fail;
+	}
+	const char *pass = o->key_password;
+	rv               = mbedtls_pk_parse_key(&pk, (const unsigned char *)f->key, f->key_len + 1,
+	                  (const unsigned char *)pass, pass != NULL ? strlen(pass) : 0);
+	if (rv == MBEDTLS_ERR_PK_PASSWORD_REQUIRED) {
+		snprintf(err, errlen,
+		    "%s: keyfile %s: the key is encrypted and key_password is not set", name,
+		    o->keyfile);
+		goto fail;
+	}
+	if (rv == MBEDTLS_ERR_PK_PASSWORD_MISMATCH) {
+		snprintf(err, errlen, "%s: keyfile %s: wrong key_password", name, o->keyfile);
+		goto fail;
+	}
+	if (rv == MBEDTLS_ERR_PKCS5_FEATURE_UNAVAILABLE) {
+		snprintf(err, errlen,
+		    "%s: keyfile %s: this key encryption is not supported by mbed TLS 2.28 "
+		    "(re-encrypt it with: openssl rsa -aes256 -traditional, or openssl pkcs8 "
+		    "-topk8 -v2 des3)",
+		    name, o->keyfile);
+		goto fail;
+	}
+	if (rv != 0) {
+		mbed_reason(rv, why, sizeof(why));
+		snprintf(err, errlen, "%s: keyfile %s: no valid private key (%s)", name, o->keyfile,
+		    why);
+		goto fail;
+	}
+	if (mbedtls_pk_check_pair(&crt.pk, &pk) != 0) {
+		snprintf(err, errlen, "%s: keyfile %s does not match certfile %s", name, o->keyfile,
+		    o->certfile);
+		goto fail;
+	}
+	mbedtls_x509_crt_free(&crt);
+	mbedtls_pk_free(&pk);
+	if (f->ca != NULL) {
+		mbedtls_x509_crt_init(&crt);
+		rv      = mbedtls_x509_crt_parse(&crt, (const unsigned char *)f->ca, f->ca_len + 1);
+		bool ok = rv >= 0 && crt.version != 0;
+		mbedtls_x509_crt_free(&crt);
+		if (!ok) {
+			mbed_reason(rv, why, sizeof(why));
+			snprintf(err, errlen, "%s: cacertfile %s: no valid certificate (%s)", name,
+			    o->cacertfile, why);
+			tls_files_free(f);
+			return NNG_EINVAL;
+		}
+	}
+	return 0;
+fail:
+	mbedtls_x509_crt_free(&crt);
+	mbedtls_pk_free(&pk);
+	tls_files_free(f);
+	return NNG_EINVAL;
+}
+
+// Builds a server TLS configuration on our engine from the files of o.
+// Returns 0 with *cfgp holding one reference, or an NNG error with a
+// message in err.
+static int tls_config_build(const listener_opts *o, nng_tls_config **cfgp, char *err, size_t errlen)
+{
+	const char     *name = o->name != NULL ? o->name : "listener";
+	nng_tls_config *cfg  = NULL;
+	tls_files       f;
+	int             rv;
+
+	if ((rv = tls_engine_init()) != 0) {
+		snprintf(err, errlen, "%s: TLS is not available: %s", name, nng_strerror(rv));
+		return rv;
+	}
+	if ((rv = tls_files_load(o, &f, err, errlen)) != 0) {
+		return rv;
+	}
+	nng_tls_auth_mode mode = NNG_TLS_AUTH_MODE_NONE;
+	if (o->verify_peer) {
+		mode = o->fail_if_no_peer_cert ? NNG_TLS_AUTH_MODE_REQUIRED
+		                               : NNG_TLS_AUTH_MODE_OPTIONAL;
+	}
+	if ((rv = nng_tls_config_alloc(&cfg, NNG_TLS_MODE_SERVER)) != 0) {
+		snprintf(
+		    err, errlen, "%s: cannot create TLS configuration: %s", name, nng_strerror(rv));
+		goto fail;
+	}
+	if ((rv = nng_tls_config_own_cert(cfg, f.cert, f.key, o->key_password)) != 0) {
+		snprintf(err, errlen, "%s: certfile %s / keyfile %s: %s", name, o->certfile,
+		    o->keyfile, nng_strerror(rv));
+		goto fail;
+	}
+	if (f.ca != NULL && (rv = nng_tls_config_ca_chain(cfg, f.ca, NULL)) != 0) {
+		snprintf(
+		    err, errlen, "%s: cacertfile %s: %s", name, o->cacertfile, nng_strerror(rv));
+		goto fail;
+	}
+	if ((rv = nng_tls_config_auth_mode(cfg, mode)) != 0) {
+		snprintf(err, errlen, "%s: TLS auth mode: %s", name, nng_strerror(rv));
+		goto fail;
+	}
+	tls_files_free(&f);
+	*cfgp = cfg;
+	return 0;
+fail:
+	if (cfg != NULL) {
+		nng_tls_config_free(cfg);
+	}
+	tls_files_free(&f);
+	return rv;
+}
+
+// Checks TLS files without opening sockets; see listener.h.
+int listener_tls_check(const listener_opts *opts, char *err, size_t errlen)
+{
+	tls_files f;
+	int       kind = url_kind(opts->url != NULL ? opts->url : "");
+	if (kind != KIND_TLS && kind != KIND_WSS) {
+		return 0;
+	}
+	int rv = tls_files_load(opts, &f, err, errlen);
+	if (rv == 0) {
+		tls_files_free(&f);
+	}
+	return rv;
+}
+
+// ---------------------------------------------------------------------------
+// Accepting
+
+// Posts the next accept, unless the listener is stopping. Called with
+// l->mtx held.
+static void accept_next(nmq_listener *l)
+{
+	if (!l->stopping) {
+		l->sleeping = false;
+		nng_stream_listener_accept(l->l, l->aio);
+	}
+}
+
+// Accept completion (or the end of a backoff sleep): wrap the stream, tag
+// it with the listener, pass it up, accept again. A cancelled accept (a
+// TLS reload drops the connection NNG prepared with the old certificate)
+// is simply posted again.
+static void accept_cb(void *arg)
 {
 	nmq_listener *l  = arg;
 	int           rv = nng_aio_result(l->aio);
-	if (rv == NNG_ECLOSED || rv == NNG_ECANCELED) {
+
+	pthread_mutex_lock(&l->mtx);
+	if (l->stopping || rv == NNG_ECLOSED) {
+		pthread_mutex_unlock(&l->mtx);
 		return;
 	}
+	if (l->sleeping || rv == NNG_ECANCELED || rv == NNG_ETIMEDOUT) {
+		accept_next(l);
+		pthread_mutex_unlock(&l->mtx);
+		return;
+	}
+	pthread_mutex_unlock(&l->mtx);
+
 	if (rv == 0) {
 		nng_stream *s = nng_aio_get_output(l->aio, 0);
-		nng_stream_set_bool(s, NNG_OPT_TCP_NODELAY, true);
+		(void)nng_stream_set_bool(s, NNG_OPT_TCP_NODELAY, true);
 		nmq_conn *c = conn_alloc(s, l->env);
 		if (c == NULL) {
 			nng_stream_free(s);
 		} else {
+			conn_set_tag(c, l);
 			l->fn(l->arg, c);
 		}
 	}
-	// On a transient error (e.g. EMFILE) keep accepting.
-	nng_stream_listener_accept(l->l, l->aio);
+
+	pthread_mutex_lock(&l->mtx);
+	if (rv == NNG_ENOMEM || rv == NNG_ENOFILES) {
+		// Out of memory or descriptors: accepting again at once would
+		// spin on the task threads that every client shares.
+		if (!l->stopping) {
+			l->sleeping = true;
+			nng_sleep_aio(ACCEPT_BACKOFF_MS, l->aio);
+		}
+	} else {
+		accept_next(l);
+	}
+	pthread_mutex_unlock(&l->mtx);
 }
 
-// Starts a listener; see listener.h.
-int
-listener_start(nmq_listener **lp, const listener_opts *opts, const conn_env *env,
-    listener_accept_fn fn, void *arg, char *err, size_t errlen)
+// Applies the options every kind of listener needs before listen. Returns
+// 0 or an NNG error with a message in err.
+static int listener_configure(nmq_listener *l, const listener_opts *o, char *err, size_t errlen)
 {
-	const char *url = opts->url;
-	nmq_listener *l = calloc(1, sizeof(*l));
-	int           rv;
-	if (l == NULL) {
-		snprintf(err, errlen, "out of memory");
-		return NNG_ENOMEM;
+	int rv;
+	(void)nng_stream_listener_set_bool(l->l, NNG_OPT_TCP_NODELAY, true);
+	if (l->kind == KIND_WS || l->kind == KIND_WSS) {
+		// Clients offer one of these; NNG answers 400 to a request
+		// without a subprotocol or with a comma-separated list.
+		if ((rv = nng_stream_listener_set_string(
+		         l->l, NNG_OPT_WS_PROTOCOL, "mqtt mqttv3.1"))
+		    != 0) {
+			snprintf(err, errlen, "%s: %s: cannot set the subprotocol: %s", l->name,
+			    l->url, nng_strerror(rv));
+			return rv;
+		}
+		// NNG buffers a whole frame before handing any byte over, so
+		// the frame limit is what bounds memory per connection.
+		if (l->env != NULL && l->env->max_packet_size > 0
+		    && (rv = nng_stream_listener_set_size(
+		            l->l, NNG_OPT_WS_RECVMAXFRAME, l->env->max_packet_size))
+		        != 0) {
+			snprintf(err, errlen, "%s: %s: cannot set the frame limit: %s", l->name,
+			    l->url, nng_strerror(rv));
+			return rv;
+		}
 	}
-	snprintf(l->url, sizeof(l->url), "%s", url);
-	l->env = env;
-	l->fn  = fn;
-	l->arg = arg;
-	if ((rv = nng_stream_listener_alloc(&l->l, url)) != 0) {
-		snprintf(err, errlen, "%s: %s", url, nng_strerror(rv));
-		free(l);
-		return rv;
+	if (l->kind == KIND_TLS || l->kind == KIND_WSS) {
+		if ((rv = tls_config_build(o, &l->tls, err, errlen)) != 0) {
+			return rv;
+		}
+		if ((rv = nng_stream_listener_set_ptr(l->l, NNG_OPT_TLS_CONFIG, l->tls)) != 0) {
+			snprintf(err, errlen, "%s: %s: cannot apply the TLS configuration: %s",
+			    l->name, l->url, nng_strerror(rv));
+			return rv;
+		}
+		atomic_store(&l->verify_peer, o->verify_peer);
+		atomic_store(&l->fail_if_no_peer_cert, o->verify_peer && o->fail_if_no_peer_cert);
 	}
-	nng_stream_listener_set_bool(l->l, NNG_OPT_TCP_NODELAY, true);
-	if ((rv = nng_stream_listener_listen(l->l)) != 0) {
-		snprintf(err, errlen, "cannot listen on %s: %s", url, nng_strerror(rv));
-		nng_stream_listener_free(l->l);
-		free(l);
-		return rv;
-	}
-	if ((rv = nng_aio_alloc(&l->aio, accept_cb, l)) != 0) {
-		snprintf(err, errlen, "%s: %s", url, nng_strerror(rv));
-		nng_stream_listener_free(l->l);
-		free(l);
-		return rv;
-	}
-	nng_stream_listener_accept(l->l, l->aio);
-	*lp = l;
 	return 0;
 }
 
-int
-listener_port(nmq_listener *l)
+// Releases what a listener holds, but not the struct itself.
+static void listener_release(nmq_listener *l)
+{
+	if (l->aio != NULL) {
+		nng_aio_free(l->aio);
+		l->aio = NULL;
+	}
+	if (l->l != NULL) {
+		nng_stream_listener_free(l->l);
+		l->l = NULL;
+	}
+	if (l->tls != NULL) {
+		nng_tls_config_free(l->tls);
+		l->tls = NULL;
+	}
+	if (l->tls_prev != NULL) {
+		nng_tls_config_free(l->tls_prev);
+		l->tls_prev = NULL;
+	}
+}
+
+// Starts a listener; see listener.h.
+int listener_start(nmq_listener **lp, const listener_opts *opts, const conn_env *env,
+    listener_accept_fn fn, void *arg, char *err, size_t errlen)
+{
+	const char   *url  = opts->url != NULL ? opts->url : "";
+	const char   *name = opts->name != NULL ? opts->name : url;
+	int           kind = url_kind(url);
+	nmq_listener *l;
+	int           rv;
+
+	if (kind < 0) {
+		snprintf(err, errlen, "%s: %s: unsupported scheme", name, url);
+		return NNG_EADDRINVAL;
+	}
+	if ((l = calloc(1, sizeof(*l))) == NULL) {
+		snprintf(err, errlen, "%s: out of memory", name);
+		return NNG_ENOMEM;
+	}
+	pthread_mutex_init(&l->mtx, NULL);
+	snprintf(l->name, sizeof(l->name), "%s", name);
+	snprintf(l->url, sizeof(l->url), "%s", url);
+	l->kind          = (enum listener_kind)kind;
+	l->env           = env;
+	l->fn            = fn;
+	l->arg           = arg;
+	l->host_filtered = (kind == KIND_WS || kind == KIND_WSS) && url_host_is_specific(url);
+	atomic_init(&l->verify_peer, false);
+	atomic_init(&l->fail_if_no_peer_cert, false);
+
+	if ((rv = nng_stream_listener_alloc(&l->l, url)) != 0) {
+		snprintf(err, errlen, "%s: %s: %s", name, url, nng_strerror(rv));
+		goto fail;
+	}
+	if ((rv = listener_configure(l, opts, err, errlen)) != 0) {
+		goto fail;
+	}
+	if ((rv = nng_aio_alloc(&l->aio, accept_cb, l)) != 0) {
+		snprintf(err, errlen, "%s: %s: %s", name, url, nng_strerror(rv));
+		goto fail;
+	}
+	if ((rv = nng_stream_listener_listen(l->l)) != 0) {
+		snprintf(err, errlen, "%s: cannot listen on %s: %s", name, url, nng_strerror(rv));
+		goto fail;
+	}
+	pthread_mutex_lock(&l->mtx);
+	accept_next(l);
+	pthread_mutex_unlock(&l->mtx);
+	*lp = l;
+	return 0;
+fail:
+	listener_release(l);
+	pthread_mutex_destroy(&l->mtx);
+	free(l);
+	return rv;
+}
+
+// Returns the bound port; see listener.h.
+int listener_port(nmq_listener *l)
 {
 	int port = 0;
-	nng_stream_listener_get_int(l->l, NNG_OPT_TCP_BOUND_PORT, &port);
+	if (l->l == NULL || nng_stream_listener_get_int(l->l, NNG_OPT_TCP_BOUND_PORT, &port) != 0) {
+		return 0;
+	}
 	return port;
 }
 
-void
-listener_stop(nmq_listener *l)
+// Returns the name; see listener.h.
+const char *listener_name(nmq_listener *l)
+{
+	return l->name;
+}
+
+// Returns whether NNG filters on the Host header; see listener.h.
+bool listener_host_filtered(nmq_listener *l)
+{
+	return l->host_filtered;
+}
+
+// Sets the ws frame limit; see listener.h.
+int listener_set_max_packet_size(nmq_listener *l, uint32_t size)
+{
+	if ((l->kind != KIND_WS && l->kind != KIND_WSS) || size == 0) {
+		return 0;
+	}
+	pthread_mutex_lock(&l->mtx);
+	int rv = l->stopping ? NNG_ECLOSED
+	                     : nng_stream_listener_set_size(l->l, NNG_OPT_WS_RECVMAXFRAME, size);
+	pthread_mutex_unlock(&l->mtx);
+	return rv;
+}
+
+// Stops a listener and parks its struct; see listener.h.
+void listener_stop(nmq_listener *l)
 {
 	if (l == NULL) {
 		return;
 	}
+	pthread_mutex_lock(&l->mtx);
+	l->stopping = true;
+	pthread_mutex_unlock(&l->mtx);
 	nng_stream_listener_close(l->l);
 	nng_aio_stop(l->aio);
-	nng_aio_free(l->aio);
-	nng_stream_listener_free(l->l);
-	free(l);
+	pthread_mutex_lock(&l->mtx);
+	listener_release(l);
+	pthread_mutex_unlock(&l->mtx);
+
+	pthread_mutex_lock(&retired_lock);
+	l->retired_next = retired;
+	retired         = l;
+	pthread_mutex_unlock(&retired_lock);
+}
+
+// Swaps in a new TLS configuration for new connections; see listener.h.
+int listener_reload_tls(nmq_listener *l, const listener_opts *opts, char *err, size_t errlen)
+{
+	nng_tls_config *cfg;
+	int             rv;
+
+	if (l->kind != KIND_TLS && l->kind != KIND_WSS) {
+		snprintf(err, errlen, "%s: not a TLS listener", l->name);
+		return NNG_EINVAL;
+	}
+	listener_opts o = *opts;
+	o.name          = l->name;
+	if ((rv = tls_config_build(&o, &cfg, err, errlen)) != 0) {
+		return rv;
+	}
+	pthread_mutex_lock(&l->mtx);
+	if (l->stopping) {
+		pthread_mutex_unlock(&l->mtx);
+		nng_tls_config_free(cfg);
+		snprintf(err, errlen, "%s: listener is stopped", l->name);
+		return NNG_ECLOSED;
+	}
+	// NNG 1.5.2 swaps the pointer under its own lock and keeps a
+	// reference; streams already accepted hold theirs.
+	if ((rv = nng_stream_listener_set_ptr(l->l, NNG_OPT_TLS_CONFIG, cfg)) != 0) {
+		pthread_mutex_unlock(&l->mtx);
+		nng_tls_config_free(cfg);
+		snprintf(err, errlen,
+		    "%s: NNG refused the new TLS configuration (%s); needs restart", l->name,
+		    nng_strerror(rv));
+		return rv;
+	}
+	if (l->tls_prev != NULL) {
+		nng_tls_config_free(l->tls_prev);
+	}
+	l->tls_prev = l->tls;
+	l->tls      = cfg;
+	atomic_store(&l->verify_peer, opts->verify_peer);
+	atomic_store(&l->fail_if_no_peer_cert, opts->verify_peer && opts->fail_if_no_peer_cert);
+	bool cancel = l->kind == KIND_TLS && !l->sleeping;
+	pthread_mutex_unlock(&l->mtx);
+	// NNG's tls+tcp listener binds the configuration when the accept is
+	// posted: re-post it so the very next client gets the new files.
+	// (For wss the HTTP server's pending accept is internal to NNG: the
+	// next one connection may still get the previous certificate.)
+	if (cancel) {
+		nng_aio_cancel(l->aio);
+	}
+	return 0;
+}
+
+// Decides whether a TLS peer may CONNECT; see listener.h.
+bool listener_conn_authorized(nmq_conn *c, char *cn, size_t cnlen)
+{
+	nmq_listener *l = conn_tag(c);
+	tls_peer      p;
+
+	if (cn != NULL && cnlen > 0) {
+		cn[0] = '\0';
+	}
+	if (l == NULL || (l->kind != KIND_TLS && l->kind != KIND_WSS)) {
+		return true;
+	}
+	bool verify = atomic_load(&l->verify_peer);
+	bool demand = atomic_load(&l->fail_if_no_peer_cert);
+	if (!tls_engine_peer(conn_stream(c), &p) || !p.handshake_done) {
+		return !verify;
+	}
+	if (verify && p.cert_present && !p.verified) {
+		return false;
+	}
+	if (demand && !p.cert_present) {
+		return false;
+	}
+	if (p.verified && cn != NULL && strlen(p.cn) < cnlen) {
+		memcpy(cn, p.cn, strlen(p.cn) + 1);
+	}
+	return true;
+}
+
+// Reads the TLS peer record of a connection; see listener.h.
+bool listener_conn_peer(nmq_conn *c, tls_peer *p)
+{
+	return tls_engine_peer(conn_stream(c), p);
 }

@@ -1,12 +1,24 @@
-// Stream listeners (tcp:// now; tls+tcp://, ws://, wss:// share the code):
-// accept connections and hand each to the upper layer.
+// Stream listeners: tcp://, tls+tcp://, ws:// and wss://. A listener
+// accepts connections and hands each to the upper layer, tagged with the
+// listener (conn_tag) so that the CONNECT handler can ask whether a TLS
+// peer is acceptable.
 //
-// Threads: the accept callback runs on an NNG task thread and only wraps
-// the stream and re-arms; `accepted` must not block.
+// TLS runs on our own engine (tls_engine.h), registered at the first TLS
+// listener. WebSocket runs on NNG's ws stream in stream mode (MQTT packets
+// may span frames and frames may hold several packets); the subprotocols
+// "mqtt" and "mqttv3.1" are accepted, one per request. See
+// docs/decisions/0001-tls-peer-identity.md and 0002-websocket.md.
+//
+// Threads: listener_start/stop/reload_tls are called from the main thread
+// (never from an NNG callback: stop waits for the accept callback). The
+// accept callback runs on an NNG task thread and only wraps the stream and
+// re-arms; `accepted` must not block. listener_conn_authorized and
+// listener_conn_peer may be called from any thread.
 #ifndef NMQ_LISTENER_H
 #define NMQ_LISTENER_H
 
 #include "nng/transport/conn.h"
+#include "nng/transport/tls_engine.h"
 
 typedef struct nmq_listener nmq_listener;
 
@@ -15,24 +27,87 @@ typedef void (*listener_accept_fn)(void *arg, nmq_conn *c);
 
 // What a listener serves. The url scheme selects the transport:
 // "tcp://h:p", "tls+tcp://h:p", "ws://h:p/path", "wss://h:p/path".
+//
+// WebSocket and the Host header: NNG 1.5.2 treats the host of a ws/wss
+// URL both as the address to bind and as a virtual host that the request's
+// Host header must name. With a wildcard host (0.0.0.0, ::, or empty) any
+// Host is accepted. With a specific address (e.g. 127.0.0.1) the listener
+// still binds only that address, and clients must send a Host naming that
+// same address (ws://127.0.0.1:8083 works, ws://localhost:8083 gets 404);
+// listener_host_filtered() tells the caller, so that it can warn.
 typedef struct listener_opts {
-	const char *name; // for logs, e.g. "tcp", "ssl.default_1"
+	const char *name; // for logs and errors, e.g. "tcp", "ssl.default_1"
 	const char *url;
-	// TLS (tls+tcp and wss)
+	// TLS (tls+tcp and wss). certfile and keyfile are required; cacertfile
+	// is required with verify_peer.
 	const char *certfile;
 	const char *keyfile;
 	const char *cacertfile;
 	const char *key_password;
-	bool        verify_peer;
-	bool        fail_if_no_peer_cert;
+	// false: no client certificate is asked for. true: a certificate the
+	// client sends must verify against cacertfile, and with
+	// fail_if_no_peer_cert a client without one is refused too.
+	bool verify_peer;
+	bool fail_if_no_peer_cert;
 } listener_opts;
 
-// Starts listening. Returns 0 or an NNG error code, with a message in err.
+// Starts listening. Returns 0, or an NNG error code with a message in err
+// that names the listener and, for a certificate problem, the file (e.g.
+// "ssl: keyfile /etc/k.pem: wrong key_password").
 int listener_start(nmq_listener **lp, const listener_opts *opts, const conn_env *env,
     listener_accept_fn fn, void *arg, char *err, size_t errlen);
-// The bound port (useful with port 0).
+
+// Returns the bound TCP port (useful with port 0), or 0 if unknown.
 int listener_port(nmq_listener *l);
-// Stops accepting and frees the listener; existing connections live on.
+
+// Returns the listener's name as given in listener_opts.
+const char *listener_name(nmq_listener *l);
+
+// Returns true for a ws/wss listener bound to a specific address, which
+// only accepts requests whose Host header names that address (see above).
+bool listener_host_filtered(nmq_listener *l);
+
+// Applies a new maximum packet size to a ws/wss listener's frame limit,
+// for connections accepted from now on (call it when conn_env's
+// max_packet_size changes on reload). Returns 0, or an NNG error. Does
+// nothing for tcp:// and tls+tcp:// listeners, whose limit is read from
+// conn_env per frame.
+int listener_set_max_packet_size(nmq_listener *l, uint32_t size);
+
+// Stops accepting and releases the listener's sockets; existing
+// connections live on (their tag stays valid until the process exits).
 void listener_stop(nmq_listener *l);
+
+// Checks that the TLS files of opts can be read and parsed, that the key
+// matches the certificate and opens with key_password, without opening any
+// socket (for `--test` and for validating a reload first). Returns 0, or an
+// NNG error with a message naming the file in err. Does nothing for tcp://
+// and ws:// URLs.
+int listener_tls_check(const listener_opts *opts, char *err, size_t errlen);
+
+// Re-reads the certificate, key and CA files (and verify_peer /
+// fail_if_no_peer_cert) of a tls+tcp or wss listener for connections
+// accepted from now on; connections already open keep their session. The
+// listener's URL is not changed (a new bind needs a restart). Returns 0;
+// on error the listener keeps its previous configuration and err says why:
+// NNG_EINVAL for a listener without TLS, a file error as in
+// listener_start, or another NNG error if NNG refused the new
+// configuration, in which case the change needs a restart.
+int listener_reload_tls(nmq_listener *l, const listener_opts *opts, char *err, size_t errlen);
+
+// Decides, at CONNECT time, whether the TLS peer of c may proceed. Returns
+// true for a connection that did not come through a TLS listener, or
+// whose listener does not verify peers; with verify_peer, returns false if
+// the client presented a certificate that did not verify, or presented
+// none while fail_if_no_peer_cert is set, or if the peer cannot be
+// determined. When it returns true and the peer's certificate verified,
+// copies its common name to cn (if cn is not NULL and the name fits in
+// cnlen bytes with its NUL); otherwise cn is set to "". Never blocks.
+bool listener_conn_authorized(nmq_conn *c, char *cn, size_t cnlen);
+
+// Fills *p with what the TLS handshake established about c's peer (for
+// %C / %d in HTTP auth, and logs). Returns false, with *p zeroed, for a
+// connection without TLS from our engine. Never blocks.
+bool listener_conn_peer(nmq_conn *c, tls_peer *p);
 
 #endif // NMQ_LISTENER_H
