@@ -163,6 +163,13 @@ reload(server *srv, const cli_args *args, const char *argv0)
 		conf_changes_free(&ch);
 	}
 	char err[256];
+	// Everything that can fail is checked before anything changes.
+	if (broker_reconfigure(srv->broker, &nc, err, sizeof(err)) != 0) {
+		log_error("main", "event=reload_failed reason=\"%s\"", err);
+		conf_free(&nc);
+		sd_notify_ready();
+		return;
+	}
 	if (log_open(&nc, err, sizeof(err)) != 0) {
 		// The running log targets stay; the rest of the reload goes on.
 		log_error("main", "event=reload_log_failed reason=\"%s\"", err);
@@ -170,7 +177,6 @@ reload(server *srv, const cli_args *args, const char *argv0)
 	proto_limits lim;
 	broker_limits_from_conf(&nc, &lim);
 	proto_set_limits(srv->proto, &lim);
-	broker_reconfigure(srv->broker, &nc);
 	log_set_level(nc.log_level);
 	// Keep the values that need a restart from the running configuration:
 	// swap in the new one only for what was applied above.
@@ -206,7 +212,7 @@ run(const cli_args *args, nmq_conf *conf, const char *argv0, int ready_fd, pidfi
 	srv.wq     = workq_alloc(worker_count(&srv.conf));
 	srv.broker = broker_alloc(&srv.conf);
 	if (srv.tw == NULL || srv.wq == NULL || srv.broker == NULL) {
-		snprintf(err, sizeof(err), "out of memory at startup");
+		snprintf(err, sizeof(err), "cannot initialise the broker (see the log)");
 		goto fail;
 	}
 	srv.proto = proto_alloc(&lim, srv.tw, srv.wq, &broker_proto_ops, srv.broker);

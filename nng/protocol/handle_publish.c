@@ -145,7 +145,9 @@ handle_publish(nmq_link *l, const mqtt_packet *pk)
 		link_fail(l, MQTT_RC_UNSPECIFIED);
 		return -1;
 	}
-	uint8_t rc = p->ops->route(p->app, s, m);
+	proto_who who = { s->client_id, l->username, conn_peer(l->conn) };
+	int       rv  = p->ops->route(p->app, s, &who, m);
+	uint8_t   rc  = (uint8_t) (rv & 0xFF);
 	nmq_msg_release(m);
 
 	if (pub->qos > 0) {
@@ -168,6 +170,10 @@ handle_publish(nmq_link *l, const mqtt_packet *pk)
 		pthread_mutex_lock(&s->mtx);
 		link_send_packet(l, &r);
 		pthread_mutex_unlock(&s->mtx);
+	}
+	if (rv & PROTO_RC_DISCONNECT) {
+		link_fail(l, rc);
+		return -1;
 	}
 	return 0;
 }

@@ -37,7 +37,9 @@ handle_subscribe(nmq_link *l, const mqtt_packet *pk)
 	mqtt_sub_iter it;
 	mqtt_bytes    f;
 	mqtt_sub_opts o;
-	uint32_t      i = 0;
+	uint32_t      i    = 0;
+	uint8_t       kick = 0;
+	proto_who     who  = { s->client_id, l->username, conn_peer(l->conn) };
 	mqtt_sub_iter_init(&it, sub, l->ver);
 	while (i < n && mqtt_sub_iter_next(&it, &f, &o)) {
 		existed[i] = false;
@@ -59,7 +61,11 @@ handle_subscribe(nmq_link *l, const mqtt_packet *pk)
 		so.retain_as_published = l->ver == MQTT_PROTO_V5 && o.retain_as_published;
 		so.retain_handling     = l->ver == MQTT_PROTO_V5 ? o.retain_handling : 0;
 		so.sub_id              = sub_id;
-		uint8_t rc = p->ops->subscribe(p->app, s, (const char *) f.p, f.len, &so, &existed[i]);
+		int rv = p->ops->subscribe(p->app, s, &who, (const char *) f.p, f.len, &so, &existed[i]);
+		uint8_t rc = (uint8_t) (rv & 0xFF);
+		if (rv & PROTO_RC_DISCONNECT) {
+			kick = rc;
+		}
 		if (rc >= 0x80 && l->ver != MQTT_PROTO_V5) {
 			rc = 0x80;
 		}
@@ -74,6 +80,12 @@ handle_subscribe(nmq_link *l, const mqtt_packet *pk)
 	pthread_mutex_lock(&s->mtx);
 	link_send_packet(l, &r);
 	pthread_mutex_unlock(&s->mtx);
+	if (kick != 0) {
+		free(codes);
+		free(existed);
+		link_fail(l, kick);
+		return -1;
+	}
 
 	// Retained messages after the SUBACK [MQTT-3.3.1-6].
 	mqtt_sub_iter_init(&it, sub, l->ver);

@@ -54,6 +54,20 @@ typedef struct proto_client_info {
 	nmq_conn      *conn;
 } proto_client_info;
 
+// Who is acting: the client of the connection that sent a PUBLISH or
+// SUBSCRIBE. NUL-terminated strings, valid during the callback; username is
+// NULL when the client gave none.
+typedef struct proto_who {
+	const char *client_id;
+	const char *username;
+	const char *peer;
+} proto_who;
+
+// OR'd into a refusing reason code returned by route or subscribe: after
+// answering with the reason, end the connection (v5 DISCONNECT with that
+// reason, 3.1.1 close).
+#define PROTO_RC_DISCONNECT 0x100
+
 typedef struct proto_sub_opts {
 	uint8_t  qos;
 	bool     no_local;
@@ -65,14 +79,17 @@ typedef struct proto_sub_opts {
 typedef struct proto_app_ops {
 	// Returns 0 to accept, or an MQTT 5 reason code (0x86, 0x87, ...).
 	uint8_t (*authenticate)(void *app, const proto_client_info *info);
-	// Routes a message published by `from` (NULL for wills and system
-	// messages); the message reference is borrowed. Returns 0, or an MQTT 5
-	// reason code for the publisher's ack (0x87 not authorized, ...).
-	uint8_t (*route)(void *app, nmq_session *from, nmq_msg *msg);
+	// Routes a message published by `from` through the connection of
+	// `who` (both NULL for wills and system messages); the message
+	// reference is borrowed. Returns 0, or an MQTT 5 reason code for the
+	// publisher's ack (0x87 not authorized, ...), possibly with
+	// PROTO_RC_DISCONNECT.
+	int (*route)(void *app, nmq_session *from, const proto_who *who, nmq_msg *msg);
 	// Adds or replaces one subscription; returns the granted QoS or a
-	// failure reason code (>= 0x80). Sets *existed.
-	uint8_t (*subscribe)(void *app, nmq_session *s, const char *filter, size_t len,
-	    const proto_sub_opts *opts, bool *existed);
+	// failure reason code (>= 0x80, possibly with PROTO_RC_DISCONNECT).
+	// Sets *existed.
+	int (*subscribe)(void *app, nmq_session *s, const proto_who *who, const char *filter,
+	    size_t len, const proto_sub_opts *opts, bool *existed);
 	// Called after SUBACK is queued, for retained messages.
 	void (*subscribed)(void *app, nmq_session *s, const char *filter, size_t len,
 	    const proto_sub_opts *opts, bool existed);
@@ -97,6 +114,7 @@ typedef struct proto_metrics {
 	atomic_long drop_queue_full;
 	atomic_long drop_expired;
 	atomic_long drop_too_large;
+	atomic_long drop_acl;
 	atomic_long await_rel_expired;
 } proto_metrics;
 

@@ -470,7 +470,7 @@ void
 proto_publish_will(nmq_proto *p, nmq_msg *will)
 {
 	atomic_fetch_add_explicit(&p->m.msgs_received, 1, memory_order_relaxed);
-	p->ops->route(p->app, NULL, will);
+	p->ops->route(p->app, NULL, NULL, will);
 	nmq_msg_release(will);
 }
 

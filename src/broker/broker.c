@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/time.h>
 
+#include "src/auth/auth.h"
 #include "src/log/log.h"
 
 // One subscription of a session, kept for cleanup and introspection.
@@ -27,12 +28,34 @@ typedef struct sess_subs {
 } sess_subs;
 
 struct nmq_broker {
-	topic_tree   *tree;
-	retain_store *retained;
-	nmq_proto    *proto;
-	_Atomic bool  allow_anonymous;
+	topic_tree     *tree;
+	retain_store   *retained;
+	nmq_proto      *proto;
 	pthread_mutex_t subs_mtx; // creation of sess_subs
+
+	// Reloadable: swapped under auth_mtx, used through a held reference.
+	pthread_mutex_t auth_mtx;
+	auth_ctx       *auth;
+	bool            allow_anonymous;
+	bool            deny_disconnect;
 };
+
+// Takes a reference to the current authentication state, with the flags
+// that go with it.
+static auth_ctx *
+auth_get(nmq_broker *b, bool *anon, bool *deny_disconnect)
+{
+	pthread_mutex_lock(&b->auth_mtx);
+	auth_ctx *a = auth_ctx_hold(b->auth);
+	if (anon != NULL) {
+		*anon = b->allow_anonymous;
+	}
+	if (deny_disconnect != NULL) {
+		*deny_disconnect = b->deny_disconnect;
+	}
+	pthread_mutex_unlock(&b->auth_mtx);
+	return a;
+}
 
 static void
 sess_hold(void *s)
@@ -90,7 +113,13 @@ broker_alloc(const nmq_conf *conf)
 		return NULL;
 	}
 	pthread_mutex_init(&b->subs_mtx, NULL);
-	broker_reconfigure(b, conf);
+	pthread_mutex_init(&b->auth_mtx, NULL);
+	char err[256];
+	if (broker_reconfigure(b, conf, err, sizeof(err)) != 0) {
+		log_error("auth", "%s", err);
+		broker_free(b);
+		return NULL;
+	}
 	return b;
 }
 
@@ -100,10 +129,25 @@ broker_set_proto(nmq_broker *b, nmq_proto *p)
 	b->proto = p;
 }
 
-void
-broker_reconfigure(nmq_broker *b, const nmq_conf *conf)
+// Builds the authentication state of conf and swaps it in. Returns 0, or
+// -1 with a message in err (the running state is kept).
+int
+broker_reconfigure(nmq_broker *b, const nmq_conf *conf, char *err, size_t errlen)
 {
+	auth_ctx *a = auth_ctx_alloc(conf, err, errlen);
+	if (a == NULL) {
+		return -1;
+	}
+	pthread_mutex_lock(&b->auth_mtx);
+	auth_ctx *old       = b->auth;
+	b->auth            = a;
 	b->allow_anonymous = conf->allow_anonymous;
+	b->deny_disconnect = conf->auth_deny_action == CONF_DENY_DISCONNECT;
+	pthread_mutex_unlock(&b->auth_mtx);
+	if (old != NULL) {
+		auth_ctx_release(old);
+	}
+	return 0;
 }
 
 void
@@ -118,7 +162,11 @@ broker_free(nmq_broker *b)
 	if (b->retained != NULL) {
 		retain_free(b->retained);
 	}
+	if (b->auth != NULL) {
+		auth_ctx_release(b->auth);
+	}
 	pthread_mutex_destroy(&b->subs_mtx);
+	pthread_mutex_destroy(&b->auth_mtx);
 	free(b);
 }
 
@@ -151,15 +199,42 @@ broker_limits_from_conf(const nmq_conf *conf, proto_limits *lim)
 	lim->connect_timeout_ms     = 10000;
 }
 
-// Authentication: anonymous access per auth.allow_anonymous.
+// Authentication: the password list and auth.allow_anonymous
+// (compat.md 2.6).
 static uint8_t
 b_authenticate(void *app, const proto_client_info *info)
 {
 	nmq_broker *b = app;
-	if (info->username == NULL && !b->allow_anonymous) {
-		return MQTT_RC_NOT_AUTHORIZED;
+	bool        anon;
+	auth_ctx   *a  = auth_get(b, &anon, NULL);
+	uint8_t     rc = auth_connect_check(a, (const char *) info->username,
+            info->username != NULL ? info->username_len : 0, (const char *) info->password,
+            info->password != NULL ? info->password_len : 0, anon);
+	auth_ctx_release(a);
+	if (rc != 0) {
+		log_info("auth", "client_id=%s peer=%s event=refused reason=0x%02x", info->client_id,
+		    info->peer, rc);
 	}
-	return 0;
+	return rc;
+}
+
+// Asks the ACL; returns true if allowed. *disconnect says whether a denial
+// ends the connection (auth.deny_action).
+static bool
+acl_allows(nmq_broker *b, const proto_who *who, int action, const char *topic, size_t len,
+    bool *disconnect)
+{
+	auth_ctx  *a = auth_get(b, NULL, disconnect);
+	acl_client c = { who->client_id, who->username, who->peer };
+	int        d = acl_check(auth_ctx_acl(a), &c, action, topic, len);
+	auth_ctx_release(a);
+	if (d != ACL_ALLOW) {
+		log_info("acl", "client_id=%s peer=%s action=%s topic=%.*s event=denied",
+		    who->client_id, who->peer, action == ACL_PUBLISH ? "publish" : "subscribe",
+		    (int) (len > 200 ? 200 : len), topic);
+		return false;
+	}
+	return true;
 }
 
 // Orders matches by subscriber so that one session's matches are adjacent.
@@ -250,10 +325,17 @@ thread_matches(void)
 }
 
 // Routes one message; see proto.h.
-static uint8_t
-b_route(void *app, nmq_session *from, nmq_msg *msg)
+static int
+b_route(void *app, nmq_session *from, const proto_who *who, nmq_msg *msg)
 {
 	nmq_broker *b = app;
+	bool        disconnect;
+	if (who != NULL && !acl_allows(b, who, ACL_PUBLISH, msg->topic, msg->topic_len, &disconnect)) {
+		proto_metrics *m = proto_metrics_get(b->proto);
+		atomic_fetch_add(&m->msgs_dropped, 1);
+		atomic_fetch_add(&m->drop_acl, 1);
+		return MQTT_RC_NOT_AUTHORIZED | (disconnect ? PROTO_RC_DISCONNECT : 0);
+	}
 	if (msg->retain) {
 		if (msg->payload_len == 0) {
 			retain_set(b->retained, msg->topic, msg->topic_len, NULL);
@@ -302,12 +384,16 @@ subs_of(nmq_broker *b, nmq_session *s)
 }
 
 // Adds or replaces one subscription.
-static uint8_t
-b_subscribe(void *app, nmq_session *s, const char *filter, size_t len, const proto_sub_opts *opts,
-    bool *existed)
+static int
+b_subscribe(void *app, nmq_session *s, const proto_who *who, const char *filter, size_t len,
+    const proto_sub_opts *opts, bool *existed)
 {
-	nmq_broker *b  = app;
-	sess_subs  *ss = subs_of(b, s);
+	nmq_broker *b = app;
+	bool        disconnect;
+	if (!acl_allows(b, who, ACL_SUBSCRIBE, filter, len, &disconnect)) {
+		return MQTT_RC_NOT_AUTHORIZED | (disconnect ? PROTO_RC_DISCONNECT : 0);
+	}
+	sess_subs *ss = subs_of(b, s);
 	if (ss == NULL) {
 		return MQTT_RC_UNSPECIFIED;
 	}
@@ -561,7 +647,7 @@ b_client_status(void *app, nmq_session *s, bool online, uint8_t reason, const ch
 	if (m != NULL) {
 		memcpy(m->payload, buf, cap);
 		m->qos = 0;
-		b_route(b, NULL, m);
+		b_route(b, NULL, NULL, m);
 		nmq_msg_release(m);
 	}
 	free(buf);
