@@ -16,6 +16,7 @@
 
 #include "nng/protocol/proto.h"
 #include "nng/transport/listener.h"
+#include "src/auth/auth_passwd.h"
 #include "src/broker/broker.h"
 #include "src/cli/args.h"
 #include "src/cli/ctl.h"
@@ -293,6 +294,10 @@ main(int argc, char **argv)
 {
 	cli_args args;
 	char     err[512];
+	if (argc >= 2 && strcmp(argv[1], "passwd") == 0) {
+		// nanomq passwd [-c] [-b|-D] file user [password]
+		return auth_passwd_main(argc - 1, argv + 1);
+	}
 	if (cli_args_parse(&args, argc, argv, err, sizeof(err)) != 0) {
 		fprintf(stderr, "nanomq: %s\nTry 'nanomq --help'.\n", err);
 		return 1;
