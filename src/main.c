@@ -26,7 +26,7 @@
 #include "src/conf/conf.h"
 #include "src/log/log.h"
 
-#define TIMER_TICK_MS 20
+#define TIMER_TICK_MS    20
 #define DRAIN_TIMEOUT_MS 5000
 
 typedef struct server {
@@ -40,8 +40,7 @@ typedef struct server {
 } server;
 
 // Prints collected configuration problems to stderr.
-static void
-print_conf_errors(const conf_errors *errs)
+static void print_conf_errors(const conf_errors *errs)
 {
 	for (int i = 0; i < errs->n_warnings; i++) {
 		fprintf(stderr, "nanomq: warning: %s\n", errs->warnings[i]);
@@ -55,8 +54,7 @@ print_conf_errors(const conf_errors *errs)
 }
 
 // Logs collected configuration problems (after the log is open).
-static void
-log_conf_errors(const conf_errors *errs)
+static void log_conf_errors(const conf_errors *errs)
 {
 	for (int i = 0; i < errs->n_warnings; i++) {
 		log_warn("conf", "%s", errs->warnings[i]);
@@ -67,14 +65,13 @@ log_conf_errors(const conf_errors *errs)
 }
 
 // Builds the NNG URL of a listener.
-static void
-listener_url(const conf_listener *cl, char *buf, size_t len)
+static void listener_url(const conf_listener *cl, char *buf, size_t len)
 {
 	static const char *const schemes[] = { "tcp", "tls+tcp", "ws", "wss" };
 	const char *host = cl->host != NULL && cl->host[0] != '\0' ? cl->host : "0.0.0.0";
 	bool        v6   = strchr(host, ':') != NULL;
-	const char *path = (cl->kind == CONF_LISTENER_WS || cl->kind == CONF_LISTENER_WSS) &&
-	        cl->path != NULL
+	const char *path
+	    = (cl->kind == CONF_LISTENER_WS || cl->kind == CONF_LISTENER_WSS) && cl->path != NULL
 	    ? cl->path
 	    : "";
 	snprintf(buf, len, "%s://%s%s%s:%d%s", schemes[cl->kind & 3], v6 ? "[" : "", host,
@@ -82,8 +79,7 @@ listener_url(const conf_listener *cl, char *buf, size_t len)
 }
 
 // Opens every configured listener. Returns 0, or -1 after logging why.
-static int
-start_listeners(server *srv, char *err, size_t errlen)
+static int start_listeners(server *srv, char *err, size_t errlen)
 {
 	for (int i = 0; i < srv->conf.n_listeners; i++) {
 		const conf_listener *cl = &srv->conf.listeners[i];
@@ -99,9 +95,9 @@ start_listeners(server *srv, char *err, size_t errlen)
 		lo.key_password         = cl->key_password;
 		lo.verify_peer          = cl->verify_peer;
 		lo.fail_if_no_peer_cert = cl->fail_if_no_peer_cert;
-		int rv = listener_start(&srv->listeners[srv->n_listeners], &lo,
-		    proto_conn_env(srv->proto), (listener_accept_fn) proto_accept, srv->proto, err,
-		    errlen);
+		int rv                  = listener_start(&srv->listeners[srv->n_listeners], &lo,
+		                     proto_conn_env(srv->proto), (listener_accept_fn)proto_accept, srv->proto, err,
+		                     errlen);
 		if (rv != 0) {
 			return -1;
 		}
@@ -112,8 +108,7 @@ start_listeners(server *srv, char *err, size_t errlen)
 }
 
 // Returns the number of work contexts: the configured value, or 2 x cores.
-static int
-worker_count(const nmq_conf *conf)
+static int worker_count(const nmq_conf *conf)
 {
 	if (conf->parallel > 0) {
 		return conf->parallel;
@@ -122,13 +117,12 @@ worker_count(const nmq_conf *conf)
 	if (n < 1) {
 		n = 1;
 	}
-	return (int) (n * 2 > 64 ? 64 : n * 2);
+	return (int)(n * 2 > 64 ? 64 : n * 2);
 }
 
 // Re-reads the configuration; applies the reloadable part if all of it is
 // valid.
-static void
-reload(server *srv, const cli_args *args, const char *argv0)
+static void reload(server *srv, const cli_args *args, const char *argv0)
 {
 	nmq_conf    nc;
 	conf_errors errs;
@@ -156,9 +150,11 @@ reload(server *srv, const cli_args *args, const char *argv0)
 	if (conf_diff(&srv->conf, &nc, &ch) == 0) {
 		for (int i = 0; i < ch.n; i++) {
 			if (ch.v[i].restart) {
-				log_warn("main", "key=%s event=changed action=needs_restart", ch.v[i].key);
+				log_warn("main", "key=%s event=changed action=needs_restart",
+				    ch.v[i].key);
 			} else {
-				log_info("main", "key=%s event=changed action=applied", ch.v[i].key);
+				log_info(
+				    "main", "key=%s event=changed action=applied", ch.v[i].key);
 			}
 		}
 		conf_changes_free(&ch);
@@ -188,8 +184,7 @@ reload(server *srv, const cli_args *args, const char *argv0)
 }
 
 // Runs the broker until SIGTERM/SIGINT. Returns the exit status.
-static int
-run(const cli_args *args, nmq_conf *conf, const char *argv0, int ready_fd, pidfile *pf)
+static int run(const cli_args *args, nmq_conf *conf, const char *argv0, int ready_fd, pidfile *pf)
 {
 	server srv;
 	char   err[512];
@@ -233,8 +228,8 @@ run(const cli_args *args, nmq_conf *conf, const char *argv0, int ready_fd, pidfi
 	uint64_t wd_us = sd_notify_watchdog_interval_us();
 	for (;;) {
 		struct timespec ts;
-		ts.tv_sec  = wd_us > 0 ? (time_t) (wd_us / 1000000) : 3600;
-		ts.tv_nsec = wd_us > 0 ? (long) (wd_us % 1000000) * 1000 : 0;
+		ts.tv_sec  = wd_us > 0 ? (time_t)(wd_us / 1000000) : 3600;
+		ts.tv_nsec = wd_us > 0 ? (long)(wd_us % 1000000) * 1000 : 0;
 		int sig    = sigtimedwait(&set, NULL, &ts);
 		if (sig < 0) {
 			if (errno == EAGAIN && wd_us > 0) {
@@ -250,7 +245,8 @@ run(const cli_args *args, nmq_conf *conf, const char *argv0, int ready_fd, pidfi
 		} else if (sig == SIGUSR1) {
 			log_reopen();
 		} else {
-			log_warn("main", "event=stopping signal=%s", sig == SIGINT ? "SIGINT" : "SIGTERM");
+			log_warn("main", "event=stopping signal=%s",
+			    sig == SIGINT ? "SIGINT" : "SIGTERM");
 			break;
 		}
 	}
@@ -289,8 +285,7 @@ fail:
 	return 1;
 }
 
-int
-main(int argc, char **argv)
+int main(int argc, char **argv)
 {
 	cli_args args;
 	char     err[512];
@@ -335,7 +330,8 @@ main(int argc, char **argv)
 		}
 	}
 	if (args.test) {
-		printf("nanomq: configuration %s is valid\n", conf.path != NULL ? conf.path : "(defaults)");
+		printf("nanomq: configuration %s is valid\n",
+		    conf.path != NULL ? conf.path : "(defaults)");
 		conf_free(&conf);
 		return 0;
 	}

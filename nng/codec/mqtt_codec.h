@@ -22,9 +22,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MQTT_PROTO_V31 3
+#define MQTT_PROTO_V31  3
 #define MQTT_PROTO_V311 4
-#define MQTT_PROTO_V5 5
+#define MQTT_PROTO_V5   5
 
 // Largest value a variable byte integer can hold (4 bytes).
 #define MQTT_VBI_MAX 268435455u
@@ -96,12 +96,12 @@ enum mqtt_reason {
 
 // MQTT 3.1.1 CONNACK return codes.
 enum mqtt_v3_connack {
-	MQTT_V3_ACCEPTED            = 0,
-	MQTT_V3_BAD_PROTOCOL        = 1,
-	MQTT_V3_ID_REJECTED         = 2,
-	MQTT_V3_SERVER_UNAVAILABLE  = 3,
+	MQTT_V3_ACCEPTED             = 0,
+	MQTT_V3_BAD_PROTOCOL         = 1,
+	MQTT_V3_ID_REJECTED          = 2,
+	MQTT_V3_SERVER_UNAVAILABLE   = 3,
 	MQTT_V3_BAD_USER_OR_PASSWORD = 4,
-	MQTT_V3_NOT_AUTHORIZED      = 5,
+	MQTT_V3_NOT_AUTHORIZED       = 5,
 };
 
 // MQTT 5.0 property identifiers.
@@ -190,8 +190,8 @@ typedef struct mqtt_props {
 	// n_sub_ids is 0.
 	uint32_t subscription_id;
 	// Repeatable properties.
-	uint32_t              n_sub_ids;  // decode: count found in raw
-	const uint32_t       *sub_ids;    // encode only
+	uint32_t              n_sub_ids; // decode: count found in raw
+	const uint32_t       *sub_ids; // encode only
 	uint32_t              n_user_props;
 	const mqtt_user_prop *user_props; // encode only
 } mqtt_props;
@@ -240,23 +240,23 @@ typedef struct mqtt_ack {
 // Subscription options byte, decoded.
 typedef struct mqtt_sub_opts {
 	uint8_t qos;
-	bool    no_local;          // v5
+	bool    no_local; // v5
 	bool    retain_as_published; // v5
-	uint8_t retain_handling;   // v5: 0, 1 or 2
+	uint8_t retain_handling; // v5: 0, 1 or 2
 } mqtt_sub_opts;
 
 typedef struct mqtt_subscribe {
 	uint16_t   packet_id;
 	mqtt_props props;
 	uint32_t   count; // >= 1
-	mqtt_bytes list;  // raw payload, walk with mqtt_sub_iter
+	mqtt_bytes list; // raw payload, walk with mqtt_sub_iter
 } mqtt_subscribe;
 
 typedef struct mqtt_unsubscribe {
 	uint16_t   packet_id;
 	mqtt_props props;
 	uint32_t   count; // >= 1
-	mqtt_bytes list;  // raw payload, walk with mqtt_unsub_iter
+	mqtt_bytes list; // raw payload, walk with mqtt_unsub_iter
 } mqtt_unsubscribe;
 
 // SUBACK and UNSUBACK (v3.1.1 UNSUBACK carries no codes).
@@ -278,7 +278,7 @@ typedef struct mqtt_auth {
 } mqtt_auth;
 
 typedef struct mqtt_packet {
-	uint8_t type;  // enum mqtt_packet_type
+	uint8_t type; // enum mqtt_packet_type
 	uint8_t flags; // low nibble of the first byte
 	union {
 		mqtt_connect     connect;
@@ -297,16 +297,15 @@ typedef struct mqtt_packet {
 // Framing.
 
 enum mqtt_frame_result {
-	MQTT_FRAME_OK        = 0,  // a complete fixed header was parsed
-	MQTT_FRAME_NEED_MORE = 1,  // not enough bytes yet to know the length
+	MQTT_FRAME_OK        = 0, // a complete fixed header was parsed
+	MQTT_FRAME_NEED_MORE = 1, // not enough bytes yet to know the length
 	MQTT_FRAME_MALFORMED = -1, // remaining length VBI longer than 4 bytes
 };
 
 // Parses the fixed header at buf[0..len). On MQTT_FRAME_OK sets *hdr_len to
 // the size of the fixed header (2..5) and *remaining to the remaining length;
 // the whole frame is *hdr_len + *remaining bytes. Does not look at the type.
-int mqtt_frame_header(const uint8_t *buf, size_t len, uint32_t *remaining,
-    uint8_t *hdr_len);
+int mqtt_frame_header(const uint8_t *buf, size_t len, uint32_t *remaining, uint8_t *hdr_len);
 
 // Variable byte integer helpers. mqtt_vbi_decode returns the number of bytes
 // consumed (1..4), 0 if more bytes are needed, -1 if malformed.

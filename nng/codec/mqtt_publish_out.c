@@ -3,8 +3,7 @@
 #include <string.h>
 
 // Size of the per-subscriber v5 properties.
-static size_t
-head_props_size(const mqtt_publish_head *h)
+static size_t head_props_size(const mqtt_publish_head *h)
 {
 	size_t n = 0;
 	if (h->proto != MQTT_PROTO_V5) {
@@ -23,13 +22,12 @@ head_props_size(const mqtt_publish_head *h)
 }
 
 // Remaining length of the packet, or 0 when too large.
-static size_t
-remaining_length(const mqtt_publish_head *h)
+static size_t remaining_length(const mqtt_publish_head *h)
 {
-	size_t r = 2 + (size_t) h->topic_len + (h->qos > 0 ? 2 : 0) + h->payload_len;
+	size_t r = 2 + (size_t)h->topic_len + (h->qos > 0 ? 2 : 0) + h->payload_len;
 	if (h->proto == MQTT_PROTO_V5) {
 		size_t p = head_props_size(h) + h->fwd_props_len;
-		size_t v = mqtt_vbi_size((uint32_t) p);
+		size_t v = mqtt_vbi_size((uint32_t)p);
 		if (v == 0) {
 			return 0;
 		}
@@ -42,19 +40,17 @@ remaining_length(const mqtt_publish_head *h)
 }
 
 // Returns the full encoded size, 0 if too large.
-size_t
-mqtt_publish_total_size(const mqtt_publish_head *h)
+size_t mqtt_publish_total_size(const mqtt_publish_head *h)
 {
 	size_t r = remaining_length(h);
 	if (r == 0) {
 		return 0;
 	}
-	return 1 + mqtt_vbi_size((uint32_t) r) + r;
+	return 1 + mqtt_vbi_size((uint32_t)r) + r;
 }
 
 // Returns the size of everything but the shared tail.
-size_t
-mqtt_publish_head_size(const mqtt_publish_head *h)
+size_t mqtt_publish_head_size(const mqtt_publish_head *h)
 {
 	size_t total = mqtt_publish_total_size(h);
 	if (total == 0) {
@@ -64,26 +60,24 @@ mqtt_publish_head_size(const mqtt_publish_head *h)
 	return total - tail;
 }
 
-static uint8_t *
-put16(uint8_t *p, uint16_t v)
+static uint8_t *put16(uint8_t *p, uint16_t v)
 {
-	p[0] = (uint8_t) (v >> 8);
-	p[1] = (uint8_t) v;
+	p[0] = (uint8_t)(v >> 8);
+	p[1] = (uint8_t)v;
 	return p + 2;
 }
 
 // Writes the head of a PUBLISH into buf; returns bytes written or 0.
-size_t
-mqtt_publish_head_encode(uint8_t *buf, size_t cap, const mqtt_publish_head *h)
+size_t mqtt_publish_head_encode(uint8_t *buf, size_t cap, const mqtt_publish_head *h)
 {
 	size_t hs = mqtt_publish_head_size(h);
 	if (hs == 0 || hs > cap || h->qos > 2) {
 		return 0;
 	}
 	uint8_t *p = buf;
-	*p++       = (uint8_t) ((MQTT_PUBLISH << 4) | (h->dup ? 0x08 : 0) | (h->qos << 1) |
-            (h->retain ? 1 : 0));
-	p += mqtt_vbi_encode(p, (uint32_t) remaining_length(h));
+	*p++       = (uint8_t)((MQTT_PUBLISH << 4) | (h->dup ? 0x08 : 0) | (h->qos << 1)
+            | (h->retain ? 1 : 0));
+	p += mqtt_vbi_encode(p, (uint32_t)remaining_length(h));
 	p = put16(p, h->topic_len);
 	if (h->topic_len > 0) {
 		memcpy(p, h->topic, h->topic_len);
@@ -93,13 +87,13 @@ mqtt_publish_head_encode(uint8_t *buf, size_t cap, const mqtt_publish_head *h)
 		p = put16(p, h->packet_id);
 	}
 	if (h->proto == MQTT_PROTO_V5) {
-		p += mqtt_vbi_encode(p, (uint32_t) (head_props_size(h) + h->fwd_props_len));
+		p += mqtt_vbi_encode(p, (uint32_t)(head_props_size(h) + h->fwd_props_len));
 		if (h->has_expiry) {
 			*p++ = MQTT_PROP_MESSAGE_EXPIRY;
-			*p++ = (uint8_t) (h->expiry >> 24);
-			*p++ = (uint8_t) (h->expiry >> 16);
-			*p++ = (uint8_t) (h->expiry >> 8);
-			*p++ = (uint8_t) h->expiry;
+			*p++ = (uint8_t)(h->expiry >> 24);
+			*p++ = (uint8_t)(h->expiry >> 16);
+			*p++ = (uint8_t)(h->expiry >> 8);
+			*p++ = (uint8_t)h->expiry;
 		}
 		if (h->topic_alias != 0) {
 			*p++ = MQTT_PROP_TOPIC_ALIAS;
@@ -110,19 +104,18 @@ mqtt_publish_head_encode(uint8_t *buf, size_t cap, const mqtt_publish_head *h)
 			p += mqtt_vbi_encode(p, h->sub_ids[i]);
 		}
 	}
-	return (size_t) (p - buf);
+	return (size_t)(p - buf);
 }
 
 // Encodes props without the length prefix by encoding normally and sliding
 // the body down over the prefix.
-size_t
-mqtt_props_encode_body(uint8_t *buf, size_t cap, const mqtt_props *props)
+size_t mqtt_props_encode_body(uint8_t *buf, size_t cap, const mqtt_props *props)
 {
 	size_t body = mqtt_props_size(props);
 	if (body == 0) {
 		return 0;
 	}
-	size_t vs = mqtt_vbi_size((uint32_t) body);
+	size_t vs = mqtt_vbi_size((uint32_t)body);
 	if (vs == 0 || body + vs > cap) {
 		return 0;
 	}

@@ -9,8 +9,7 @@
 #include "src/log/log.h"
 
 // Maps an MQTT 5 CONNACK reason to the nearest 3.1.1 return code.
-static uint8_t
-v3_connack_code(uint8_t rc)
+static uint8_t v3_connack_code(uint8_t rc)
 {
 	switch (rc) {
 	case 0:
@@ -30,8 +29,7 @@ v3_connack_code(uint8_t rc)
 }
 
 // Sends a refusing CONNACK in the client's version and shuts down.
-static int
-refuse(nmq_link *l, uint8_t ver, uint8_t rc)
+static int refuse(nmq_link *l, uint8_t ver, uint8_t rc)
 {
 	mqtt_packet pk;
 	memset(&pk, 0, sizeof(pk));
@@ -51,8 +49,7 @@ refuse(nmq_link *l, uint8_t ver, uint8_t rc)
 // Builds a shared message from topic, v5 properties and payload. The
 // forwardable properties are re-encoded from the decoded set; message
 // expiry becomes an absolute deadline. Returns NULL on allocation failure.
-nmq_msg *
-proto_msg_build(uint8_t ver, mqtt_bytes topic, const mqtt_props *in, mqtt_bytes payload,
+nmq_msg *proto_msg_build(uint8_t ver, mqtt_bytes topic, const mqtt_props *in, mqtt_bytes payload,
     uint8_t qos, bool retain, uint64_t origin)
 {
 	mqtt_props fwd;
@@ -60,9 +57,9 @@ proto_msg_build(uint8_t ver, mqtt_bytes topic, const mqtt_props *in, mqtt_bytes 
 	mqtt_user_prop  stack_up[8];
 	mqtt_user_prop *up = stack_up;
 	if (ver == MQTT_PROTO_V5 && in != NULL) {
-		uint64_t keep = MQTT_PBIT(MQTT_PROP_PAYLOAD_FORMAT) |
-		    MQTT_PBIT(MQTT_PROP_CONTENT_TYPE) | MQTT_PBIT(MQTT_PROP_RESPONSE_TOPIC) |
-		    MQTT_PBIT(MQTT_PROP_CORRELATION_DATA);
+		uint64_t keep = MQTT_PBIT(MQTT_PROP_PAYLOAD_FORMAT)
+		    | MQTT_PBIT(MQTT_PROP_CONTENT_TYPE) | MQTT_PBIT(MQTT_PROP_RESPONSE_TOPIC)
+		    | MQTT_PBIT(MQTT_PROP_CORRELATION_DATA);
 		fwd.present          = in->present & keep;
 		fwd.payload_format   = in->payload_format;
 		fwd.content_type     = in->content_type;
@@ -78,8 +75,8 @@ proto_msg_build(uint8_t ver, mqtt_bytes topic, const mqtt_props *in, mqtt_bytes 
 			mqtt_prop_iter it;
 			uint32_t       n = 0;
 			mqtt_prop_iter_init(&it, in);
-			while (n < in->n_user_props &&
-			    mqtt_prop_iter_next_user(&it, &up[n].key, &up[n].value)) {
+			while (n < in->n_user_props
+			    && mqtt_prop_iter_next_user(&it, &up[n].key, &up[n].value)) {
 				n++;
 			}
 			fwd.user_props   = up;
@@ -90,7 +87,7 @@ proto_msg_build(uint8_t ver, mqtt_bytes topic, const mqtt_props *in, mqtt_bytes 
 		}
 	}
 	size_t   plen = (fwd.present != 0) ? mqtt_props_size(&fwd) : 0;
-	nmq_msg *m    = nmq_msg_alloc((const char *) topic.p, topic.len, plen, payload.len);
+	nmq_msg *m    = nmq_msg_alloc((const char *)topic.p, topic.len, plen, payload.len);
 	if (m != NULL) {
 		if (plen > 0) {
 			// Encode with room for the length prefix, then keep the body.
@@ -115,10 +112,10 @@ proto_msg_build(uint8_t ver, mqtt_bytes topic, const mqtt_props *in, mqtt_bytes 
 		m->qos       = qos;
 		m->retain    = retain;
 		m->origin_id = origin;
-		if (ver == MQTT_PROTO_V5 && in != NULL &&
-		    (in->present & MQTT_PBIT(MQTT_PROP_MESSAGE_EXPIRY))) {
+		if (ver == MQTT_PROTO_V5 && in != NULL
+		    && (in->present & MQTT_PBIT(MQTT_PROP_MESSAGE_EXPIRY))) {
 			m->expiry_interval = in->message_expiry;
-			m->expiry_at_ms    = nmq_clock_ms() + (uint64_t) in->message_expiry * 1000;
+			m->expiry_at_ms    = nmq_clock_ms() + (uint64_t)in->message_expiry * 1000;
 		}
 	}
 out:
@@ -129,19 +126,17 @@ out:
 }
 
 // Makes a unique client id for a client that sent an empty one.
-static void
-assign_client_id(nmq_proto *p, char *buf, size_t len)
+static void assign_client_id(nmq_proto *p, char *buf, size_t len)
 {
 	static atomic_ullong counter;
 	uint64_t             n = atomic_fetch_add(&counter, 1);
-	snprintf(buf, len, "nmq-%llx-%llx", (unsigned long long) nmq_clock_ms(),
-	    (unsigned long long) n);
-	(void) p;
+	snprintf(
+	    buf, len, "nmq-%llx-%llx", (unsigned long long)nmq_clock_ms(), (unsigned long long)n);
+	(void)p;
 }
 
 // Handles the first packet of a connection, which must be CONNECT.
-int
-handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
+int handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 {
 	nmq_proto  *p = l->p;
 	mqtt_packet pk;
@@ -151,18 +146,18 @@ handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 		conn_close(l->conn);
 		return -1;
 	}
-	int rc = mqtt_decode(frame, len, MQTT_PROTO_V311, &pk);
-	mqtt_connect *c = &pk.u.connect;
+	int           rc = mqtt_decode(frame, len, MQTT_PROTO_V311, &pk);
+	mqtt_connect *c  = &pk.u.connect;
 	if (rc == MQTT_RC_UNSUPPORTED_VERSION) {
 		return refuse(l, c->proto_level, MQTT_RC_UNSUPPORTED_VERSION);
 	}
 	if (rc != 0) {
 		// Malformed CONNECT: a v5 client may be told why.
 		if (len >= 9 && c->proto_level == MQTT_PROTO_V5) {
-			return refuse(l, MQTT_PROTO_V5, (uint8_t) rc);
+			return refuse(l, MQTT_PROTO_V5, (uint8_t)rc);
 		}
 		log_info("conn", "peer=%s reason=%s(0x%02x) packet=CONNECT", conn_peer(l->conn),
-		    mqtt_reason_name((uint8_t) rc), rc);
+		    mqtt_reason_name((uint8_t)rc), rc);
 		conn_close(l->conn);
 		return -1;
 	}
@@ -175,8 +170,8 @@ handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 
 	// Client identifier rules.
 	char  idbuf[64];
-	char *client_id  = NULL;
-	bool  assigned   = false;
+	char *client_id = NULL;
+	bool  assigned  = false;
 	if (c->client_id.len == 0) {
 		if (ver != MQTT_PROTO_V5 && !c->clean_start) {
 			return refuse(l, ver, MQTT_RC_CLIENT_ID_INVALID); // [MQTT-3.1.3-8]
@@ -191,7 +186,7 @@ handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 		if (c->proto_level == MQTT_PROTO_V31 && c->client_id.len > 23) {
 			return refuse(l, ver, MQTT_RC_CLIENT_ID_INVALID);
 		}
-		client_id = strndup((const char *) c->client_id.p, c->client_id.len);
+		client_id = strndup((const char *)c->client_id.p, c->client_id.len);
 	}
 	if (client_id == NULL) {
 		return refuse(l, ver, MQTT_RC_SERVER_UNAVAILABLE);
@@ -218,27 +213,29 @@ handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 		return refuse(l, ver, arc);
 	}
 	if (c->has_username) {
-		l->username = strndup((const char *) c->username.p, c->username.len);
+		l->username = strndup((const char *)c->username.p, c->username.len);
 	}
 
 	// Will message.
 	if (c->will_flag) {
-		l->will = proto_msg_build(ver, c->will_topic, ver == MQTT_PROTO_V5 ? &c->will_props : NULL,
-		    c->will_payload, c->will_qos, c->will_retain, 0);
+		l->will = proto_msg_build(ver, c->will_topic,
+		    ver == MQTT_PROTO_V5 ? &c->will_props : NULL, c->will_payload, c->will_qos,
+		    c->will_retain, 0);
 		if (l->will == NULL) {
 			free(client_id);
 			return refuse(l, ver, MQTT_RC_SERVER_UNAVAILABLE);
 		}
-		if (ver == MQTT_PROTO_V5 && (c->will_props.present & MQTT_PBIT(MQTT_PROP_WILL_DELAY))) {
+		if (ver == MQTT_PROTO_V5
+		    && (c->will_props.present & MQTT_PBIT(MQTT_PROP_WILL_DELAY))) {
 			l->will_delay_s = c->will_props.will_delay;
 		}
 	}
 
 	// Negotiated parameters.
-	l->keepalive          = c->keep_alive;
-	l->clean_start        = c->clean_start;
-	l->client_max_packet  = p->lim.client_max_packet_size;
-	l->client_receive_max = 65535;
+	l->keepalive            = c->keep_alive;
+	l->clean_start          = c->clean_start;
+	l->client_max_packet    = p->lim.client_max_packet_size;
+	l->client_receive_max   = 65535;
 	l->request_problem_info = true;
 	uint32_t expiry         = c->clean_start ? 0 : UINT32_MAX;
 	if (ver == MQTT_PROTO_V5) {
@@ -262,7 +259,7 @@ handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 		}
 		l->in_alias_max = p->lim.max_topic_alias;
 		if (l->in_alias_max > 0) {
-			l->in_alias = calloc((size_t) l->in_alias_max + 1, sizeof(char *));
+			l->in_alias = calloc((size_t)l->in_alias_max + 1, sizeof(char *));
 			if (l->in_alias == NULL) {
 				l->in_alias_max = 0;
 			}
@@ -271,9 +268,9 @@ handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 
 	// Session lookup, takeover and creation.
 	nmq_session *s;
-	nmq_conn    *old_conn       = NULL; // held; the old link may be freed
-	bool         old_v5         = false;
-	nmq_session *ended          = NULL;
+	nmq_conn    *old_conn        = NULL; // held; the old link may be freed
+	bool         old_v5          = false;
+	nmq_session *ended           = NULL;
 	bool         session_present = false;
 	pthread_mutex_lock(&p->tbl_mtx);
 	s = proto_table_find(p, client_id);
@@ -321,8 +318,8 @@ handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 	}
 	// s->mtx is held here.
 	nmq_session_hold(s); // the link's reference
-	s->ver      = ver;
-	s->expiry_s = expiry;
+	s->ver          = ver;
+	s->expiry_s     = expiry;
 	uint32_t window = p->lim.max_inflight_window;
 	s->infl_max     = l->client_receive_max < window ? l->client_receive_max : window;
 	if (s->infl_max == 0) {
@@ -339,14 +336,14 @@ handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 	ack.u.connack.reason          = 0;
 	if (ver == MQTT_PROTO_V5) {
 		mqtt_props *ap = &ack.u.connack.props;
-		ap->present    = MQTT_PBIT(MQTT_PROP_RECEIVE_MAXIMUM) |
-		    MQTT_PBIT(MQTT_PROP_MAX_PACKET_SIZE) | MQTT_PBIT(MQTT_PROP_RETAIN_AVAILABLE) |
-		    MQTT_PBIT(MQTT_PROP_WILDCARD_SUB_AVAIL) | MQTT_PBIT(MQTT_PROP_SUB_ID_AVAIL) |
-		    MQTT_PBIT(MQTT_PROP_SHARED_SUB_AVAIL);
-		uint32_t rmax       = p->lim.max_awaiting_rel;
-		ap->receive_maximum = (uint16_t) (rmax == 0 ? 1 : rmax > 65535 ? 65535 : rmax);
-		ap->maximum_packet_size    = p->lim.max_packet_size;
-		ap->retain_available       = 1;
+		ap->present    = MQTT_PBIT(MQTT_PROP_RECEIVE_MAXIMUM)
+		    | MQTT_PBIT(MQTT_PROP_MAX_PACKET_SIZE) | MQTT_PBIT(MQTT_PROP_RETAIN_AVAILABLE)
+		    | MQTT_PBIT(MQTT_PROP_WILDCARD_SUB_AVAIL) | MQTT_PBIT(MQTT_PROP_SUB_ID_AVAIL)
+		    | MQTT_PBIT(MQTT_PROP_SHARED_SUB_AVAIL);
+		uint32_t rmax           = p->lim.max_awaiting_rel;
+		ap->receive_maximum     = (uint16_t)(rmax == 0 ? 1 : rmax > 65535 ? 65535 : rmax);
+		ap->maximum_packet_size = p->lim.max_packet_size;
+		ap->retain_available    = 1;
 		ap->wildcard_sub_available = 1;
 		ap->sub_id_available       = 1;
 		ap->shared_sub_available   = 1;
@@ -356,16 +353,16 @@ handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 		}
 		if (assigned) {
 			ap->present |= MQTT_PBIT(MQTT_PROP_ASSIGNED_CLIENT_ID);
-			ap->assigned_client_id.p   = (const uint8_t *) client_id;
-			ap->assigned_client_id.len = (uint32_t) strlen(client_id);
+			ap->assigned_client_id.p   = (const uint8_t *)client_id;
+			ap->assigned_client_id.len = (uint32_t)strlen(client_id);
 		}
 		char rinfo[300];
-		if ((c->props.present & MQTT_PBIT(MQTT_PROP_REQUEST_RESPONSE)) &&
-		    c->props.request_response_info) {
+		if ((c->props.present & MQTT_PBIT(MQTT_PROP_REQUEST_RESPONSE))
+		    && c->props.request_response_info) {
 			snprintf(rinfo, sizeof(rinfo), "reply/%.250s", client_id);
 			ap->present |= MQTT_PBIT(MQTT_PROP_RESPONSE_INFO);
-			ap->response_info.p   = (const uint8_t *) rinfo;
-			ap->response_info.len = (uint32_t) strlen(rinfo);
+			ap->response_info.p   = (const uint8_t *)rinfo;
+			ap->response_info.len = (uint32_t)strlen(rinfo);
 		}
 		link_send_packet(l, &ack);
 	} else {
@@ -383,8 +380,7 @@ handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 
 	long n  = atomic_fetch_add(&p->m.connections, 1) + 1;
 	long mx = atomic_load(&p->m.connections_max);
-	while (n > mx && !atomic_compare_exchange_weak(&p->m.connections_max, &mx, n)) {
-	}
+	while (n > mx && !atomic_compare_exchange_weak(&p->m.connections_max, &mx, n)) { }
 
 	if (old_conn != NULL) {
 		log_info("conn", "client_id=%s peer=%s event=session_taken_over", client_id,
@@ -414,13 +410,14 @@ handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 
 	// Keepalive deadline replaces the CONNECT deadline.
 	if (l->keepalive > 0) {
-		uint64_t span = (uint64_t) (l->keepalive * 1000.0 * p->lim.keepalive_multiplier);
+		uint64_t span = (uint64_t)(l->keepalive * 1000.0 * p->lim.keepalive_multiplier);
 		timer_wheel_schedule(p->tw, &l->timer, nmq_clock_ms() + span);
 	} else {
 		timer_wheel_cancel(p->tw, &l->timer);
 	}
-	log_info("conn", "client_id=%s peer=%s event=connected proto=%u clean_start=%d keepalive=%u",
-	    client_id, conn_peer(l->conn), c->proto_level, c->clean_start, c->keep_alive);
+	log_info("conn",
+	    "client_id=%s peer=%s event=connected proto=%u clean_start=%d keepalive=%u", client_id,
+	    conn_peer(l->conn), c->proto_level, c->clean_start, c->keep_alive);
 	p->ops->client_status(p->app, s, true, 0, conn_peer(l->conn), l->keepalive, l->clean_start);
 	free(client_id);
 	return 0;

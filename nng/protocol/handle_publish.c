@@ -7,10 +7,9 @@
 #include "src/log/log.h"
 
 // Drops inbound QoS 2 ids that waited longer than await_rel_timeout.
-static void
-purge_rel(nmq_session *s, uint64_t now)
+static void purge_rel(nmq_session *s, uint64_t now)
 {
-	uint64_t limit = (uint64_t) s->p->lim.await_rel_timeout_s * 1000;
+	uint64_t limit = (uint64_t)s->p->lim.await_rel_timeout_s * 1000;
 	if (limit == 0) {
 		return;
 	}
@@ -25,23 +24,22 @@ purge_rel(nmq_session *s, uint64_t now)
 }
 
 // Handles one PUBLISH. Returns 0, or -1 when the connection is ended.
-int
-handle_publish(nmq_link *l, const mqtt_packet *pk)
+int handle_publish(nmq_link *l, const mqtt_packet *pk)
 {
-	nmq_proto          *p   = l->p;
-	nmq_session        *s   = l->session;
-	const mqtt_publish *pub = &pk->u.publish;
+	nmq_proto          *p     = l->p;
+	nmq_session        *s     = l->session;
+	const mqtt_publish *pub   = &pk->u.publish;
 	mqtt_bytes          topic = pub->topic;
 
-	if (l->ver == MQTT_PROTO_V5 &&
-	    (pub->props.present & MQTT_PBIT(MQTT_PROP_SUBSCRIPTION_ID))) {
+	if (l->ver == MQTT_PROTO_V5
+	    && (pub->props.present & MQTT_PBIT(MQTT_PROP_SUBSCRIPTION_ID))) {
 		// Only the server sends subscription identifiers [MQTT-3.3.4-6].
 		link_fail(l, MQTT_RC_PROTOCOL_ERROR);
 		return -1;
 	}
-	if (l->ver == MQTT_PROTO_V5 &&
-	    (pub->props.present & MQTT_PBIT(MQTT_PROP_PAYLOAD_FORMAT)) &&
-	    pub->props.payload_format == 1 && !mqtt_utf8_valid(pub->payload.p, pub->payload.len)) {
+	if (l->ver == MQTT_PROTO_V5 && (pub->props.present & MQTT_PBIT(MQTT_PROP_PAYLOAD_FORMAT))
+	    && pub->props.payload_format == 1
+	    && !mqtt_utf8_valid(pub->payload.p, pub->payload.len)) {
 		// The payload is declared UTF-8 but is not [MQTT-3.3.2.3.2]:
 		// refuse the message (the ack says why), or the connection for
 		// QoS 0, which has no ack.
@@ -68,7 +66,7 @@ handle_publish(nmq_link *l, const mqtt_packet *pk)
 			return -1;
 		}
 		if (topic.len > 0) {
-			char *t = strndup((const char *) topic.p, topic.len);
+			char *t = strndup((const char *)topic.p, topic.len);
 			if (t == NULL) {
 				link_fail(l, MQTT_RC_UNSPECIFIED);
 				return -1;
@@ -80,8 +78,8 @@ handle_publish(nmq_link *l, const mqtt_packet *pk)
 				link_fail(l, MQTT_RC_PROTOCOL_ERROR);
 				return -1;
 			}
-			topic.p   = (const uint8_t *) l->in_alias[a];
-			topic.len = (uint32_t) strlen(l->in_alias[a]);
+			topic.p   = (const uint8_t *)l->in_alias[a];
+			topic.len = (uint32_t)strlen(l->in_alias[a]);
 		}
 	} else if (topic.len == 0) {
 		link_fail(l, MQTT_RC_PROTOCOL_ERROR);
@@ -147,7 +145,7 @@ handle_publish(nmq_link *l, const mqtt_packet *pk)
 	}
 	proto_who who = { s->client_id, l->username, conn_peer(l->conn) };
 	int       rv  = p->ops->route(p->app, s, &who, m);
-	uint8_t   rc  = (uint8_t) (rv & 0xFF);
+	uint8_t   rc  = (uint8_t)(rv & 0xFF);
 	nmq_msg_release(m);
 
 	if (pub->qos > 0) {

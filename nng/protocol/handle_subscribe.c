@@ -9,8 +9,7 @@
 #define SUB_MAX_FILTERS 4096
 
 // Handles one SUBSCRIBE. Returns 0, or -1 when the connection is ended.
-int
-handle_subscribe(nmq_link *l, const mqtt_packet *pk)
+int handle_subscribe(nmq_link *l, const mqtt_packet *pk)
 {
 	nmq_proto            *p   = l->p;
 	nmq_session          *s   = l->session;
@@ -29,7 +28,8 @@ handle_subscribe(nmq_link *l, const mqtt_packet *pk)
 		return -1;
 	}
 	uint32_t sub_id = 0;
-	if (l->ver == MQTT_PROTO_V5 && (sub->props.present & MQTT_PBIT(MQTT_PROP_SUBSCRIPTION_ID))) {
+	if (l->ver == MQTT_PROTO_V5
+	    && (sub->props.present & MQTT_PBIT(MQTT_PROP_SUBSCRIPTION_ID))) {
 		mqtt_prop_iter it;
 		mqtt_prop_iter_init(&it, &sub->props);
 		mqtt_prop_iter_next_sub_id(&it, &sub_id);
@@ -61,8 +61,9 @@ handle_subscribe(nmq_link *l, const mqtt_packet *pk)
 		so.retain_as_published = l->ver == MQTT_PROTO_V5 && o.retain_as_published;
 		so.retain_handling     = l->ver == MQTT_PROTO_V5 ? o.retain_handling : 0;
 		so.sub_id              = sub_id;
-		int rv = p->ops->subscribe(p->app, s, &who, (const char *) f.p, f.len, &so, &existed[i]);
-		uint8_t rc = (uint8_t) (rv & 0xFF);
+		int rv                 = p->ops->subscribe(
+		                    p->app, s, &who, (const char *)f.p, f.len, &so, &existed[i]);
+		uint8_t rc = (uint8_t)(rv & 0xFF);
 		if (rv & PROTO_RC_DISCONNECT) {
 			kick = rc;
 		}
@@ -99,7 +100,7 @@ handle_subscribe(nmq_link *l, const mqtt_packet *pk)
 		so.retain_as_published = l->ver == MQTT_PROTO_V5 && o.retain_as_published;
 		so.retain_handling     = l->ver == MQTT_PROTO_V5 ? o.retain_handling : 0;
 		so.sub_id              = sub_id;
-		p->ops->subscribed(p->app, s, (const char *) f.p, f.len, &so, existed[j]);
+		p->ops->subscribed(p->app, s, (const char *)f.p, f.len, &so, existed[j]);
 	}
 	free(codes);
 	free(existed);
@@ -107,8 +108,7 @@ handle_subscribe(nmq_link *l, const mqtt_packet *pk)
 }
 
 // Handles one UNSUBSCRIBE.
-int
-handle_unsubscribe(nmq_link *l, const mqtt_packet *pk)
+int handle_unsubscribe(nmq_link *l, const mqtt_packet *pk)
 {
 	nmq_proto              *p     = l->p;
 	nmq_session            *s     = l->session;
@@ -132,7 +132,7 @@ handle_unsubscribe(nmq_link *l, const mqtt_packet *pk)
 			codes[i++] = MQTT_RC_TOPIC_FILTER_INVALID;
 			continue;
 		}
-		codes[i++] = p->ops->unsubscribe(p->app, s, (const char *) f.p, f.len);
+		codes[i++] = p->ops->unsubscribe(p->app, s, (const char *)f.p, f.len);
 	}
 	mqtt_packet r;
 	memset(&r, 0, sizeof(r));
@@ -148,8 +148,7 @@ handle_unsubscribe(nmq_link *l, const mqtt_packet *pk)
 }
 
 // Handles DISCONNECT from the client.
-int
-handle_disconnect(nmq_link *l, const mqtt_packet *pk)
+int handle_disconnect(nmq_link *l, const mqtt_packet *pk)
 {
 	nmq_session *s = l->session;
 	if (l->ver == MQTT_PROTO_V5) {

@@ -31,8 +31,7 @@ static const conn_ops link_conn_ops = {
 };
 
 // Takes over an accepted connection: CONNECT deadline, then reading.
-void
-proto_accept(nmq_proto *p, nmq_conn *c)
+void proto_accept(nmq_proto *p, nmq_conn *c)
 {
 	nmq_link *l = calloc(1, sizeof(*l));
 	if (l == NULL || p->stopping) {
@@ -54,8 +53,7 @@ proto_accept(nmq_proto *p, nmq_conn *c)
 
 // Frees what the link owns. Runs once the connection is closed and its
 // timer cancelled.
-static void
-link_free(nmq_link *l)
+static void link_free(nmq_link *l)
 {
 	if (l->in_alias != NULL) {
 		for (uint32_t i = 0; i <= l->in_alias_max; i++) {
@@ -77,15 +75,15 @@ link_free(nmq_link *l)
 }
 
 // Keepalive / CONNECT deadline / shutdown grace (wheel thread).
-static void
-link_timer_cb(void *arg)
+static void link_timer_cb(void *arg)
 {
 	nmq_link *l   = arg;
 	uint64_t  now = nmq_clock_ms();
 	if (l->shutting || !l->connected) {
 		if (now >= l->deadline_ms) {
 			if (!l->connected && !l->shutting) {
-				log_info("conn", "peer=%s reason=connect_timeout", conn_peer(l->conn));
+				log_info(
+				    "conn", "peer=%s reason=connect_timeout", conn_peer(l->conn));
 			}
 			conn_close(l->conn);
 		} else {
@@ -96,11 +94,11 @@ link_timer_cb(void *arg)
 	if (l->keepalive == 0) {
 		return;
 	}
-	uint64_t span = (uint64_t) (l->keepalive * 1000.0 * l->p->lim.keepalive_multiplier);
+	uint64_t span = (uint64_t)(l->keepalive * 1000.0 * l->p->lim.keepalive_multiplier);
 	uint64_t last = atomic_load(&l->last_rx_ms);
 	if (now >= last + span) {
-		log_info("conn", "peer=%s reason=keepalive_timeout keepalive=%u", conn_peer(l->conn),
-		    l->keepalive);
+		log_info("conn", "peer=%s reason=keepalive_timeout keepalive=%u",
+		    conn_peer(l->conn), l->keepalive);
 		if (l->ver == MQTT_PROTO_V5 && l->session != NULL) {
 			pthread_mutex_lock(&l->session->mtx);
 			if (l->session->link == l) {
@@ -121,8 +119,7 @@ link_timer_cb(void *arg)
 
 // Encodes a control packet into the send buffer; the caller holds the
 // connection's tx lock. Returns false if closing or out of memory.
-bool
-link_put_packet_locked(nmq_link *l, const mqtt_packet *pkt)
+bool link_put_packet_locked(nmq_link *l, const mqtt_packet *pkt)
 {
 	size_t n = mqtt_encoded_size(l->ver, pkt);
 	if (n == 0) {
@@ -139,8 +136,7 @@ link_put_packet_locked(nmq_link *l, const mqtt_packet *pkt)
 // Encodes a control packet into the send buffer and schedules the flush.
 // Caller holds the session mutex when attached. Returns false if closing or
 // out of memory.
-bool
-link_send_packet(nmq_link *l, const mqtt_packet *pkt)
+bool link_send_packet(nmq_link *l, const mqtt_packet *pkt)
 {
 	conn_tx_lock(l->conn);
 	bool ok = link_put_packet_locked(l, pkt);
@@ -152,8 +148,7 @@ link_send_packet(nmq_link *l, const mqtt_packet *pkt)
 }
 
 // Sends a v5 DISCONNECT with a reason (nothing for 3.1.1).
-void
-link_send_disconnect(nmq_link *l, uint8_t reason)
+void link_send_disconnect(nmq_link *l, uint8_t reason)
 {
 	if (l->ver != MQTT_PROTO_V5) {
 		return;
@@ -167,15 +162,14 @@ link_send_disconnect(nmq_link *l, uint8_t reason)
 	// parse the reason code of a longer DISCONNECT (paho 1.6) see it.
 	const char *why = mqtt_reason_name(reason);
 	pk.u.disconnect.props.present |= MQTT_PBIT(MQTT_PROP_REASON_STRING);
-	pk.u.disconnect.props.reason_string.p   = (const uint8_t *) why;
-	pk.u.disconnect.props.reason_string.len = (uint32_t) strlen(why);
+	pk.u.disconnect.props.reason_string.p   = (const uint8_t *)why;
+	pk.u.disconnect.props.reason_string.len = (uint32_t)strlen(why);
 	link_send_packet(l, &pk);
 }
 
 // Ends the connection because of the client: a v5 client first gets a
 // DISCONNECT with the reason; the will is published (abnormal end).
-void
-link_fail(nmq_link *l, uint8_t reason)
+void link_fail(nmq_link *l, uint8_t reason)
 {
 	log_info("conn", "peer=%s client_id=%s reason=%s(0x%02x)", conn_peer(l->conn),
 	    l->session != NULL ? l->session->client_id : "", mqtt_reason_name(reason), reason);
@@ -198,17 +192,16 @@ link_fail(nmq_link *l, uint8_t reason)
 
 // Returns the outbound alias for topic, assigning a new one when there is
 // room; 0 when none. *fresh says whether the topic must be sent too.
-static uint16_t
-out_alias(nmq_link *l, const char *topic, size_t tlen, bool *fresh)
+static uint16_t out_alias(nmq_link *l, const char *topic, size_t tlen, bool *fresh)
 {
-	*fresh = false;
+	*fresh       = false;
 	uint16_t max = l->client_alias_max < OUT_ALIAS_MAX ? l->client_alias_max : OUT_ALIAS_MAX;
 	if (max == 0) {
 		return 0;
 	}
 	for (uint16_t i = 0; i < l->out_alias_len; i++) {
 		if (strncmp(l->out_alias[i], topic, tlen) == 0 && l->out_alias[i][tlen] == '\0') {
-			return (uint16_t) (i + 1);
+			return (uint16_t)(i + 1);
 		}
 	}
 	if (l->out_alias_len >= max) {
@@ -231,8 +224,7 @@ out_alias(nmq_link *l, const char *topic, size_t tlen, bool *fresh)
 
 // Encodes one PUBLISH for entry e; see proto_impl.h. Caller holds the
 // session mutex and the connection's tx lock.
-int
-link_send_publish(nmq_link *l, const out_entry *e, uint16_t pid, bool dup)
+int link_send_publish(nmq_link *l, const out_entry *e, uint16_t pid, bool dup)
 {
 	nmq_msg          *m = e->msg;
 	mqtt_publish_head h;
@@ -241,7 +233,7 @@ link_send_publish(nmq_link *l, const out_entry *e, uint16_t pid, bool dup)
 	h.qos         = e->qos;
 	h.dup         = dup;
 	h.retain      = e->retain;
-	h.topic       = (const uint8_t *) m->topic;
+	h.topic       = (const uint8_t *)m->topic;
 	h.topic_len   = m->topic_len;
 	h.packet_id   = pid;
 	h.payload_len = m->payload_len;
@@ -295,8 +287,7 @@ link_send_publish(nmq_link *l, const out_entry *e, uint16_t pid, bool dup)
 }
 
 // Sends a simple ack (PUBACK/PUBREC/PUBREL/PUBCOMP).
-static void
-send_ack(nmq_link *l, uint8_t type, uint16_t pid, uint8_t reason)
+static void send_ack(nmq_link *l, uint8_t type, uint16_t pid, uint8_t reason)
 {
 	mqtt_packet pk;
 	memset(&pk, 0, sizeof(pk));
@@ -308,8 +299,7 @@ send_ack(nmq_link *l, uint8_t type, uint16_t pid, uint8_t reason)
 }
 
 // Handles PUBACK/PUBREC/PUBREL/PUBCOMP from the client.
-static int
-handle_ack(nmq_link *l, const mqtt_packet *pk)
+static int handle_ack(nmq_link *l, const mqtt_packet *pk)
 {
 	nmq_session *s   = l->session;
 	uint16_t     pid = pk->u.ack.packet_id;
@@ -352,8 +342,7 @@ handle_ack(nmq_link *l, const mqtt_packet *pk)
 }
 
 // One complete frame from the connection (worker thread).
-static int
-link_frame(void *upper, const uint8_t *frame, size_t len)
+static int link_frame(void *upper, const uint8_t *frame, size_t len)
 {
 	nmq_link *l = upper;
 	atomic_store_explicit(&l->last_rx_ms, nmq_clock_ms(), memory_order_relaxed);
@@ -366,7 +355,7 @@ link_frame(void *upper, const uint8_t *frame, size_t len)
 		if (rc == MQTT_RC_UNSUPPORTED_VERSION) {
 			rc = MQTT_RC_PROTOCOL_ERROR;
 		}
-		link_fail(l, (uint8_t) rc);
+		link_fail(l, (uint8_t)rc);
 		return -1;
 	}
 	switch (pk.type) {
@@ -410,8 +399,7 @@ link_frame(void *upper, const uint8_t *frame, size_t len)
 // The first packet must be CONNECT [MQTT-3.1.0-1]: anything else (an HTTP
 // request, TLS on the plain port, garbage) is closed as soon as its first
 // byte arrives, without waiting for the body it seems to announce.
-static int
-link_header(void *upper, uint8_t first_byte, uint32_t size)
+static int link_header(void *upper, uint8_t first_byte, uint32_t size)
 {
 	nmq_link *l = upper;
 	if (!l->connected && (first_byte >> 4) != MQTT_CONNECT) {
@@ -424,8 +412,7 @@ link_header(void *upper, uint8_t first_byte, uint32_t size)
 }
 
 // A frame larger than max_packet_size was announced.
-static void
-link_too_large(void *upper, uint32_t size)
+static void link_too_large(void *upper, uint32_t size)
 {
 	nmq_link *l = upper;
 	log_info("conn", "peer=%s reason=packet_too_large size=%u max=%u", conn_peer(l->conn), size,
@@ -434,8 +421,7 @@ link_too_large(void *upper, uint32_t size)
 }
 
 // The socket has room again: send more of the session's queue.
-static void
-link_writable(void *upper)
+static void link_writable(void *upper)
 {
 	nmq_link    *l = upper;
 	nmq_session *s = l->session;
@@ -451,8 +437,7 @@ link_writable(void *upper)
 
 // The connection ended (worker thread): will, session detach or end, and
 // the link is freed.
-static void
-link_closed(void *upper)
+static void link_closed(void *upper)
 {
 	nmq_link  *l = upper;
 	nmq_proto *p = l->p;
@@ -461,7 +446,7 @@ link_closed(void *upper)
 	nmq_session *s = l->session;
 	if (l->connected) {
 		long n = atomic_fetch_sub(&p->m.connections, 1);
-		(void) n;
+		(void)n;
 	}
 	if (s != NULL) {
 		bool     end     = false;
@@ -482,7 +467,7 @@ link_closed(void *upper)
 				// happened (the delay was for a reconnect that
 				// came).
 				if (l->will_delay_s == 0 || end) {
-					will = l->will;
+					will    = l->will;
 					l->will = NULL;
 				}
 			} else {
@@ -491,7 +476,7 @@ link_closed(void *upper)
 				}
 				s->will       = l->will;
 				l->will       = NULL;
-				s->will_at_ms = nmq_clock_ms() + (uint64_t) l->will_delay_s * 1000;
+				s->will_at_ms = nmq_clock_ms() + (uint64_t)l->will_delay_s * 1000;
 			}
 		}
 		if (current && !end) {
@@ -502,8 +487,9 @@ link_closed(void *upper)
 			proto_publish_will(p, will);
 		}
 		if (l->connected) {
-			p->ops->client_status(p->app, s, false, l->graceful ? 0 : MQTT_RC_UNSPECIFIED,
-			    conn_peer(l->conn), l->keepalive, l->clean_start);
+			p->ops->client_status(p->app, s, false,
+			    l->graceful ? 0 : MQTT_RC_UNSPECIFIED, conn_peer(l->conn), l->keepalive,
+			    l->clean_start);
 		}
 		log_info("conn", "client_id=%s peer=%s event=disconnected graceful=%d",
 		    s->client_id, conn_peer(l->conn), l->graceful);

@@ -6,8 +6,7 @@
 static atomic_uint_fast64_t msg_bytes;
 
 // Returns a new message of ref 1 with the topic copied in, or NULL.
-nmq_msg *
-nmq_msg_alloc(const char *topic, size_t topic_len, size_t props_len, size_t payload_len)
+nmq_msg *nmq_msg_alloc(const char *topic, size_t topic_len, size_t props_len, size_t payload_len)
 {
 	if (topic_len > UINT16_MAX || props_len > UINT32_MAX || payload_len > UINT32_MAX) {
 		return NULL;
@@ -19,10 +18,10 @@ nmq_msg_alloc(const char *topic, size_t topic_len, size_t props_len, size_t payl
 	}
 	memset(m, 0, sizeof(*m));
 	atomic_init(&m->ref, 1);
-	m->topic_len   = (uint16_t) topic_len;
-	m->props_len   = (uint32_t) props_len;
-	m->payload_len = (uint32_t) payload_len;
-	m->topic       = (char *) m->data;
+	m->topic_len   = (uint16_t)topic_len;
+	m->props_len   = (uint32_t)props_len;
+	m->payload_len = (uint32_t)payload_len;
+	m->topic       = (char *)m->data;
 	memcpy(m->topic, topic, topic_len);
 	m->topic[topic_len] = '\0';
 	m->props            = m->data + topic_len + 1;
@@ -32,8 +31,7 @@ nmq_msg_alloc(const char *topic, size_t topic_len, size_t props_len, size_t payl
 }
 
 // Drops a reference and frees the message when it was the last.
-void
-nmq_msg_release(nmq_msg *m)
+void nmq_msg_release(nmq_msg *m)
 {
 	if (m == NULL) {
 		return;
@@ -46,8 +44,7 @@ nmq_msg_release(nmq_msg *m)
 }
 
 // Returns the seconds left before expiry, rounded up; see msg.h.
-uint32_t
-nmq_msg_remaining(const nmq_msg *m, uint64_t now_ms)
+uint32_t nmq_msg_remaining(const nmq_msg *m, uint64_t now_ms)
 {
 	if (m->expiry_at_ms == 0) {
 		return UINT32_MAX;
@@ -55,12 +52,11 @@ nmq_msg_remaining(const nmq_msg *m, uint64_t now_ms)
 	if (now_ms >= m->expiry_at_ms) {
 		return 0;
 	}
-	return (uint32_t) ((m->expiry_at_ms - now_ms + 999) / 1000);
+	return (uint32_t)((m->expiry_at_ms - now_ms + 999) / 1000);
 }
 
 // Returns the bytes currently held by messages.
-uint64_t
-nmq_msg_bytes_in_use(void)
+uint64_t nmq_msg_bytes_in_use(void)
 {
 	return atomic_load_explicit(&msg_bytes, memory_order_relaxed);
 }

@@ -28,10 +28,10 @@ typedef struct nmq_msg {
 	uint32_t    props_len;
 	uint32_t    payload_len;
 	uint32_t    expiry_interval; // seconds as published, 0 = none
-	uint64_t    expiry_at_ms;    // nmq_clock_ms() deadline, 0 = never
-	uint64_t    origin_id;       // session id of the publisher (no-local)
+	uint64_t    expiry_at_ms; // nmq_clock_ms() deadline, 0 = never
+	uint64_t    origin_id; // session id of the publisher (no-local)
 	char       *topic;
-	uint8_t    *props;   // props_len bytes, immediately followed by payload
+	uint8_t    *props; // props_len bytes, immediately followed by payload
 	uint8_t    *payload;
 	uint8_t     data[];
 } nmq_msg;
@@ -39,11 +39,9 @@ typedef struct nmq_msg {
 // Allocates a message with room for the given sizes; fills topic, sets
 // ref = 1, props/payload pointers (contents to be written by the caller).
 // Returns NULL on allocation failure.
-nmq_msg *nmq_msg_alloc(const char *topic, size_t topic_len, size_t props_len,
-    size_t payload_len);
+nmq_msg *nmq_msg_alloc(const char *topic, size_t topic_len, size_t props_len, size_t payload_len);
 
-static inline void
-nmq_msg_hold(nmq_msg *m)
+static inline void nmq_msg_hold(nmq_msg *m)
 {
 	atomic_fetch_add_explicit(&m->ref, 1, memory_order_relaxed);
 }

@@ -6,21 +6,19 @@
 #include "nng/protocol/proto_impl.h"
 
 // FNV-1a over a NUL-terminated client id.
-static size_t
-hash_id(const char *s)
+static size_t hash_id(const char *s)
 {
 	uint64_t h = 1469598103934665603ull;
 	for (; *s != '\0'; s++) {
-		h ^= (uint8_t) *s;
+		h ^= (uint8_t)*s;
 		h *= 1099511628211ull;
 	}
-	return (size_t) h;
+	return (size_t)h;
 }
 
 // Returns a new protocol layer, or NULL.
-nmq_proto *
-proto_alloc(const proto_limits *limits, timer_wheel *tw, workq *wq, const proto_app_ops *ops,
-    void *app)
+nmq_proto *proto_alloc(
+    const proto_limits *limits, timer_wheel *tw, workq *wq, const proto_app_ops *ops, void *app)
 {
 	nmq_proto *p = calloc(1, sizeof(*p));
 	if (p == NULL) {
@@ -46,27 +44,23 @@ proto_alloc(const proto_limits *limits, timer_wheel *tw, workq *wq, const proto_
 	return p;
 }
 
-void
-proto_set_limits(nmq_proto *p, const proto_limits *limits)
+void proto_set_limits(nmq_proto *p, const proto_limits *limits)
 {
 	p->lim                 = *limits;
 	p->env.max_packet_size = limits->max_packet_size;
 }
 
-proto_metrics *
-proto_metrics_get(nmq_proto *p)
+proto_metrics *proto_metrics_get(nmq_proto *p)
 {
 	return &p->m;
 }
 
-const conn_env *
-proto_conn_env(nmq_proto *p)
+const conn_env *proto_conn_env(nmq_proto *p)
 {
 	return &p->env;
 }
 
-void
-proto_count_drop(nmq_proto *p, atomic_long *why)
+void proto_count_drop(nmq_proto *p, atomic_long *why)
 {
 	atomic_fetch_add(&p->m.msgs_dropped, 1);
 	if (why != NULL) {
@@ -76,8 +70,7 @@ proto_count_drop(nmq_proto *p, atomic_long *why)
 
 // Finds a session by client id; returns it held, or NULL. Caller holds
 // tbl_mtx.
-nmq_session *
-proto_table_find(nmq_proto *p, const char *client_id)
+nmq_session *proto_table_find(nmq_proto *p, const char *client_id)
 {
 	size_t mask = p->tbl_cap - 1;
 	for (size_t i = hash_id(client_id) & mask;; i = (i + 1) & mask) {
@@ -85,15 +78,14 @@ proto_table_find(nmq_proto *p, const char *client_id)
 		if (s == NULL) {
 			return NULL;
 		}
-		if (s != (nmq_session *) p && strcmp(s->client_id, client_id) == 0) {
+		if (s != (nmq_session *)p && strcmp(s->client_id, client_id) == 0) {
 			return s;
 		}
 	}
 }
 
 // Rebuilds the table at a new capacity, dropping tombstones.
-static void
-table_resize(nmq_proto *p, size_t ncap)
+static void table_resize(nmq_proto *p, size_t ncap)
 {
 	nmq_session **nt = calloc(ncap, sizeof(*nt));
 	if (nt == NULL) {
@@ -101,7 +93,7 @@ table_resize(nmq_proto *p, size_t ncap)
 	}
 	for (size_t i = 0; i < p->tbl_cap; i++) {
 		nmq_session *s = p->tbl[i];
-		if (s == NULL || s == (nmq_session *) p) {
+		if (s == NULL || s == (nmq_session *)p) {
 			continue;
 		}
 		size_t j = hash_id(s->client_id) & (ncap - 1);
@@ -116,29 +108,26 @@ table_resize(nmq_proto *p, size_t ncap)
 }
 
 // Inserts s (the table keeps the caller's reference). Caller holds tbl_mtx.
-void
-proto_table_insert(nmq_proto *p, nmq_session *s)
+void proto_table_insert(nmq_proto *p, nmq_session *s)
 {
 	if ((p->tbl_len + 1) * 2 > p->tbl_cap) {
 		table_resize(p, p->tbl_cap * 2);
 	}
 	size_t mask = p->tbl_cap - 1;
 	size_t i    = hash_id(s->client_id) & mask;
-	while (p->tbl[i] != NULL && p->tbl[i] != (nmq_session *) p) {
+	while (p->tbl[i] != NULL && p->tbl[i] != (nmq_session *)p) {
 		i = (i + 1) & mask;
 	}
 	p->tbl[i] = s;
 	p->tbl_len++;
-	long n = atomic_fetch_add(&p->m.sessions, 1) + 1;
+	long n  = atomic_fetch_add(&p->m.sessions, 1) + 1;
 	long mx = atomic_load(&p->m.sessions_max);
-	while (n > mx && !atomic_compare_exchange_weak(&p->m.sessions_max, &mx, n)) {
-	}
+	while (n > mx && !atomic_compare_exchange_weak(&p->m.sessions_max, &mx, n)) { }
 }
 
 // Removes s (a tombstone keeps probe chains intact; the table's reference
 // passes to the caller). Caller holds tbl_mtx.
-void
-proto_table_remove(nmq_proto *p, nmq_session *s)
+void proto_table_remove(nmq_proto *p, nmq_session *s)
 {
 	size_t mask = p->tbl_cap - 1;
 	for (size_t i = hash_id(s->client_id) & mask;; i = (i + 1) & mask) {
@@ -146,7 +135,7 @@ proto_table_remove(nmq_proto *p, nmq_session *s)
 			return;
 		}
 		if (p->tbl[i] == s) {
-			p->tbl[i] = (nmq_session *) p; // tombstone
+			p->tbl[i] = (nmq_session *)p; // tombstone
 			p->tbl_len--;
 			atomic_fetch_sub(&p->m.sessions, 1);
 			return;
@@ -154,8 +143,7 @@ proto_table_remove(nmq_proto *p, nmq_session *s)
 	}
 }
 
-void
-proto_links_add(nmq_proto *p, nmq_link *l)
+void proto_links_add(nmq_proto *p, nmq_link *l)
 {
 	pthread_mutex_lock(&p->links_mtx);
 	if (p->links_len == p->links_cap) {
@@ -172,8 +160,7 @@ proto_links_add(nmq_proto *p, nmq_link *l)
 	pthread_mutex_unlock(&p->links_mtx);
 }
 
-void
-proto_links_remove(nmq_proto *p, nmq_link *l)
+void proto_links_remove(nmq_proto *p, nmq_link *l)
 {
 	pthread_mutex_lock(&p->links_mtx);
 	for (size_t i = 0; i < p->links_len; i++) {
@@ -186,8 +173,7 @@ proto_links_remove(nmq_proto *p, nmq_link *l)
 }
 
 // Closes every connection: v5 clients get DISCONNECT 0x8B first.
-void
-proto_shutdown_all(nmq_proto *p)
+void proto_shutdown_all(nmq_proto *p)
 {
 	pthread_mutex_lock(&p->links_mtx);
 	p->stopping = true;
@@ -202,7 +188,8 @@ proto_shutdown_all(nmq_proto *p)
 				// lock by trying and otherwise just close.
 				if (pthread_mutex_trylock(&s->mtx) == 0) {
 					if (s->link == l) {
-						link_send_disconnect(l, MQTT_RC_SERVER_SHUTTING_DOWN);
+						link_send_disconnect(
+						    l, MQTT_RC_SERVER_SHUTTING_DOWN);
 					}
 					pthread_mutex_unlock(&s->mtx);
 				}
@@ -218,8 +205,7 @@ proto_shutdown_all(nmq_proto *p)
 
 // Frees the protocol layer. Connections must be gone (proto_shutdown_all
 // and a drain of the work queue) and listeners stopped.
-void
-proto_free(nmq_proto *p)
+void proto_free(nmq_proto *p)
 {
 	if (p == NULL) {
 		return;
@@ -227,7 +213,7 @@ proto_free(nmq_proto *p)
 	pthread_mutex_lock(&p->tbl_mtx);
 	for (size_t i = 0; i < p->tbl_cap; i++) {
 		nmq_session *s = p->tbl[i];
-		if (s == NULL || s == (nmq_session *) p) {
+		if (s == NULL || s == (nmq_session *)p) {
 			continue;
 		}
 		p->tbl[i] = NULL;

@@ -119,16 +119,16 @@ typedef struct proto_metrics {
 } proto_metrics;
 
 // Creates the protocol layer. Returns NULL on failure.
-nmq_proto *proto_alloc(const proto_limits *limits, timer_wheel *tw, workq *wq,
-    const proto_app_ops *ops, void *app);
+nmq_proto *proto_alloc(
+    const proto_limits *limits, timer_wheel *tw, workq *wq, const proto_app_ops *ops, void *app);
 // Ends every connection (wills are sent as for an abnormal close when
 // `send_wills`), then frees everything. Call after listeners stopped.
 void proto_free(nmq_proto *p);
 // Closes every connection, sending v5 clients DISCONNECT 0x8B.
 void proto_shutdown_all(nmq_proto *p);
 // Replaces the reloadable limits.
-void proto_set_limits(nmq_proto *p, const proto_limits *limits);
-proto_metrics *proto_metrics_get(nmq_proto *p);
+void            proto_set_limits(nmq_proto *p, const proto_limits *limits);
+proto_metrics  *proto_metrics_get(nmq_proto *p);
 const conn_env *proto_conn_env(nmq_proto *p);
 
 // Takes over a freshly accepted connection (the reference is consumed).

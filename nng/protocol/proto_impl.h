@@ -57,8 +57,8 @@ struct nmq_session {
 
 	pthread_mutex_t mtx;
 	uint8_t         ver;
-	nmq_link       *link;     // current connection, NULL while offline
-	bool            ended;    // removed from the table
+	nmq_link       *link; // current connection, NULL while offline
+	bool            ended; // removed from the table
 	uint32_t        expiry_s; // session expiry interval; UINT32_MAX never
 	uint64_t        offline_since_ms;
 
@@ -66,7 +66,7 @@ struct nmq_session {
 	// messages wait for the in-flight window, QoS 0 ones only for the
 	// socket, so QoS 0 keeps flowing while the window is full [MQTT-4.9.0-3].
 	// With both flowing they leave in arrival order (seq).
-	out_ring q;  // QoS 1/2
+	out_ring q; // QoS 1/2
 	out_ring q0; // QoS 0
 	uint64_t q_seq;
 
@@ -95,12 +95,12 @@ struct nmq_session {
 // connection's receive path (one worker at a time); fields marked s are
 // guarded by the session mutex once attached.
 struct nmq_link {
-	nmq_proto   *p;
-	nmq_conn    *conn; // held until the connection closes
-	tw_timer     timer;
+	nmq_proto    *p;
+	nmq_conn     *conn; // held until the connection closes
+	tw_timer      timer;
 	atomic_ullong last_rx_ms;
-	uint64_t     deadline_ms; // keepalive or CONNECT deadline; timer only
-	bool         shutting;    // timer: close hard at deadline
+	uint64_t      deadline_ms; // keepalive or CONNECT deadline; timer only
+	bool          shutting; // timer: close hard at deadline
 
 	// rx
 	bool         connected;

@@ -10,8 +10,7 @@
 static void session_timer_cb(void *arg);
 
 // Returns a new session of ref 1 (not yet in the table), or NULL.
-nmq_session *
-session_alloc(nmq_proto *p, const char *client_id)
+nmq_session *session_alloc(nmq_proto *p, const char *client_id)
 {
 	nmq_session *s = calloc(1, sizeof(*s));
 	if (s == NULL) {
@@ -31,15 +30,13 @@ session_alloc(nmq_proto *p, const char *client_id)
 	return s;
 }
 
-void
-nmq_session_hold(nmq_session *s)
+void nmq_session_hold(nmq_session *s)
 {
 	atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
 }
 
 // Drops a reference; the last one frees the session and what it holds.
-void
-nmq_session_release(nmq_session *s)
+void nmq_session_release(nmq_session *s)
 {
 	if (atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) != 1) {
 		return;
@@ -57,40 +54,34 @@ nmq_session_release(nmq_session *s)
 	free(s);
 }
 
-bool
-nmq_session_online(nmq_session *s)
+bool nmq_session_online(nmq_session *s)
 {
 	// A racy read is fine: used to pick shared-subscription members.
 	return __atomic_load_n(&s->link, __ATOMIC_RELAXED) != NULL;
 }
 
-uint64_t
-nmq_session_id(const nmq_session *s)
+uint64_t nmq_session_id(const nmq_session *s)
 {
 	return s->id;
 }
 
-const char *
-nmq_session_client_id(const nmq_session *s)
+const char *nmq_session_client_id(const nmq_session *s)
 {
 	return s->client_id;
 }
 
-uint8_t
-nmq_session_proto(const nmq_session *s)
+uint8_t nmq_session_proto(const nmq_session *s)
 {
 	return s->ver;
 }
 
-void **
-nmq_session_app_data(nmq_session *s)
+void **nmq_session_app_data(nmq_session *s)
 {
 	return &s->app_data;
 }
 
 // Releases every entry of a ring.
-static void
-ring_clear(out_ring *r)
+static void ring_clear(out_ring *r)
 {
 	for (uint32_t i = 0; i < r->len; i++) {
 		nmq_msg_release(r->v[(r->head + i) % r->cap].msg);
@@ -100,8 +91,7 @@ ring_clear(out_ring *r)
 }
 
 // Releases queued and in-flight messages and inbound QoS 2 state.
-void
-session_clear_locked(nmq_session *s)
+void session_clear_locked(nmq_session *s)
 {
 	ring_clear(&s->q);
 	ring_clear(&s->q0);
@@ -118,8 +108,7 @@ session_clear_locked(nmq_session *s)
 
 // Appends an entry to a ring, growing it up to `bound`. Returns false on
 // allocation failure.
-static bool
-ring_push(out_ring *r, const out_entry *e, uint32_t bound)
+static bool ring_push(out_ring *r, const out_entry *e, uint32_t bound)
 {
 	if (r->len == r->cap) {
 		uint32_t ncap = r->cap ? r->cap * 2 : 16;
@@ -129,7 +118,7 @@ ring_push(out_ring *r, const out_entry *e, uint32_t bound)
 		if (ncap <= r->cap) {
 			return false;
 		}
-		out_entry *nv = malloc((size_t) ncap * sizeof(*nv));
+		out_entry *nv = malloc((size_t)ncap * sizeof(*nv));
 		if (nv == NULL) {
 			return false;
 		}
@@ -146,8 +135,7 @@ ring_push(out_ring *r, const out_entry *e, uint32_t bound)
 	return true;
 }
 
-static void
-ring_pop(out_ring *r)
+static void ring_pop(out_ring *r)
 {
 	r->head = (r->head + 1) % r->cap;
 	r->len--;
@@ -158,8 +146,7 @@ ring_pop(out_ring *r)
 
 // Queues e (QoS 0 and QoS 1/2 apart); false when the session's queue bound
 // is reached.
-static bool
-queue_push(nmq_session *s, out_entry *e)
+static bool queue_push(nmq_session *s, out_entry *e)
 {
 	uint32_t bound = s->p->lim.max_mqueue_len;
 	if (s->q.len + s->q0.len >= bound) {
@@ -170,8 +157,7 @@ queue_push(nmq_session *s, out_entry *e)
 }
 
 // Returns true if pid is in flight.
-static bool
-pid_in_use(nmq_session *s, uint16_t pid)
+static bool pid_in_use(nmq_session *s, uint16_t pid)
 {
 	for (uint32_t i = 0; i < s->infl_len; i++) {
 		if (s->infl[s->infl_start + i].pid == pid) {
@@ -183,8 +169,7 @@ pid_in_use(nmq_session *s, uint16_t pid)
 
 // Returns the next free packet id (1..65535). The window is far below
 // 65535, so a free id always exists.
-static uint16_t
-next_pid(nmq_session *s)
+static uint16_t next_pid(nmq_session *s)
 {
 	for (;;) {
 		uint16_t pid = s->next_pid++;
@@ -198,8 +183,7 @@ next_pid(nmq_session *s)
 }
 
 // Appends to the in-flight array; false on allocation failure.
-static bool
-infl_push(nmq_session *s, const infl_entry *f)
+static bool infl_push(nmq_session *s, const infl_entry *f)
 {
 	if (s->infl_start + s->infl_len == s->infl_cap) {
 		if (s->infl_start > 0) {
@@ -208,7 +192,7 @@ infl_push(nmq_session *s, const infl_entry *f)
 		}
 		if (s->infl_len == s->infl_cap) {
 			uint32_t    ncap = s->infl_cap ? s->infl_cap * 2 : 8;
-			infl_entry *ni   = realloc(s->infl, (size_t) ncap * sizeof(*ni));
+			infl_entry *ni   = realloc(s->infl, (size_t)ncap * sizeof(*ni));
 			if (ni == NULL) {
 				return false;
 			}
@@ -222,8 +206,7 @@ infl_push(nmq_session *s, const infl_entry *f)
 
 // Finds an in-flight entry by packet id and state; returns its index
 // relative to infl_start, or -1.
-static int64_t
-infl_find(nmq_session *s, uint16_t pid, uint8_t state)
+static int64_t infl_find(nmq_session *s, uint16_t pid, uint8_t state)
 {
 	for (uint32_t i = 0; i < s->infl_len; i++) {
 		infl_entry *f = &s->infl[s->infl_start + i];
@@ -234,8 +217,7 @@ infl_find(nmq_session *s, uint16_t pid, uint8_t state)
 	return -1;
 }
 
-static void
-infl_remove(nmq_session *s, uint32_t i)
+static void infl_remove(nmq_session *s, uint32_t i)
 {
 	infl_entry *f = &s->infl[s->infl_start + i];
 	if (f->e.msg != NULL) {
@@ -255,8 +237,7 @@ infl_remove(nmq_session *s, uint32_t i)
 
 // Sends queued messages while the window and the socket allow: the
 // older of the two queue heads first; QoS 0 alone when the window is full.
-void
-session_pump_locked(nmq_session *s)
+void session_pump_locked(nmq_session *s)
 {
 	nmq_link *l = s->link;
 	if (l == NULL || !l->connected) {
@@ -267,10 +248,10 @@ session_pump_locked(nmq_session *s)
 	bool       any = false;
 	conn_tx_lock(l->conn);
 	while (s->q.len + s->q0.len > 0 && !conn_tx_full(l->conn)) {
-		bool       window = s->infl_len < s->infl_max;
-		out_ring  *r;
-		if (s->q.len > 0 && window &&
-		    (s->q0.len == 0 || s->q.v[s->q.head].seq < s->q0.v[s->q0.head].seq)) {
+		bool      window = s->infl_len < s->infl_max;
+		out_ring *r;
+		if (s->q.len > 0 && window
+		    && (s->q0.len == 0 || s->q.v[s->q.head].seq < s->q0.v[s->q0.head].seq)) {
 			r = &s->q;
 		} else if (s->q0.len > 0) {
 			r = &s->q0;
@@ -342,8 +323,7 @@ session_pump_locked(nmq_session *s)
 }
 
 // Queues a message for s; see proto.h.
-void
-nmq_session_deliver(nmq_session *s, nmq_msg *msg, uint8_t qos, bool retain,
+void nmq_session_deliver(nmq_session *s, nmq_msg *msg, uint8_t qos, bool retain,
     const uint32_t *sub_ids, uint32_t n_sub_ids)
 {
 	nmq_proto *p = s->p;
@@ -380,15 +360,14 @@ nmq_session_deliver(nmq_session *s, nmq_msg *msg, uint8_t qos, bool retain,
 
 // Resends in-flight PUBLISH (DUP) and PUBREL packets in their original
 // order; with only_old, just those sent more than retry_interval ago.
-void
-session_resend_locked(nmq_session *s, bool only_old)
+void session_resend_locked(nmq_session *s, bool only_old)
 {
 	nmq_link *l = s->link;
 	if (l == NULL || !l->connected) {
 		return;
 	}
 	uint64_t now   = nmq_clock_ms();
-	uint64_t retry = (uint64_t) s->p->lim.retry_interval_s * 1000;
+	uint64_t retry = (uint64_t)s->p->lim.retry_interval_s * 1000;
 	bool     any   = false;
 	conn_tx_lock(l->conn);
 	for (uint32_t i = 0; i < s->infl_len; i++) {
@@ -399,9 +378,9 @@ session_resend_locked(nmq_session *s, bool only_old)
 		if (f->state == INFL_WAIT_PUBCOMP) {
 			mqtt_packet pk;
 			memset(&pk, 0, sizeof(pk));
-			pk.type              = MQTT_PUBREL;
-			pk.flags             = 0x2;
-			pk.u.ack.packet_id   = f->pid;
+			pk.type            = MQTT_PUBREL;
+			pk.flags           = 0x2;
+			pk.u.ack.packet_id = f->pid;
 			if (!link_put_packet_locked(l, &pk)) {
 				break;
 			}
@@ -418,33 +397,31 @@ session_resend_locked(nmq_session *s, bool only_old)
 }
 
 // PUBACK for pid: completes a QoS 1 flow and sends more.
-bool
-session_puback_locked(nmq_session *s, uint16_t pid)
+bool session_puback_locked(nmq_session *s, uint16_t pid)
 {
 	int64_t i = infl_find(s, pid, INFL_WAIT_PUBACK);
 	if (i < 0) {
 		return false;
 	}
-	infl_remove(s, (uint32_t) i);
+	infl_remove(s, (uint32_t)i);
 	session_pump_locked(s);
 	return true;
 }
 
 // PUBREC for pid: the message is delivered; answer with PUBREL (unless
 // the receiver failed it, v5 reason >= 0x80, which ends the flow).
-bool
-session_pubrec_locked(nmq_session *s, uint16_t pid, bool failed)
+bool session_pubrec_locked(nmq_session *s, uint16_t pid, bool failed)
 {
 	int64_t i = infl_find(s, pid, INFL_WAIT_PUBREC);
 	if (i < 0) {
 		return false;
 	}
 	if (failed) {
-		infl_remove(s, (uint32_t) i);
+		infl_remove(s, (uint32_t)i);
 		session_pump_locked(s);
 		return true;
 	}
-	infl_entry *f = &s->infl[s->infl_start + (uint32_t) i];
+	infl_entry *f = &s->infl[s->infl_start + (uint32_t)i];
 	nmq_msg_release(f->e.msg);
 	f->e.msg   = NULL;
 	f->state   = INFL_WAIT_PUBCOMP;
@@ -453,21 +430,19 @@ session_pubrec_locked(nmq_session *s, uint16_t pid, bool failed)
 }
 
 // PUBCOMP for pid: completes a QoS 2 flow and sends more.
-bool
-session_pubcomp_locked(nmq_session *s, uint16_t pid)
+bool session_pubcomp_locked(nmq_session *s, uint16_t pid)
 {
 	int64_t i = infl_find(s, pid, INFL_WAIT_PUBCOMP);
 	if (i < 0) {
 		return false;
 	}
-	infl_remove(s, (uint32_t) i);
+	infl_remove(s, (uint32_t)i);
 	session_pump_locked(s);
 	return true;
 }
 
 // Publishes a will message through the application and releases it.
-void
-proto_publish_will(nmq_proto *p, nmq_msg *will)
+void proto_publish_will(nmq_proto *p, nmq_msg *will)
 {
 	atomic_fetch_add_explicit(&p->m.msgs_received, 1, memory_order_relaxed);
 	p->ops->route(p->app, NULL, NULL, will);
@@ -476,8 +451,7 @@ proto_publish_will(nmq_proto *p, nmq_msg *will)
 
 // Ends s: out of the table, state dropped, the application told, a pending
 // will published. The table's reference is released.
-void
-session_end(nmq_session *s)
+void session_end(nmq_session *s)
 {
 	nmq_proto *p = s->p;
 	pthread_mutex_lock(&p->tbl_mtx);
@@ -504,22 +478,21 @@ session_end(nmq_session *s)
 
 // Re-arms the session timer: expiry while offline, the delayed will, and
 // QoS retry for 3.1.1 clients with messages in flight.
-void
-session_timer_update_locked(nmq_session *s)
+void session_timer_update_locked(nmq_session *s)
 {
 	uint64_t at = 0;
 	if (s->ended) {
 		return;
 	}
 	if (s->link == NULL && s->expiry_s != UINT32_MAX) {
-		at = s->offline_since_ms + (uint64_t) s->expiry_s * 1000;
+		at = s->offline_since_ms + (uint64_t)s->expiry_s * 1000;
 	}
 	if (s->will != NULL && (at == 0 || s->will_at_ms < at)) {
 		at = s->will_at_ms;
 	}
-	if (s->link != NULL && s->ver != MQTT_PROTO_V5 && s->infl_len > 0 &&
-	    s->p->lim.retry_interval_s > 0) {
-		uint64_t r = nmq_clock_ms() + (uint64_t) s->p->lim.retry_interval_s * 1000;
+	if (s->link != NULL && s->ver != MQTT_PROTO_V5 && s->infl_len > 0
+	    && s->p->lim.retry_interval_s > 0) {
+		uint64_t r = nmq_clock_ms() + (uint64_t)s->p->lim.retry_interval_s * 1000;
 		if (at == 0 || r < at) {
 			at = r;
 		}
@@ -546,10 +519,9 @@ typedef struct session_work {
 	bool         end;
 } session_work;
 
-static void
-session_work_fn(workq_job *job)
+static void session_work_fn(workq_job *job)
 {
-	session_work *w = (session_work *) job;
+	session_work *w = (session_work *)job;
 	if (w->will != NULL) {
 		proto_publish_will(w->s->p, w->will);
 	}
@@ -561,11 +533,10 @@ session_work_fn(workq_job *job)
 }
 
 // Session timer (wheel thread): expiry, will delay and retry.
-static void
-session_timer_cb(void *arg)
+static void session_timer_cb(void *arg)
 {
-	nmq_session *s   = arg;
-	uint64_t     now = nmq_clock_ms();
+	nmq_session *s    = arg;
+	uint64_t     now  = nmq_clock_ms();
 	nmq_msg     *will = NULL;
 	bool         end  = false;
 	pthread_mutex_lock(&s->mtx);
@@ -578,8 +549,8 @@ session_timer_cb(void *arg)
 		will    = s->will;
 		s->will = NULL;
 	}
-	if (s->link == NULL && s->expiry_s != UINT32_MAX &&
-	    now >= s->offline_since_ms + (uint64_t) s->expiry_s * 1000) {
+	if (s->link == NULL && s->expiry_s != UINT32_MAX
+	    && now >= s->offline_since_ms + (uint64_t)s->expiry_s * 1000) {
 		end = true;
 	}
 	if (s->link != NULL && s->ver != MQTT_PROTO_V5 && s->infl_len > 0) {

@@ -9,9 +9,9 @@
 
 #include "nng/codec/mqtt_codec.h"
 
-#define RX_INIT 1024
+#define RX_INIT     1024
 #define RX_GROW_MAX (64 * 1024)
-#define TX_IOV_MAX 8
+#define TX_IOV_MAX  8
 
 // One piece of queued output: either bytes in the arena (ref == NULL, at
 // offset off) or bytes inside a shared message (ref held, at p).
@@ -81,8 +81,7 @@ static void rx_job(workq_job *job);
 static void destroy_job(workq_job *job);
 
 // Releases every message reference held by a txbuf and empties it.
-static void
-txbuf_reset(txbuf *b)
+static void txbuf_reset(txbuf *b)
 {
 	for (size_t i = 0; i < b->nsegs; i++) {
 		if (b->segs[i].ref != NULL) {
@@ -105,8 +104,7 @@ txbuf_reset(txbuf *b)
 	}
 }
 
-static void
-txbuf_fini(txbuf *b)
+static void txbuf_fini(txbuf *b)
 {
 	txbuf_reset(b);
 	free(b->arena);
@@ -114,8 +112,7 @@ txbuf_fini(txbuf *b)
 }
 
 // Makes room for one more segment; false on allocation failure.
-static bool
-txbuf_seg_room(txbuf *b)
+static bool txbuf_seg_room(txbuf *b)
 {
 	if (b->nsegs < b->seg_cap) {
 		return true;
@@ -131,8 +128,7 @@ txbuf_seg_room(txbuf *b)
 }
 
 // Formats the peer address of s into buf.
-static void
-format_peer(nng_stream *s, char *buf, size_t len)
+static void format_peer(nng_stream *s, char *buf, size_t len)
 {
 	nng_sockaddr sa;
 	snprintf(buf, len, "unknown");
@@ -150,8 +146,7 @@ format_peer(nng_stream *s, char *buf, size_t len)
 }
 
 // Returns a new connection for stream s, or NULL.
-nmq_conn *
-conn_alloc(nng_stream *s, const conn_env *env)
+nmq_conn *conn_alloc(nng_stream *s, const conn_env *env)
 {
 	nmq_conn *c = calloc(1, sizeof(*c));
 	if (c == NULL) {
@@ -171,11 +166,11 @@ conn_alloc(nng_stream *s, const conn_env *env)
 	pthread_mutex_init(&c->mtx, NULL);
 	pthread_cond_init(&c->cv, NULL);
 	atomic_init(&c->refs, 1);
-	c->s               = s;
-	c->env             = env;
-	c->job.fn          = rx_job;
-	c->destroy_job.fn  = destroy_job;
-	c->rx_want         = c->rx_cap;
+	c->s              = s;
+	c->env            = env;
+	c->job.fn         = rx_job;
+	c->destroy_job.fn = destroy_job;
+	c->rx_want        = c->rx_cap;
 	atomic_fetch_add(&live_conns, 1);
 	format_peer(s, c->peer, sizeof(c->peer));
 	return c;
@@ -189,8 +184,7 @@ fail:
 }
 
 // Submits a receive into the free part of the buffer. Caller holds mtx.
-static void
-start_recv(nmq_conn *c)
+static void start_recv(nmq_conn *c)
 {
 	nng_iov iov;
 	iov.iov_buf = c->rx + c->rx_len;
@@ -200,8 +194,7 @@ start_recv(nmq_conn *c)
 }
 
 // Sets the upper layer and posts the first receive.
-void
-conn_start(nmq_conn *c, const conn_ops *ops, void *upper)
+void conn_start(nmq_conn *c, const conn_ops *ops, void *upper)
 {
 	c->ops   = ops;
 	c->upper = upper;
@@ -211,15 +204,13 @@ conn_start(nmq_conn *c, const conn_ops *ops, void *upper)
 	pthread_mutex_unlock(&c->mtx);
 }
 
-void
-conn_hold(nmq_conn *c)
+void conn_hold(nmq_conn *c)
 {
 	atomic_fetch_add_explicit(&c->refs, 1, memory_order_relaxed);
 }
 
 // Drops a reference; the last one schedules destruction on a worker.
-void
-conn_release(nmq_conn *c)
+void conn_release(nmq_conn *c)
 {
 	if (atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) == 1) {
 		workq_post(c->env->wq, &c->destroy_job);
@@ -227,10 +218,9 @@ conn_release(nmq_conn *c)
 }
 
 // Frees the connection; runs on a worker, never in an aio callback.
-static void
-destroy_job(workq_job *job)
+static void destroy_job(workq_job *job)
 {
-	nmq_conn *c = (nmq_conn *) ((char *) job - offsetof(nmq_conn, destroy_job));
+	nmq_conn *c = (nmq_conn *)((char *)job - offsetof(nmq_conn, destroy_job));
 	nng_stream_close(c->s);
 	nng_aio_free(c->rx_aio);
 	nng_aio_free(c->tx_aio);
@@ -245,15 +235,13 @@ destroy_job(workq_job *job)
 }
 
 // Returns the number of connections not yet destroyed.
-long
-conn_live_count(void)
+long conn_live_count(void)
 {
 	return atomic_load(&live_conns);
 }
 
 // Closes the stream once. Caller holds mtx.
-static void
-close_locked(nmq_conn *c)
+static void close_locked(nmq_conn *c)
 {
 	if (c->closing) {
 		return;
@@ -262,8 +250,7 @@ close_locked(nmq_conn *c)
 	nng_stream_close(c->s);
 }
 
-void
-conn_close(nmq_conn *c)
+void conn_close(nmq_conn *c)
 {
 	pthread_mutex_lock(&c->mtx);
 	close_locked(c);
@@ -271,8 +258,7 @@ conn_close(nmq_conn *c)
 	pthread_mutex_unlock(&c->mtx);
 }
 
-void
-conn_shutdown(nmq_conn *c)
+void conn_shutdown(nmq_conn *c)
 {
 	pthread_mutex_lock(&c->mtx);
 	c->draining = true;
@@ -282,8 +268,7 @@ conn_shutdown(nmq_conn *c)
 	pthread_mutex_unlock(&c->mtx);
 }
 
-bool
-conn_is_closing(nmq_conn *c)
+bool conn_is_closing(nmq_conn *c)
 {
 	pthread_mutex_lock(&c->mtx);
 	bool r = c->closing || c->draining;
@@ -291,39 +276,33 @@ conn_is_closing(nmq_conn *c)
 	return r;
 }
 
-void
-conn_set_tag(nmq_conn *c, void *tag)
+void conn_set_tag(nmq_conn *c, void *tag)
 {
 	c->tag = tag;
 }
 
-void *
-conn_tag(nmq_conn *c)
+void *conn_tag(nmq_conn *c)
 {
 	return c->tag;
 }
 
-const char *
-conn_peer(nmq_conn *c)
+const char *conn_peer(nmq_conn *c)
 {
 	return c->peer;
 }
 
-nng_stream *
-conn_stream(nmq_conn *c)
+nng_stream *conn_stream(nmq_conn *c)
 {
 	return c->s;
 }
 
-uint64_t
-conn_rx_bytes(nmq_conn *c)
+uint64_t conn_rx_bytes(nmq_conn *c)
 {
 	return c->rx_bytes;
 }
 
 // Receive completion (NNG task thread): record and hand to a worker.
-static void
-rx_cb(void *arg)
+static void rx_cb(void *arg)
 {
 	nmq_conn *c  = arg;
 	c->rx_result = nng_aio_result(c->rx_aio);
@@ -341,8 +320,7 @@ rx_cb(void *arg)
 
 // Ensures the receive buffer can hold `need` bytes in total. Returns false
 // on allocation failure.
-static bool
-rx_reserve(nmq_conn *c, size_t need)
+static bool rx_reserve(nmq_conn *c, size_t need)
 {
 	if (need <= c->rx_cap) {
 		return true;
@@ -358,8 +336,7 @@ rx_reserve(nmq_conn *c, size_t need)
 
 // Cuts and dispatches every complete frame in the buffer. Returns false if
 // reading must stop.
-static bool
-rx_dispatch(nmq_conn *c)
+static bool rx_dispatch(nmq_conn *c)
 {
 	size_t off  = 0;
 	bool   go   = true;
@@ -378,13 +355,15 @@ rx_dispatch(nmq_conn *c)
 			go = false;
 			break;
 		}
-		size_t total = (size_t) hl + rem;
-		if (c->ops->header != NULL && c->ops->header(c->upper, c->rx[off], (uint32_t) total) != 0) {
+		size_t total = (size_t)hl + rem;
+		if (c->ops->header != NULL
+		    && c->ops->header(c->upper, c->rx[off], (uint32_t)total) != 0) {
 			go = false;
 			break;
 		}
 		if (total > c->env->max_packet_size) {
-			c->ops->too_large(c->upper, (uint32_t) (total > UINT32_MAX ? UINT32_MAX : total));
+			c->ops->too_large(
+			    c->upper, (uint32_t)(total > UINT32_MAX ? UINT32_MAX : total));
 			go = false;
 			break;
 		}
@@ -434,11 +413,10 @@ rx_dispatch(nmq_conn *c)
 }
 
 // The worker side of a receive: dispatch frames, then read again or finish.
-static void
-rx_job(workq_job *job)
+static void rx_job(workq_job *job)
 {
-	nmq_conn *c    = (nmq_conn *) ((char *) job - offsetof(nmq_conn, job));
-	bool      go   = c->rx_result == 0;
+	nmq_conn *c  = (nmq_conn *)((char *)job - offsetof(nmq_conn, job));
+	bool      go = c->rx_result == 0;
 	pthread_mutex_lock(&c->mtx);
 	if (c->closing || c->draining) {
 		go = false;
@@ -458,7 +436,7 @@ rx_job(workq_job *job)
 			close_locked(c);
 		}
 	}
-	bool notify       = !c->closed_notified;
+	bool notify        = !c->closed_notified;
 	c->closed_notified = true;
 	c->reading_done    = true;
 	// No writable() upcall may run once closed() has been called.
@@ -472,21 +450,18 @@ rx_job(workq_job *job)
 	conn_release(c); // the receive path's reference
 }
 
-void
-conn_tx_lock(nmq_conn *c)
+void conn_tx_lock(nmq_conn *c)
 {
 	pthread_mutex_lock(&c->mtx);
 }
 
-void
-conn_tx_unlock(nmq_conn *c)
+void conn_tx_unlock(nmq_conn *c)
 {
 	pthread_mutex_unlock(&c->mtx);
 }
 
 // Returns n writable bytes at the end of the fill arena, or NULL.
-uint8_t *
-conn_tx_reserve(nmq_conn *c, size_t n)
+uint8_t *conn_tx_reserve(nmq_conn *c, size_t n)
 {
 	txbuf *b = &c->fill;
 	if (c->closing) {
@@ -508,16 +483,15 @@ conn_tx_reserve(nmq_conn *c, size_t n)
 }
 
 // Commits n bytes written after conn_tx_reserve.
-void
-conn_tx_commit(nmq_conn *c, size_t n)
+void conn_tx_commit(nmq_conn *c, size_t n)
 {
 	txbuf *b = &c->fill;
 	if (n == 0) {
 		return;
 	}
 	// Extend the last arena segment when contiguous, else add one.
-	if (b->nsegs > 0 && b->segs[b->nsegs - 1].ref == NULL &&
-	    b->segs[b->nsegs - 1].off + b->segs[b->nsegs - 1].len == b->arena_len) {
+	if (b->nsegs > 0 && b->segs[b->nsegs - 1].ref == NULL
+	    && b->segs[b->nsegs - 1].off + b->segs[b->nsegs - 1].len == b->arena_len) {
 		b->segs[b->nsegs - 1].len += n;
 	} else {
 		if (!txbuf_seg_room(b)) {
@@ -535,8 +509,7 @@ conn_tx_commit(nmq_conn *c, size_t n)
 }
 
 // Queues bytes inside msg by reference.
-bool
-conn_tx_ref(nmq_conn *c, nmq_msg *msg, const uint8_t *p, size_t len)
+bool conn_tx_ref(nmq_conn *c, nmq_msg *msg, const uint8_t *p, size_t len)
 {
 	txbuf *b = &c->fill;
 	if (c->closing) {
@@ -558,22 +531,19 @@ conn_tx_ref(nmq_conn *c, nmq_msg *msg, const uint8_t *p, size_t len)
 	return true;
 }
 
-size_t
-conn_tx_queued(nmq_conn *c)
+size_t conn_tx_queued(nmq_conn *c)
 {
 	return c->fill.bytes + c->send.bytes;
 }
 
-bool
-conn_tx_full(nmq_conn *c)
+bool conn_tx_full(nmq_conn *c)
 {
 	return c->closing || c->fill.bytes + c->send.bytes >= c->env->tx_high_water;
 }
 
 // Builds the iov list from the send buffer's current position and submits
 // it. Caller holds mtx.
-static void
-submit_send(nmq_conn *c)
+static void submit_send(nmq_conn *c)
 {
 	txbuf   *b   = &c->send;
 	unsigned n   = 0;
@@ -581,7 +551,7 @@ submit_send(nmq_conn *c)
 	for (size_t i = c->send_seg; i < b->nsegs && n < TX_IOV_MAX; i++) {
 		tx_seg        *s    = &b->segs[i];
 		const uint8_t *base = s->ref != NULL ? s->p : b->arena + s->off;
-		c->iov[n].iov_buf   = (void *) (base + off);
+		c->iov[n].iov_buf   = (void *)(base + off);
 		c->iov[n].iov_len   = s->len - off;
 		off                 = 0;
 		n++;
@@ -591,19 +561,17 @@ submit_send(nmq_conn *c)
 }
 
 // Swaps fill and send and starts sending. Caller holds mtx.
-static void
-start_send(nmq_conn *c)
+static void start_send(nmq_conn *c)
 {
-	txbuf t   = c->send;
-	c->send   = c->fill;
-	c->fill   = t;
+	txbuf t     = c->send;
+	c->send     = c->fill;
+	c->fill     = t;
 	c->send_seg = 0;
 	c->send_off = 0;
 	submit_send(c);
 }
 
-void
-conn_tx_kick(nmq_conn *c)
+void conn_tx_kick(nmq_conn *c)
 {
 	if (c->tx_busy || c->fill.bytes == 0 || c->closing) {
 		return;
@@ -614,8 +582,7 @@ conn_tx_kick(nmq_conn *c)
 }
 
 // Deferred flush: runs after the current worker job.
-static void
-flush_later_cb(void *arg)
+static void flush_later_cb(void *arg)
 {
 	nmq_conn *c = arg;
 	pthread_mutex_lock(&c->mtx);
@@ -625,8 +592,7 @@ flush_later_cb(void *arg)
 	conn_release(c);
 }
 
-void
-conn_tx_flush_later(nmq_conn *c)
+void conn_tx_flush_later(nmq_conn *c)
 {
 	pthread_mutex_lock(&c->mtx);
 	if (c->flush_pending || c->tx_busy) {
@@ -644,13 +610,12 @@ conn_tx_flush_later(nmq_conn *c)
 
 // Send completion (NNG task thread): advance over what was written, resend
 // the rest of a short send, then the next batch.
-static void
-tx_cb(void *arg)
+static void tx_cb(void *arg)
 {
-	nmq_conn *c   = arg;
-	int       rv  = nng_aio_result(c->tx_aio);
-	size_t    n   = nng_aio_count(c->tx_aio);
-	bool      end = false;
+	nmq_conn *c      = arg;
+	int       rv     = nng_aio_result(c->tx_aio);
+	size_t    n      = nng_aio_count(c->tx_aio);
+	bool      end    = false;
 	bool      notify = false;
 	pthread_mutex_lock(&c->mtx);
 	if (rv != 0) {
@@ -690,8 +655,8 @@ tx_cb(void *arg)
 			close_locked(c);
 		}
 	}
-	notify = !c->closing && !c->draining && !c->closed_notified &&
-	    c->fill.bytes < c->env->tx_high_water / 2;
+	notify = !c->closing && !c->draining && !c->closed_notified
+	    && c->fill.bytes < c->env->tx_high_water / 2;
 	if (notify) {
 		c->upcalls++;
 	}

@@ -53,7 +53,7 @@ typedef struct conn_ops {
 typedef struct conn_env {
 	workq   *wq;
 	uint32_t max_packet_size; // largest inbound frame, fixed header included
-	size_t   tx_high_water;   // stop pulling queued messages above this
+	size_t   tx_high_water; // stop pulling queued messages above this
 } conn_env;
 
 // Wraps an accepted stream. Returns NULL on allocation failure (the caller

@@ -29,7 +29,7 @@
 
 // Largest PEM file we read (a CA bundle is ~200 KB).
 #define PEM_MAX (4u << 20)
-// Pause before accepting again after running out of memory or descriptors.
+// Pause before accepting again after an accept error (out of descriptors).
 #define ACCEPT_BACKOFF_MS 100
 
 enum listener_kind {
@@ -401,8 +401,10 @@ static void accept_cb(void *arg)
 	}
 
 	pthread_mutex_lock(&l->mtx);
-	if (rv == NNG_ENOMEM || rv == NNG_ENOFILES) {
-		// Out of memory or descriptors: accepting again at once would
+	if (rv != 0) {
+		// NNG already swallows the per-connection accept errors
+		// (ECONNABORTED, ECONNRESET); what reaches us is running out of
+		// descriptors or memory, where accepting again at once would
 		// spin on the task threads that every client shares.
 		if (!l->stopping) {
 			l->sleeping = true;

@@ -29,8 +29,7 @@ struct workq {
 };
 
 // Runs the deferred actions of the current worker.
-static void
-run_deferred(worker_ctx *ctx)
+static void run_deferred(worker_ctx *ctx)
 {
 	// An action may defer more work; run until the list is empty.
 	while (ctx->n > 0) {
@@ -47,8 +46,7 @@ run_deferred(worker_ctx *ctx)
 }
 
 // The worker thread body: pops jobs until the pool stops and is empty.
-static void *
-worker_main(void *arg)
+static void *worker_main(void *arg)
 {
 	workq     *wq = arg;
 	worker_ctx ctx;
@@ -80,8 +78,7 @@ worker_main(void *arg)
 }
 
 // Returns a pool of n running workers, or NULL.
-workq *
-workq_alloc(int n)
+workq *workq_alloc(int n)
 {
 	workq *wq = calloc(1, sizeof(*wq));
 	if (wq == NULL) {
@@ -92,7 +89,7 @@ workq_alloc(int n)
 	}
 	pthread_mutex_init(&wq->mtx, NULL);
 	pthread_cond_init(&wq->cv, NULL);
-	wq->threads = calloc((size_t) n, sizeof(pthread_t));
+	wq->threads = calloc((size_t)n, sizeof(pthread_t));
 	if (wq->threads == NULL) {
 		free(wq);
 		return NULL;
@@ -112,8 +109,7 @@ workq_alloc(int n)
 }
 
 // Drains and stops the pool.
-void
-workq_free(workq *wq)
+void workq_free(workq *wq)
 {
 	if (wq == NULL) {
 		return;
@@ -132,8 +128,7 @@ workq_free(workq *wq)
 }
 
 // Appends a job and wakes one worker.
-void
-workq_post(workq *wq, workq_job *job)
+void workq_post(workq *wq, workq_job *job)
 {
 	job->next = NULL;
 	pthread_mutex_lock(&wq->mtx);
@@ -148,16 +143,14 @@ workq_post(workq *wq, workq_job *job)
 }
 
 // Returns the number of workers.
-int
-workq_size(workq *wq)
+int workq_size(workq *wq)
 {
 	return wq->n;
 }
 
 // Queues fn(arg) to run after the current job; false if not on a worker or
 // the list is full (the caller then runs it now).
-bool
-workq_defer(void (*fn)(void *arg), void *arg)
+bool workq_defer(void (*fn)(void *arg), void *arg)
 {
 	worker_ctx *ctx = tls_ctx;
 	if (ctx == NULL || ctx->n >= WORKQ_DEFER_MAX) {

@@ -42,8 +42,7 @@ struct nmq_broker {
 
 // Takes a reference to the current authentication state, with the flags
 // that go with it.
-static auth_ctx *
-auth_get(nmq_broker *b, bool *anon, bool *deny_disconnect)
+static auth_ctx *auth_get(nmq_broker *b, bool *anon, bool *deny_disconnect)
 {
 	pthread_mutex_lock(&b->auth_mtx);
 	auth_ctx *a = auth_ctx_hold(b->auth);
@@ -57,20 +56,17 @@ auth_get(nmq_broker *b, bool *anon, bool *deny_disconnect)
 	return a;
 }
 
-static void
-sess_hold(void *s)
+static void sess_hold(void *s)
 {
 	nmq_session_hold(s);
 }
 
-static void
-sess_release(void *s)
+static void sess_release(void *s)
 {
 	nmq_session_release(s);
 }
 
-static bool
-sess_eligible(void *s)
+static bool sess_eligible(void *s)
 {
 	return nmq_session_online(s);
 }
@@ -81,14 +77,12 @@ static const topic_tree_ops tree_ops = {
 	.eligible = sess_eligible,
 };
 
-static void
-msg_hold(void *m)
+static void msg_hold(void *m)
 {
 	nmq_msg_hold(m);
 }
 
-static void
-msg_release(void *m)
+static void msg_release(void *m)
 {
 	nmq_msg_release(m);
 }
@@ -99,8 +93,7 @@ static const retain_ops ret_ops = {
 };
 
 // Returns a new broker, or NULL.
-nmq_broker *
-broker_alloc(const nmq_conf *conf)
+nmq_broker *broker_alloc(const nmq_conf *conf)
 {
 	nmq_broker *b = calloc(1, sizeof(*b));
 	if (b == NULL) {
@@ -123,23 +116,21 @@ broker_alloc(const nmq_conf *conf)
 	return b;
 }
 
-void
-broker_set_proto(nmq_broker *b, nmq_proto *p)
+void broker_set_proto(nmq_broker *b, nmq_proto *p)
 {
 	b->proto = p;
 }
 
 // Builds the authentication state of conf and swaps it in. Returns 0, or
 // -1 with a message in err (the running state is kept).
-int
-broker_reconfigure(nmq_broker *b, const nmq_conf *conf, char *err, size_t errlen)
+int broker_reconfigure(nmq_broker *b, const nmq_conf *conf, char *err, size_t errlen)
 {
 	auth_ctx *a = auth_ctx_alloc(conf, err, errlen);
 	if (a == NULL) {
 		return -1;
 	}
 	pthread_mutex_lock(&b->auth_mtx);
-	auth_ctx *old       = b->auth;
+	auth_ctx *old      = b->auth;
 	b->auth            = a;
 	b->allow_anonymous = conf->allow_anonymous;
 	b->deny_disconnect = conf->auth_deny_action == CONF_DENY_DISCONNECT;
@@ -150,8 +141,7 @@ broker_reconfigure(nmq_broker *b, const nmq_conf *conf, char *err, size_t errlen
 	return 0;
 }
 
-void
-broker_free(nmq_broker *b)
+void broker_free(nmq_broker *b)
 {
 	if (b == NULL) {
 		return;
@@ -170,21 +160,18 @@ broker_free(nmq_broker *b)
 	free(b);
 }
 
-topic_tree *
-broker_topic_tree(nmq_broker *b)
+topic_tree *broker_topic_tree(nmq_broker *b)
 {
 	return b->tree;
 }
 
-retain_store *
-broker_retain(nmq_broker *b)
+retain_store *broker_retain(nmq_broker *b)
 {
 	return b->retained;
 }
 
 // Fills protocol limits from the mqtt section.
-void
-broker_limits_from_conf(const nmq_conf *conf, proto_limits *lim)
+void broker_limits_from_conf(const nmq_conf *conf, proto_limits *lim)
 {
 	memset(lim, 0, sizeof(*lim));
 	lim->max_packet_size        = conf->max_packet_size;
@@ -195,34 +182,33 @@ broker_limits_from_conf(const nmq_conf *conf, proto_limits *lim)
 	lim->await_rel_timeout_s    = conf->await_rel_timeout_s;
 	lim->retry_interval_s       = conf->retry_interval_s;
 	lim->keepalive_multiplier   = conf->keepalive_multiplier;
-	lim->max_topic_alias        = (uint16_t) (conf->max_topic_alias > 65535 ? 65535 : conf->max_topic_alias);
-	lim->connect_timeout_ms     = 10000;
+	lim->max_topic_alias
+	    = (uint16_t)(conf->max_topic_alias > 65535 ? 65535 : conf->max_topic_alias);
+	lim->connect_timeout_ms = 10000;
 }
 
 // Authentication: the password list and auth.allow_anonymous
 // (compat.md 2.6).
-static uint8_t
-b_authenticate(void *app, const proto_client_info *info)
+static uint8_t b_authenticate(void *app, const proto_client_info *info)
 {
 	nmq_broker *b = app;
 	bool        anon;
 	auth_ctx   *a  = auth_get(b, &anon, NULL);
-	uint8_t     rc = auth_connect_check(a, (const char *) info->username,
-            info->username != NULL ? info->username_len : 0, (const char *) info->password,
+	uint8_t     rc = auth_connect_check(a, (const char *)info->username,
+            info->username != NULL ? info->username_len : 0, (const char *)info->password,
             info->password != NULL ? info->password_len : 0, anon);
 	auth_ctx_release(a);
 	if (rc != 0) {
-		log_info("auth", "client_id=%s peer=%s event=refused reason=0x%02x", info->client_id,
-		    info->peer, rc);
+		log_info("auth", "client_id=%s peer=%s event=refused reason=0x%02x",
+		    info->client_id, info->peer, rc);
 	}
 	return rc;
 }
 
 // Asks the ACL; returns true if allowed. *disconnect says whether a denial
 // ends the connection (auth.deny_action).
-static bool
-acl_allows(nmq_broker *b, const proto_who *who, int action, const char *topic, size_t len,
-    bool *disconnect)
+static bool acl_allows(nmq_broker *b, const proto_who *who, int action, const char *topic,
+    size_t len, bool *disconnect)
 {
 	auth_ctx  *a = auth_get(b, NULL, disconnect);
 	acl_client c = { who->client_id, who->username, who->peer };
@@ -231,49 +217,47 @@ acl_allows(nmq_broker *b, const proto_who *who, int action, const char *topic, s
 	if (d != ACL_ALLOW) {
 		log_info("acl", "client_id=%s peer=%s action=%s topic=%.*s event=denied",
 		    who->client_id, who->peer, action == ACL_PUBLISH ? "publish" : "subscribe",
-		    (int) (len > 200 ? 200 : len), topic);
+		    (int)(len > 200 ? 200 : len), topic);
 		return false;
 	}
 	return true;
 }
 
 // Orders matches by subscriber so that one session's matches are adjacent.
-static int
-match_cmp(const void *a, const void *b)
+static int match_cmp(const void *a, const void *b)
 {
 	const topic_match *x = a;
 	const topic_match *y = b;
 	if (x->sub != y->sub) {
 		return x->sub < y->sub ? -1 : 1;
 	}
-	return (int) x->shared - (int) y->shared;
+	return (int)x->shared - (int)y->shared;
 }
 
 // Delivers msg to the matches of one session (non-shared entries merged:
 // the highest QoS, every subscription identifier, RAP from any) and to
 // each shared match separately.
-static void
-deliver_group(nmq_session *from, nmq_msg *msg, topic_match *v, size_t n)
+static void deliver_group(nmq_session *from, nmq_msg *msg, topic_match *v, size_t n)
 {
-	nmq_session *s      = v[0].sub;
-	bool         self   = from != NULL && from == s;
-	int          qos    = -1;
-	bool         rap    = false;
+	nmq_session *s    = v[0].sub;
+	bool         self = from != NULL && from == s;
+	int          qos  = -1;
+	bool         rap  = false;
 	uint32_t     ids[4];
 	uint32_t     nids = 0;
 	for (size_t i = 0; i < n; i++) {
 		const topic_sub_opts *o = &v[i].opts;
 		if (v[i].shared) {
-			uint8_t q = o->qos < msg->qos ? o->qos : msg->qos;
+			uint8_t  q  = o->qos < msg->qos ? o->qos : msg->qos;
 			uint32_t id = o->sub_id;
-			nmq_session_deliver(s, msg, q, o->retain_as_published && msg->retain, &id,
-			    id != 0 ? 1 : 0);
+			nmq_session_deliver(
+			    s, msg, q, o->retain_as_published && msg->retain, &id, id != 0 ? 1 : 0);
 			continue;
 		}
 		if (self && o->no_local) {
 			continue; // [MQTT-3.8.3-3]
 		}
-		if ((int) o->qos > qos) {
+		if ((int)o->qos > qos) {
 			qos = o->qos;
 		}
 		rap = rap || o->retain_as_published;
@@ -284,7 +268,7 @@ deliver_group(nmq_session *from, nmq_msg *msg, topic_match *v, size_t n)
 	if (qos < 0) {
 		return;
 	}
-	uint8_t q = (uint8_t) qos < msg->qos ? (uint8_t) qos : msg->qos;
+	uint8_t q = (uint8_t)qos < msg->qos ? (uint8_t)qos : msg->qos;
 	nmq_session_deliver(s, msg, q, rap && msg->retain, ids, nids);
 }
 
@@ -293,23 +277,20 @@ deliver_group(nmq_session *from, nmq_msg *msg, topic_match *v, size_t n)
 static pthread_key_t  matches_key;
 static pthread_once_t matches_once = PTHREAD_ONCE_INIT;
 
-static void
-matches_free(void *arg)
+static void matches_free(void *arg)
 {
 	topic_match_vec *mv = arg;
 	topic_match_vec_fini(mv, &tree_ops);
 	free(mv);
 }
 
-static void
-matches_key_init(void)
+static void matches_key_init(void)
 {
 	pthread_key_create(&matches_key, matches_free);
 }
 
 // Returns this thread's match vector, or NULL when out of memory.
-static topic_match_vec *
-thread_matches(void)
+static topic_match_vec *thread_matches(void)
 {
 	pthread_once(&matches_once, matches_key_init);
 	topic_match_vec *mv = pthread_getspecific(matches_key);
@@ -325,12 +306,12 @@ thread_matches(void)
 }
 
 // Routes one message; see proto.h.
-static int
-b_route(void *app, nmq_session *from, const proto_who *who, nmq_msg *msg)
+static int b_route(void *app, nmq_session *from, const proto_who *who, nmq_msg *msg)
 {
 	nmq_broker *b = app;
 	bool        disconnect;
-	if (who != NULL && !acl_allows(b, who, ACL_PUBLISH, msg->topic, msg->topic_len, &disconnect)) {
+	if (who != NULL
+	    && !acl_allows(b, who, ACL_PUBLISH, msg->topic, msg->topic_len, &disconnect)) {
 		proto_metrics *m = proto_metrics_get(b->proto);
 		atomic_fetch_add(&m->msgs_dropped, 1);
 		atomic_fetch_add(&m->drop_acl, 1);
@@ -366,8 +347,7 @@ b_route(void *app, nmq_session *from, const proto_who *who, nmq_msg *msg)
 }
 
 // Returns the session's subscription record list, creating it.
-static sess_subs *
-subs_of(nmq_broker *b, nmq_session *s)
+static sess_subs *subs_of(nmq_broker *b, nmq_session *s)
 {
 	void **slot = nmq_session_app_data(s);
 	pthread_mutex_lock(&b->subs_mtx);
@@ -384,9 +364,8 @@ subs_of(nmq_broker *b, nmq_session *s)
 }
 
 // Adds or replaces one subscription.
-static int
-b_subscribe(void *app, nmq_session *s, const proto_who *who, const char *filter, size_t len,
-    const proto_sub_opts *opts, bool *existed)
+static int b_subscribe(void *app, nmq_session *s, const proto_who *who, const char *filter,
+    size_t len, const proto_sub_opts *opts, bool *existed)
 {
 	nmq_broker *b = app;
 	bool        disconnect;
@@ -448,8 +427,7 @@ typedef struct retained_ctx {
 } retained_ctx;
 
 // Delivers one retained message to a new subscriber (retain flag set).
-static void
-retained_cb(void *arg, void *m)
+static void retained_cb(void *arg, void *m)
 {
 	retained_ctx *ctx = arg;
 	nmq_msg      *msg = m;
@@ -463,9 +441,8 @@ retained_cb(void *arg, void *m)
 
 // After SUBACK: retained messages per Retain Handling [MQTT-3.3.1-9..11];
 // none for shared subscriptions [MQTT-4.8.2-?].
-static void
-b_subscribed(void *app, nmq_session *s, const char *filter, size_t len, const proto_sub_opts *opts,
-    bool existed)
+static void b_subscribed(void *app, nmq_session *s, const char *filter, size_t len,
+    const proto_sub_opts *opts, bool existed)
 {
 	nmq_broker *b = app;
 	if (len > 7 && memcmp(filter, "$share/", 7) == 0) {
@@ -479,8 +456,7 @@ b_subscribed(void *app, nmq_session *s, const char *filter, size_t len, const pr
 }
 
 // Removes one subscription; 0x11 if there was none.
-static uint8_t
-b_unsubscribe(void *app, nmq_session *s, const char *filter, size_t len)
+static uint8_t b_unsubscribe(void *app, nmq_session *s, const char *filter, size_t len)
 {
 	nmq_broker *b  = app;
 	sess_subs  *ss = subs_of(b, s);
@@ -503,8 +479,7 @@ b_unsubscribe(void *app, nmq_session *s, const char *filter, size_t len)
 }
 
 // Drops every subscription of an ending session.
-static void
-b_session_end(void *app, nmq_session *s)
+static void b_session_end(void *app, nmq_session *s)
 {
 	nmq_broker *b    = app;
 	void      **slot = nmq_session_app_data(s);
@@ -527,15 +502,14 @@ b_session_end(void *app, nmq_session *s)
 }
 
 // Appends s to buf as a JSON string with escapes; returns the new length.
-static size_t
-json_str(char *buf, size_t cap, size_t n, const char *s)
+static size_t json_str(char *buf, size_t cap, size_t n, const char *s)
 {
 	if (n < cap) {
 		buf[n] = '"';
 	}
 	n++;
 	for (; *s != '\0'; s++) {
-		unsigned char ch = (unsigned char) *s;
+		unsigned char ch = (unsigned char)*s;
 		char          esc[8];
 		const char   *e = NULL;
 		if (ch == '"') {
@@ -554,7 +528,7 @@ json_str(char *buf, size_t cap, size_t n, const char *s)
 			}
 		} else {
 			if (n < cap) {
-				buf[n] = (char) ch;
+				buf[n] = (char)ch;
 			}
 			n++;
 		}
@@ -566,16 +540,16 @@ json_str(char *buf, size_t cap, size_t n, const char *s)
 }
 
 // Publishes $SYS/brokers/client_status/<clientid> (compat.md 5.4).
-static void
-b_client_status(void *app, nmq_session *s, bool online, uint8_t reason, const char *peer,
-    uint16_t keepalive, bool clean_start)
+static void b_client_status(void *app, nmq_session *s, bool online, uint8_t reason,
+    const char *peer, uint16_t keepalive, bool clean_start)
 {
 	nmq_broker    *b   = app;
 	const char    *cid = nmq_session_client_id(s);
 	struct timeval tv;
 	gettimeofday(&tv, NULL);
-	unsigned long long ts = (unsigned long long) tv.tv_sec * 1000 + (unsigned long long) tv.tv_usec / 1000;
-	char   peer_host[80];
+	unsigned long long ts
+	    = (unsigned long long)tv.tv_sec * 1000 + (unsigned long long)tv.tv_usec / 1000;
+	char peer_host[80];
 	snprintf(peer_host, sizeof(peer_host), "%s", peer);
 	char *colon = strrchr(peer_host, ':');
 	if (colon != NULL) {
@@ -595,12 +569,12 @@ b_client_status(void *app, nmq_session *s, bool online, uint8_t reason, const ch
 	for (int pass = 0; pass < 2; pass++) {
 		size_t n = 0;
 		char   tmp[128];
-#define PUT(str) \
-	do { \
-		const char *p_ = (str); \
-		for (; *p_ != '\0'; p_++, n++) \
-			if (n < cap) \
-				buf[n] = *p_; \
+#define PUT(str)                                                                                   \
+	do {                                                                                       \
+		const char *p_ = (str);                                                            \
+		for (; *p_ != '\0'; p_++, n++)                                                     \
+			if (n < cap)                                                               \
+				buf[n] = *p_;                                                      \
 	} while (0)
 		if (online) {
 			PUT("{\"status\":\"online\",\"username\":\"\",\"ts\":");
@@ -609,11 +583,13 @@ b_client_status(void *app, nmq_session *s, bool online, uint8_t reason, const ch
 			PUT(",\"proto_name\":\"MQTT\",\"keepalive\":");
 			snprintf(tmp, sizeof(tmp), "%u", keepalive);
 			PUT(tmp);
-			snprintf(tmp, sizeof(tmp), ",\"return_code\":\"%x\",\"proto_ver\":%u,\"client_id\":",
-			    reason, nmq_session_proto(s));
+			snprintf(tmp, sizeof(tmp),
+			    ",\"return_code\":\"%x\",\"proto_ver\":%u,\"client_id\":", reason,
+			    nmq_session_proto(s));
 			PUT(tmp);
 			n = json_str(buf, cap, n, cid);
-			snprintf(tmp, sizeof(tmp), ",\"clean_start\":%d,\"IPv4\":", clean_start ? 1 : 0);
+			snprintf(
+			    tmp, sizeof(tmp), ",\"clean_start\":%d,\"IPv4\":", clean_start ? 1 : 0);
 			PUT(tmp);
 			n = json_str(buf, cap, n, host);
 			PUT("}");
@@ -621,7 +597,8 @@ b_client_status(void *app, nmq_session *s, bool online, uint8_t reason, const ch
 			PUT("{\"status\":\"offline\",\"username\":\"\",\"ts\":");
 			snprintf(tmp, sizeof(tmp), "%llu", ts);
 			PUT(tmp);
-			snprintf(tmp, sizeof(tmp), ",\"reason_code\":\"%x\",\"client_id\":", reason);
+			snprintf(
+			    tmp, sizeof(tmp), ",\"reason_code\":\"%x\",\"client_id\":", reason);
 			PUT(tmp);
 			n = json_str(buf, cap, n, cid);
 			PUT(",\"IPv4\":");
@@ -637,13 +614,13 @@ b_client_status(void *app, nmq_session *s, bool online, uint8_t reason, const ch
 			}
 		}
 	}
-	char   topic[300];
-	int    tl = snprintf(topic, sizeof(topic), "$SYS/brokers/client_status/%s", cid);
-	if (tl <= 0 || (size_t) tl >= sizeof(topic)) {
+	char topic[300];
+	int  tl = snprintf(topic, sizeof(topic), "$SYS/brokers/client_status/%s", cid);
+	if (tl <= 0 || (size_t)tl >= sizeof(topic)) {
 		free(buf);
 		return;
 	}
-	nmq_msg *m = nmq_msg_alloc(topic, (size_t) tl, 0, cap);
+	nmq_msg *m = nmq_msg_alloc(topic, (size_t)tl, 0, cap);
 	if (m != NULL) {
 		memcpy(m->payload, buf, cap);
 		m->qos = 0;

@@ -24,7 +24,7 @@ void broker_set_proto(nmq_broker *b, nmq_proto *p);
 // Applies the reloadable settings of conf (passwords, ACL,
 // allow_anonymous, deny_action) at once. Returns 0, or -1 with a message in
 // err, in which case nothing changed.
-int broker_reconfigure(nmq_broker *b, const nmq_conf *conf, char *err, size_t errlen);
+int  broker_reconfigure(nmq_broker *b, const nmq_conf *conf, char *err, size_t errlen);
 void broker_free(nmq_broker *b);
 
 // Limits for the protocol layer from a configuration.

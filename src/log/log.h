@@ -22,9 +22,9 @@ extern _Atomic int log_level_current;
 int  log_open(const nmq_conf *conf, char *err, size_t errlen);
 void log_close(void);
 // Reopens log files (SIGUSR1, after logrotate).
-void log_reopen(void);
-void log_set_level(int level);
-int  log_level_parse(const char *word); // -1 if unknown
+void        log_reopen(void);
+void        log_set_level(int level);
+int         log_level_parse(const char *word); // -1 if unknown
 const char *log_level_name(int level);
 
 // Writes one line: "<time> <level> <module>: <msg>". Use the macros.
@@ -42,33 +42,34 @@ typedef struct log_ratelimit {
 int log_ratelimit_allow(log_ratelimit *rl, int per_sec);
 
 #ifdef NMQ_NOLOG
-#define NMQ_LOG(lvl, mod, ...) \
-	do { \
-		if ((lvl) >= LOG_LEVEL_FATAL) \
-			log_write(lvl, mod, __VA_ARGS__); \
+#define NMQ_LOG(lvl, mod, ...)                                                                     \
+	do {                                                                                       \
+		if ((lvl) >= LOG_LEVEL_FATAL)                                                      \
+			log_write(lvl, mod, __VA_ARGS__);                                          \
 	} while (0)
 #else
-#define NMQ_LOG(lvl, mod, ...) \
-	do { \
-		if ((lvl) >= atomic_load_explicit(&log_level_current, memory_order_relaxed)) \
-			log_write(lvl, mod, __VA_ARGS__); \
+#define NMQ_LOG(lvl, mod, ...)                                                                     \
+	do {                                                                                       \
+		if ((lvl) >= atomic_load_explicit(&log_level_current, memory_order_relaxed))       \
+			log_write(lvl, mod, __VA_ARGS__);                                          \
 	} while (0)
 #endif
 
 #define log_trace(mod, ...) NMQ_LOG(LOG_LEVEL_TRACE, mod, __VA_ARGS__)
 #define log_debug(mod, ...) NMQ_LOG(LOG_LEVEL_DEBUG, mod, __VA_ARGS__)
-#define log_info(mod, ...) NMQ_LOG(LOG_LEVEL_INFO, mod, __VA_ARGS__)
-#define log_warn(mod, ...) NMQ_LOG(LOG_LEVEL_WARN, mod, __VA_ARGS__)
+#define log_info(mod, ...)  NMQ_LOG(LOG_LEVEL_INFO, mod, __VA_ARGS__)
+#define log_warn(mod, ...)  NMQ_LOG(LOG_LEVEL_WARN, mod, __VA_ARGS__)
 #define log_error(mod, ...) NMQ_LOG(LOG_LEVEL_ERROR, mod, __VA_ARGS__)
 #define log_fatal(mod, ...) NMQ_LOG(LOG_LEVEL_FATAL, mod, __VA_ARGS__)
 
 // Rate-limited warn: at most 10 lines per second from this call site.
-#define log_warn_rl(mod, ...) \
-	do { \
-		static log_ratelimit rl_; \
-		if (LOG_LEVEL_WARN >= atomic_load_explicit(&log_level_current, memory_order_relaxed) && \
-		    log_ratelimit_allow(&rl_, 10)) \
-			log_write(LOG_LEVEL_WARN, mod, __VA_ARGS__); \
+#define log_warn_rl(mod, ...)                                                                      \
+	do {                                                                                       \
+		static log_ratelimit rl_;                                                          \
+		if (LOG_LEVEL_WARN                                                                 \
+		        >= atomic_load_explicit(&log_level_current, memory_order_relaxed)          \
+		    && log_ratelimit_allow(&rl_, 10))                                              \
+			log_write(LOG_LEVEL_WARN, mod, __VA_ARGS__);                               \
 	} while (0)
 
 #endif // NMQ_LOG_H
