@@ -23,6 +23,8 @@ nmq_require(NMQ_HAVE_CJSON libcjson-dev)
 find_library(MBEDTLS_LIB mbedtls)
 find_library(MBEDX509_LIB mbedx509)
 find_library(MBEDCRYPTO_LIB mbedcrypto)
+nmq_require(MBEDTLS_LIB libmbedtls-dev)
+nmq_require(MBEDX509_LIB libmbedtls-dev)
 nmq_require(MBEDCRYPTO_LIB libmbedtls-dev)
 
 if(BUILD_TESTS)
