@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -78,33 +79,110 @@ static void listener_url(const conf_listener *cl, char *buf, size_t len)
 	    v6 ? "]" : "", cl->port, path);
 }
 
-// Opens every configured listener. Returns 0, or -1 after logging why.
+// Fills the transport's view of a configured listener; url must outlive lo.
+static void listener_opts_from_conf(const conf_listener *cl, const char *url, listener_opts *lo)
+{
+	memset(lo, 0, sizeof(*lo));
+	lo->name                 = cl->name;
+	lo->url                  = url;
+	lo->certfile             = cl->certfile;
+	lo->keyfile              = cl->keyfile;
+	lo->cacertfile           = cl->cacertfile;
+	lo->key_password         = cl->key_password;
+	lo->verify_peer          = cl->verify_peer;
+	lo->fail_if_no_peer_cert = cl->fail_if_no_peer_cert;
+}
+
+// Checks the TLS files of every listener without opening sockets (for
+// --test). Returns the number of problems, each printed to stderr.
+static int check_listener_files(const nmq_conf *conf)
+{
+	int bad = 0;
+	for (int i = 0; i < conf->n_listeners; i++) {
+		const conf_listener *cl = &conf->listeners[i];
+		char                 url[300];
+		char                 err[512];
+		listener_opts        lo;
+		listener_url(cl, url, sizeof(url));
+		listener_opts_from_conf(cl, url, &lo);
+		if (listener_tls_check(&lo, err, sizeof(err)) != 0) {
+			fprintf(stderr, "nanomq: error: listeners.%s: %s\n", cl->name, err);
+			bad++;
+		}
+	}
+	return bad;
+}
+
+// Opens every configured listener. Returns 0, or -1 with a message in err.
 static int start_listeners(server *srv, char *err, size_t errlen)
 {
 	for (int i = 0; i < srv->conf.n_listeners; i++) {
 		const conf_listener *cl = &srv->conf.listeners[i];
 		char                 url[300];
+		listener_opts        lo;
 		listener_url(cl, url, sizeof(url));
-		listener_opts lo;
-		memset(&lo, 0, sizeof(lo));
-		lo.name                 = cl->name;
-		lo.url                  = url;
-		lo.certfile             = cl->certfile;
-		lo.keyfile              = cl->keyfile;
-		lo.cacertfile           = cl->cacertfile;
-		lo.key_password         = cl->key_password;
-		lo.verify_peer          = cl->verify_peer;
-		lo.fail_if_no_peer_cert = cl->fail_if_no_peer_cert;
-		int rv                  = listener_start(&srv->listeners[srv->n_listeners], &lo,
-		                     proto_conn_env(srv->proto), (listener_accept_fn)proto_accept, srv->proto, err,
-		                     errlen);
+		listener_opts_from_conf(cl, url, &lo);
+		int rv = listener_start(&srv->listeners[srv->n_listeners], &lo,
+		    proto_conn_env(srv->proto), (listener_accept_fn)proto_accept, srv->proto, err,
+		    errlen);
 		if (rv != 0) {
 			return -1;
 		}
-		srv->n_listeners++;
+		nmq_listener *l = srv->listeners[srv->n_listeners++];
 		log_info("main", "listener=%s url=%s event=listening", cl->name, url);
+		if (listener_host_filtered(l)) {
+			log_warn("main",
+			    "listener=%s url=%s: WebSocket clients must send this address as their "
+			    "Host header; bind 0.0.0.0 to accept any Host",
+			    cl->name, url);
+		}
 	}
 	return 0;
+}
+
+// Re-reads the TLS files of every running ssl/wss listener (certificates are
+// usually renewed in place, so an unchanged path says nothing) and applies
+// the new maximum packet size to the ws/wss frame limit. Listeners are
+// matched by name; added or removed ones need a restart (conf_diff says so).
+static void reload_listeners(server *srv, const nmq_conf *nc, uint32_t max_packet_size)
+{
+	for (int i = 0; i < srv->n_listeners; i++) {
+		nmq_listener        *l  = srv->listeners[i];
+		const conf_listener *cl = NULL;
+		for (int j = 0; j < nc->n_listeners; j++) {
+			if (strcmp(nc->listeners[j].name, listener_name(l)) == 0) {
+				cl = &nc->listeners[j];
+				break;
+			}
+		}
+		if (cl == NULL) {
+			continue;
+		}
+		(void)listener_set_max_packet_size(l, max_packet_size);
+		if (cl->kind != CONF_LISTENER_SSL && cl->kind != CONF_LISTENER_WSS) {
+			continue;
+		}
+		listener_opts lo;
+		char          err[512];
+		listener_opts_from_conf(cl, NULL, &lo);
+		if (listener_reload_tls(l, &lo, err, sizeof(err)) != 0) {
+			log_error("main", "listener=%s event=tls_reload_failed reason=\"%s\"",
+			    cl->name, err);
+		} else {
+			log_info("main", "listener=%s event=tls_reloaded", cl->name);
+		}
+	}
+}
+
+// Raises the soft limit on open files to the hard limit: every client is a
+// descriptor, and running out makes NNG's HTTP accept loop spin.
+static void raise_nofile_limit(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
 }
 
 // Returns the number of work contexts: the configured value, or 2 x cores.
@@ -174,6 +252,7 @@ static void reload(server *srv, const cli_args *args, const char *argv0)
 	proto_limits lim;
 	broker_limits_from_conf(&nc, &lim);
 	proto_set_limits(srv->proto, &lim);
+	reload_listeners(srv, &nc, lim.max_packet_size);
 	log_set_level(nc.log_level);
 	// Keep the values that need a restart from the running configuration:
 	// swap in the new one only for what was applied above.
@@ -201,6 +280,7 @@ static int run(const cli_args *args, nmq_conf *conf, const char *argv0, int read
 	// the main thread alone takes these signals.
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
+	raise_nofile_limit();
 
 	proto_limits lim;
 	broker_limits_from_conf(&srv.conf, &lim);
@@ -279,6 +359,20 @@ static int run(const cli_args *args, nmq_conf *conf, const char *argv0, int read
 fail:
 	log_fatal("main", "event=start_failed reason=\"%s\"", err);
 	fprintf(stderr, "nanomq: %s\n", err);
+	for (int i = 0; i < srv.n_listeners; i++) {
+		listener_stop(srv.listeners[i]);
+	}
+	if (srv.proto != NULL) {
+		proto_shutdown_all(srv.proto);
+	}
+	if (srv.wq != NULL) {
+		workq_free(srv.wq);
+	}
+	proto_free(srv.proto);
+	broker_free(srv.broker);
+	if (srv.tw != NULL) {
+		timer_wheel_free(srv.tw);
+	}
 	daemon_ready(ready_fd, 1, err);
 	*conf = srv.conf;
 	pidfile_release(pf);
@@ -330,6 +424,11 @@ int main(int argc, char **argv)
 		}
 	}
 	if (args.test) {
+		if (check_listener_files(&conf) > 0) {
+			fprintf(stderr, "nanomq: configuration has errors\n");
+			conf_free(&conf);
+			return 1;
+		}
 		printf("nanomq: configuration %s is valid\n",
 		    conf.path != NULL ? conf.path : "(defaults)");
 		conf_free(&conf);

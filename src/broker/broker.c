@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/time.h>
 
+#include "nng/transport/listener.h"
 #include "src/auth/auth.h"
 #include "src/log/log.h"
 
@@ -193,8 +194,15 @@ static uint8_t b_authenticate(void *app, const proto_client_info *info)
 {
 	nmq_broker *b = app;
 	bool        anon;
-	auth_ctx   *a  = auth_get(b, &anon, NULL);
-	uint8_t     rc = auth_connect_check(a, (const char *)info->username,
+	char        cn[256];
+	if (info->conn != NULL && !listener_conn_authorized(info->conn, cn, sizeof(cn))) {
+		// A TLS listener with verify_peer and no verified certificate.
+		log_info("auth", "client_id=%s peer=%s event=refused reason=tls_peer_not_verified",
+		    info->client_id, info->peer);
+		return MQTT_RC_NOT_AUTHORIZED;
+	}
+	auth_ctx *a  = auth_get(b, &anon, NULL);
+	uint8_t   rc = auth_connect_check(a, (const char *)info->username,
             info->username != NULL ? info->username_len : 0, (const char *)info->password,
             info->password != NULL ? info->password_len : 0, anon);
 	auth_ctx_release(a);
