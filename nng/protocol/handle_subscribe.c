@@ -174,6 +174,9 @@ int handle_disconnect(nmq_link *l, const mqtt_packet *pk)
 		nmq_msg_release(l->will);
 		l->will = NULL;
 	}
+	// Detach now, not when the close completes: a client that reconnects
+	// at once must find a non-persistent session already gone.
+	link_detach(l);
 	conn_close(l->conn);
 	return -1;
 }

@@ -46,7 +46,13 @@ void proto_accept(nmq_proto *p, nmq_conn *c)
 	atomic_init(&l->last_rx_ms, nmq_clock_ms());
 	tw_timer_init(&l->timer, link_timer_cb, l);
 	l->deadline_ms = nmq_clock_ms() + p->lim.connect_timeout_ms;
-	proto_links_add(p, l);
+	if (!proto_links_add(p, l)) {
+		// Shutting down (or out of memory): refuse the connection.
+		free(l);
+		conn_close(c);
+		conn_release(c);
+		return;
+	}
 	timer_wheel_schedule(p->tw, &l->timer, l->deadline_ms);
 	conn_start(c, &link_conn_ops, l);
 }
@@ -437,66 +443,79 @@ static void link_writable(void *upper)
 
 // The connection ended (worker thread): will, session detach or end, and
 // the link is freed.
+// Detaches the link from its session, once: the will (now, delayed, or
+// not at all), the session's end when it does not outlive the connection,
+// and the offline status. Called on the receive path (DISCONNECT, so that a
+// client reconnecting at once finds the session already gone) or when the
+// connection has closed. The link keeps its session reference until
+// link_closed().
+void link_detach(nmq_link *l)
+{
+	nmq_proto   *p = l->p;
+	nmq_session *s = l->session;
+	if (l->detached || s == NULL) {
+		return;
+	}
+	l->detached  = true;
+	bool     end     = false;
+	bool     current = false;
+	nmq_msg *will    = NULL;
+	pthread_mutex_lock(&s->mtx);
+	if (s->link == l) {
+		current = true;
+		__atomic_store_n(&s->link, NULL, __ATOMIC_RELAXED);
+		s->offline_since_ms = nmq_clock_ms();
+		if (s->expiry_s == 0) {
+			end = true;
+		}
+	}
+	if (!l->graceful && l->will != NULL) {
+		if (l->will_delay_s == 0 || end) {
+			// No delay, or the session ends now.
+			will    = l->will;
+			l->will = NULL;
+		} else if (current) {
+			if (s->will != NULL) {
+				nmq_msg_release(s->will);
+			}
+			s->will       = l->will;
+			l->will       = NULL;
+			s->will_at_ms = nmq_clock_ms() + (uint64_t) l->will_delay_s * 1000;
+		}
+		// Else a takeover came within the will delay: no will.
+	}
+	if (current && !end) {
+		session_timer_update_locked(s);
+	}
+	pthread_mutex_unlock(&s->mtx);
+	if (will != NULL) {
+		proto_publish_will(p, will);
+	}
+	if (l->connected) {
+		p->ops->client_status(p->app, s, false, l->graceful ? 0 : MQTT_RC_UNSPECIFIED,
+		    conn_peer(l->conn), l->keepalive, l->clean_start);
+	}
+	log_info("conn", "client_id=%s peer=%s event=disconnected graceful=%d", s->client_id,
+	    conn_peer(l->conn), l->graceful);
+	if (end) {
+		session_end(s);
+	}
+}
+
+// The connection ended (worker thread; no upcall of this connection runs
+// any more): detach, then free the link.
 static void link_closed(void *upper)
 {
 	nmq_link  *l = upper;
 	nmq_proto *p = l->p;
 	timer_wheel_cancel(p->tw, &l->timer);
 	proto_links_remove(p, l);
-	nmq_session *s = l->session;
 	if (l->connected) {
-		long n = atomic_fetch_sub(&p->m.connections, 1);
-		(void)n;
+		atomic_fetch_sub(&p->m.connections, 1);
 	}
-	if (s != NULL) {
-		bool     end     = false;
-		bool     current = false;
-		nmq_msg *will    = NULL;
-		pthread_mutex_lock(&s->mtx);
-		if (s->link == l) {
-			current = true;
-			__atomic_store_n(&s->link, NULL, __ATOMIC_RELAXED);
-			s->offline_since_ms = nmq_clock_ms();
-			if (s->expiry_s == 0) {
-				end = true;
-			}
-		}
-		if (!l->graceful && l->will != NULL) {
-			if (l->will_delay_s == 0 || !current || end) {
-				// No delay, or the session ends now, or a takeover
-				// happened (the delay was for a reconnect that
-				// came).
-				if (l->will_delay_s == 0 || end) {
-					will    = l->will;
-					l->will = NULL;
-				}
-			} else {
-				if (s->will != NULL) {
-					nmq_msg_release(s->will);
-				}
-				s->will       = l->will;
-				l->will       = NULL;
-				s->will_at_ms = nmq_clock_ms() + (uint64_t)l->will_delay_s * 1000;
-			}
-		}
-		if (current && !end) {
-			session_timer_update_locked(s);
-		}
-		pthread_mutex_unlock(&s->mtx);
-		if (will != NULL) {
-			proto_publish_will(p, will);
-		}
-		if (l->connected) {
-			p->ops->client_status(p->app, s, false,
-			    l->graceful ? 0 : MQTT_RC_UNSPECIFIED, conn_peer(l->conn), l->keepalive,
-			    l->clean_start);
-		}
-		log_info("conn", "client_id=%s peer=%s event=disconnected graceful=%d",
-		    s->client_id, conn_peer(l->conn), l->graceful);
-		if (end) {
-			session_end(s);
-		}
-		nmq_session_release(s);
+	link_detach(l);
+	if (l->session != NULL) {
+		nmq_session_release(l->session);
 		l->session = NULL;
 	}
 	nmq_conn *c = l->conn;

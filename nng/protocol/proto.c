@@ -143,21 +143,26 @@ void proto_table_remove(nmq_proto *p, nmq_session *s)
 	}
 }
 
-void proto_links_add(nmq_proto *p, nmq_link *l)
+bool proto_links_add(nmq_proto *p, nmq_link *l)
 {
 	pthread_mutex_lock(&p->links_mtx);
+	if (p->stopping) {
+		pthread_mutex_unlock(&p->links_mtx);
+		return false;
+	}
 	if (p->links_len == p->links_cap) {
 		size_t     ncap = p->links_cap ? p->links_cap * 2 : 64;
 		nmq_link **nl   = realloc(p->links, ncap * sizeof(*nl));
 		if (nl == NULL) {
 			pthread_mutex_unlock(&p->links_mtx);
-			return;
+			return false;
 		}
 		p->links     = nl;
 		p->links_cap = ncap;
 	}
 	p->links[p->links_len++] = l;
 	pthread_mutex_unlock(&p->links_mtx);
+	return true;
 }
 
 void proto_links_remove(nmq_proto *p, nmq_link *l)

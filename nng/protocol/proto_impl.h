@@ -125,6 +125,7 @@ struct nmq_link {
 	char   **out_alias;
 	uint16_t out_alias_len;
 	bool     taken_over;
+	bool     detached; // rx path: link_detach() done
 };
 
 struct nmq_proto {
@@ -155,7 +156,7 @@ nmq_session *proto_table_find(nmq_proto *p, const char *client_id);
 void         proto_table_insert(nmq_proto *p, nmq_session *s);
 void         proto_table_remove(nmq_proto *p, nmq_session *s);
 void         proto_count_drop(nmq_proto *p, atomic_long *why);
-void         proto_links_add(nmq_proto *p, nmq_link *l);
+bool         proto_links_add(nmq_proto *p, nmq_link *l); // false when stopping
 void         proto_links_remove(nmq_proto *p, nmq_link *l);
 
 // session.c
@@ -187,6 +188,7 @@ void link_send_disconnect(nmq_link *l, uint8_t reason);
 int link_send_publish(nmq_link *l, const out_entry *e, uint16_t pid, bool dup);
 // Protocol error: v5 DISCONNECT with reason then close; v3 close.
 void link_fail(nmq_link *l, uint8_t reason);
+void link_detach(nmq_link *l);
 
 // handle_*.c, on the receive path
 int handle_connect(nmq_link *l, const uint8_t *frame, size_t len);

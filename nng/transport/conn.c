@@ -1,7 +1,13 @@
 #include "nng/transport/conn.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
 #include <pthread.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,9 +15,11 @@
 
 #include "nng/codec/mqtt_codec.h"
 
-#define RX_INIT     1024
+#define RX_INIT     256
 #define RX_GROW_MAX (64 * 1024)
-#define TX_IOV_MAX  8
+#define TX_IOV_MAX  8  // NNG's limit per aio
+#define RAW_IOV_MAX 64 // per writev on a plain socket
+#define RAW_READS   8  // reads per readiness event before yielding
 
 // One piece of queued output: either bytes in the arena (ref == NULL, at
 // offset off) or bytes inside a shared message (ref held, at p).
@@ -33,9 +41,16 @@ typedef struct txbuf {
 } txbuf;
 
 struct nmq_conn {
+	// Backend: an NNG stream (TLS, WebSocket) with its two aios, or a
+	// plain TCP socket (fd >= 0) owned by one worker's event loop.
 	nng_stream     *s;
 	nng_aio        *rx_aio;
 	nng_aio        *tx_aio;
+	int             fd;
+	int             owner;     // worker whose epoll set holds fd
+	uint32_t        ep_events; // events registered (mtx)
+	bool            ep_added;  // fd is in the epoll set (mtx)
+	workq_io        io;
 	const conn_env *env;
 	const conn_ops *ops;
 	void           *upper;
@@ -45,6 +60,7 @@ struct nmq_conn {
 	atomic_int      refs;
 	workq_job       job;
 	workq_job       destroy_job;
+	workq_job       flush_job; // a flush requested off the workers
 
 	// Receive path: touched only by the recv callback and the job, which
 	// never run at the same time for one connection.
@@ -79,6 +95,9 @@ static void rx_cb(void *arg);
 static void tx_cb(void *arg);
 static void rx_job(workq_job *job);
 static void destroy_job(workq_job *job);
+static void raw_io(workq_io *io, uint32_t events);
+static void flush_job(workq_job *job);
+static bool raw_write_locked(nmq_conn *c);
 
 // Releases every message reference held by a txbuf and empties it.
 static void txbuf_reset(txbuf *b)
@@ -145,8 +164,29 @@ static void format_peer(nng_stream *s, char *buf, size_t len)
 	}
 }
 
-// Returns a new connection for stream s, or NULL.
-nmq_conn *conn_alloc(nng_stream *s, const conn_env *env)
+// Formats the peer address of a socket into buf.
+static void format_peer_fd(int fd, char *buf, size_t len)
+{
+	struct sockaddr_storage ss;
+	socklen_t               sl = sizeof(ss);
+	char                    a[INET6_ADDRSTRLEN];
+	snprintf(buf, len, "unknown");
+	if (getpeername(fd, (struct sockaddr *) &ss, &sl) != 0) {
+		return;
+	}
+	if (ss.ss_family == AF_INET) {
+		struct sockaddr_in *in = (struct sockaddr_in *) &ss;
+		inet_ntop(AF_INET, &in->sin_addr, a, sizeof(a));
+		snprintf(buf, len, "%s:%u", a, ntohs(in->sin_port));
+	} else if (ss.ss_family == AF_INET6) {
+		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *) &ss;
+		inet_ntop(AF_INET6, &in6->sin6_addr, a, sizeof(a));
+		snprintf(buf, len, "[%s]:%u", a, ntohs(in6->sin6_port));
+	}
+}
+
+// Allocates the parts common to both backends; NULL on failure.
+static nmq_conn *conn_new(const conn_env *env)
 {
 	nmq_conn *c = calloc(1, sizeof(*c));
 	if (c == NULL) {
@@ -155,32 +195,58 @@ nmq_conn *conn_alloc(nng_stream *s, const conn_env *env)
 	c->rx_cap = RX_INIT;
 	c->rx     = malloc(c->rx_cap);
 	if (c->rx == NULL) {
-		goto fail;
-	}
-	if (nng_aio_alloc(&c->rx_aio, rx_cb, c) != 0) {
-		goto fail;
-	}
-	if (nng_aio_alloc(&c->tx_aio, tx_cb, c) != 0) {
-		goto fail;
+		free(c);
+		return NULL;
 	}
 	pthread_mutex_init(&c->mtx, NULL);
 	pthread_cond_init(&c->cv, NULL);
 	atomic_init(&c->refs, 1);
-	c->s              = s;
+	c->fd             = -1;
 	c->env            = env;
 	c->job.fn         = rx_job;
 	c->destroy_job.fn = destroy_job;
+	c->flush_job.fn   = flush_job;
+	c->io.fn          = raw_io;
 	c->rx_want        = c->rx_cap;
 	atomic_fetch_add(&live_conns, 1);
+	return c;
+}
+
+// Returns a new connection for an accepted plain TCP socket (non-blocking),
+// or NULL (the caller still owns fd).
+nmq_conn *conn_alloc_fd(int fd, const conn_env *env)
+{
+	nmq_conn *c = conn_new(env);
+	if (c == NULL) {
+		return NULL;
+	}
+	c->fd    = fd;
+	c->owner = workq_pick(env->wq);
+	format_peer_fd(fd, c->peer, sizeof(c->peer));
+	return c;
+}
+
+// Returns a new connection for stream s, or NULL.
+nmq_conn *conn_alloc(nng_stream *s, const conn_env *env)
+{
+	nmq_conn *c = conn_new(env);
+	if (c == NULL) {
+		return NULL;
+	}
+	if (nng_aio_alloc(&c->rx_aio, rx_cb, c) != 0 || nng_aio_alloc(&c->tx_aio, tx_cb, c) != 0) {
+		if (c->rx_aio != NULL) {
+			nng_aio_free(c->rx_aio);
+		}
+		pthread_mutex_destroy(&c->mtx);
+		pthread_cond_destroy(&c->cv);
+		free(c->rx);
+		free(c);
+		atomic_fetch_sub(&live_conns, 1);
+		return NULL;
+	}
+	c->s = s;
 	format_peer(s, c->peer, sizeof(c->peer));
 	return c;
-fail:
-	if (c->rx_aio != NULL) {
-		nng_aio_free(c->rx_aio);
-	}
-	free(c->rx);
-	free(c);
-	return NULL;
 }
 
 // Submits a receive into the free part of the buffer. Caller holds mtx.
@@ -193,14 +259,25 @@ static void start_recv(nmq_conn *c)
 	nng_stream_recv(c->s, c->rx_aio);
 }
 
-// Sets the upper layer and posts the first receive.
+// Sets the upper layer and starts reading.
 void conn_start(nmq_conn *c, const conn_ops *ops, void *upper)
 {
 	c->ops   = ops;
 	c->upper = upper;
 	conn_hold(c); // for the receive path
 	pthread_mutex_lock(&c->mtx);
-	start_recv(c);
+	if (c->fd >= 0) {
+		c->ep_events = EPOLLIN | EPOLLRDHUP;
+		if (workq_io_add(c->env->wq, c->owner, c->fd, &c->io, c->ep_events) == 0) {
+			c->ep_added = true;
+		} else {
+			// Cannot watch it: let the receive path end at once.
+			c->rx_result = NNG_ECLOSED;
+			workq_post_to(c->env->wq, c->owner, &c->job);
+		}
+	} else {
+		start_recv(c);
+	}
 	pthread_mutex_unlock(&c->mtx);
 }
 
@@ -213,18 +290,32 @@ void conn_hold(nmq_conn *c)
 void conn_release(nmq_conn *c)
 {
 	if (atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) == 1) {
-		workq_post(c->env->wq, &c->destroy_job);
+		// A plain socket is destroyed by its own worker, after any event
+		// for it in the current batch has been handled.
+		if (c->fd >= 0) {
+			workq_post_to(c->env->wq, c->owner, &c->destroy_job);
+		} else {
+			workq_post(c->env->wq, &c->destroy_job);
+		}
 	}
 }
 
-// Frees the connection; runs on a worker, never in an aio callback.
+// Frees the connection; runs on a worker, never in an aio callback (and,
+// for a plain socket, on its owner).
 static void destroy_job(workq_job *job)
 {
-	nmq_conn *c = (nmq_conn *)((char *)job - offsetof(nmq_conn, destroy_job));
-	nng_stream_close(c->s);
-	nng_aio_free(c->rx_aio);
-	nng_aio_free(c->tx_aio);
-	nng_stream_free(c->s);
+	nmq_conn *c = (nmq_conn *) ((char *) job - offsetof(nmq_conn, destroy_job));
+	if (c->fd >= 0) {
+		if (c->ep_added) {
+			workq_io_del(c->env->wq, c->owner, c->fd);
+		}
+		close(c->fd);
+	} else {
+		nng_stream_close(c->s);
+		nng_aio_free(c->rx_aio);
+		nng_aio_free(c->tx_aio);
+		nng_stream_free(c->s);
+	}
 	txbuf_fini(&c->fill);
 	txbuf_fini(&c->send);
 	pthread_mutex_destroy(&c->mtx);
@@ -247,7 +338,13 @@ static void close_locked(nmq_conn *c)
 		return;
 	}
 	c->closing = true;
-	nng_stream_close(c->s);
+	if (c->fd >= 0) {
+		// The owner sees the hang-up and ends the receive path; the
+		// descriptor is closed only when the connection is destroyed.
+		shutdown(c->fd, SHUT_RDWR);
+	} else {
+		nng_stream_close(c->s);
+	}
 }
 
 void conn_close(nmq_conn *c)
@@ -412,10 +509,134 @@ static bool rx_dispatch(nmq_conn *c)
 	return true;
 }
 
-// The worker side of a receive: dispatch frames, then read again or finish.
+// Ends the receive path: close unless a drain is under way, tell the upper
+// layer once, drop the receive path's reference. Called on the worker.
+static void rx_finish(nmq_conn *c, bool failed)
+{
+	pthread_mutex_lock(&c->mtx);
+	if (failed && !c->draining) {
+		close_locked(c);
+	}
+	bool notify        = !c->closed_notified;
+	c->closed_notified = true;
+	c->reading_done    = true;
+	if (c->fd >= 0 && c->ep_added) {
+		// Stop reading; keep watching for writability while a drain
+		// still has output to send.
+		if (c->closing || !c->tx_busy) {
+			workq_io_del(c->env->wq, c->owner, c->fd);
+			c->ep_added = false;
+		} else {
+			c->ep_events = EPOLLOUT;
+			workq_io_mod(c->env->wq, c->owner, c->fd, &c->io, c->ep_events);
+		}
+	}
+	// No writable() upcall may run once closed() has been called.
+	while (c->upcalls > 0) {
+		pthread_cond_wait(&c->cv, &c->mtx);
+	}
+	pthread_mutex_unlock(&c->mtx);
+	if (notify) {
+		c->ops->closed(c->upper);
+	}
+	conn_release(c); // the receive path's reference
+}
+
+// Reads what a plain socket has (a bounded number of reads, then yields to
+// the other connections of this worker) and dispatches the frames.
+static void raw_read(nmq_conn *c)
+{
+	pthread_mutex_lock(&c->mtx);
+	bool stop = c->closing || c->draining;
+	pthread_mutex_unlock(&c->mtx);
+	if (stop) {
+		rx_finish(c, c->closing);
+		return;
+	}
+	for (int i = 0; i < RAW_READS; i++) {
+		size_t  room = c->rx_cap - c->rx_len;
+		ssize_t n    = read(c->fd, c->rx + c->rx_len, room);
+		if (n < 0 && errno == EINTR) {
+			continue;
+		}
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			return;
+		}
+		if (n <= 0) {
+			rx_finish(c, true);
+			return;
+		}
+		c->rx_filled = (size_t) n == room;
+		c->rx_len += (size_t) n;
+		c->rx_bytes += (uint64_t) n;
+		if (!rx_dispatch(c)) {
+			rx_finish(c, true);
+			return;
+		}
+		pthread_mutex_lock(&c->mtx);
+		stop = c->closing || c->draining;
+		pthread_mutex_unlock(&c->mtx);
+		if (stop) {
+			rx_finish(c, c->closing);
+			return;
+		}
+		if (!c->rx_filled) {
+			return; // the socket is most likely empty now
+		}
+	}
+}
+
+// Readiness of a plain socket (its owner worker).
+static void raw_io(workq_io *io, uint32_t events)
+{
+	nmq_conn *c = (nmq_conn *) ((char *) io - offsetof(nmq_conn, io));
+	if (events & EPOLLOUT) {
+		bool notify = false;
+		pthread_mutex_lock(&c->mtx);
+		if (c->tx_busy) {
+			c->tx_busy = false;
+			notify     = raw_write_locked(c);
+			if (notify) {
+				c->upcalls++;
+			}
+		}
+		pthread_mutex_unlock(&c->mtx);
+		if (notify) {
+			c->ops->writable(c->upper);
+			pthread_mutex_lock(&c->mtx);
+			if (--c->upcalls == 0) {
+				pthread_cond_broadcast(&c->cv);
+			}
+			pthread_mutex_unlock(&c->mtx);
+		}
+	}
+	if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+		pthread_mutex_lock(&c->mtx);
+		bool done = c->reading_done;
+		pthread_mutex_unlock(&c->mtx);
+		if (!done) {
+			raw_read(c);
+		} else if (events & (EPOLLHUP | EPOLLERR)) {
+			// Draining to a peer that went away: give up the output.
+			pthread_mutex_lock(&c->mtx);
+			close_locked(c);
+			txbuf_reset(&c->send);
+			txbuf_reset(&c->fill);
+			c->tx_busy = false;
+			if (c->ep_added) {
+				workq_io_del(c->env->wq, c->owner, c->fd);
+				c->ep_added = false;
+			}
+			pthread_mutex_unlock(&c->mtx);
+		}
+	}
+}
+
+// The worker side of an NNG receive: dispatch frames, then read again or
+// finish.
 static void rx_job(workq_job *job)
 {
-	nmq_conn *c  = (nmq_conn *)((char *)job - offsetof(nmq_conn, job));
+	nmq_conn *c  = (nmq_conn *) ((char *) job - offsetof(nmq_conn, job));
 	bool      go = c->rx_result == 0;
 	pthread_mutex_lock(&c->mtx);
 	if (c->closing || c->draining) {
@@ -426,28 +647,13 @@ static void rx_job(workq_job *job)
 		go = rx_dispatch(c);
 	}
 	pthread_mutex_lock(&c->mtx);
-	if (go && !c->closing && !c->draining) {
+	if (go && !c->closing && !c->draining && c->fd < 0) {
 		start_recv(c);
 		pthread_mutex_unlock(&c->mtx);
 		return;
 	}
-	if (c->rx_result != 0 || !go) {
-		if (!c->draining) {
-			close_locked(c);
-		}
-	}
-	bool notify        = !c->closed_notified;
-	c->closed_notified = true;
-	c->reading_done    = true;
-	// No writable() upcall may run once closed() has been called.
-	while (c->upcalls > 0) {
-		pthread_cond_wait(&c->cv, &c->mtx);
-	}
 	pthread_mutex_unlock(&c->mtx);
-	if (notify) {
-		c->ops->closed(c->upper);
-	}
-	conn_release(c); // the receive path's reference
+	rx_finish(c, c->rx_result != 0 || !go);
 }
 
 void conn_tx_lock(nmq_conn *c)
@@ -571,14 +777,111 @@ static void start_send(nmq_conn *c)
 	submit_send(c);
 }
 
-void conn_tx_kick(nmq_conn *c)
+// Writes as much of the queued output as a plain socket takes now. Arms
+// EPOLLOUT for the rest (tx_busy), closes on an error. Returns true when the
+// output fell under the low-water mark, so the upper layer may queue more.
+// Caller holds mtx.
+static bool raw_write_locked(nmq_conn *c)
+{
+	for (;;) {
+		if (c->send_seg >= c->send.nsegs) {
+			txbuf_reset(&c->send);
+			if (c->fill.bytes == 0 || c->closing) {
+				break;
+			}
+			txbuf t     = c->send;
+			c->send     = c->fill;
+			c->fill     = t;
+			c->send_seg = 0;
+			c->send_off = 0;
+		}
+		struct iovec iov[RAW_IOV_MAX];
+		int          n   = 0;
+		size_t       off = c->send_off;
+		for (size_t i = c->send_seg; i < c->send.nsegs && n < RAW_IOV_MAX; i++) {
+			tx_seg        *sg   = &c->send.segs[i];
+			const uint8_t *base = sg->ref != NULL ? sg->p : c->send.arena + sg->off;
+			iov[n].iov_base     = (void *) (base + off);
+			iov[n].iov_len      = sg->len - off;
+			off                 = 0;
+			n++;
+		}
+		ssize_t w = writev(c->fd, iov, n);
+		if (w < 0 && errno == EINTR) {
+			continue;
+		}
+		if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			c->tx_busy = true;
+			if (!c->ep_added) {
+				// Reading has ended (a drain): watch for room only.
+				c->ep_events = EPOLLOUT;
+				c->ep_added  = workq_io_add(c->env->wq, c->owner, c->fd, &c->io,
+				                   c->ep_events) == 0;
+			} else if (!(c->ep_events & EPOLLOUT)) {
+				c->ep_events |= EPOLLOUT;
+				workq_io_mod(c->env->wq, c->owner, c->fd, &c->io, c->ep_events);
+			}
+			return false;
+		}
+		if (w < 0) {
+			close_locked(c);
+			txbuf_reset(&c->send);
+			txbuf_reset(&c->fill);
+			c->send_seg = 0;
+			c->send_off = 0;
+			return false;
+		}
+		size_t left = (size_t) w;
+		while (left > 0 && c->send_seg < c->send.nsegs) {
+			tx_seg *sg   = &c->send.segs[c->send_seg];
+			size_t  rest = sg->len - c->send_off;
+			if (left >= rest) {
+				left -= rest;
+				c->send_off = 0;
+				c->send_seg++;
+			} else {
+				c->send_off += left;
+				left = 0;
+			}
+		}
+	}
+	// Everything went out.
+	if (c->ep_added && (c->ep_events & EPOLLOUT)) {
+		c->ep_events &= ~(uint32_t) EPOLLOUT;
+		if (c->reading_done) {
+			workq_io_del(c->env->wq, c->owner, c->fd);
+			c->ep_added = false;
+		} else {
+			workq_io_mod(c->env->wq, c->owner, c->fd, &c->io, c->ep_events);
+		}
+	}
+	if (c->draining) {
+		close_locked(c);
+		return false;
+	}
+	return !c->closing && !c->closed_notified;
+}
+
+// Starts sending if nothing is in progress. Returns true when the caller
+// should give the upper layer a writable() upcall (plain sockets only).
+// Caller holds mtx.
+static bool tx_kick_locked(nmq_conn *c)
 {
 	if (c->tx_busy || c->fill.bytes == 0 || c->closing) {
-		return;
+		return false;
+	}
+	if (c->fd >= 0) {
+		return raw_write_locked(c);
 	}
 	c->tx_busy = true;
 	conn_hold(c);
 	start_send(c);
+	return false;
+}
+
+void conn_tx_kick(nmq_conn *c)
+{
+	(void) tx_kick_locked(c);
 }
 
 // Deferred flush: runs after the current worker job.
@@ -587,8 +890,21 @@ static void flush_later_cb(void *arg)
 	nmq_conn *c = arg;
 	pthread_mutex_lock(&c->mtx);
 	c->flush_pending = false;
-	conn_tx_kick(c);
+	bool notify      = tx_kick_locked(c) && c->fill.bytes == 0;
+	if (notify) {
+		c->upcalls++;
+	}
 	pthread_mutex_unlock(&c->mtx);
+	if (notify) {
+		// The socket took everything: the session may have more queued
+		// that waited for room.
+		c->ops->writable(c->upper);
+		pthread_mutex_lock(&c->mtx);
+		if (--c->upcalls == 0) {
+			pthread_cond_broadcast(&c->cv);
+		}
+		pthread_mutex_unlock(&c->mtx);
+	}
 	conn_release(c);
 }
 
@@ -604,8 +920,17 @@ void conn_tx_flush_later(nmq_conn *c)
 	conn_hold(c);
 	pthread_mutex_unlock(&c->mtx);
 	if (!workq_defer(flush_later_cb, c)) {
-		flush_later_cb(c);
+		// Not on a worker (the timer thread, the main thread): the caller
+		// may hold the session lock that a writable() upcall takes, so
+		// the flush runs on a worker instead.
+		workq_post_to(c->env->wq, c->fd >= 0 ? c->owner : workq_pick(c->env->wq),
+		    &c->flush_job);
 	}
+}
+
+static void flush_job(workq_job *job)
+{
+	flush_later_cb((nmq_conn *) ((char *) job - offsetof(nmq_conn, flush_job)));
 }
 
 // Send completion (NNG task thread): advance over what was written, resend

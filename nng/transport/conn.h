@@ -1,12 +1,17 @@
-// One client connection over an nng_stream (tcp, tls+tcp, ws, wss): the
-// receive buffer that cuts MQTT frames out of arbitrary chunks, and the
-// outbound queue flushed with gather sends that survive short counts.
+// One client connection: the receive buffer that cuts MQTT frames out of
+// arbitrary chunks, and the outbound queue flushed with gather sends that
+// survive short counts. Two backends:
+// - a plain TCP socket (tcp:// listeners) owned by one worker's event loop
+//   (workq.h): the worker reads and dispatches frames when the socket is
+//   readable, and output is written with writev() by whichever thread
+//   flushes it; only a full socket arms EPOLLOUT on the owner;
+// - an nng_stream (tls+tcp, ws, wss): the recv callback (an NNG task
+//   thread) only records the result and posts the connection's job to a
+//   worker, which hands the frames up and re-arms the receive; sends are
+//   NNG aios whose completions continue the output.
 //
 // Threads and ownership:
-// - The recv callback (an NNG task thread) only records the result and posts
-//   the connection's job to the work queue. The job (a worker thread) hands
-//   every complete frame to the upper layer, in order, then re-arms the
-//   receive. So at most one thread processes a connection's input at a time,
+// - At most one thread processes a connection's input at a time, in order,
 //   and input is never read faster than it is processed.
 // - The outbound queue is guarded by the connection mutex (conn_tx_lock).
 //   Upper-layer locks are taken before it, never after.
@@ -59,6 +64,11 @@ typedef struct conn_env {
 // Wraps an accepted stream. Returns NULL on allocation failure (the caller
 // still owns the stream). ref = 1 for the caller.
 nmq_conn *conn_alloc(nng_stream *s, const conn_env *env);
+// Wraps an accepted plain TCP socket (non-blocking, TCP_NODELAY set): the
+// connection is served by one worker's event loop, and writes go straight
+// to the socket. Returns NULL on allocation failure (the caller still owns
+// fd). ref = 1 for the caller.
+nmq_conn *conn_alloc_fd(int fd, const conn_env *env);
 // Sets the upper layer and starts reading. Call once.
 void conn_start(nmq_conn *c, const conn_ops *ops, void *upper);
 

@@ -6,13 +6,25 @@
 // pointer without a lock when it prepares the next accept, so the previous
 // one is kept alive until the reload after next.
 //
+// tcp:// listeners do not use NNG: the listening socket sits in one
+// worker's epoll set, and accepted sockets become plain-socket connections
+// spread over the workers (conn_alloc_fd), so that plain MQTT needs no NNG
+// hand-off per read or write (docs/decisions/0003-plain-tcp-event-loops.md).
+//
 // Accepted connections point at their listener (conn_set_tag). A stopped
 // listener is therefore never freed: its sockets and TLS configurations are
 // released and the small struct is parked on a list that stays reachable.
 #include "nng/transport/listener.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +52,13 @@ enum listener_kind {
 };
 
 struct nmq_listener {
+	// tcp://: our own socket in worker `owner`'s epoll set.
+	int      lfd;
+	int      owner;
+	int      port;
+	workq_io io;
+	bool     watching; // lfd is in the epoll set (mtx)
+	// others: NNG's stream listener.
 	nng_stream_listener *l;
 	nng_aio             *aio;
 	const conn_env      *env;
@@ -357,6 +376,176 @@ int listener_tls_check(const listener_opts *opts, char *err, size_t errlen)
 // ---------------------------------------------------------------------------
 // Accepting
 
+// ---------------------------------------------------------------------------
+// Plain TCP: our own listening socket
+
+// Splits "tcp://host:port" (host may be "[v6]" or empty) into host and port.
+// Returns 0 or -1.
+static int split_tcp_url(const char *url, char *host, size_t hlen, char *port, size_t plen)
+{
+	const char *h = url + 6;
+	const char *colon;
+	size_t      n;
+	if (*h == '[') {
+		const char *rb = strchr(h, ']');
+		if (rb == NULL || rb[1] != ':') {
+			return -1;
+		}
+		n     = (size_t) (rb - h - 1);
+		h     = h + 1;
+		colon = rb + 1;
+	} else {
+		colon = strrchr(h, ':');
+		if (colon == NULL) {
+			return -1;
+		}
+		n = (size_t) (colon - h);
+	}
+	if (n >= hlen || strlen(colon + 1) >= plen || colon[1] == '\0') {
+		return -1;
+	}
+	memcpy(host, h, n);
+	host[n] = '\0';
+	snprintf(port, plen, "%s", colon + 1);
+	return 0;
+}
+
+// Accepts every pending connection (the owner worker, on readiness).
+static void raw_accept_io(workq_io *io, uint32_t events)
+{
+	nmq_listener *l = (nmq_listener *) ((char *) io - offsetof(nmq_listener, io));
+	(void) events;
+	for (;;) {
+		int fd = accept4(l->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO) {
+				continue;
+			}
+			if (errno == EAGAIN || errno == EWOULDBLOCK) {
+				return;
+			}
+			// Out of descriptors or memory: stop watching for a while
+			// rather than spin on a socket that stays readable.
+			pthread_mutex_lock(&l->mtx);
+			if (!l->stopping && l->watching) {
+				workq_io_del(l->env->wq, l->owner, l->lfd);
+				l->watching = false;
+				l->sleeping = true;
+				nng_sleep_aio(ACCEPT_BACKOFF_MS, l->aio);
+			}
+			pthread_mutex_unlock(&l->mtx);
+			return;
+		}
+		int one = 1;
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		nmq_conn *c = conn_alloc_fd(fd, l->env);
+		if (c == NULL) {
+			close(fd);
+			continue;
+		}
+		conn_set_tag(c, l);
+		l->fn(l->arg, c);
+	}
+}
+
+// End of an accept backoff: watch the listening socket again.
+static void raw_backoff_cb(void *arg)
+{
+	nmq_listener *l = arg;
+	pthread_mutex_lock(&l->mtx);
+	l->sleeping = false;
+	if (!l->stopping && !l->watching &&
+	    workq_io_add(l->env->wq, l->owner, l->lfd, &l->io, EPOLLIN) == 0) {
+		l->watching = true;
+	}
+	pthread_mutex_unlock(&l->mtx);
+}
+
+// Opens, binds and watches a tcp:// listening socket. Returns 0 or an NNG
+// error with a message in err.
+static int raw_listen(nmq_listener *l, char *err, size_t errlen)
+{
+	char             host[256];
+	char             port[16];
+	struct addrinfo  hints;
+	struct addrinfo *ai = NULL;
+	int              rv;
+	if (split_tcp_url(l->url, host, sizeof(host), port, sizeof(port)) != 0) {
+		snprintf(err, errlen, "%s: %s: expected tcp://host:port", l->name, l->url);
+		return NNG_EADDRINVAL;
+	}
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family   = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags    = AI_PASSIVE | AI_NUMERICSERV;
+	if ((rv = getaddrinfo(host[0] != '\0' ? host : NULL, port, &hints, &ai)) != 0) {
+		snprintf(err, errlen, "%s: %s: %s", l->name, l->url, gai_strerror(rv));
+		return NNG_EADDRINVAL;
+	}
+	l->lfd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (l->lfd < 0) {
+		snprintf(err, errlen, "%s: %s: socket: %s", l->name, l->url, strerror(errno));
+		freeaddrinfo(ai);
+		return NNG_ENOMEM;
+	}
+	int one = 1;
+	setsockopt(l->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(l->lfd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(l->lfd, 1024) != 0) {
+		int e = errno;
+		snprintf(err, errlen, "%s: cannot listen on %s: %s", l->name, l->url, strerror(e));
+		freeaddrinfo(ai);
+		return e == EADDRINUSE ? NNG_EADDRINUSE : NNG_EADDRINVAL;
+	}
+	freeaddrinfo(ai);
+	struct sockaddr_storage ss;
+	socklen_t               sl = sizeof(ss);
+	if (getsockname(l->lfd, (struct sockaddr *) &ss, &sl) == 0) {
+		l->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *) &ss)->sin6_port
+		                                         : ((struct sockaddr_in *) &ss)->sin_port);
+	}
+	if ((rv = nng_aio_alloc(&l->aio, raw_backoff_cb, l)) != 0) {
+		snprintf(err, errlen, "%s: %s: %s", l->name, l->url, nng_strerror(rv));
+		return rv;
+	}
+	l->io.fn = raw_accept_io;
+	l->owner = workq_pick(l->env->wq);
+	if (workq_io_add(l->env->wq, l->owner, l->lfd, &l->io, EPOLLIN) != 0) {
+		snprintf(err, errlen, "%s: %s: epoll: %s", l->name, l->url, strerror(errno));
+		return NNG_ENOMEM;
+	}
+	l->watching = true;
+	return 0;
+}
+
+// Stops watching the listening socket; runs on its owner worker, so no
+// accept handler is running meanwhile.
+typedef struct raw_stop {
+	workq_job       job;
+	nmq_listener   *l;
+	pthread_mutex_t mtx;
+	pthread_cond_t  cv;
+	bool            done;
+} raw_stop;
+
+static void raw_stop_job(workq_job *job)
+{
+	raw_stop     *rs = (raw_stop *) job;
+	nmq_listener *l  = rs->l;
+	pthread_mutex_lock(&l->mtx);
+	if (l->watching) {
+		workq_io_del(l->env->wq, l->owner, l->lfd);
+		l->watching = false;
+	}
+	pthread_mutex_unlock(&l->mtx);
+	pthread_mutex_lock(&rs->mtx);
+	rs->done = true;
+	pthread_cond_signal(&rs->cv);
+	pthread_mutex_unlock(&rs->mtx);
+}
+
+// ---------------------------------------------------------------------------
+// Accepting
+
 // Posts the next accept, unless the listener is stopping. Called with
 // l->mtx held.
 static void accept_next(nmq_listener *l)
@@ -461,6 +650,10 @@ static int listener_configure(nmq_listener *l, const listener_opts *o, char *err
 // Releases what a listener holds, but not the struct itself.
 static void listener_release(nmq_listener *l)
 {
+	if (l->lfd >= 0) {
+		close(l->lfd);
+		l->lfd = -1;
+	}
 	if (l->aio != NULL) {
 		nng_aio_free(l->aio);
 		l->aio = NULL;
@@ -508,6 +701,14 @@ int listener_start(nmq_listener **lp, const listener_opts *opts, const conn_env 
 	atomic_init(&l->verify_peer, false);
 	atomic_init(&l->fail_if_no_peer_cert, false);
 
+	l->lfd = -1;
+	if (kind == KIND_TCP) {
+		if ((rv = raw_listen(l, err, errlen)) != 0) {
+			goto fail;
+		}
+		*lp = l;
+		return 0;
+	}
 	if ((rv = nng_stream_listener_alloc(&l->l, url)) != 0) {
 		snprintf(err, errlen, "%s: %s: %s", name, url, nng_strerror(rv));
 		goto fail;
@@ -539,6 +740,9 @@ fail:
 int listener_port(nmq_listener *l)
 {
 	int port = 0;
+	if (l->kind == KIND_TCP) {
+		return l->port;
+	}
 	if (l->l == NULL || nng_stream_listener_get_int(l->l, NNG_OPT_TCP_BOUND_PORT, &port) != 0) {
 		return 0;
 	}
@@ -579,7 +783,24 @@ void listener_stop(nmq_listener *l)
 	pthread_mutex_lock(&l->mtx);
 	l->stopping = true;
 	pthread_mutex_unlock(&l->mtx);
-	nng_stream_listener_close(l->l);
+	if (l->kind == KIND_TCP) {
+		raw_stop rs;
+		memset(&rs, 0, sizeof(rs));
+		rs.job.fn = raw_stop_job;
+		rs.l      = l;
+		pthread_mutex_init(&rs.mtx, NULL);
+		pthread_cond_init(&rs.cv, NULL);
+		workq_post_to(l->env->wq, l->owner, &rs.job);
+		pthread_mutex_lock(&rs.mtx);
+		while (!rs.done) {
+			pthread_cond_wait(&rs.cv, &rs.mtx);
+		}
+		pthread_mutex_unlock(&rs.mtx);
+		pthread_mutex_destroy(&rs.mtx);
+		pthread_cond_destroy(&rs.cv);
+	} else {
+		nng_stream_listener_close(l->l);
+	}
 	nng_aio_stop(l->aio);
 	pthread_mutex_lock(&l->mtx);
 	listener_release(l);

@@ -1,79 +1,120 @@
 #include "nng/transport/workq.h"
 
+#include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #define WORKQ_DEFER_MAX 1024
+#define WORKQ_EVENTS 128
 
 typedef struct deferred {
 	void (*fn)(void *arg);
 	void *arg;
 } deferred;
 
-// Per-worker list of actions to run after the current job.
-typedef struct worker_ctx {
-	deferred d[WORKQ_DEFER_MAX];
-	int      n;
-} worker_ctx;
+// One worker: its epoll set, its wake-up eventfd and its job list.
+typedef struct worker {
+	struct workq   *wq;
+	pthread_t       thr;
+	int             epfd;
+	int             evfd;
+	workq_io        wake; // marker for the eventfd in epoll data
+	pthread_mutex_t mtx;
+	workq_job      *head; // guarded by mtx
+	workq_job      *tail;
+	bool            woken; // an eventfd write is pending (mtx)
+	bool            stop;  // (mtx)
+	deferred        d[WORKQ_DEFER_MAX];
+	int             nd;
+} worker;
 
-static __thread worker_ctx *tls_ctx;
+static __thread worker *tls_worker;
 
 struct workq {
-	pthread_mutex_t mtx;
-	pthread_cond_t  cv;
-	workq_job      *head;
-	workq_job      *tail;
-	bool            stop;
-	int             n;
-	pthread_t      *threads;
+	int         n;
+	worker     *w;
+	atomic_uint rr;
 };
 
-// Runs the deferred actions of the current worker.
-static void run_deferred(worker_ctx *ctx)
+// Runs the deferred actions of the current worker until none are left.
+static void run_deferred(worker *w)
 {
-	// An action may defer more work; run until the list is empty.
-	while (ctx->n > 0) {
-		int      n = ctx->n;
+	while (w->nd > 0) {
+		int      n = w->nd;
 		deferred local[WORKQ_DEFER_MAX];
 		for (int i = 0; i < n; i++) {
-			local[i] = ctx->d[i];
+			local[i] = w->d[i];
 		}
-		ctx->n = 0;
+		w->nd = 0;
 		for (int i = 0; i < n; i++) {
 			local[i].fn(local[i].arg);
 		}
 	}
 }
 
-// The worker thread body: pops jobs until the pool stops and is empty.
+// Runs every job queued on w. Returns false when the worker must exit.
+static bool run_jobs(worker *w)
+{
+	uint64_t v;
+	(void) !read(w->evfd, &v, sizeof(v));
+	pthread_mutex_lock(&w->mtx);
+	workq_job *job = w->head;
+	w->head        = NULL;
+	w->tail        = NULL;
+	w->woken       = false;
+	bool stop      = w->stop;
+	pthread_mutex_unlock(&w->mtx);
+	while (job != NULL) {
+		workq_job *next = job->next;
+		job->next       = NULL;
+		job->fn(job);
+		run_deferred(w);
+		job = next;
+	}
+	if (!stop) {
+		return true;
+	}
+	// Stop only once nothing more was posted meanwhile.
+	pthread_mutex_lock(&w->mtx);
+	bool empty = w->head == NULL;
+	pthread_mutex_unlock(&w->mtx);
+	return !empty;
+}
+
+// The worker thread body: wait for readiness or jobs, handle them.
 static void *worker_main(void *arg)
 {
-	workq     *wq = arg;
-	worker_ctx ctx;
-	ctx.n   = 0;
-	tls_ctx = &ctx;
-	pthread_mutex_lock(&wq->mtx);
+	worker            *w = arg;
+	struct epoll_event ev[WORKQ_EVENTS];
+	tls_worker = w;
+	w->nd      = 0;
 	for (;;) {
-		workq_job *job = wq->head;
-		if (job == NULL) {
-			if (wq->stop) {
-				break;
+		int  n    = epoll_wait(w->epfd, ev, WORKQ_EVENTS, -1);
+		bool jobs = false;
+		if (n < 0) {
+			if (errno == EINTR) {
+				continue;
 			}
-			pthread_cond_wait(&wq->cv, &wq->mtx);
-			continue;
+			break;
 		}
-		wq->head = job->next;
-		if (wq->head == NULL) {
-			wq->tail = NULL;
+		for (int i = 0; i < n; i++) {
+			workq_io *io = ev[i].data.ptr;
+			if (io == &w->wake) {
+				jobs = true;
+				continue;
+			}
+			io->fn(io, ev[i].events);
 		}
-		pthread_mutex_unlock(&wq->mtx);
-		job->next = NULL;
-		job->fn(job);
-		run_deferred(&ctx);
-		pthread_mutex_lock(&wq->mtx);
+		run_deferred(w);
+		if (jobs && !run_jobs(w)) {
+			break;
+		}
 	}
-	pthread_mutex_unlock(&wq->mtx);
-	tls_ctx = NULL;
+	tls_worker = NULL;
 	return NULL;
 }
 
@@ -87,25 +128,47 @@ workq *workq_alloc(int n)
 	if (n < 1) {
 		n = 1;
 	}
-	pthread_mutex_init(&wq->mtx, NULL);
-	pthread_cond_init(&wq->cv, NULL);
-	wq->threads = calloc((size_t)n, sizeof(pthread_t));
-	if (wq->threads == NULL) {
+	wq->w = calloc((size_t) n, sizeof(worker));
+	if (wq->w == NULL) {
 		free(wq);
 		return NULL;
 	}
 	for (int i = 0; i < n; i++) {
-		if (pthread_create(&wq->threads[i], NULL, worker_main, wq) != 0) {
+		worker *w = &wq->w[i];
+		w->wq     = wq;
+		w->epfd   = epoll_create1(EPOLL_CLOEXEC);
+		w->evfd   = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+		pthread_mutex_init(&w->mtx, NULL);
+		struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &w->wake };
+		if (w->epfd < 0 || w->evfd < 0 || epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->evfd, &ev) != 0 ||
+		    pthread_create(&w->thr, NULL, worker_main, w) != 0) {
+			if (w->epfd >= 0) {
+				close(w->epfd);
+			}
+			if (w->evfd >= 0) {
+				close(w->evfd);
+			}
+			pthread_mutex_destroy(&w->mtx);
 			break;
 		}
 		wq->n++;
 	}
 	if (wq->n == 0) {
-		free(wq->threads);
+		free(wq->w);
 		free(wq);
 		return NULL;
 	}
 	return wq;
+}
+
+// Wakes worker w (caller holds w->mtx).
+static void wake_locked(worker *w)
+{
+	if (!w->woken) {
+		uint64_t one = 1;
+		w->woken     = true;
+		(void) !write(w->evfd, &one, sizeof(one));
+	}
 }
 
 // Drains and stops the pool.
@@ -114,50 +177,83 @@ void workq_free(workq *wq)
 	if (wq == NULL) {
 		return;
 	}
-	pthread_mutex_lock(&wq->mtx);
-	wq->stop = true;
-	pthread_cond_broadcast(&wq->cv);
-	pthread_mutex_unlock(&wq->mtx);
 	for (int i = 0; i < wq->n; i++) {
-		pthread_join(wq->threads[i], NULL);
+		worker *w = &wq->w[i];
+		pthread_mutex_lock(&w->mtx);
+		w->stop = true;
+		wake_locked(w);
+		pthread_mutex_unlock(&w->mtx);
 	}
-	pthread_mutex_destroy(&wq->mtx);
-	pthread_cond_destroy(&wq->cv);
-	free(wq->threads);
+	for (int i = 0; i < wq->n; i++) {
+		worker *w = &wq->w[i];
+		pthread_join(w->thr, NULL);
+		close(w->epfd);
+		close(w->evfd);
+		pthread_mutex_destroy(&w->mtx);
+	}
+	free(wq->w);
 	free(wq);
 }
 
-// Appends a job and wakes one worker.
-void workq_post(workq *wq, workq_job *job)
+// Appends a job to worker `i` and wakes it.
+void workq_post_to(workq *wq, int i, workq_job *job)
 {
+	worker *w = &wq->w[i];
 	job->next = NULL;
-	pthread_mutex_lock(&wq->mtx);
-	if (wq->tail != NULL) {
-		wq->tail->next = job;
+	pthread_mutex_lock(&w->mtx);
+	if (w->tail != NULL) {
+		w->tail->next = job;
 	} else {
-		wq->head = job;
+		w->head = job;
 	}
-	wq->tail = job;
-	pthread_cond_signal(&wq->cv);
-	pthread_mutex_unlock(&wq->mtx);
+	w->tail = job;
+	wake_locked(w);
+	pthread_mutex_unlock(&w->mtx);
 }
 
-// Returns the number of workers.
+int workq_pick(workq *wq)
+{
+	return (int) (atomic_fetch_add_explicit(&wq->rr, 1, memory_order_relaxed) % (unsigned) wq->n);
+}
+
+void workq_post(workq *wq, workq_job *job)
+{
+	workq_post_to(wq, workq_pick(wq), job);
+}
+
 int workq_size(workq *wq)
 {
 	return wq->n;
 }
 
-// Queues fn(arg) to run after the current job; false if not on a worker or
-// the list is full (the caller then runs it now).
+int workq_io_add(workq *wq, int w, int fd, workq_io *io, uint32_t events)
+{
+	struct epoll_event ev = { .events = events, .data.ptr = io };
+	return epoll_ctl(wq->w[w].epfd, EPOLL_CTL_ADD, fd, &ev);
+}
+
+int workq_io_mod(workq *wq, int w, int fd, workq_io *io, uint32_t events)
+{
+	struct epoll_event ev = { .events = events, .data.ptr = io };
+	return epoll_ctl(wq->w[w].epfd, EPOLL_CTL_MOD, fd, &ev);
+}
+
+int workq_io_del(workq *wq, int w, int fd)
+{
+	struct epoll_event ev = { 0 };
+	return epoll_ctl(wq->w[w].epfd, EPOLL_CTL_DEL, fd, &ev);
+}
+
+// Queues fn(arg) to run after the current job or event batch; false if not
+// on a worker or the list is full (the caller then runs it now).
 bool workq_defer(void (*fn)(void *arg), void *arg)
 {
-	worker_ctx *ctx = tls_ctx;
-	if (ctx == NULL || ctx->n >= WORKQ_DEFER_MAX) {
+	worker *w = tls_worker;
+	if (w == NULL || w->nd >= WORKQ_DEFER_MAX) {
 		return false;
 	}
-	ctx->d[ctx->n].fn  = fn;
-	ctx->d[ctx->n].arg = arg;
-	ctx->n++;
+	w->d[w->nd].fn  = fn;
+	w->d[w->nd].arg = arg;
+	w->nd++;
 	return true;
 }

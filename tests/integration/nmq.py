@@ -321,6 +321,20 @@ class BrokerTestCase(unittest.TestCase):
             self.assertEqual(discs, [], "%s: a server must not send DISCONNECT to a v3.1.1 client" % msg)
         return pkts
 
+    def assert_sequence(self, got, want, what=""):
+        """got must equal want; on failure say what is missing, duplicated or
+        out of order (short, unlike assertEqual's list diff)."""
+        if list(got) == list(want):
+            return
+        missing = [w for w in want if w not in got]
+        extra = [g for g in got if g not in want]
+        dups = sorted({g for g in got if list(got).count(g) > 1})
+        first = next((i for i, (g, w) in enumerate(zip(got, want)) if g != w), min(len(got), len(want)))
+        self.fail("%s: %d received, %d expected; missing %r; unexpected %r; duplicated %r; first "
+                  "difference at index %d: got %r, expected %r" % (
+                      what or "sequence", len(got), len(want), missing[:10], extra[:10], dups[:10],
+                      first, list(got)[max(0, first - 2):first + 3], list(want)[max(0, first - 2):first + 3]))
+
     def assert_broker_healthy(self, bystander=None, topic="health/check"):
         """The broker still accepts a new connection, and (if given) the
         already-connected bystander (a PahoClient subscribed to health/#)
@@ -1080,6 +1094,11 @@ class PahoClient:
                 kw["properties"] = make_props(PacketTypes.CONNECT, **self.conn_props)
         self.c.connect(HOST, self.port, keepalive=self.keepalive, **kw)
         self._thread = threading.Thread(target=self._loop, daemon=True)
+        # Tell paho that a network thread exists: otherwise publish() from
+        # the test thread writes to the socket itself, concurrently with
+        # loop() in ours, and paho 1.6 can then put packets on the wire out
+        # of order. (loop_start() would do this too, but it reconnects.)
+        self.c._thread = self._thread
         self._thread.start()
         if not self.connack.wait(timeout):
             raise AssertionError("no CONNACK within %.1f s" % timeout)
