@@ -6,9 +6,10 @@
 # in flight 20, no persistence, TCP_NODELAY) on a free loopback port. The
 # broker is pinned to CPU 0 and the load generator to CPU 1 (taskset). For
 # every run the generator samples the broker's /proc/PID/stat (utime+stime,
-# all threads) at the start and end of the measured window and its VmHWM,
-# and prints one JSON line; this script collects the lines and prints a
-# table with the ratio ours/mosquitto.
+# all threads) at the start of the measured window, when publishing stops
+# and at the end of the drain, and its VmRSS/VmHWM, and prints one JSON
+# line; this script collects the lines and prints a table with the ratio
+# ours/mosquitto. docs/benchmarks.md explains the columns and the noise.
 #
 # Usage: scripts/bench.sh [options]
 #   -s, --scenarios a,b,...  scenarios to run (default: all; see -l)
@@ -45,7 +46,7 @@ scenario_args() {
 	four_q0) echo "pubsub --pubs 4 --subs 4 -t bench/four -q 0 -I 0" ;;
 	four_q1) echo "pubsub --pubs 4 --subs 4 -t bench/four -q 1 -I 0" ;;
 	pairs_q1) echo "pubsub --pubs 1000 --subs 1000 -t bench/pair/%i -q 1 -I 0" ;;
-	shared_q1) echo "pubsub --pubs 1000 --subs 10 -t bench/sh/%i --sub-topic \$share/g/bench/sh/+ -q 1 -I 0" ;;
+	shared_q1) echo "pubsub --pubs 1000 --subs 10 -t bench/sh/%i --sub-topic \$share/g/bench/sh/+ -q 1 -I 100" ;;
 	idle_10k) echo "conn -c 10000" ;;
 	*) return 1 ;;
 	esac
@@ -61,7 +62,7 @@ scenario_doc() {
 	four_q0) echo "4 publishers -> 4 subscribers (one topic), QoS 0, flat out" ;;
 	four_q1) echo "4 publishers -> 4 subscribers (one topic), QoS 1, flat out" ;;
 	pairs_q1) echo "1,000 publisher/subscriber pairs (own topic each), QoS 1, flat out" ;;
-	shared_q1) echo "1,000 publishers -> one 10-member shared subscription, QoS 1, flat out" ;;
+	shared_q1) echo "1,000 publishers -> one 10-member shared subscription, QoS 1, 10 msg/s each" ;;
 	idle_10k) echo "10,000 idle connections: connections/s and broker memory per connection" ;;
 	esac
 }
@@ -80,7 +81,7 @@ while [ $# -gt 0 ]; do
 		done
 		exit 0
 		;;
-	-h | --help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n "2,24p" "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "bench.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
 	esac
 done
@@ -270,8 +271,9 @@ def metrics(reps):
         "p99": lambda r: r["latency_us"]["p99"] / 1e3,
         "hwm": lambda r: r.get("broker", {}).get("vmhwm_kb", float("nan")) / 1024,
         "lost": lambda r: r["lost"],
-        "gen": lambda r: 100 * r["generator_cpu_s"] / max(r["window_s"], 1e-9),
-        "brk": lambda r: 100 * r.get("broker", {}).get("cpu_s", float("nan")) / max(r["window_s"], 1e-9),
+        "tail": lambda r: r.get("lost_tail", 0),
+        "gen": lambda r: 100 * r["generator_cpu_s_publishing"] / max(r["publish_s"], 1e-9),
+        "brk": lambda r: 100 * r.get("broker", {}).get("cpu_s_publishing", float("nan")) / max(r["publish_s"], 1e-9),
         "conn_s": lambda r: r["connect"]["per_second"],
         "bpc": lambda r: r.get("broker", {}).get("bytes_per_conn", float("nan")),
         "ok": lambda r: r["connect"]["ok"],
@@ -293,9 +295,9 @@ for s, b in rows:
     if s not in scen:
         scen.append(s)
 print()
-print("%-13s %-9s %11s %6s %9s %9s %9s %8s %8s %6s %6s" % (
+print("%-13s %-9s %11s %6s %9s %9s %9s %8s %9s %9s %5s %5s" % (
     "scenario", "broker", "deliv msg/s", "spread", "CPU s/M", "p50 ms", "p99 ms",
-    "VmHWM MB", "lost", "gen%", "brk%"))
+    "VmHWM MB", "lost", "tail", "gen%", "brk%"))
 for s in scen:
     ms = {}
     for b in ("nanomq", "mosquitto"):
@@ -307,9 +309,9 @@ for s in scen:
             print("%-13s %-9s %11s %6s %9s %9s %9s %8.1f %8s   (%d conns, %.0f conn/s, %.0f B/conn)" % (
                 s, b, "-", "-", "-", "-", "-", m["hwm"], "-", m["ok"], m["conn_s"], m["bpc"]))
         else:
-            print("%-13s %-9s %11.0f %5.0f%% %9.2f %9.2f %9.2f %8.1f %8d %6.0f %6.0f" % (
+            print("%-13s %-9s %11.0f %5.0f%% %9.2f %9.2f %9.2f %8.1f %9d %9d %5.0f %5.0f" % (
                 s, b, m["rate"], m["spread"], m["cpu_m"], m["p50"], m["p99"], m["hwm"],
-                m["lost"], m["gen"], m["brk"]))
+                m["lost"], m["tail"], m["gen"], m["brk"]))
     if len(ms) == 2:
         o, q = ms["nanomq"], ms["mosquitto"]
         if s.startswith("idle"):
@@ -322,6 +324,8 @@ for s in scen:
                 ratio(o["p50"], q["p50"]), ratio(o["p99"], q["p99"]), ratio(o["hwm"], q["hwm"])))
 print()
 print("deliv msg/s: messages delivered to subscribers per second of the window;")
-print("CPU s/M: broker CPU seconds per million delivered; gen%/brk%: generator and broker")
-print("CPU as a percentage of one core over the window (broker at ~100% = saturated).")
+print("lost: expected deliveries that did not arrive; tail: of those, the ones after the")
+print("last message seen on their stream (still queued when the drain ended, or dropped);")
+print("CPU s/M: broker CPU seconds per million delivered (whole window); gen%/brk%:")
+print("generator and broker CPU while publishing, in % of one core (100% = saturated).")
 EOF
