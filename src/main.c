@@ -2,8 +2,10 @@
 // and validates the configuration, then either controls a running broker
 // (stop, reload) or runs one: pid file, daemonize (before any NNG call),
 // logging, the timer wheel, the worker pool, the protocol layer, the
-// broker, the listeners; then the main thread waits for signals.
+// broker, the listeners, the command channel; then the main thread waits
+// for signals.
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +24,7 @@
 #include "src/cli/args.h"
 #include "src/cli/ctl.h"
 #include "src/cli/daemon.h"
+#include "src/cli/ipc.h"
 #include "src/cli/pidfile.h"
 #include "src/cli/sd_notify.h"
 #include "src/conf/conf.h"
@@ -29,15 +32,48 @@
 
 #define TIMER_TICK_MS    20
 #define DRAIN_TIMEOUT_MS 5000
+#define WILL_DRAIN_MS    2000 // wait for connections with a will to close
+#define WILL_FLUSH_MS    100 // then for their wills to reach subscribers
+// `nanomq reload`: how long to wait for the broker to answer "pid", and for
+// the outcome of the reload itself.
+#define RELOAD_PROBE_TIMEOUT_MS 5000
+#define RELOAD_IPC_TIMEOUT_MS   30000
+// Sent by the command channel's thread to the main thread when a request
+// waits in the server's ctl_request. Any other sender is harmless: with
+// nothing pending the main thread ignores it.
+#define CTL_WAKE_SIGNAL SIGUSR2
+
+// A request of the command channel on its way to the main thread, which
+// owns reload. The channel's thread (ipc.h) fills it in under mtx, wakes the
+// main thread with CTL_WAKE_SIGNAL and waits on cv until the main thread
+// has answered (done) or the broker is stopping (closing). One request at a
+// time: the channel's thread handles requests in order.
+typedef struct ctl_request {
+	pthread_mutex_t mtx;
+	pthread_cond_t  cv;
+	pthread_t       main_thread;
+	bool            pending; // a request waits for the main thread
+	bool            done; // the main thread has answered it
+	bool            closing; // shutting down: no request is served any more
+	char           *path; // configuration file to switch to, or NULL
+	bool            old; // path is in the legacy flat format
+	int             status; // 0: reloaded; 1: failed
+	char           *reply; // report for `nanomq reload` (malloc'ed)
+} ctl_request;
 
 typedef struct server {
-	nmq_conf      conf;
+	nmq_conf      conf; // the configuration applied last
+	nmq_conf      boot; // as started: what restart-only keys run with
+	bool          have_boot;
+	bool          conf_old; // conf.path is in the legacy flat format
 	timer_wheel  *tw;
 	workq        *wq;
 	nmq_broker   *broker;
 	nmq_proto    *proto;
 	nmq_listener *listeners[CONF_MAX_LISTENERS];
 	int           n_listeners;
+	ipc_server   *ipc; // the command channel, NULL when off
+	ctl_request   ctl;
 } server;
 
 // Prints collected configuration problems to stderr.
@@ -54,14 +90,25 @@ static void print_conf_errors(const conf_errors *errs)
 	}
 }
 
-// Logs collected configuration problems (after the log is open).
-static void log_conf_errors(const conf_errors *errs)
+// Logs collected configuration problems (after the log is open) and, when
+// report is not NULL, writes them there too, one "warning: " or "error: "
+// line each, for `nanomq reload`.
+static void log_conf_errors(const conf_errors *errs, FILE *report)
 {
 	for (int i = 0; i < errs->n_warnings; i++) {
 		log_warn("conf", "%s", errs->warnings[i]);
+		if (report != NULL) {
+			fprintf(report, "warning: %s\n", errs->warnings[i]);
+		}
 	}
 	for (int i = 0; i < errs->n_errors; i++) {
 		log_error("conf", "%s", errs->errors[i]);
+		if (report != NULL) {
+			fprintf(report, "error: %s\n", errs->errors[i]);
+		}
+	}
+	if (report != NULL && errs->n_dropped_errors > 0) {
+		fprintf(report, "error: ... and %d more errors\n", errs->n_dropped_errors);
 	}
 }
 
@@ -198,41 +245,60 @@ static int worker_count(const nmq_conf *conf)
 	return (int)(n * 2 > 64 ? 64 : n * 2);
 }
 
-// Re-reads the configuration; applies the reloadable part if all of it is
-// valid.
-static void reload(server *srv, const cli_args *args, const char *argv0)
+// Re-reads the configuration: path (an absolute path, in the legacy flat
+// format when old), or the running file when path is NULL. Applies the
+// reloadable part if all of it is valid. Writes the errors and warnings for
+// `nanomq reload` to report when it is not NULL. Returns 0 when the new
+// configuration was applied, -1 when the running one stays untouched.
+static int reload(
+    server *srv, const cli_args *args, const char *argv0, const char *path, bool old, FILE *report)
 {
 	nmq_conf    nc;
 	conf_errors errs;
 	sd_notify_reloading();
 	conf_cli cli = args->cli;
-	if (srv->conf.path != NULL) {
+	if (path == NULL) {
 		// The same file (made absolute at startup), in the same format.
-		if (cli.old_conf_path != NULL) {
-			cli.old_conf_path = srv->conf.path;
-		} else {
-			cli.conf_path = srv->conf.path;
-		}
+		path = srv->conf.path;
+		old  = srv->conf_old;
+	}
+	if (path != NULL) {
+		cli.conf_path     = old ? NULL : path;
+		cli.old_conf_path = old ? path : NULL;
 	}
 	if (conf_load(&nc, &cli, argv0, &errs) != 0) {
-		log_conf_errors(&errs);
+		log_conf_errors(&errs, report);
 		log_error("main", "event=reload_failed reason=configuration_errors errors=%d",
 		    errs.n_errors);
 		conf_errors_free(&errs);
 		sd_notify_ready();
-		return;
+		return -1;
 	}
-	log_conf_errors(&errs);
+	log_conf_errors(&errs, report);
 	conf_errors_free(&errs);
+	// Reloadable keys are compared with what was applied last; keys that
+	// need a restart with what the broker started with, since those never
+	// change while it runs.
 	conf_changes ch;
 	if (conf_diff(&srv->conf, &nc, &ch) == 0) {
+		for (int i = 0; i < ch.n; i++) {
+			if (!ch.v[i].restart) {
+				log_info(
+				    "main", "key=%s event=changed action=applied", ch.v[i].key);
+			}
+		}
+		conf_changes_free(&ch);
+	}
+	if (conf_diff(srv->have_boot ? &srv->boot : &srv->conf, &nc, &ch) == 0) {
 		for (int i = 0; i < ch.n; i++) {
 			if (ch.v[i].restart) {
 				log_warn("main", "key=%s event=changed action=needs_restart",
 				    ch.v[i].key);
-			} else {
-				log_info(
-				    "main", "key=%s event=changed action=applied", ch.v[i].key);
+				if (report != NULL) {
+					fprintf(report,
+					    "warning: %s changed; the change needs a restart\n",
+					    ch.v[i].key);
+				}
 			}
 		}
 		conf_changes_free(&ch);
@@ -241,13 +307,19 @@ static void reload(server *srv, const cli_args *args, const char *argv0)
 	// Everything that can fail is checked before anything changes.
 	if (broker_reconfigure(srv->broker, &nc, err, sizeof(err)) != 0) {
 		log_error("main", "event=reload_failed reason=\"%s\"", err);
+		if (report != NULL) {
+			fprintf(report, "error: %s\n", err);
+		}
 		conf_free(&nc);
 		sd_notify_ready();
-		return;
+		return -1;
 	}
 	if (log_open(&nc, err, sizeof(err)) != 0) {
 		// The running log targets stay; the rest of the reload goes on.
 		log_error("main", "event=reload_log_failed reason=\"%s\"", err);
+		if (report != NULL) {
+			fprintf(report, "warning: log: %s; the old log targets stay\n", err);
+		}
 	}
 	proto_limits lim;
 	broker_limits_from_conf(&nc, &lim);
@@ -257,9 +329,132 @@ static void reload(server *srv, const cli_args *args, const char *argv0)
 	// Keep the values that need a restart from the running configuration:
 	// swap in the new one only for what was applied above.
 	conf_free(&srv->conf);
-	srv->conf = nc;
+	srv->conf     = nc;
+	srv->conf_old = old;
 	log_warn("main", "event=reloaded");
 	sd_notify_ready();
+	return 0;
+}
+
+// Handles one request of the command channel, on the channel's own thread:
+// "pid" is answered here; "reload" and "reload_old_conf" (with an optional
+// path) are handed to the main thread, and this call waits for its answer.
+// Returns 0 or 1 with the report in *reply, as ipc_handler says.
+static int ctl_handle(void *arg, const char *verb, const char *path, char **reply)
+{
+	ctl_request *c = arg;
+	if (strcmp(verb, "pid") == 0) {
+		if (asprintf(reply, "%ld", (long)getpid()) < 0) {
+			*reply = NULL;
+			return 1;
+		}
+		return 0;
+	}
+	bool old = strcmp(verb, "reload_old_conf") == 0;
+	if (!old && strcmp(verb, "reload") != 0) {
+		if (asprintf(reply, "error: unknown command \"%s\"", verb) < 0) {
+			*reply = NULL;
+		}
+		return 1;
+	}
+	pthread_mutex_lock(&c->mtx);
+	if (c->closing) {
+		pthread_mutex_unlock(&c->mtx);
+		*reply = strdup("error: nanomq is stopping; the configuration was not reloaded");
+		return 1;
+	}
+	c->path = path != NULL ? strdup(path) : NULL;
+	if (path != NULL && c->path == NULL) {
+		pthread_mutex_unlock(&c->mtx);
+		*reply = strdup("error: out of memory");
+		return 1;
+	}
+	c->old     = old;
+	c->pending = true;
+	c->done    = false;
+	pthread_kill(c->main_thread, CTL_WAKE_SIGNAL);
+	while (!c->done && !c->closing) {
+		pthread_cond_wait(&c->cv, &c->mtx);
+	}
+	int status;
+	if (c->done) {
+		status   = c->status;
+		*reply   = c->reply;
+		c->reply = NULL;
+	} else {
+		status = 1;
+		*reply = strdup("error: nanomq is stopping; the configuration was not reloaded");
+	}
+	c->pending = false;
+	c->done    = false;
+	free(c->path);
+	c->path = NULL;
+	pthread_mutex_unlock(&c->mtx);
+	return status;
+}
+
+// Serves the request that the command channel's thread left in srv->ctl,
+// if any (main thread, on CTL_WAKE_SIGNAL): runs the reload and hands the
+// outcome back. Returns nothing.
+static void ctl_serve(server *srv, const cli_args *args, const char *argv0)
+{
+	ctl_request *c = &srv->ctl;
+	pthread_mutex_lock(&c->mtx);
+	if (!c->pending || c->done) {
+		pthread_mutex_unlock(&c->mtx);
+		return;
+	}
+	// The requester waits until done, so path and old stay as they are.
+	const char *path = c->path;
+	bool        old  = c->old;
+	pthread_mutex_unlock(&c->mtx);
+
+	char  *text = NULL;
+	size_t len  = 0;
+	FILE  *f    = open_memstream(&text, &len);
+	log_info("main", "event=reload_requested by=command_channel conf=%s",
+	    path != NULL ? path : "(running file)");
+	int rc = reload(srv, args, argv0, path, old, f);
+	if (f != NULL) {
+		fclose(f);
+	}
+	pthread_mutex_lock(&c->mtx);
+	c->status = rc == 0 ? 0 : 1;
+	c->reply  = text;
+	c->done   = true;
+	pthread_cond_broadcast(&c->cv);
+	pthread_mutex_unlock(&c->mtx);
+}
+
+// Starts the command channel when system.enable_ipc_internal is set. A
+// channel that cannot be opened is logged and the broker runs without it
+// (`nanomq reload` then falls back to SIGHUP). Returns nothing.
+static void ctl_start(server *srv)
+{
+	if (!srv->conf.enable_ipc_internal) {
+		return;
+	}
+	char err[512];
+	srv->ipc = ipc_server_start(srv->conf.cmd_ipc_url, ctl_handle, &srv->ctl, err, sizeof(err));
+	if (srv->ipc == NULL) {
+		log_warn("main",
+		    "event=command_channel_failed reason=\"%s\": nanomq reload will use SIGHUP",
+		    err);
+	} else {
+		log_info("main", "url=%s event=command_channel_listening", srv->conf.cmd_ipc_url);
+	}
+}
+
+// Stops the command channel: a request still waiting is answered with an
+// error, then the channel's thread is joined (main thread). Returns nothing.
+static void ctl_stop_channel(server *srv)
+{
+	pthread_mutex_lock(&srv->ctl.mtx);
+	srv->ctl.closing = true;
+	pthread_cond_broadcast(&srv->ctl.cv);
+	pthread_mutex_unlock(&srv->ctl.mtx);
+	ipc_server_stop(srv->ipc);
+	srv->ipc = NULL;
 }
 
 // Runs the broker until SIGTERM/SIGINT. Returns the exit status.
@@ -268,7 +463,23 @@ static int run(const cli_args *args, nmq_conf *conf, const char *argv0, int read
 	server srv;
 	char   err[512];
 	memset(&srv, 0, sizeof(srv));
-	srv.conf = *conf;
+	srv.conf     = *conf;
+	srv.conf_old = args->cli.old_conf_path != NULL;
+	{
+		// A second copy of the startup configuration, kept unchanged for
+		// reload's "needs a restart" comparison.
+		conf_errors berrs;
+		conf_cli    bcli = args->cli;
+		if (conf->path != NULL) {
+			bcli.conf_path     = srv.conf_old ? NULL : conf->path;
+			bcli.old_conf_path = srv.conf_old ? conf->path : NULL;
+		}
+		srv.have_boot = conf_load(&srv.boot, &bcli, argv0, &berrs) == 0;
+		conf_errors_free(&berrs);
+	}
+	pthread_mutex_init(&srv.ctl.mtx, NULL);
+	pthread_cond_init(&srv.ctl.cv, NULL);
+	srv.ctl.main_thread = pthread_self();
 
 	sigset_t set;
 	sigemptyset(&set);
@@ -276,6 +487,7 @@ static int run(const cli_args *args, nmq_conf *conf, const char *argv0, int read
 	sigaddset(&set, SIGINT);
 	sigaddset(&set, SIGHUP);
 	sigaddset(&set, SIGUSR1);
+	sigaddset(&set, CTL_WAKE_SIGNAL);
 	// Block before any thread exists so that every thread inherits it and
 	// the main thread alone takes these signals.
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
@@ -300,6 +512,7 @@ static int run(const cli_args *args, nmq_conf *conf, const char *argv0, int read
 	if (start_listeners(&srv, err, sizeof(err)) != 0) {
 		goto fail;
 	}
+	ctl_start(&srv);
 	log_warn("main", "event=started version=%s workers=%d listeners=%d", NMQ_VERSION,
 	    workq_size(srv.wq), srv.n_listeners);
 	daemon_ready(ready_fd, 0, NULL);
@@ -321,7 +534,9 @@ static int run(const cli_args *args, nmq_conf *conf, const char *argv0, int read
 			sd_notify_watchdog();
 		}
 		if (sig == SIGHUP) {
-			reload(&srv, args, argv0);
+			(void)reload(&srv, args, argv0, NULL, false, NULL);
+		} else if (sig == CTL_WAKE_SIGNAL) {
+			ctl_serve(&srv, args, argv0);
 		} else if (sig == SIGUSR1) {
 			log_reopen();
 		} else {
@@ -331,13 +546,22 @@ static int run(const cli_args *args, nmq_conf *conf, const char *argv0, int read
 		}
 	}
 	sd_notify_stopping();
+	ctl_stop_channel(&srv);
 
-	// Drain: stop accepting, close every connection (wills go out as for
-	// any server-side close), wait for the connections to go away, then
-	// stop the workers and free the state.
+	// Drain: stop accepting; close the connections that have a will first
+	// (their wills are published as for any server-side close, to
+	// subscribers that are still connected), give that output a moment to
+	// leave, then close the rest, wait for the connections to go away, stop
+	// the workers and free the state.
 	for (int i = 0; i < srv.n_listeners; i++) {
 		listener_stop(srv.listeners[i]);
 	}
+	proto_shutdown_wills(srv.proto);
+	for (int waited = 0; waited < WILL_DRAIN_MS && proto_links_with_will(srv.proto) > 0;
+	     waited += 10) {
+		nng_msleep(10);
+	}
+	nng_msleep(WILL_FLUSH_MS);
 	proto_shutdown_all(srv.proto);
 	for (int waited = 0; waited < DRAIN_TIMEOUT_MS && conn_live_count() > 0; waited += 10) {
 		nng_msleep(10);
@@ -353,6 +577,11 @@ static int run(const cli_args *args, nmq_conf *conf, const char *argv0, int read
 	}
 	log_warn("main", "event=stopped");
 	*conf = srv.conf;
+	if (srv.have_boot) {
+		conf_free(&srv.boot);
+	}
+	pthread_mutex_destroy(&srv.ctl.mtx);
+	pthread_cond_destroy(&srv.ctl.cv);
 	pidfile_release(pf);
 	return 0;
 
@@ -375,8 +604,98 @@ fail:
 	}
 	daemon_ready(ready_fd, 1, err);
 	*conf = srv.conf;
+	if (srv.have_boot) {
+		conf_free(&srv.boot);
+	}
+	pthread_mutex_destroy(&srv.ctl.mtx);
+	pthread_cond_destroy(&srv.ctl.cv);
 	pidfile_release(pf);
 	return 1;
+}
+
+// Writes each non-empty line of text to stderr after "nanomq: ". Returns
+// nothing.
+static void print_report(const char *text)
+{
+	while (text != NULL && *text != '\0') {
+		const char *nl  = strchr(text, '\n');
+		int         len = nl != NULL ? (int)(nl - text) : (int)strlen(text);
+		if (len > 0) {
+			fprintf(stderr, "nanomq: %.*s\n", len, text);
+		}
+		text = nl != NULL ? nl + 1 : NULL;
+	}
+}
+
+// Asks the broker on conf's command channel to reload and prints its
+// answer. The channel is first asked for its pid, which must be that of the
+// broker holding the pid file (when one does), so that a channel address
+// shared by mistake never reloads another broker. Returns the exit status
+// (0 or 1) once the broker answered, or -1 with a message in msg when the
+// caller should fall back to SIGHUP.
+static int reload_by_ipc(const cli_args *args, const nmq_conf *conf, char *msg, size_t msglen)
+{
+	char  err[256];
+	char *reply  = NULL;
+	pid_t holder = pidfile_read(pidfile_path(), err, sizeof(err));
+	int   r      = ipc_request(
+	           conf->cmd_ipc_url, "pid", NULL, RELOAD_PROBE_TIMEOUT_MS, &reply, msg, msglen);
+	if (r < 0) {
+		return -1;
+	}
+	long served = r == 0 ? strtol(reply, NULL, 10) : 0;
+	free(reply);
+	if (holder > 0 && served != (long)holder) {
+		snprintf(msg, msglen,
+		    "the command channel %s belongs to nanomq pid %ld, not to pid %ld named by %s",
+		    conf->cmd_ipc_url, served, (long)holder, pidfile_path());
+		return -1;
+	}
+	bool        given = args->cli.conf_path != NULL || args->cli.old_conf_path != NULL;
+	const char *verb  = args->cli.old_conf_path != NULL ? "reload_old_conf" : "reload";
+	r = ipc_request(conf->cmd_ipc_url, verb, given ? conf->path : NULL, RELOAD_IPC_TIMEOUT_MS,
+	    &reply, err, sizeof(err));
+	printf("%s\n", r == 0 ? "reload succeed!" : "reload failed!");
+	fflush(stdout);
+	if (r < 0) {
+		fprintf(stderr, "nanomq: %s\n", err);
+		return 1;
+	}
+	print_report(reply);
+	free(reply);
+	return r == 0 ? 0 : 1;
+}
+
+// `nanomq reload`: conf is the configuration validated here, whose path the
+// broker switches to when it was given on the command line. Uses the command
+// channel when enable_ipc_internal is set, else (or when the channel cannot
+// be reached) SIGHUP through the pid file, whose outcome only the broker's
+// log tells. Returns the exit status.
+static int reload_command(const cli_args *args, const nmq_conf *conf)
+{
+	char msg[512];
+	if (conf->enable_ipc_internal) {
+		int r = reload_by_ipc(args, conf, msg, sizeof(msg));
+		if (r >= 0) {
+			return r;
+		}
+		fprintf(stderr, "nanomq: %s; sending SIGHUP instead\n", msg);
+	}
+	int r = ctl_reload(pidfile_path(), msg, sizeof(msg));
+	printf("%s\n", r == CTL_OK ? "reload succeed!" : "reload failed!");
+	fflush(stdout);
+	if (r != CTL_OK) {
+		fprintf(stderr, "nanomq: %s\n", msg);
+		return 1;
+	}
+	fprintf(stderr, "nanomq: %s; the outcome is in the broker's log\n", msg);
+	if (args->cli.conf_path != NULL || args->cli.old_conf_path != NULL) {
+		fprintf(stderr,
+		    "nanomq: warning: by SIGHUP the broker re-reads its own file; %s was only "
+		    "checked here\n",
+		    conf->path);
+	}
+	return 0;
 }
 
 int main(int argc, char **argv)
@@ -408,11 +727,18 @@ int main(int argc, char **argv)
 
 	nmq_conf    conf;
 	conf_errors errs;
-	int         rc = conf_load(&conf, &args.cli, argv[0], &errs);
+	int         rc        = conf_load(&conf, &args.cli, argv[0], &errs);
+	bool        reloading = args.verb == CLI_VERB_RELOAD && !args.test;
+	if (rc != 0 && reloading) {
+		printf("reload failed!\n");
+		fflush(stdout);
+	}
 	print_conf_errors(&errs);
 	conf_errors_free(&errs);
 	if (rc != 0) {
-		fprintf(stderr, "nanomq: configuration has errors; not starting\n");
+		if (!reloading) {
+			fprintf(stderr, "nanomq: configuration has errors; not starting\n");
+		}
 		return 1;
 	}
 	if (conf.path != NULL && conf.path[0] != '/') {
@@ -435,13 +761,9 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (args.verb == CLI_VERB_RELOAD) {
-		int r = ctl_reload(pidfile_path(), msg, sizeof(msg));
-		printf("%s\n", r == CTL_OK ? "reload succeed!" : "reload failed!");
-		if (r != CTL_OK) {
-			fprintf(stderr, "%s\n", msg);
-		}
+		int r = reload_command(&args, &conf);
 		conf_free(&conf);
-		return r == CTL_OK ? 0 : 1;
+		return r;
 	}
 	if (args.verb == CLI_VERB_RESTART) {
 		int r = ctl_stop(pidfile_path(), CTL_STOP_TIMEOUT_MS, true, msg, sizeof(msg));
@@ -469,6 +791,8 @@ int main(int argc, char **argv)
 	if (log_open(&conf, err, sizeof(err)) != 0) {
 		fprintf(stderr, "nanomq: %s\n", err);
 		daemon_ready(ready_fd, 1, err);
+		pidfile_release(&pf);
+		conf_free(&conf);
 		return 1;
 	}
 	rc = run(&args, &conf, argv[0], ready_fd, &pf);

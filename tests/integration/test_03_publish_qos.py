@@ -54,7 +54,8 @@ class QosCommon:
                 for info in infos:
                     info.wait_for_publish(10)
                 got = sub.wait_messages(n, timeout=20)
-                self.assertEqual([m.payload for m in got], [b"%05d" % i for i in range(n)])
+                self.assert_sequence([m.payload for m in got], [b"%05d" % i for i in range(n)],
+                                     "QoS %d messages of one publisher" % qos)
                 self.assertTrue(all(m.qos == qos for m in got))
                 sub.expect_no_message(0.3)
 
@@ -243,7 +244,7 @@ class QosCommon:
         want = [b"%02d" % i for i in range(60)]
         for i, c in enumerate(subs):
             got = [m.payload for m in c.wait_messages(60, timeout=15)]
-            self.assertEqual(got, want, "subscriber %d" % i)
+            self.assert_sequence(got, want, "subscriber %d" % i)
         for c in subs:
             c.expect_no_message(0.05)
 
@@ -263,8 +264,8 @@ class QosCommon:
         for i in range(5):
             for q in (1, 2):
                 mine = [g for g in got if g.startswith(b"%d:" % i) and int(g[2:]) % 2 == q - 1]
-                self.assertEqual(mine, [b"%d:%03d" % (i, n) for n in range(80) if n % 2 == q - 1],
-                                 "publisher %d, QoS %d out of order" % (i, q))
+                self.assert_sequence(mine, [b"%d:%03d" % (i, n) for n in range(80) if n % 2 == q - 1],
+                                     "publisher %d, QoS %d" % (i, q))
         sub.expect_no_message(0.3)
 
     # 3.1.1 [MQTT-4.7.3-3] / 5.0 [MQTT-4.7.3-3]: topic names may be up to
