@@ -456,7 +456,7 @@ void link_detach(nmq_link *l)
 	if (l->detached || s == NULL) {
 		return;
 	}
-	l->detached  = true;
+	l->detached      = true;
 	bool     end     = false;
 	bool     current = false;
 	nmq_msg *will    = NULL;
@@ -480,7 +480,7 @@ void link_detach(nmq_link *l)
 			}
 			s->will       = l->will;
 			l->will       = NULL;
-			s->will_at_ms = nmq_clock_ms() + (uint64_t) l->will_delay_s * 1000;
+			s->will_at_ms = nmq_clock_ms() + (uint64_t)l->will_delay_s * 1000;
 		}
 		// Else a takeover came within the will delay: no will.
 	}

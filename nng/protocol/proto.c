@@ -178,12 +178,18 @@ void proto_links_remove(nmq_proto *p, nmq_link *l)
 }
 
 // Closes every connection: v5 clients get DISCONNECT 0x8B first.
-void proto_shutdown_all(nmq_proto *p)
+// Closes the live connections (those with a will only, when wills_only):
+// v5 clients get DISCONNECT 0x8B first. New connections are refused from
+// now on.
+static void close_links(nmq_proto *p, bool wills_only)
 {
 	pthread_mutex_lock(&p->links_mtx);
 	p->stopping = true;
 	for (size_t i = 0; i < p->links_len; i++) {
 		nmq_link *l = p->links[i];
+		if (wills_only && __atomic_load_n(&l->will, __ATOMIC_RELAXED) == NULL) {
+			continue;
+		}
 		conn_hold(l->conn);
 		if (l->connected && l->ver == MQTT_PROTO_V5) {
 			nmq_session *s = l->session;
@@ -206,6 +212,29 @@ void proto_shutdown_all(nmq_proto *p)
 		conn_release(l->conn);
 	}
 	pthread_mutex_unlock(&p->links_mtx);
+}
+
+void proto_shutdown_wills(nmq_proto *p)
+{
+	close_links(p, true);
+}
+
+size_t proto_links_with_will(nmq_proto *p)
+{
+	size_t n = 0;
+	pthread_mutex_lock(&p->links_mtx);
+	for (size_t i = 0; i < p->links_len; i++) {
+		if (__atomic_load_n(&p->links[i]->will, __ATOMIC_RELAXED) != NULL) {
+			n++;
+		}
+	}
+	pthread_mutex_unlock(&p->links_mtx);
+	return n;
+}
+
+void proto_shutdown_all(nmq_proto *p)
+{
+	close_links(p, false);
 }
 
 // Frees the protocol layer. Connections must be gone (proto_shutdown_all

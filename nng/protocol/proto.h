@@ -124,8 +124,15 @@ nmq_proto *proto_alloc(
 // Ends every connection (wills are sent as for an abnormal close when
 // `send_wills`), then frees everything. Call after listeners stopped.
 void proto_free(nmq_proto *p);
-// Closes every connection, sending v5 clients DISCONNECT 0x8B.
+// Closes every connection, sending v5 clients DISCONNECT 0x8B; new
+// connections are refused from then on.
 void proto_shutdown_all(nmq_proto *p);
+// The first step of a drain: closes only the connections that have a will,
+// so that their wills (published as for any server-side close) still reach
+// the subscribers, which are closed afterwards. proto_links_with_will()
+// says when they are gone.
+void   proto_shutdown_wills(nmq_proto *p);
+size_t proto_links_with_will(nmq_proto *p);
 // Replaces the reloadable limits.
 void            proto_set_limits(nmq_proto *p, const proto_limits *limits);
 proto_metrics  *proto_metrics_get(nmq_proto *p);

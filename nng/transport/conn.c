@@ -4,22 +4,22 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
-#include <sys/epoll.h>
-#include <sys/socket.h>
-#include <sys/uio.h>
-#include <unistd.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include "nng/codec/mqtt_codec.h"
 
 #define RX_INIT     256
 #define RX_GROW_MAX (64 * 1024)
-#define TX_IOV_MAX  8  // NNG's limit per aio
+#define TX_IOV_MAX  8 // NNG's limit per aio
 #define RAW_IOV_MAX 64 // per writev on a plain socket
-#define RAW_READS   8  // reads per readiness event before yielding
+#define RAW_READS   8 // reads per readiness event before yielding
 
 // One piece of queued output: either bytes in the arena (ref == NULL, at
 // offset off) or bytes inside a shared message (ref held, at p).
@@ -47,9 +47,9 @@ struct nmq_conn {
 	nng_aio        *rx_aio;
 	nng_aio        *tx_aio;
 	int             fd;
-	int             owner;     // worker whose epoll set holds fd
+	int             owner; // worker whose epoll set holds fd
 	uint32_t        ep_events; // events registered (mtx)
-	bool            ep_added;  // fd is in the epoll set (mtx)
+	bool            ep_added; // fd is in the epoll set (mtx)
 	workq_io        io;
 	const conn_env *env;
 	const conn_ops *ops;
@@ -171,15 +171,15 @@ static void format_peer_fd(int fd, char *buf, size_t len)
 	socklen_t               sl = sizeof(ss);
 	char                    a[INET6_ADDRSTRLEN];
 	snprintf(buf, len, "unknown");
-	if (getpeername(fd, (struct sockaddr *) &ss, &sl) != 0) {
+	if (getpeername(fd, (struct sockaddr *)&ss, &sl) != 0) {
 		return;
 	}
 	if (ss.ss_family == AF_INET) {
-		struct sockaddr_in *in = (struct sockaddr_in *) &ss;
+		struct sockaddr_in *in = (struct sockaddr_in *)&ss;
 		inet_ntop(AF_INET, &in->sin_addr, a, sizeof(a));
 		snprintf(buf, len, "%s:%u", a, ntohs(in->sin_port));
 	} else if (ss.ss_family == AF_INET6) {
-		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *) &ss;
+		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
 		inet_ntop(AF_INET6, &in6->sin6_addr, a, sizeof(a));
 		snprintf(buf, len, "[%s]:%u", a, ntohs(in6->sin6_port));
 	}
@@ -304,7 +304,7 @@ void conn_release(nmq_conn *c)
 // for a plain socket, on its owner).
 static void destroy_job(workq_job *job)
 {
-	nmq_conn *c = (nmq_conn *) ((char *) job - offsetof(nmq_conn, destroy_job));
+	nmq_conn *c = (nmq_conn *)((char *)job - offsetof(nmq_conn, destroy_job));
 	if (c->fd >= 0) {
 		if (c->ep_added) {
 			workq_io_del(c->env->wq, c->owner, c->fd);
@@ -566,9 +566,9 @@ static void raw_read(nmq_conn *c)
 			rx_finish(c, true);
 			return;
 		}
-		c->rx_filled = (size_t) n == room;
-		c->rx_len += (size_t) n;
-		c->rx_bytes += (uint64_t) n;
+		c->rx_filled = (size_t)n == room;
+		c->rx_len += (size_t)n;
+		c->rx_bytes += (uint64_t)n;
 		if (!rx_dispatch(c)) {
 			rx_finish(c, true);
 			return;
@@ -589,7 +589,7 @@ static void raw_read(nmq_conn *c)
 // Readiness of a plain socket (its owner worker).
 static void raw_io(workq_io *io, uint32_t events)
 {
-	nmq_conn *c = (nmq_conn *) ((char *) io - offsetof(nmq_conn, io));
+	nmq_conn *c = (nmq_conn *)((char *)io - offsetof(nmq_conn, io));
 	if (events & EPOLLOUT) {
 		bool notify = false;
 		pthread_mutex_lock(&c->mtx);
@@ -636,7 +636,7 @@ static void raw_io(workq_io *io, uint32_t events)
 // finish.
 static void rx_job(workq_job *job)
 {
-	nmq_conn *c  = (nmq_conn *) ((char *) job - offsetof(nmq_conn, job));
+	nmq_conn *c  = (nmq_conn *)((char *)job - offsetof(nmq_conn, job));
 	bool      go = c->rx_result == 0;
 	pthread_mutex_lock(&c->mtx);
 	if (c->closing || c->draining) {
@@ -801,7 +801,7 @@ static bool raw_write_locked(nmq_conn *c)
 		for (size_t i = c->send_seg; i < c->send.nsegs && n < RAW_IOV_MAX; i++) {
 			tx_seg        *sg   = &c->send.segs[i];
 			const uint8_t *base = sg->ref != NULL ? sg->p : c->send.arena + sg->off;
-			iov[n].iov_base     = (void *) (base + off);
+			iov[n].iov_base     = (void *)(base + off);
 			iov[n].iov_len      = sg->len - off;
 			off                 = 0;
 			n++;
@@ -815,8 +815,9 @@ static bool raw_write_locked(nmq_conn *c)
 			if (!c->ep_added) {
 				// Reading has ended (a drain): watch for room only.
 				c->ep_events = EPOLLOUT;
-				c->ep_added  = workq_io_add(c->env->wq, c->owner, c->fd, &c->io,
-				                   c->ep_events) == 0;
+				c->ep_added  = workq_io_add(
+				                   c->env->wq, c->owner, c->fd, &c->io, c->ep_events)
+				    == 0;
 			} else if (!(c->ep_events & EPOLLOUT)) {
 				c->ep_events |= EPOLLOUT;
 				workq_io_mod(c->env->wq, c->owner, c->fd, &c->io, c->ep_events);
@@ -831,7 +832,7 @@ static bool raw_write_locked(nmq_conn *c)
 			c->send_off = 0;
 			return false;
 		}
-		size_t left = (size_t) w;
+		size_t left = (size_t)w;
 		while (left > 0 && c->send_seg < c->send.nsegs) {
 			tx_seg *sg   = &c->send.segs[c->send_seg];
 			size_t  rest = sg->len - c->send_off;
@@ -847,7 +848,7 @@ static bool raw_write_locked(nmq_conn *c)
 	}
 	// Everything went out.
 	if (c->ep_added && (c->ep_events & EPOLLOUT)) {
-		c->ep_events &= ~(uint32_t) EPOLLOUT;
+		c->ep_events &= ~(uint32_t)EPOLLOUT;
 		if (c->reading_done) {
 			workq_io_del(c->env->wq, c->owner, c->fd);
 			c->ep_added = false;
@@ -881,7 +882,7 @@ static bool tx_kick_locked(nmq_conn *c)
 
 void conn_tx_kick(nmq_conn *c)
 {
-	(void) tx_kick_locked(c);
+	(void)tx_kick_locked(c);
 }
 
 // Deferred flush: runs after the current worker job.
@@ -923,14 +924,14 @@ void conn_tx_flush_later(nmq_conn *c)
 		// Not on a worker (the timer thread, the main thread): the caller
 		// may hold the session lock that a writable() upcall takes, so
 		// the flush runs on a worker instead.
-		workq_post_to(c->env->wq, c->fd >= 0 ? c->owner : workq_pick(c->env->wq),
-		    &c->flush_job);
+		workq_post_to(
+		    c->env->wq, c->fd >= 0 ? c->owner : workq_pick(c->env->wq), &c->flush_job);
 	}
 }
 
 static void flush_job(workq_job *job)
 {
-	flush_later_cb((nmq_conn *) ((char *) job - offsetof(nmq_conn, flush_job)));
+	flush_later_cb((nmq_conn *)((char *)job - offsetof(nmq_conn, flush_job)));
 }
 
 // Send completion (NNG task thread): advance over what was written, resend

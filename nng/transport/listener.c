@@ -22,13 +22,13 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
-#include <sys/epoll.h>
-#include <sys/socket.h>
-#include <unistd.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <nng/supplemental/tls/tls.h>
 #include <nng/transport/ws/websocket.h>
@@ -391,7 +391,7 @@ static int split_tcp_url(const char *url, char *host, size_t hlen, char *port, s
 		if (rb == NULL || rb[1] != ':') {
 			return -1;
 		}
-		n     = (size_t) (rb - h - 1);
+		n     = (size_t)(rb - h - 1);
 		h     = h + 1;
 		colon = rb + 1;
 	} else {
@@ -399,7 +399,7 @@ static int split_tcp_url(const char *url, char *host, size_t hlen, char *port, s
 		if (colon == NULL) {
 			return -1;
 		}
-		n = (size_t) (colon - h);
+		n = (size_t)(colon - h);
 	}
 	if (n >= hlen || strlen(colon + 1) >= plen || colon[1] == '\0') {
 		return -1;
@@ -413,8 +413,8 @@ static int split_tcp_url(const char *url, char *host, size_t hlen, char *port, s
 // Accepts every pending connection (the owner worker, on readiness).
 static void raw_accept_io(workq_io *io, uint32_t events)
 {
-	nmq_listener *l = (nmq_listener *) ((char *) io - offsetof(nmq_listener, io));
-	(void) events;
+	nmq_listener *l = (nmq_listener *)((char *)io - offsetof(nmq_listener, io));
+	(void)events;
 	for (;;) {
 		int fd = accept4(l->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
@@ -454,8 +454,8 @@ static void raw_backoff_cb(void *arg)
 	nmq_listener *l = arg;
 	pthread_mutex_lock(&l->mtx);
 	l->sleeping = false;
-	if (!l->stopping && !l->watching &&
-	    workq_io_add(l->env->wq, l->owner, l->lfd, &l->io, EPOLLIN) == 0) {
+	if (!l->stopping && !l->watching
+	    && workq_io_add(l->env->wq, l->owner, l->lfd, &l->io, EPOLLIN) == 0) {
 		l->watching = true;
 	}
 	pthread_mutex_unlock(&l->mtx);
@@ -499,9 +499,9 @@ static int raw_listen(nmq_listener *l, char *err, size_t errlen)
 	freeaddrinfo(ai);
 	struct sockaddr_storage ss;
 	socklen_t               sl = sizeof(ss);
-	if (getsockname(l->lfd, (struct sockaddr *) &ss, &sl) == 0) {
-		l->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *) &ss)->sin6_port
-		                                         : ((struct sockaddr_in *) &ss)->sin_port);
+	if (getsockname(l->lfd, (struct sockaddr *)&ss, &sl) == 0) {
+		l->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+		                                         : ((struct sockaddr_in *)&ss)->sin_port);
 	}
 	if ((rv = nng_aio_alloc(&l->aio, raw_backoff_cb, l)) != 0) {
 		snprintf(err, errlen, "%s: %s: %s", l->name, l->url, nng_strerror(rv));
@@ -529,7 +529,7 @@ typedef struct raw_stop {
 
 static void raw_stop_job(workq_job *job)
 {
-	raw_stop     *rs = (raw_stop *) job;
+	raw_stop     *rs = (raw_stop *)job;
 	nmq_listener *l  = rs->l;
 	pthread_mutex_lock(&l->mtx);
 	if (l->watching) {
@@ -568,6 +568,10 @@ static void accept_cb(void *arg)
 	pthread_mutex_lock(&l->mtx);
 	if (l->stopping || rv == NNG_ECLOSED) {
 		pthread_mutex_unlock(&l->mtx);
+		if (rv == 0) {
+			// Accepted just as the listener stops: nobody will serve it.
+			nng_stream_free(nng_aio_get_output(l->aio, 0));
+		}
 		return;
 	}
 	if (l->sleeping || rv == NNG_ECANCELED || rv == NNG_ETIMEDOUT) {

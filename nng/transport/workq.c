@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #define WORKQ_DEFER_MAX 1024
-#define WORKQ_EVENTS 128
+#define WORKQ_EVENTS    128
 
 typedef struct deferred {
 	void (*fn)(void *arg);
@@ -27,7 +27,7 @@ typedef struct worker {
 	workq_job      *head; // guarded by mtx
 	workq_job      *tail;
 	bool            woken; // an eventfd write is pending (mtx)
-	bool            stop;  // (mtx)
+	bool            stop; // (mtx)
 	deferred        d[WORKQ_DEFER_MAX];
 	int             nd;
 } worker;
@@ -60,7 +60,7 @@ static void run_deferred(worker *w)
 static bool run_jobs(worker *w)
 {
 	uint64_t v;
-	(void) !read(w->evfd, &v, sizeof(v));
+	(void)!read(w->evfd, &v, sizeof(v));
 	pthread_mutex_lock(&w->mtx);
 	workq_job *job = w->head;
 	w->head        = NULL;
@@ -128,7 +128,7 @@ workq *workq_alloc(int n)
 	if (n < 1) {
 		n = 1;
 	}
-	wq->w = calloc((size_t) n, sizeof(worker));
+	wq->w = calloc((size_t)n, sizeof(worker));
 	if (wq->w == NULL) {
 		free(wq);
 		return NULL;
@@ -140,8 +140,9 @@ workq *workq_alloc(int n)
 		w->evfd   = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 		pthread_mutex_init(&w->mtx, NULL);
 		struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &w->wake };
-		if (w->epfd < 0 || w->evfd < 0 || epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->evfd, &ev) != 0 ||
-		    pthread_create(&w->thr, NULL, worker_main, w) != 0) {
+		if (w->epfd < 0 || w->evfd < 0
+		    || epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->evfd, &ev) != 0
+		    || pthread_create(&w->thr, NULL, worker_main, w) != 0) {
 			if (w->epfd >= 0) {
 				close(w->epfd);
 			}
@@ -167,7 +168,7 @@ static void wake_locked(worker *w)
 	if (!w->woken) {
 		uint64_t one = 1;
 		w->woken     = true;
-		(void) !write(w->evfd, &one, sizeof(one));
+		(void)!write(w->evfd, &one, sizeof(one));
 	}
 }
 
@@ -213,7 +214,7 @@ void workq_post_to(workq *wq, int i, workq_job *job)
 
 int workq_pick(workq *wq)
 {
-	return (int) (atomic_fetch_add_explicit(&wq->rr, 1, memory_order_relaxed) % (unsigned) wq->n);
+	return (int)(atomic_fetch_add_explicit(&wq->rr, 1, memory_order_relaxed) % (unsigned)wq->n);
 }
 
 void workq_post(workq *wq, workq_job *job)

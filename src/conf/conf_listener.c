@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "src/conf/conf_int.h"
@@ -294,11 +295,15 @@ static void check_file(
 	if (st->n_checked < (int)(sizeof(st->checked) / sizeof(st->checked[0]))) {
 		st->checked[st->n_checked++] = b->src[i];
 	}
+	struct stat sb;
 	if (access(file, R_OK) != 0) {
 		int e = errno;
 		snprintf(key, sizeof(key), "listeners.%s.%s", name, tls_names[i]);
 		conf_key_msg(
 		    ctx, true, b->src[i], key, "cannot read \"%.200s\": %s", file, strerror(e));
+	} else if (stat(file, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+		snprintf(key, sizeof(key), "listeners.%s.%s", name, tls_names[i]);
+		conf_key_msg(ctx, true, b->src[i], key, "\"%.200s\" is not a regular file", file);
 	}
 }
 
