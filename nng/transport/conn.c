@@ -136,7 +136,7 @@ static bool txbuf_seg_room(txbuf *b)
 	if (b->nsegs < b->seg_cap) {
 		return true;
 	}
-	size_t  ncap = b->seg_cap ? b->seg_cap * 2 : 8;
+	size_t  ncap = b->seg_cap ? b->seg_cap * 2 : 4;
 	tx_seg *ns   = realloc(b->segs, ncap * sizeof(*ns));
 	if (ns == NULL) {
 		return false;
@@ -222,6 +222,11 @@ nmq_conn *conn_alloc_fd(int fd, const conn_env *env)
 	}
 	c->fd    = fd;
 	c->owner = workq_pick(env->wq);
+	// Reads go to the worker's scratch buffer; a buffer of its own is
+	// allocated only for a frame that is still incomplete.
+	free(c->rx);
+	c->rx     = NULL;
+	c->rx_cap = 0;
 	format_peer_fd(fd, c->peer, sizeof(c->peer));
 	return c;
 }
@@ -433,57 +438,69 @@ static bool rx_reserve(nmq_conn *c, size_t need)
 
 // Cuts and dispatches every complete frame in the buffer. Returns false if
 // reading must stop.
-static bool rx_dispatch(nmq_conn *c)
+static bool dispatch_frames(nmq_conn *c, const uint8_t *buf, size_t len, size_t *used, size_t *want)
 {
-	size_t off  = 0;
-	bool   go   = true;
-	size_t want = 0; // size of an incomplete frame at the end, if known
-	while (go) {
+	size_t off = 0;
+	*want      = 0; // size of an incomplete frame at the end, if known
+	for (;;) {
 		uint32_t rem;
 		uint8_t  hl;
-		size_t   avail = c->rx_len - off;
-		int      r     = mqtt_frame_header(c->rx + off, avail, &rem, &hl);
+		size_t   avail = len - off;
+		int      r     = mqtt_frame_header(buf + off, avail, &rem, &hl);
 		if (r == MQTT_FRAME_NEED_MORE) {
 			break;
 		}
 		if (r == MQTT_FRAME_MALFORMED) {
 			// Let the decoder report the malformed length.
-			c->ops->frame(c->upper, c->rx + off, avail);
-			go = false;
-			break;
+			c->ops->frame(c->upper, buf + off, avail);
+			return false;
 		}
 		size_t total = (size_t)hl + rem;
 		if (c->ops->header != NULL
-		    && c->ops->header(c->upper, c->rx[off], (uint32_t)total) != 0) {
-			go = false;
-			break;
+		    && c->ops->header(c->upper, buf[off], (uint32_t)total) != 0) {
+			return false;
 		}
 		if (total > c->env->max_packet_size) {
 			c->ops->too_large(
 			    c->upper, (uint32_t)(total > UINT32_MAX ? UINT32_MAX : total));
-			go = false;
-			break;
+			return false;
 		}
 		if (total > avail) {
-			want = total;
+			*want = total;
 			break;
 		}
-		if (c->ops->frame(c->upper, c->rx + off, total) != 0) {
-			go = false;
-			break;
+		if (c->ops->frame(c->upper, buf + off, total) != 0) {
+			return false;
 		}
 		off += total;
 	}
-	if (!go) {
+	*used = off;
+	return true;
+}
+
+// Dispatches the complete frames of the connection's own buffer, keeps the
+// incomplete rest and sizes the buffer for what comes next: the rest of a
+// large frame, or a bigger read if the last one filled it. A plain socket
+// gives its buffer back when nothing is pending (it reads into the worker's
+// scratch buffer then); an NNG stream keeps RX_INIT bytes for its next
+// receive. Returns false if reading must stop.
+static bool rx_dispatch(nmq_conn *c)
+{
+	size_t off;
+	size_t want;
+	if (!dispatch_frames(c, c->rx, c->rx_len, &off, &want)) {
 		return false;
 	}
 	if (off > 0) {
 		memmove(c->rx, c->rx + off, c->rx_len - off);
 		c->rx_len -= off;
 	}
-	// Size the buffer for what comes next: the rest of a large frame, or
-	// a bigger read if the last one filled the buffer; shrink back to the
-	// initial size when idle.
+	if (c->fd >= 0 && c->rx_len == 0) {
+		free(c->rx);
+		c->rx     = NULL;
+		c->rx_cap = 0;
+		return true;
+	}
 	size_t target = RX_INIT;
 	if (want > 0) {
 		target = want;
@@ -507,6 +524,42 @@ static bool rx_dispatch(nmq_conn *c)
 		}
 	}
 	return true;
+}
+
+// Reads into the worker's scratch buffer (nothing pending on c), dispatches
+// the complete frames from there and keeps only an incomplete rest in the
+// connection's own buffer. Returns the bytes read (0 end, -1 error or
+// EAGAIN with errno set), and sets *stop when reading must stop.
+static ssize_t raw_read_scratch(nmq_conn *c, bool *stop)
+{
+	size_t   room;
+	uint8_t *buf = workq_scratch(&room);
+	ssize_t  n   = read(c->fd, buf, room);
+	if (n <= 0) {
+		return n;
+	}
+	c->rx_filled = (size_t)n == room;
+	c->rx_bytes += (uint64_t)n;
+	size_t used;
+	size_t want;
+	if (!dispatch_frames(c, buf, (size_t)n, &used, &want)) {
+		*stop = true;
+		return n;
+	}
+	size_t rest = (size_t)n - used;
+	if (rest > 0) {
+		size_t cap = want > rest + 64 ? want : rest + 64;
+		if (cap < RX_INIT) {
+			cap = RX_INIT;
+		}
+		if (!rx_reserve(c, cap)) {
+			*stop = true;
+			return n;
+		}
+		memcpy(c->rx, buf + used, rest);
+		c->rx_len = rest;
+	}
+	return n;
 }
 
 // Ends the receive path: close unless a drain is under way, tell the upper
@@ -554,22 +607,27 @@ static void raw_read(nmq_conn *c)
 		return;
 	}
 	for (int i = 0; i < RAW_READS; i++) {
-		size_t  room = c->rx_cap - c->rx_len;
-		ssize_t n    = read(c->fd, c->rx + c->rx_len, room);
+		ssize_t n;
+		bool    fail = false;
+		if (c->rx_len == 0) {
+			n = raw_read_scratch(c, &fail);
+		} else {
+			size_t room = c->rx_cap - c->rx_len;
+			n           = read(c->fd, c->rx + c->rx_len, room);
+			if (n > 0) {
+				c->rx_filled = (size_t)n == room;
+				c->rx_len += (size_t)n;
+				c->rx_bytes += (uint64_t)n;
+				fail = !rx_dispatch(c);
+			}
+		}
 		if (n < 0 && errno == EINTR) {
 			continue;
 		}
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
 			return;
 		}
-		if (n <= 0) {
-			rx_finish(c, true);
-			return;
-		}
-		c->rx_filled = (size_t)n == room;
-		c->rx_len += (size_t)n;
-		c->rx_bytes += (uint64_t)n;
-		if (!rx_dispatch(c)) {
+		if (n <= 0 || fail) {
 			rx_finish(c, true);
 			return;
 		}
@@ -674,7 +732,7 @@ uint8_t *conn_tx_reserve(nmq_conn *c, size_t n)
 		return NULL;
 	}
 	if (b->arena_len + n > b->arena_cap) {
-		size_t ncap = b->arena_cap ? b->arena_cap : 512;
+		size_t ncap = b->arena_cap ? b->arena_cap : 256;
 		while (ncap < b->arena_len + n) {
 			ncap *= 2;
 		}
@@ -696,7 +754,7 @@ void conn_tx_commit(nmq_conn *c, size_t n)
 		return;
 	}
 	// Extend the last arena segment when contiguous, else add one.
-	if (b->nsegs > 0 && b->segs[b->nsegs - 1].ref == NULL
+	if (b->nsegs > 0 && b->segs[b->nsegs - 1].ref == NULL && b->segs[b->nsegs - 1].p == NULL
 	    && b->segs[b->nsegs - 1].off + b->segs[b->nsegs - 1].len == b->arena_len) {
 		b->segs[b->nsegs - 1].len += n;
 	} else {
@@ -777,30 +835,22 @@ static void start_send(nmq_conn *c)
 	submit_send(c);
 }
 
-// Writes as much of the queued output as a plain socket takes now. Arms
-// EPOLLOUT for the rest (tx_busy), closes on an error. Returns true when the
-// output fell under the low-water mark, so the upper layer may queue more.
-// Caller holds mtx.
+// Writes as much of the queued output as a plain socket takes now, straight
+// from the fill buffer (a plain socket needs no second buffer: new output is
+// appended behind the part still being written, and arena segments are
+// addressed by offset). Arms EPOLLOUT for the rest (tx_busy), closes on an
+// error. Returns true when everything went out, so the upper layer may
+// queue more. Caller holds mtx.
 static bool raw_write_locked(nmq_conn *c)
 {
-	for (;;) {
-		if (c->send_seg >= c->send.nsegs) {
-			txbuf_reset(&c->send);
-			if (c->fill.bytes == 0 || c->closing) {
-				break;
-			}
-			txbuf t     = c->send;
-			c->send     = c->fill;
-			c->fill     = t;
-			c->send_seg = 0;
-			c->send_off = 0;
-		}
+	txbuf *b = &c->fill;
+	while (c->send_seg < b->nsegs) {
 		struct iovec iov[RAW_IOV_MAX];
 		int          n   = 0;
 		size_t       off = c->send_off;
-		for (size_t i = c->send_seg; i < c->send.nsegs && n < RAW_IOV_MAX; i++) {
-			tx_seg        *sg   = &c->send.segs[i];
-			const uint8_t *base = sg->ref != NULL ? sg->p : c->send.arena + sg->off;
+		for (size_t i = c->send_seg; i < b->nsegs && n < RAW_IOV_MAX; i++) {
+			tx_seg        *sg   = &b->segs[i];
+			const uint8_t *base = sg->ref != NULL ? sg->p : b->arena + sg->off;
 			iov[n].iov_base     = (void *)(base + off);
 			iov[n].iov_len      = sg->len - off;
 			off                 = 0;
@@ -826,19 +876,25 @@ static bool raw_write_locked(nmq_conn *c)
 		}
 		if (w < 0) {
 			close_locked(c);
-			txbuf_reset(&c->send);
-			txbuf_reset(&c->fill);
+			txbuf_reset(b);
 			c->send_seg = 0;
 			c->send_off = 0;
 			return false;
 		}
 		size_t left = (size_t)w;
-		while (left > 0 && c->send_seg < c->send.nsegs) {
-			tx_seg *sg   = &c->send.segs[c->send_seg];
+		while (left > 0 && c->send_seg < b->nsegs) {
+			tx_seg *sg   = &b->segs[c->send_seg];
 			size_t  rest = sg->len - c->send_off;
 			if (left >= rest) {
 				left -= rest;
 				c->send_off = 0;
+				// Written: its message reference can go now.
+				if (sg->ref != NULL) {
+					nmq_msg_release(sg->ref);
+					sg->ref = NULL;
+					sg->p   = NULL;
+					sg->len = 0;
+				}
 				c->send_seg++;
 			} else {
 				c->send_off += left;
@@ -847,6 +903,9 @@ static bool raw_write_locked(nmq_conn *c)
 		}
 	}
 	// Everything went out.
+	txbuf_reset(b);
+	c->send_seg = 0;
+	c->send_off = 0;
 	if (c->ep_added && (c->ep_events & EPOLLOUT)) {
 		c->ep_events &= ~(uint32_t)EPOLLOUT;
 		if (c->reading_done) {

@@ -30,6 +30,7 @@ typedef struct worker {
 	bool            stop; // (mtx)
 	deferred        d[WORKQ_DEFER_MAX];
 	int             nd;
+	uint8_t        *scratch; // WORKQ_SCRATCH bytes, this thread only
 } worker;
 
 static __thread worker *tls_worker;
@@ -90,8 +91,10 @@ static void *worker_main(void *arg)
 {
 	worker            *w = arg;
 	struct epoll_event ev[WORKQ_EVENTS];
+	uint8_t            scratch[WORKQ_SCRATCH];
 	tls_worker = w;
 	w->nd      = 0;
+	w->scratch = scratch;
 	for (;;) {
 		int  n    = epoll_wait(w->epfd, ev, WORKQ_EVENTS, -1);
 		bool jobs = false;
@@ -257,4 +260,15 @@ bool workq_defer(void (*fn)(void *arg), void *arg)
 	w->d[w->nd].arg = arg;
 	w->nd++;
 	return true;
+}
+
+uint8_t *workq_scratch(size_t *len)
+{
+	worker *w = tls_worker;
+	if (w == NULL) {
+		*len = 0;
+		return NULL;
+	}
+	*len = WORKQ_SCRATCH;
+	return w->scratch;
 }

@@ -19,6 +19,7 @@
 #define NMQ_WORKQ_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct workq_job {
@@ -52,6 +53,12 @@ int workq_pick(workq *wq);
 int workq_io_add(workq *wq, int w, int fd, workq_io *io, uint32_t events);
 int workq_io_mod(workq *wq, int w, int fd, workq_io *io, uint32_t events);
 int workq_io_del(workq *wq, int w, int fd);
+
+// Returns the calling worker's scratch buffer (WORKQ_SCRATCH bytes) and its
+// size in *len; NULL when not on a worker. Valid until the caller returns
+// to the event loop.
+#define WORKQ_SCRATCH (64 * 1024)
+uint8_t *workq_scratch(size_t *len);
 
 // Called on a worker thread: registers fn(arg) to run when the current job
 // or event batch is done (duplicates are the caller's to avoid). Returns
