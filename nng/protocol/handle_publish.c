@@ -147,6 +147,19 @@ int handle_publish(nmq_link *l, const mqtt_packet *pk)
 	int       rv  = p->ops->route(p->app, s, &who, m);
 	uint8_t   rc  = (uint8_t)(rv & 0xFF);
 	nmq_msg_release(m);
+	nmq_session *congested = session_congestion_take();
+	if (congested == s) {
+		// Its own queue: pausing its reads would also hold back the acks
+		// that drain it.
+		nmq_session_release(congested);
+		congested = NULL;
+	}
+	if (congested != NULL) {
+		// A subscriber's queue is nearly full: read no more from this
+		// publisher until it drains, rather than drop acknowledged
+		// messages for it.
+		link_backpressure(l, congested);
+	}
 
 	if (pub->qos > 0) {
 		mqtt_packet r;

@@ -21,6 +21,7 @@ static void link_too_large(void *upper, uint32_t size);
 static void link_closed(void *upper);
 static void link_writable(void *upper);
 static void link_timer_cb(void *arg);
+static void link_bp_cb(void *arg);
 
 static const conn_ops link_conn_ops = {
 	.frame     = link_frame,
@@ -45,6 +46,7 @@ void proto_accept(nmq_proto *p, nmq_conn *c)
 	l->ver  = MQTT_PROTO_V311;
 	atomic_init(&l->last_rx_ms, nmq_clock_ms());
 	tw_timer_init(&l->timer, link_timer_cb, l);
+	tw_timer_init(&l->bp_timer, link_bp_cb, l);
 	l->deadline_ms = nmq_clock_ms() + p->lim.connect_timeout_ms;
 	if (!proto_links_add(p, l)) {
 		// Shutting down (or out of memory): refuse the connection.
@@ -78,6 +80,46 @@ static void link_free(nmq_link *l)
 	}
 	free(l->username);
 	free(l);
+}
+
+#define BP_CHECK_MS 5 // how often a paused publisher looks again
+#define BP_MAX_MS   1000 // longest pause: a stuck subscriber then drops
+
+// Pauses reading from l until s has drained; see proto_impl.h.
+void link_backpressure(nmq_link *l, nmq_session *s)
+{
+	nmq_session *none = NULL;
+	if (!__atomic_compare_exchange_n(
+	        &l->bp_sess, &none, s, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+		nmq_session_release(s); // already paused for another one
+		return;
+	}
+	l->bp_since_ms = nmq_clock_ms();
+	conn_set_rx_paused(l->conn, true);
+	timer_wheel_schedule(l->p->tw, &l->bp_timer, l->bp_since_ms + BP_CHECK_MS);
+}
+
+// Back-pressure check (wheel thread): resume once the congested subscriber
+// is under half the mark, offline, or the pause has lasted BP_MAX_MS.
+static void link_bp_cb(void *arg)
+{
+	nmq_link    *l   = arg;
+	nmq_session *s   = __atomic_load_n(&l->bp_sess, __ATOMIC_ACQUIRE);
+	uint64_t     now = nmq_clock_ms();
+	if (s == NULL) {
+		return;
+	}
+	bool     online;
+	uint32_t n = session_queue_len(s, &online);
+	if (online && n >= session_congestion_mark(l->p) / 2 && now - l->bp_since_ms < BP_MAX_MS) {
+		timer_wheel_schedule(l->p->tw, &l->bp_timer, now + BP_CHECK_MS);
+		return;
+	}
+	s = __atomic_exchange_n(&l->bp_sess, NULL, __ATOMIC_ACQ_REL);
+	conn_set_rx_paused(l->conn, false);
+	if (s != NULL) {
+		nmq_session_release(s);
+	}
 }
 
 // Keepalive / CONNECT deadline / shutdown grace (wheel thread).
@@ -509,6 +551,11 @@ static void link_closed(void *upper)
 	nmq_link  *l = upper;
 	nmq_proto *p = l->p;
 	timer_wheel_cancel(p->tw, &l->timer);
+	timer_wheel_cancel(p->tw, &l->bp_timer);
+	nmq_session *bp = __atomic_exchange_n(&l->bp_sess, NULL, __ATOMIC_ACQ_REL);
+	if (bp != NULL) {
+		nmq_session_release(bp);
+	}
 	proto_links_remove(p, l);
 	if (l->connected) {
 		atomic_fetch_sub(&p->m.connections, 1);

@@ -126,6 +126,13 @@ struct nmq_link {
 	uint16_t out_alias_len;
 	bool     taken_over;
 	bool     detached; // rx path: link_detach() done
+
+	// Back-pressure: reading is paused while bp_sess (held; set by the
+	// receive path, cleared by the timer, both atomically) has a nearly
+	// full queue.
+	tw_timer     bp_timer;
+	nmq_session *bp_sess;
+	uint64_t     bp_since_ms;
 };
 
 struct nmq_proto {
@@ -150,6 +157,15 @@ struct nmq_proto {
 	size_t          links_cap;
 	bool            stopping;
 };
+
+// Back-pressure (session.c): an online subscriber whose queue passes this
+// many messages makes the publisher that filled it pause (when the bound is
+// large enough for a pause to make sense); it resumes below half of it.
+uint32_t session_congestion_mark(const nmq_proto *p);
+// Returns (and forgets) the first congested session a delivery on this
+// thread met since the last call, held; NULL if none.
+nmq_session *session_congestion_take(void);
+uint32_t     session_queue_len(nmq_session *s, bool *online);
 
 // proto.c: session table
 nmq_session *proto_table_find(nmq_proto *p, const char *client_id);
@@ -189,6 +205,8 @@ int link_send_publish(nmq_link *l, const out_entry *e, uint16_t pid, bool dup);
 // Protocol error: v5 DISCONNECT with reason then close; v3 close.
 void link_fail(nmq_link *l, uint8_t reason);
 void link_detach(nmq_link *l);
+// Pauses reading from l until s drains (consumes the reference to s).
+void link_backpressure(nmq_link *l, nmq_session *s);
 
 // handle_*.c, on the receive path
 int handle_connect(nmq_link *l, const uint8_t *frame, size_t len);

@@ -9,6 +9,10 @@
 
 static void session_timer_cb(void *arg);
 
+// The first subscriber session that a delivery on this thread found
+// congested (held), for the publisher's receive path to act on.
+static __thread nmq_session *tls_congested;
+
 // Returns a new session of ref 1 (not yet in the table), or NULL.
 nmq_session *session_alloc(nmq_proto *p, const char *client_id)
 {
@@ -354,8 +358,37 @@ void nmq_session_deliver(nmq_session *s, nmq_msg *msg, uint8_t qos, bool retain,
 	nmq_msg_hold(msg);
 	if (s->link != NULL) {
 		session_pump_locked(s);
+		uint32_t mark = session_congestion_mark(p);
+		if (qos > 0 && mark > 0 && s->q.len + s->q0.len >= mark && tls_congested == NULL) {
+			nmq_session_hold(s);
+			tls_congested = s;
+		}
 	}
 	pthread_mutex_unlock(&s->mtx);
+}
+
+// See proto_impl.h: pause publishers at 3/4 of a queue bound of at least
+// 128 messages; smaller bounds are meant to drop.
+uint32_t session_congestion_mark(const nmq_proto *p)
+{
+	uint32_t bound = p->lim.max_mqueue_len;
+	return bound >= 128 ? bound / 4 * 3 : 0;
+}
+
+nmq_session *session_congestion_take(void)
+{
+	nmq_session *s = tls_congested;
+	tls_congested  = NULL;
+	return s;
+}
+
+uint32_t session_queue_len(nmq_session *s, bool *online)
+{
+	pthread_mutex_lock(&s->mtx);
+	uint32_t n = s->q.len + s->q0.len;
+	*online    = s->link != NULL && !s->ended;
+	pthread_mutex_unlock(&s->mtx);
+	return n;
 }
 
 // Resends in-flight PUBLISH (DUP) and PUBREL packets in their original

@@ -73,6 +73,8 @@ struct nmq_conn {
 	uint64_t rx_bytes;
 
 	// Guarded by mtx.
+	bool    rx_paused; // the upper layer asked to stop reading for now
+	bool    rx_parked; // NNG stream: no receive posted because of the pause
 	bool    closing;
 	bool    draining;
 	bool    reading_done;
@@ -343,6 +345,12 @@ static void close_locked(nmq_conn *c)
 		return;
 	}
 	c->closing = true;
+	if (c->rx_parked) {
+		// The receive path is parked by a pause: let it end now.
+		c->rx_parked = false;
+		c->rx_result = NNG_ECLOSED;
+		workq_post(c->env->wq, &c->job);
+	}
 	if (c->fd >= 0) {
 		// The owner sees the hang-up and ends the receive path; the
 		// descriptor is closed only when the connection is destroyed.
@@ -366,6 +374,36 @@ void conn_shutdown(nmq_conn *c)
 	c->draining = true;
 	if (!c->tx_busy && c->fill.bytes == 0) {
 		close_locked(c);
+	}
+	pthread_mutex_unlock(&c->mtx);
+}
+
+// Pauses or resumes reading; see conn.h.
+void conn_set_rx_paused(nmq_conn *c, bool paused)
+{
+	pthread_mutex_lock(&c->mtx);
+	if (c->rx_paused == paused) {
+		pthread_mutex_unlock(&c->mtx);
+		return;
+	}
+	c->rx_paused = paused;
+	if (c->fd >= 0) {
+		if (c->ep_added && !c->reading_done) {
+			if (paused) {
+				c->ep_events &= ~(uint32_t)(EPOLLIN | EPOLLRDHUP);
+			} else {
+				c->ep_events |= EPOLLIN | EPOLLRDHUP;
+			}
+			workq_io_mod(c->env->wq, c->owner, c->fd, &c->io, c->ep_events);
+		}
+	} else if (!paused && c->rx_parked) {
+		c->rx_parked = false;
+		if (!c->closing && !c->draining) {
+			start_recv(c);
+		} else {
+			c->rx_result = NNG_ECLOSED;
+			workq_post(c->env->wq, &c->job);
+		}
 	}
 	pthread_mutex_unlock(&c->mtx);
 }
@@ -632,10 +670,14 @@ static void raw_read(nmq_conn *c)
 			return;
 		}
 		pthread_mutex_lock(&c->mtx);
-		stop = c->closing || c->draining;
+		stop        = c->closing || c->draining;
+		bool paused = c->rx_paused;
 		pthread_mutex_unlock(&c->mtx);
 		if (stop) {
 			rx_finish(c, c->closing);
+			return;
+		}
+		if (paused) {
 			return;
 		}
 		if (!c->rx_filled) {
@@ -670,9 +712,10 @@ static void raw_io(workq_io *io, uint32_t events)
 	}
 	if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
 		pthread_mutex_lock(&c->mtx);
-		bool done = c->reading_done;
+		bool done   = c->reading_done;
+		bool paused = c->rx_paused;
 		pthread_mutex_unlock(&c->mtx);
-		if (!done) {
+		if (!done && (!paused || (events & (EPOLLHUP | EPOLLERR)))) {
 			raw_read(c);
 		} else if (events & (EPOLLHUP | EPOLLERR)) {
 			// Draining to a peer that went away: give up the output.
@@ -706,7 +749,11 @@ static void rx_job(workq_job *job)
 	}
 	pthread_mutex_lock(&c->mtx);
 	if (go && !c->closing && !c->draining && c->fd < 0) {
-		start_recv(c);
+		if (c->rx_paused) {
+			c->rx_parked = true;
+		} else {
+			start_recv(c);
+		}
 		pthread_mutex_unlock(&c->mtx);
 		return;
 	}

@@ -80,6 +80,10 @@ void conn_close(nmq_conn *c);
 // Stops reading, sends what is queued (e.g. a DISCONNECT), then closes.
 void conn_shutdown(nmq_conn *c);
 bool conn_is_closing(nmq_conn *c);
+// Stops (paused) or resumes reading from the client, for back-pressure: a
+// pause takes effect after the batch being handled. Closing still works
+// while paused. Any thread.
+void conn_set_rx_paused(nmq_conn *c, bool paused);
 
 // An opaque pointer the transport attaches (the listener that accepted the
 // connection), for checks at CONNECT time such as TLS peer verification.
