@@ -3,6 +3,8 @@
 window (3.1.1 too), the per-client queue bound while online, the broker's
 own Receive Maximum, and Maximum Packet Size towards clients."""
 
+import time
+
 import nmq
 from nmq import PINGRESP, PUBCOMP, PUBLISH, PUBREC, PUBREL, BrokerTestCase, skip_on_mosquitto
 
@@ -235,6 +237,39 @@ class ClientMaxPacketSizeConfigTests(BrokerTestCase):
         got = r.expect_publishes(2, ack=True)
         self.assertEqual([p.payload[:1] for p in got], [b"s", b"t"])
         r.expect_nothing(0.5, types=(PUBLISH,))
+
+class BackPressureTests(BrokerTestCase):
+    CONF = "mqtt { max_inflight_window = 5, max_mqueue_len = 200 }"
+    MOSQ_CONF = "max_inflight_messages 5\nmax_queued_messages 200"
+
+    # Design brief ("nothing acknowledged is ever lost") and compat.md
+    # mqtt.max_mqueue_len: with a queue bound large enough for it (>= 128),
+    # a publisher that outruns a connected QoS 1 subscriber is slowed down
+    # (its socket is not read while the subscriber's queue is past 3/4 of
+    # the bound) instead of having acknowledged messages dropped for that
+    # subscriber. 1,000 messages through a window of 5 and a queue of 200
+    # must all arrive, in order.
+    @skip_on_mosquitto("mosquitto drops for a full queue instead of slowing the publisher")
+    def test_slow_subscriber_slows_publisher_without_loss(self):
+        for v in (4, 5):
+            with self.subTest(version=v):
+                r = self.raw(v, "bp%d" % v)
+                r.subscribe([("bp%d/t" % v, 1)])
+                pub = self.paho("bppub%d" % v, v)
+                n = 1000
+                infos = [pub.publish("bp%d/t" % v, b"%04d" % i, qos=1, wait=False)
+                         for i in range(n)]
+                got = []
+                while len(got) < n:
+                    p = r.expect(PUBLISH, 10)
+                    got.append(p.payload)
+                    if len(got) % 50 == 0:
+                        time.sleep(0.02)  # a consumer slower than the publisher
+                    r.ack(p)
+                for info in infos:
+                    info.wait_for_publish(10)
+                self.assertEqual(got, [b"%04d" % i for i in range(n)])
+                r.expect_nothing(0.3, types=(PUBLISH,))
 
 
 if __name__ == "__main__":
