@@ -101,6 +101,117 @@ static void raw_io(workq_io *io, uint32_t events);
 static void flush_job(workq_job *job);
 static bool raw_write_locked(nmq_conn *c);
 
+// A per-thread pool of the first output blocks of a connection (the arena
+// and segment array a first write allocates), so that a plain socket can
+// give its blocks back after every complete write (an idle connection then
+// holds none) without a malloc per flush.
+#define POOL_ARENA 256
+#define POOL_SEGS  4
+#define POOL_MAX   256
+
+typedef struct pool_blk {
+	struct pool_blk *next;
+} pool_blk;
+
+static __thread pool_blk *pool_arenas;
+static __thread pool_blk *pool_segs;
+static __thread int       pool_n_arenas;
+static __thread int       pool_n_segs;
+
+// Returns a block of the given pool (POOL_ARENA bytes, or POOL_SEGS
+// segments), or NULL.
+static void *pool_get(bool segs)
+{
+	pool_blk **head = segs ? &pool_segs : &pool_arenas;
+	pool_blk  *b    = *head;
+	if (b != NULL) {
+		*head = b->next;
+		if (segs) {
+			pool_n_segs--;
+		} else {
+			pool_n_arenas--;
+		}
+		return b;
+	}
+	return malloc(segs ? POOL_SEGS * sizeof(tx_seg) : POOL_ARENA);
+}
+
+// Frees this thread's pooled blocks; runs when a thread that used the pool
+// exits.
+static void pool_drain(void *unused)
+{
+	(void)unused;
+	while (pool_arenas != NULL) {
+		pool_blk *b = pool_arenas;
+		pool_arenas = b->next;
+		free(b);
+	}
+	while (pool_segs != NULL) {
+		pool_blk *b = pool_segs;
+		pool_segs   = b->next;
+		free(b);
+	}
+	pool_n_arenas = 0;
+	pool_n_segs   = 0;
+}
+
+static pthread_key_t  pool_key;
+static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
+static __thread bool  pool_registered;
+
+static void pool_key_init(void)
+{
+	pthread_key_create(&pool_key, pool_drain);
+}
+
+// Gives a block back to this thread's pool, or frees it when the pool is
+// full.
+static void pool_put(void *p, bool segs)
+{
+	int *n = segs ? &pool_n_segs : &pool_n_arenas;
+	if (p == NULL) {
+		return;
+	}
+	if (!pool_registered) {
+		// Make sure the blocks are freed when this thread exits.
+		pthread_once(&pool_once, pool_key_init);
+		pthread_setspecific(pool_key, (void *)1);
+		pool_registered = true;
+	}
+	if (*n >= POOL_MAX) {
+		free(p);
+		return;
+	}
+	pool_blk *b = p;
+	b->next     = segs ? pool_segs : pool_arenas;
+	if (segs) {
+		pool_segs = b;
+	} else {
+		pool_arenas = b;
+	}
+	(*n)++;
+}
+
+// Returns the blocks of an empty txbuf: small ones to the pool, others to
+// malloc.
+static void txbuf_release_blocks(txbuf *b)
+{
+	if (b->arena_cap == POOL_ARENA) {
+		pool_put(b->arena, false);
+	} else {
+		free(b->arena);
+	}
+	if (b->seg_cap == POOL_SEGS) {
+		pool_put(b->segs, true);
+	} else {
+		free(b->segs);
+	}
+	b->arena     = NULL;
+	b->arena_cap = 0;
+	b->segs      = NULL;
+	b->seg_cap   = 0;
+}
+
 // Releases every message reference held by a txbuf and empties it.
 static void txbuf_reset(txbuf *b)
 {
@@ -112,24 +223,16 @@ static void txbuf_reset(txbuf *b)
 	b->nsegs     = 0;
 	b->arena_len = 0;
 	b->bytes     = 0;
-	// Give back large arenas so that an idle connection stays small.
-	if (b->arena_cap > 64 * 1024) {
-		free(b->arena);
-		b->arena     = NULL;
-		b->arena_cap = 0;
-	}
-	if (b->seg_cap > 256) {
-		free(b->segs);
-		b->segs    = NULL;
-		b->seg_cap = 0;
+	// Give back large blocks so that an idle connection stays small.
+	if (b->arena_cap > 64 * 1024 || b->seg_cap > 256) {
+		txbuf_release_blocks(b);
 	}
 }
 
 static void txbuf_fini(txbuf *b)
 {
 	txbuf_reset(b);
-	free(b->arena);
-	free(b->segs);
+	txbuf_release_blocks(b);
 }
 
 // Makes room for one more segment; false on allocation failure.
@@ -138,8 +241,26 @@ static bool txbuf_seg_room(txbuf *b)
 	if (b->nsegs < b->seg_cap) {
 		return true;
 	}
-	size_t  ncap = b->seg_cap ? b->seg_cap * 2 : 4;
-	tx_seg *ns   = realloc(b->segs, ncap * sizeof(*ns));
+	if (b->seg_cap == 0) {
+		b->segs = pool_get(true);
+		if (b->segs == NULL) {
+			return false;
+		}
+		b->seg_cap = POOL_SEGS;
+		return true;
+	}
+	size_t  ncap = b->seg_cap * 2;
+	tx_seg *ns;
+	if (b->seg_cap == POOL_SEGS) {
+		// Leave the pool's block: move to a malloc'd array.
+		ns = malloc(ncap * sizeof(*ns));
+		if (ns != NULL) {
+			memcpy(ns, b->segs, b->nsegs * sizeof(*ns));
+			pool_put(b->segs, true);
+		}
+	} else {
+		ns = realloc(b->segs, ncap * sizeof(*ns));
+	}
 	if (ns == NULL) {
 		return false;
 	}
@@ -779,11 +900,28 @@ uint8_t *conn_tx_reserve(nmq_conn *c, size_t n)
 		return NULL;
 	}
 	if (b->arena_len + n > b->arena_cap) {
-		size_t ncap = b->arena_cap ? b->arena_cap : 256;
+		if (b->arena_cap == 0 && n <= POOL_ARENA) {
+			b->arena = pool_get(false);
+			if (b->arena == NULL) {
+				return NULL;
+			}
+			b->arena_cap = POOL_ARENA;
+			return b->arena;
+		}
+		size_t ncap = b->arena_cap ? b->arena_cap : POOL_ARENA;
 		while (ncap < b->arena_len + n) {
 			ncap *= 2;
 		}
-		uint8_t *na = realloc(b->arena, ncap);
+		uint8_t *na;
+		if (b->arena_cap == POOL_ARENA) {
+			na = malloc(ncap);
+			if (na != NULL) {
+				memcpy(na, b->arena, b->arena_len);
+				pool_put(b->arena, false);
+			}
+		} else {
+			na = realloc(b->arena, ncap);
+		}
 		if (na == NULL) {
 			return NULL;
 		}
@@ -949,8 +1087,9 @@ static bool raw_write_locked(nmq_conn *c)
 			}
 		}
 	}
-	// Everything went out.
+	// Everything went out: an idle plain socket keeps no output blocks.
 	txbuf_reset(b);
+	txbuf_release_blocks(b);
 	c->send_seg = 0;
 	c->send_off = 0;
 	if (c->ep_added && (c->ep_events & EPOLLOUT)) {
