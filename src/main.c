@@ -6,6 +6,7 @@
 // for signals.
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -238,11 +239,24 @@ static int worker_count(const nmq_conf *conf)
 	if (conf->parallel > 0) {
 		return conf->parallel;
 	}
-	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	if (conf->num_taskq_thread > 0) {
+		return conf->num_taskq_thread;
+	}
+	// One event loop per CPU the process may run on (taskset and cgroup
+	// cpusets included): more only adds context switches (measured in
+	// docs/benchmarks.md).
+	cpu_set_t set;
+	int       n = 0;
+	if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+		n = CPU_COUNT(&set);
+	}
+	if (n < 1) {
+		n = (int)sysconf(_SC_NPROCESSORS_ONLN);
+	}
 	if (n < 1) {
 		n = 1;
 	}
-	return (int)(n * 2 > 64 ? 64 : n * 2);
+	return n > 64 ? 64 : n;
 }
 
 // Re-reads the configuration: path (an absolute path, in the legacy flat
