@@ -208,6 +208,12 @@ int handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 	info.proto_ver = c->proto_level;
 	info.conn      = l->conn;
 	uint8_t arc    = p->ops->authenticate(p->app, &info);
+	if (arc == 0 && p->lim.max_connections > 0
+	    && (uint64_t)atomic_load(&p->m.connections) >= p->lim.max_connections) {
+		// mqtt.max_connections: one more client would pass the limit.
+		atomic_fetch_add(&p->m.refused_connections, 1);
+		arc = MQTT_RC_QUOTA_EXCEEDED;
+	}
 	if (arc != 0) {
 		free(client_id);
 		return refuse(l, ver, arc);

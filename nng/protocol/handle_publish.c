@@ -86,6 +86,12 @@ int handle_publish(nmq_link *l, const mqtt_packet *pk)
 		return -1;
 	}
 
+	if (!proto_topic_within_limits(p, topic.p, topic.len)) {
+		atomic_fetch_add(&p->m.refused_topics, 1);
+		link_fail(l, MQTT_RC_TOPIC_NAME_INVALID);
+		return -1;
+	}
+
 	// Inbound QoS 2: a resent PUBLISH before PUBREL is acknowledged again
 	// but not routed again.
 	if (pub->qos == 2) {

@@ -47,6 +47,11 @@ int handle_subscribe(nmq_link *l, const mqtt_packet *pk)
 			codes[i++] = l->ver == MQTT_PROTO_V5 ? MQTT_RC_TOPIC_FILTER_INVALID : 0x80;
 			continue;
 		}
+		if (!proto_topic_within_limits(p, f.p, f.len)) {
+			atomic_fetch_add(&p->m.refused_topics, 1);
+			codes[i++] = l->ver == MQTT_PROTO_V5 ? MQTT_RC_TOPIC_FILTER_INVALID : 0x80;
+			continue;
+		}
 		bool shared = f.len > 7 && memcmp(f.p, "$share/", 7) == 0;
 		if (shared && o.no_local && l->ver == MQTT_PROTO_V5) {
 			// [MQTT-3.8.3-4]

@@ -272,3 +272,21 @@ void proto_free(nmq_proto *p)
 	pthread_mutex_destroy(&p->links_mtx);
 	free(p);
 }
+
+// Checks a topic name or filter against max_topic_length and
+// max_topic_levels.
+bool proto_topic_within_limits(const nmq_proto *p, const uint8_t *t, size_t len)
+{
+	if (p->lim.max_topic_length > 0 && len > p->lim.max_topic_length) {
+		return false;
+	}
+	if (p->lim.max_topic_levels > 0) {
+		uint32_t levels = 1;
+		for (size_t i = 0; i < len; i++) {
+			if (t[i] == '/' && ++levels > p->lim.max_topic_levels) {
+				return false;
+			}
+		}
+	}
+	return true;
+}

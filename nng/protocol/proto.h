@@ -40,6 +40,9 @@ typedef struct proto_limits {
 	double   keepalive_multiplier;
 	uint16_t max_topic_alias;
 	uint32_t connect_timeout_ms;
+	uint32_t max_connections; // 0 = no limit
+	uint32_t max_topic_length; // bytes, topic names and filters
+	uint32_t max_topic_levels; // 0 = no limit
 } proto_limits;
 
 // What the application learns of a connecting client.
@@ -115,8 +118,14 @@ typedef struct proto_metrics {
 	atomic_long drop_expired;
 	atomic_long drop_too_large;
 	atomic_long drop_acl;
+	atomic_long refused_connections; // mqtt.max_connections reached
+	atomic_long refused_topics; // max_topic_length / max_topic_levels
+	atomic_long refused_subscriptions; // mqtt.max_subscriptions reached
 	atomic_long await_rel_expired;
 } proto_metrics;
+
+// True if a topic name or filter is within the length and level limits.
+bool proto_topic_within_limits(const nmq_proto *p, const uint8_t *t, size_t len);
 
 // Creates the protocol layer. Returns NULL on failure.
 nmq_proto *proto_alloc(

@@ -35,10 +35,11 @@ struct nmq_broker {
 	pthread_mutex_t subs_mtx; // creation of sess_subs
 
 	// Reloadable: swapped under auth_mtx, used through a held reference.
-	pthread_mutex_t auth_mtx;
-	auth_ctx       *auth;
-	bool            allow_anonymous;
-	bool            deny_disconnect;
+	pthread_mutex_t  auth_mtx;
+	auth_ctx        *auth;
+	bool             allow_anonymous;
+	bool             deny_disconnect;
+	_Atomic uint32_t max_subscriptions; // per client, 0 = no limit
 };
 
 // Takes a reference to the current authentication state, with the flags
@@ -136,6 +137,7 @@ int broker_reconfigure(nmq_broker *b, const nmq_conf *conf, char *err, size_t er
 	b->allow_anonymous = conf->allow_anonymous;
 	b->deny_disconnect = conf->auth_deny_action == CONF_DENY_DISCONNECT;
 	pthread_mutex_unlock(&b->auth_mtx);
+	b->max_subscriptions = conf->max_subscriptions;
 	if (old != NULL) {
 		auth_ctx_release(old);
 	}
@@ -186,6 +188,9 @@ void broker_limits_from_conf(const nmq_conf *conf, proto_limits *lim)
 	lim->max_topic_alias
 	    = (uint16_t)(conf->max_topic_alias > 65535 ? 65535 : conf->max_topic_alias);
 	lim->connect_timeout_ms = 10000;
+	lim->max_connections    = conf->max_connections;
+	lim->max_topic_length   = conf->max_topic_length;
+	lim->max_topic_levels   = conf->max_topic_levels;
 }
 
 // Authentication: the password list and auth.allow_anonymous
@@ -391,37 +396,47 @@ static int b_subscribe(void *app, nmq_session *s, const proto_who *who, const ch
 	to.retain_handling     = opts->retain_handling;
 	to.sub_id              = opts->sub_id;
 	pthread_mutex_lock(&ss->mtx);
-	if (topic_tree_insert(b->tree, filter, len, s, &to, existed) != 0) {
-		pthread_mutex_unlock(&ss->mtx);
-		return MQTT_RC_TOPIC_FILTER_INVALID;
-	}
 	size_t i;
 	for (i = 0; i < ss->n; i++) {
 		if (ss->v[i].len == len && memcmp(ss->v[i].filter, filter, len) == 0) {
-			ss->v[i].opts = *opts;
 			break;
 		}
 	}
+	uint32_t max = b->max_subscriptions;
+	if (i == ss->n && max > 0 && ss->n >= max) {
+		// mqtt.max_subscriptions: a new filter beyond the limit.
+		pthread_mutex_unlock(&ss->mtx);
+		atomic_fetch_add(&proto_metrics_get(b->proto)->refused_subscriptions, 1);
+		return MQTT_RC_QUOTA_EXCEEDED;
+	}
 	if (i == ss->n) {
+		// Room for the record first, so that a failure leaves no trace.
 		if (ss->n == ss->cap) {
 			size_t   ncap = ss->cap ? ss->cap * 2 : 4;
 			sub_rec *nv   = realloc(ss->v, ncap * sizeof(*nv));
 			if (nv == NULL) {
-				topic_tree_remove(b->tree, filter, len, s);
 				pthread_mutex_unlock(&ss->mtx);
 				return MQTT_RC_UNSPECIFIED;
 			}
 			ss->v   = nv;
 			ss->cap = ncap;
 		}
-		ss->v[ss->n].filter = strndup(filter, len);
-		ss->v[ss->n].len    = len;
-		ss->v[ss->n].opts   = *opts;
-		if (ss->v[ss->n].filter == NULL) {
-			topic_tree_remove(b->tree, filter, len, s);
+		ss->v[i].filter = strndup(filter, len);
+		if (ss->v[i].filter == NULL) {
 			pthread_mutex_unlock(&ss->mtx);
 			return MQTT_RC_UNSPECIFIED;
 		}
+		ss->v[i].len = len;
+	}
+	if (topic_tree_insert(b->tree, filter, len, s, &to, existed) != 0) {
+		if (i == ss->n) {
+			free(ss->v[i].filter);
+		}
+		pthread_mutex_unlock(&ss->mtx);
+		return MQTT_RC_TOPIC_FILTER_INVALID;
+	}
+	ss->v[i].opts = *opts;
+	if (i == ss->n) {
 		ss->n++;
 	}
 	pthread_mutex_unlock(&ss->mtx);

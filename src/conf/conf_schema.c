@@ -110,6 +110,23 @@ const conf_key conf_schema[] = {
 	{ .path = "mqtt.max_topic_alias", .type = CONF_T_INT, .store = CONF_ST_U32,
 	    CF(max_topic_alias), .reload = true, .def = "64", .min = 0, .max = 65535,
 	    .help = "Topic Alias Maximum advertised to v5 clients." },
+	{ .path = "mqtt.max_connections", .type = CONF_T_INT, .store = CONF_ST_U32,
+	    CF(max_connections), .reload = true, .def = "0", .min = 0, .max = 10000000,
+	    .help = "Most clients connected at once (0 = no limit; extension). A CONNECT beyond it "
+	        "gets CONNACK 0x97 Quota exceeded (3.1.1: 0x03 Server unavailable) and is counted." },
+	{ .path = "mqtt.max_subscriptions", .type = CONF_T_INT, .store = CONF_ST_U32,
+	    CF(max_subscriptions), .reload = true, .def = "0", .min = 0, .max = 10000000,
+	    .help = "Most subscriptions one client may hold (0 = no limit; extension). A filter "
+	        "beyond it gets SUBACK 0x97 Quota exceeded (3.1.1: 0x80) and is counted." },
+	{ .path = "mqtt.max_topic_length", .type = CONF_T_INT, .store = CONF_ST_U32,
+	    CF(max_topic_length), .reload = true, .def = "65535", .min = 1, .max = 65535,
+	    .help = "Longest topic name or filter in bytes (extension). A longer PUBLISH topic gets "
+	        "DISCONNECT 0x90 Topic Name invalid (3.1.1: the connection is closed); a longer filter "
+	        "gets SUBACK 0x8F (3.1.1: 0x80). Both are counted." },
+	{ .path = "mqtt.max_topic_levels", .type = CONF_T_INT, .store = CONF_ST_U32,
+	    CF(max_topic_levels), .reload = true, .def = "0", .min = 0, .max = 65535,
+	    .help = "Most levels in a topic name or filter (0 = no limit; extension); treated like "
+	        "`max_topic_length`." },
 	{ .path = "mqtt.property_size", .type = CONF_T_INT, .store = CONF_ST_U32, CF(property_size),
 	    .reload = true, .status = CONF_S_NOEFFECT, .def = "32", .min = 0, .max = MB256,
 	    .help = "Accepted for compatibility; properties are bounded by max_packet_size." },

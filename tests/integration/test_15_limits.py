@@ -1,0 +1,102 @@
+#!/usr/bin/python3
+"""15: limits that protect the box (issue 4, item 6): mqtt.max_connections,
+mqtt.max_subscriptions, mqtt.max_topic_length and mqtt.max_topic_levels
+(extensions of nanomq.conf, see docs/config.md). Each limit refuses only
+the client that reached it, with the reason code the specification names
+for that situation, and leaves everyone else served. (Maximum packet size,
+the in-flight window and the queue bound are covered by 12 and 11.)"""
+
+import unittest
+
+import nmq
+from nmq import PUBLISH, BrokerTestCase, skip_on_mosquitto
+
+
+class ConnectionLimitTests(BrokerTestCase):
+    CONF = "mqtt.max_connections = 2"
+
+    # 5.0 3.2.2.2: 0x97 Quota exceeded ("an implementation or administrative
+    # imposed limit has been exceeded"); 3.1.1 has only 0x03 Server
+    # unavailable for this.
+    @skip_on_mosquitto("mosquitto has no max_connections in this form")
+    def test_third_client_refused_then_accepted_after_one_leaves(self):
+        for v, code in ((5, 0x97), (4, 0x03)):
+            with self.subTest(version=v):
+                a = self.raw(v, "lim-a%d" % v)
+                b = self.raw(v, "lim-b%d" % v)
+                c = self.raw(v)
+                ack = c.connect("lim-c%d" % v)
+                self.assertEqual(ack.rc, code)
+                c.expect_closed()
+                # The two connected clients are still served.
+                a.subscribe([("lim/t%d" % v, 0)])
+                b.publish("lim/t%d" % v, b"x")
+                self.assertEqual(a.expect(PUBLISH).payload, b"x")
+                b.disconnect()
+                b.expect_closed()
+                d = self.raw(v)
+                for _ in range(50):
+                    ack = d.connect("lim-d%d" % v)
+                    if ack.rc == 0:
+                        break
+                    # The slot frees when the broker has processed the close.
+                    d.expect_closed()
+                    d = self.raw(v)
+                self.assertEqual(ack.rc, 0)
+                a.disconnect()
+                d.disconnect()
+                a.expect_closed()
+                d.expect_closed()
+
+
+class SubscriptionLimitTests(BrokerTestCase):
+    CONF = "mqtt.max_subscriptions = 2"
+
+    # 5.0 3.9.3: 0x97 Quota exceeded in SUBACK; 3.1.1 0x80 Failure. The other
+    # filters of the same SUBSCRIBE are granted, and re-subscribing to a filter
+    # already held is not a new subscription.
+    @skip_on_mosquitto("mosquitto has no per-client subscription limit")
+    def test_third_filter_refused(self):
+        for v, code in ((5, 0x97), (4, 0x80)):
+            with self.subTest(version=v):
+                r = self.raw(v, "subl%d" % v)
+                ack = r.subscribe([("s/1", 1), ("s/2", 1), ("s/3", 1)])
+                self.assertEqual(ack.codes, [1, 1, code])
+                ack = r.subscribe([("s/1", 0)])
+                self.assertEqual(ack.codes, [0])
+                r.publish("s/3", b"none")
+                r.publish("s/2", b"yes")
+                self.assertEqual(r.expect(PUBLISH).payload, b"yes")
+                r.expect_nothing(0.3, types=(PUBLISH,))
+
+
+class TopicLimitTests(BrokerTestCase):
+    CONF = "mqtt { max_topic_length = 20, max_topic_levels = 3 }"
+
+    # 5.0 [MQTT-3.3.2-?]/4.13: a topic the server will not accept is "Topic
+    # Name invalid" (0x90) and, for QoS 0, only a DISCONNECT can say so;
+    # 3.1.1: the connection is closed. Filters: SUBACK 0x8F / 0x80.
+    @skip_on_mosquitto("mosquitto has no topic length or level limit")
+    def test_long_or_deep_topics_refused(self):
+        for v in (5, 4):
+            with self.subTest(version=v):
+                other = self.raw(v, "tl-other%d" % v)
+                other.subscribe([("ok/#", 0)])
+                for topic in ("x" * 21, "a/b/c/d"):
+                    r = self.raw(v, "tl%d" % v)
+                    r.publish(topic, b"too much")
+                    self.assert_closed(r, v5_codes=(0x90,), msg=topic)
+                r = self.raw(v, "tf%d" % v)
+                bad = 0x8F if v == 5 else 0x80
+                ack = r.subscribe([("y" * 21, 0), ("a/b/c/#", 0), ("a/+/c", 0)])
+                self.assertEqual(ack.codes, [bad, bad, 0])
+                # Exactly at the limits is fine, and others are unaffected.
+                p = self.raw(v, "tp%d" % v)
+                p.publish("ok/" + "z" * 17, b"edge")
+                self.assertEqual(other.expect(PUBLISH).payload, b"edge")
+                p.publish("ok/b/c", b"three levels")
+                self.assertEqual(other.expect(PUBLISH).payload, b"three levels")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
