@@ -208,8 +208,8 @@ int handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 	info.proto_ver = c->proto_level;
 	info.conn      = l->conn;
 	uint8_t arc    = p->ops->authenticate(p->app, &info);
-	if (arc == 0 && p->lim.max_connections > 0
-	    && (uint64_t)atomic_load(&p->m.connections) >= p->lim.max_connections) {
+	if (arc == 0 && proto_lim(p)->max_connections > 0
+	    && (uint64_t)atomic_load(&p->m.connections) >= proto_lim(p)->max_connections) {
 		// mqtt.max_connections: one more client would pass the limit.
 		atomic_fetch_add(&p->m.refused_connections, 1);
 		arc = MQTT_RC_QUOTA_EXCEEDED;
@@ -240,7 +240,7 @@ int handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 	// Negotiated parameters.
 	l->keepalive            = c->keep_alive;
 	l->clean_start          = c->clean_start;
-	l->client_max_packet    = p->lim.client_max_packet_size;
+	l->client_max_packet    = proto_lim(p)->client_max_packet_size;
 	l->client_receive_max   = 65535;
 	l->request_problem_info = true;
 	uint32_t expiry         = c->clean_start ? 0 : UINT32_MAX;
@@ -263,7 +263,7 @@ int handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 		if (pr->present & MQTT_PBIT(MQTT_PROP_REQUEST_PROBLEM)) {
 			l->request_problem_info = pr->request_problem_info != 0;
 		}
-		l->in_alias_max = p->lim.max_topic_alias;
+		l->in_alias_max = proto_lim(p)->max_topic_alias;
 		if (l->in_alias_max > 0) {
 			l->in_alias = calloc((size_t)l->in_alias_max + 1, sizeof(char *));
 			if (l->in_alias == NULL) {
@@ -326,7 +326,7 @@ int handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 	nmq_session_hold(s); // the link's reference
 	s->ver          = ver;
 	s->expiry_s     = expiry;
-	uint32_t window = p->lim.max_inflight_window;
+	uint32_t window = proto_lim(p)->max_inflight_window;
 	s->infl_max     = l->client_receive_max < window ? l->client_receive_max : window;
 	if (s->infl_max == 0) {
 		s->infl_max = 1;
@@ -346,16 +346,16 @@ int handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 		    | MQTT_PBIT(MQTT_PROP_MAX_PACKET_SIZE) | MQTT_PBIT(MQTT_PROP_RETAIN_AVAILABLE)
 		    | MQTT_PBIT(MQTT_PROP_WILDCARD_SUB_AVAIL) | MQTT_PBIT(MQTT_PROP_SUB_ID_AVAIL)
 		    | MQTT_PBIT(MQTT_PROP_SHARED_SUB_AVAIL);
-		uint32_t rmax           = p->lim.max_awaiting_rel;
+		uint32_t rmax           = proto_lim(p)->max_awaiting_rel;
 		ap->receive_maximum     = (uint16_t)(rmax == 0 ? 1 : rmax > 65535 ? 65535 : rmax);
-		ap->maximum_packet_size = p->lim.max_packet_size;
+		ap->maximum_packet_size = proto_lim(p)->max_packet_size;
 		ap->retain_available    = 1;
 		ap->wildcard_sub_available = 1;
 		ap->sub_id_available       = 1;
 		ap->shared_sub_available   = 1;
-		if (p->lim.max_topic_alias > 0) {
+		if (proto_lim(p)->max_topic_alias > 0) {
 			ap->present |= MQTT_PBIT(MQTT_PROP_TOPIC_ALIAS_MAX);
-			ap->topic_alias_maximum = p->lim.max_topic_alias;
+			ap->topic_alias_maximum = proto_lim(p)->max_topic_alias;
 		}
 		if (assigned) {
 			ap->present |= MQTT_PBIT(MQTT_PROP_ASSIGNED_CLIENT_ID);
@@ -416,7 +416,8 @@ int handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 
 	// Keepalive deadline replaces the CONNECT deadline.
 	if (l->keepalive > 0) {
-		uint64_t span = (uint64_t)(l->keepalive * 1000.0 * p->lim.keepalive_multiplier);
+		uint64_t span
+		    = (uint64_t)(l->keepalive * 1000.0 * proto_lim(p)->keepalive_multiplier);
 		timer_wheel_schedule(p->tw, &l->timer, nmq_clock_ms() + span);
 	} else {
 		timer_wheel_cancel(p->tw, &l->timer);

@@ -9,7 +9,7 @@
 // Drops inbound QoS 2 ids that waited longer than await_rel_timeout.
 static void purge_rel(nmq_session *s, uint64_t now)
 {
-	uint64_t limit = (uint64_t)s->p->lim.await_rel_timeout_s * 1000;
+	uint64_t limit = (uint64_t)proto_lim(s->p)->await_rel_timeout_s * 1000;
 	if (limit == 0) {
 		return;
 	}
@@ -105,10 +105,10 @@ int handle_publish(nmq_link *l, const mqtt_packet *pk)
 		}
 		if (!dup) {
 			uint64_t now = nmq_clock_ms();
-			if (s->rel_len >= p->lim.max_awaiting_rel) {
+			if (s->rel_len >= proto_lim(p)->max_awaiting_rel) {
 				purge_rel(s, now);
 			}
-			if (s->rel_len >= p->lim.max_awaiting_rel) {
+			if (s->rel_len >= proto_lim(p)->max_awaiting_rel) {
 				pthread_mutex_unlock(&s->mtx);
 				// Over our Receive Maximum [MQTT-3.3.4-9].
 				link_fail(l, MQTT_RC_RECEIVE_MAX_EXCEEDED);

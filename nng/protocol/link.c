@@ -47,7 +47,7 @@ void proto_accept(nmq_proto *p, nmq_conn *c)
 	atomic_init(&l->last_rx_ms, nmq_clock_ms());
 	tw_timer_init(&l->timer, link_timer_cb, l);
 	tw_timer_init(&l->bp_timer, link_bp_cb, l);
-	l->deadline_ms = nmq_clock_ms() + p->lim.connect_timeout_ms;
+	l->deadline_ms = nmq_clock_ms() + proto_lim(p)->connect_timeout_ms;
 	if (!proto_links_add(p, l)) {
 		// Shutting down (or out of memory): refuse the connection.
 		free(l);
@@ -142,7 +142,7 @@ static void link_timer_cb(void *arg)
 	if (l->keepalive == 0) {
 		return;
 	}
-	uint64_t span = (uint64_t)(l->keepalive * 1000.0 * l->p->lim.keepalive_multiplier);
+	uint64_t span = (uint64_t)(l->keepalive * 1000.0 * proto_lim(l->p)->keepalive_multiplier);
 	uint64_t last = atomic_load(&l->last_rx_ms);
 	if (now >= last + span) {
 		log_info("conn", "peer=%s reason=keepalive_timeout keepalive=%u",
@@ -464,7 +464,7 @@ static void link_too_large(void *upper, uint32_t size)
 {
 	nmq_link *l = upper;
 	log_info("conn", "peer=%s reason=packet_too_large size=%u max=%u", conn_peer(l->conn), size,
-	    l->p->lim.max_packet_size);
+	    proto_lim(l->p)->max_packet_size);
 	link_fail(l, MQTT_RC_PACKET_TOO_LARGE);
 }
 

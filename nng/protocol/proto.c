@@ -24,14 +24,20 @@ nmq_proto *proto_alloc(
 	if (p == NULL) {
 		return NULL;
 	}
-	p->lim     = *limits;
-	p->tw      = tw;
-	p->wq      = wq;
-	p->ops     = ops;
-	p->app     = app;
-	p->tbl_cap = 1024;
-	p->tbl     = calloc(p->tbl_cap, sizeof(*p->tbl));
+	p->lim = calloc(1, sizeof(*p->lim));
+	if (p->lim == NULL) {
+		free(p);
+		return NULL;
+	}
+	p->lim->lim = *limits;
+	p->tw       = tw;
+	p->wq       = wq;
+	p->ops      = ops;
+	p->app      = app;
+	p->tbl_cap  = 1024;
+	p->tbl      = calloc(p->tbl_cap, sizeof(*p->tbl));
 	if (p->tbl == NULL) {
+		free(p->lim);
 		free(p);
 		return NULL;
 	}
@@ -46,8 +52,14 @@ nmq_proto *proto_alloc(
 
 void proto_set_limits(nmq_proto *p, const proto_limits *limits)
 {
-	p->lim                 = *limits;
-	p->env.max_packet_size = limits->max_packet_size;
+	lim_node *n = calloc(1, sizeof(*n));
+	if (n == NULL) {
+		return; // the running limits stay
+	}
+	n->lim  = *limits;
+	n->prev = p->lim;
+	__atomic_store_n(&p->lim, n, __ATOMIC_RELEASE);
+	__atomic_store_n(&p->env.max_packet_size, limits->max_packet_size, __ATOMIC_RELAXED);
 }
 
 proto_metrics *proto_metrics_get(nmq_proto *p)
@@ -268,6 +280,11 @@ void proto_free(nmq_proto *p)
 	pthread_mutex_unlock(&p->tbl_mtx);
 	free(p->tbl);
 	free(p->links);
+	while (p->lim != NULL) {
+		lim_node *prev = p->lim->prev;
+		free(p->lim);
+		p->lim = prev;
+	}
 	pthread_mutex_destroy(&p->tbl_mtx);
 	pthread_mutex_destroy(&p->links_mtx);
 	free(p);
@@ -277,13 +294,13 @@ void proto_free(nmq_proto *p)
 // max_topic_levels.
 bool proto_topic_within_limits(const nmq_proto *p, const uint8_t *t, size_t len)
 {
-	if (p->lim.max_topic_length > 0 && len > p->lim.max_topic_length) {
+	if (proto_lim(p)->max_topic_length > 0 && len > proto_lim(p)->max_topic_length) {
 		return false;
 	}
-	if (p->lim.max_topic_levels > 0) {
+	if (proto_lim(p)->max_topic_levels > 0) {
 		uint32_t levels = 1;
 		for (size_t i = 0; i < len; i++) {
-			if (t[i] == '/' && ++levels > p->lim.max_topic_levels) {
+			if (t[i] == '/' && ++levels > proto_lim(p)->max_topic_levels) {
 				return false;
 			}
 		}

@@ -27,8 +27,8 @@
 typedef struct nmq_session nmq_session;
 typedef struct nmq_proto   nmq_proto;
 
-// Reloadable limits (the mqtt section). Plain fields, read without locks;
-// a reload replaces them between operations, which is benign.
+// Reloadable limits (the mqtt section). A reload publishes a new immutable
+// set (proto_set_limits); readers take the current one atomically.
 typedef struct proto_limits {
 	uint32_t max_packet_size;
 	uint32_t client_max_packet_size;

@@ -135,8 +135,16 @@ struct nmq_link {
 	uint64_t     bp_since_ms;
 };
 
+// A set of limits, immutable once published; a reload publishes a new one
+// and keeps the old ones until proto_free (reloads are rare and the struct
+// is small), so a reader never sees a half-written set.
+typedef struct lim_node {
+	proto_limits     lim;
+	struct lim_node *prev;
+} lim_node;
+
 struct nmq_proto {
-	proto_limits         lim;
+	lim_node            *lim; // current set (atomic pointer)
 	timer_wheel         *tw;
 	workq               *wq;
 	const proto_app_ops *ops;
@@ -166,6 +174,12 @@ uint32_t session_congestion_mark(const nmq_proto *p);
 // thread met since the last call, held; NULL if none.
 nmq_session *session_congestion_take(void);
 uint32_t     session_queue_len(nmq_session *s, bool *online);
+
+// The current limits (any thread).
+static inline const proto_limits *proto_lim(const nmq_proto *p)
+{
+	return &__atomic_load_n(&p->lim, __ATOMIC_ACQUIRE)->lim;
+}
 
 // proto.c: session table
 nmq_session *proto_table_find(nmq_proto *p, const char *client_id);

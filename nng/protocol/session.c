@@ -152,7 +152,7 @@ static void ring_pop(out_ring *r)
 // is reached.
 static bool queue_push(nmq_session *s, out_entry *e)
 {
-	uint32_t bound = s->p->lim.max_mqueue_len;
+	uint32_t bound = proto_lim(s->p)->max_mqueue_len;
 	if (s->q.len + s->q0.len >= bound) {
 		return false;
 	}
@@ -350,7 +350,7 @@ void nmq_session_deliver(nmq_session *s, nmq_msg *msg, uint8_t qos, bool retain,
 			log_warn_rl("session",
 			    "client_id=%s reason=queue_full max_mqueue_len=%u topic=%s qos=%u "
 			    "action=drop",
-			    s->client_id, p->lim.max_mqueue_len, msg->topic, qos);
+			    s->client_id, proto_lim(p)->max_mqueue_len, msg->topic, qos);
 		}
 		pthread_mutex_unlock(&s->mtx);
 		return;
@@ -371,7 +371,7 @@ void nmq_session_deliver(nmq_session *s, nmq_msg *msg, uint8_t qos, bool retain,
 // 128 messages; smaller bounds are meant to drop.
 uint32_t session_congestion_mark(const nmq_proto *p)
 {
-	uint32_t bound = p->lim.max_mqueue_len;
+	uint32_t bound = proto_lim(p)->max_mqueue_len;
 	return bound >= 128 ? bound / 4 * 3 : 0;
 }
 
@@ -400,7 +400,7 @@ void session_resend_locked(nmq_session *s, bool only_old)
 		return;
 	}
 	uint64_t now   = nmq_clock_ms();
-	uint64_t retry = (uint64_t)s->p->lim.retry_interval_s * 1000;
+	uint64_t retry = (uint64_t)proto_lim(s->p)->retry_interval_s * 1000;
 	bool     any   = false;
 	conn_tx_lock(l->conn);
 	for (uint32_t i = 0; i < s->infl_len; i++) {
@@ -524,8 +524,8 @@ void session_timer_update_locked(nmq_session *s)
 		at = s->will_at_ms;
 	}
 	if (s->link != NULL && s->ver != MQTT_PROTO_V5 && s->infl_len > 0
-	    && s->p->lim.retry_interval_s > 0) {
-		uint64_t r = nmq_clock_ms() + (uint64_t)s->p->lim.retry_interval_s * 1000;
+	    && proto_lim(s->p)->retry_interval_s > 0) {
+		uint64_t r = nmq_clock_ms() + (uint64_t)proto_lim(s->p)->retry_interval_s * 1000;
 		if (at == 0 || r < at) {
 			at = r;
 		}

@@ -619,7 +619,7 @@ static bool dispatch_frames(nmq_conn *c, const uint8_t *buf, size_t len, size_t 
 		    && c->ops->header(c->upper, buf[off], (uint32_t)total) != 0) {
 			return false;
 		}
-		if (total > c->env->max_packet_size) {
+		if (total > __atomic_load_n(&c->env->max_packet_size, __ATOMIC_RELAXED)) {
 			c->ops->too_large(
 			    c->upper, (uint32_t)(total > UINT32_MAX ? UINT32_MAX : total));
 			return false;
