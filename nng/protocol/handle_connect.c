@@ -238,7 +238,15 @@ int handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 	}
 
 	// Negotiated parameters.
-	l->keepalive            = c->keep_alive;
+	l->keepalive              = c->keep_alive;
+	bool     server_keepalive = false;
+	uint32_t max_ka           = proto_lim(p)->max_keepalive;
+	if (ver == MQTT_PROTO_V5 && max_ka > 0 && max_ka < 65535
+	    && (c->keep_alive == 0 || c->keep_alive > max_ka)) {
+		// mqtt.max_keepalive: the client must use ours [MQTT-3.2.2-21].
+		l->keepalive     = (uint16_t)max_ka;
+		server_keepalive = true;
+	}
 	l->clean_start          = c->clean_start;
 	l->client_max_packet    = proto_lim(p)->client_max_packet_size;
 	l->client_receive_max   = 65535;
@@ -357,6 +365,10 @@ int handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 			ap->present |= MQTT_PBIT(MQTT_PROP_TOPIC_ALIAS_MAX);
 			ap->topic_alias_maximum = proto_lim(p)->max_topic_alias;
 		}
+		if (server_keepalive) {
+			ap->present |= MQTT_PBIT(MQTT_PROP_SERVER_KEEP_ALIVE);
+			ap->server_keep_alive = l->keepalive;
+		}
 		if (assigned) {
 			ap->present |= MQTT_PBIT(MQTT_PROP_ASSIGNED_CLIENT_ID);
 			ap->assigned_client_id.p   = (const uint8_t *)client_id;
@@ -377,7 +389,6 @@ int handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 	__atomic_store_n(&s->link, l, __ATOMIC_RELAXED);
 	// Only the in-flight window that the new connection allows is filled;
 	// everything else waits in the queue.
-	l->keepalive = c->keep_alive;
 	session_resend_locked(s, false);
 	session_pump_locked(s);
 	session_timer_update_locked(s);

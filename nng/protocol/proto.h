@@ -40,6 +40,7 @@ typedef struct proto_limits {
 	double   keepalive_multiplier;
 	uint16_t max_topic_alias;
 	uint32_t connect_timeout_ms;
+	uint32_t max_keepalive; // seconds; 65535 = no cap
 	uint32_t max_connections; // 0 = no limit
 	uint32_t max_topic_length; // bytes, topic names and filters
 	uint32_t max_topic_levels; // 0 = no limit

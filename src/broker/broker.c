@@ -189,6 +189,7 @@ void broker_limits_from_conf(const nmq_conf *conf, proto_limits *lim)
 	    = (uint16_t)(conf->max_topic_alias > 65535 ? 65535 : conf->max_topic_alias);
 	lim->connect_timeout_ms = 10000;
 	lim->max_connections    = conf->max_connections;
+	lim->max_keepalive      = conf->max_keepalive;
 	lim->max_topic_length   = conf->max_topic_length;
 	lim->max_topic_levels   = conf->max_topic_levels;
 }

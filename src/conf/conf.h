@@ -102,6 +102,7 @@ typedef struct nmq_conf {
 	uint32_t retry_interval_s;
 	double   keepalive_multiplier;
 	uint32_t max_topic_alias;
+	uint32_t max_keepalive; // seconds, 65535 = no cap
 	uint32_t max_connections; // 0 = no limit
 	uint32_t max_subscriptions; // per client, 0 = no limit
 	uint32_t max_topic_length; // bytes

@@ -110,6 +110,11 @@ const conf_key conf_schema[] = {
 	{ .path = "mqtt.max_topic_alias", .type = CONF_T_INT, .store = CONF_ST_U32,
 	    CF(max_topic_alias), .reload = true, .def = "64", .min = 0, .max = 65535,
 	    .help = "Topic Alias Maximum advertised to v5 clients." },
+	{ .path = "mqtt.max_keepalive", .type = CONF_T_INT, .store = CONF_ST_U32,
+	    CF(max_keepalive), .reload = true, .def = "65535", .min = 1, .max = 65535,
+	    .help = "Longest keep alive in seconds (extension). An MQTT 5 client asking for more, or "
+	        "for none (0), is told this value as Server Keep Alive in CONNACK and held to it; "
+	        "3.1.1 clients keep their own value." },
 	{ .path = "mqtt.max_connections", .type = CONF_T_INT, .store = CONF_ST_U32,
 	    CF(max_connections), .reload = true, .def = "0", .min = 0, .max = 10000000,
 	    .help = "Most clients connected at once (0 = no limit; extension). A CONNECT beyond it "

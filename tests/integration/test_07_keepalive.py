@@ -129,6 +129,31 @@ class KeepaliveMultiplierTests(BrokerTestCase):
         self.assertIsNotNone(dt, "not disconnected")
         self.assertTrue(3.9 <= dt <= 5.2, "disconnected after %.2f s, expected ~4 s" % dt)
 
+class ServerKeepAliveTests(BrokerTestCase):
+    CONF = "mqtt { max_keepalive = 2, keepalive_multiplier = 1.5 }"
+
+    # 5.0 [MQTT-3.2.2-21]/[MQTT-3.2.2-22]: with Server Keep Alive in
+    # CONNACK the client must use the server's value; the broker enforces
+    # it (mqtt.max_keepalive caps what a v5 client may ask for, 0 included).
+    # 3.1.1 has no way to say so: those clients keep their own value.
+    @skip_on_mosquitto("mosquitto 2.0.11 uses max_keepalive differently")
+    def test_server_keep_alive_caps_v5_clients(self):
+        for asked in (100, 0):
+            with self.subTest(asked=asked):
+                r = self.raw(5)
+                ack = r.connect("ska%d" % asked, keepalive=asked)
+                self.assertEqual(ack.rc, 0)
+                self.assertEqual(ack.props.get("ServerKeepAlive"), 2)
+                dt, pkts = close_time(r, 8)
+                self.assertIsNotNone(dt, "a silent v5 client held to 2 s was not disconnected")
+                self.assertGreaterEqual(dt, 2.9)
+                self.assertLessEqual(dt, 3.0 + 1.2)
+        r = self.raw(5)
+        ack = r.connect("ska-small", keepalive=1)
+        self.assertNotIn("ServerKeepAlive", ack.props)
+        v3 = self.raw(4, "ska-v3", keepalive=100)
+        v3.expect_nothing(4.0)
+
 
 if __name__ == "__main__":
     nmq.main()
