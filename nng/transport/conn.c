@@ -40,27 +40,35 @@ typedef struct txbuf {
 	size_t   bytes;
 } txbuf;
 
+// The parts only an NNG-stream connection needs (TLS, WebSocket), kept out
+// of plain-socket connections to keep them small.
+struct nng_side {
+	nng_stream *s;
+	nng_aio    *rx_aio;
+	nng_aio    *tx_aio;
+	txbuf       send; // the batch being sent while fill collects the next
+	nng_iov     iov[TX_IOV_MAX];
+};
+
 struct nmq_conn {
 	// Backend: an NNG stream (TLS, WebSocket) with its two aios, or a
 	// plain TCP socket (fd >= 0) owned by one worker's event loop.
-	nng_stream     *s;
-	nng_aio        *rx_aio;
-	nng_aio        *tx_aio;
-	int             fd;
-	int             owner; // worker whose epoll set holds fd
-	uint32_t        ep_events; // events registered (mtx)
-	bool            ep_added; // fd is in the epoll set (mtx)
-	workq_io        io;
-	const conn_env *env;
-	const conn_ops *ops;
-	void           *upper;
-	pthread_mutex_t mtx;
-	pthread_cond_t  cv;
-	int             upcalls; // writable() calls running
-	atomic_int      refs;
-	workq_job       job;
-	workq_job       destroy_job;
-	workq_job       flush_job; // a flush requested off the workers
+	struct nng_side *ns; // NNG stream backend only, else NULL
+	int              fd;
+	int              owner; // worker whose epoll set holds fd
+	uint32_t         ep_events; // events registered (mtx)
+	bool             ep_added; // fd is in the epoll set (mtx)
+	workq_io         io;
+	const conn_env  *env;
+	const conn_ops  *ops;
+	void            *upper;
+	pthread_mutex_t  mtx;
+	pthread_cond_t   cv;
+	int              upcalls; // writable() calls running
+	atomic_int       refs;
+	workq_job        job;
+	workq_job        destroy_job;
+	workq_job        flush_job; // a flush requested off the workers
 
 	// Receive path: touched only by the recv callback and the job, which
 	// never run at the same time for one connection.
@@ -73,19 +81,17 @@ struct nmq_conn {
 	uint64_t rx_bytes;
 
 	// Guarded by mtx.
-	bool    rx_paused; // the upper layer asked to stop reading for now
-	bool    rx_parked; // NNG stream: no receive posted because of the pause
-	bool    closing;
-	bool    draining;
-	bool    reading_done;
-	bool    closed_notified;
-	bool    tx_busy;
-	bool    flush_pending;
-	txbuf   fill;
-	txbuf   send;
-	size_t  send_seg;
-	size_t  send_off;
-	nng_iov iov[TX_IOV_MAX];
+	bool   rx_paused; // the upper layer asked to stop reading for now
+	bool   rx_parked; // NNG stream: no receive posted because of the pause
+	bool   closing;
+	bool   draining;
+	bool   reading_done;
+	bool   closed_notified;
+	bool   tx_busy;
+	bool   flush_pending;
+	txbuf  fill;
+	size_t send_seg;
+	size_t send_off;
 
 	void *tag;
 	char  peer[64];
@@ -361,10 +367,13 @@ nmq_conn *conn_alloc(nng_stream *s, const conn_env *env)
 	if (c == NULL) {
 		return NULL;
 	}
-	if (nng_aio_alloc(&c->rx_aio, rx_cb, c) != 0 || nng_aio_alloc(&c->tx_aio, tx_cb, c) != 0) {
-		if (c->rx_aio != NULL) {
-			nng_aio_free(c->rx_aio);
+	c->ns = calloc(1, sizeof(*c->ns));
+	if (c->ns == NULL || nng_aio_alloc(&c->ns->rx_aio, rx_cb, c) != 0
+	    || nng_aio_alloc(&c->ns->tx_aio, tx_cb, c) != 0) {
+		if (c->ns != NULL && c->ns->rx_aio != NULL) {
+			nng_aio_free(c->ns->rx_aio);
 		}
+		free(c->ns);
 		pthread_mutex_destroy(&c->mtx);
 		pthread_cond_destroy(&c->cv);
 		free(c->rx);
@@ -372,7 +381,7 @@ nmq_conn *conn_alloc(nng_stream *s, const conn_env *env)
 		atomic_fetch_sub(&live_conns, 1);
 		return NULL;
 	}
-	c->s = s;
+	c->ns->s = s;
 	format_peer(s, c->peer, sizeof(c->peer));
 	return c;
 }
@@ -383,8 +392,8 @@ static void start_recv(nmq_conn *c)
 	nng_iov iov;
 	iov.iov_buf = c->rx + c->rx_len;
 	iov.iov_len = c->rx_cap - c->rx_len;
-	nng_aio_set_iov(c->rx_aio, 1, &iov);
-	nng_stream_recv(c->s, c->rx_aio);
+	nng_aio_set_iov(c->ns->rx_aio, 1, &iov);
+	nng_stream_recv(c->ns->s, c->ns->rx_aio);
 }
 
 // Sets the upper layer and starts reading.
@@ -439,13 +448,16 @@ static void destroy_job(workq_job *job)
 		}
 		close(c->fd);
 	} else {
-		nng_stream_close(c->s);
-		nng_aio_free(c->rx_aio);
-		nng_aio_free(c->tx_aio);
-		nng_stream_free(c->s);
+		nng_stream_close(c->ns->s);
+		nng_aio_free(c->ns->rx_aio);
+		nng_aio_free(c->ns->tx_aio);
+		nng_stream_free(c->ns->s);
 	}
 	txbuf_fini(&c->fill);
-	txbuf_fini(&c->send);
+	if (c->ns != NULL) {
+		txbuf_fini(&c->ns->send);
+		free(c->ns);
+	}
 	pthread_mutex_destroy(&c->mtx);
 	pthread_cond_destroy(&c->cv);
 	free(c->rx);
@@ -477,7 +489,7 @@ static void close_locked(nmq_conn *c)
 		// descriptor is closed only when the connection is destroyed.
 		shutdown(c->fd, SHUT_RDWR);
 	} else {
-		nng_stream_close(c->s);
+		nng_stream_close(c->ns->s);
 	}
 }
 
@@ -554,7 +566,7 @@ const char *conn_peer(nmq_conn *c)
 
 nng_stream *conn_stream(nmq_conn *c)
 {
-	return c->s;
+	return c->ns != NULL ? c->ns->s : NULL;
 }
 
 uint64_t conn_rx_bytes(nmq_conn *c)
@@ -566,9 +578,9 @@ uint64_t conn_rx_bytes(nmq_conn *c)
 static void rx_cb(void *arg)
 {
 	nmq_conn *c  = arg;
-	c->rx_result = nng_aio_result(c->rx_aio);
+	c->rx_result = nng_aio_result(c->ns->rx_aio);
 	if (c->rx_result == 0) {
-		size_t n = nng_aio_count(c->rx_aio);
+		size_t n = nng_aio_count(c->ns->rx_aio);
 		if (n == 0) {
 			c->rx_result = NNG_ECLOSED;
 		}
@@ -842,7 +854,6 @@ static void raw_io(workq_io *io, uint32_t events)
 			// Draining to a peer that went away: give up the output.
 			pthread_mutex_lock(&c->mtx);
 			close_locked(c);
-			txbuf_reset(&c->send);
 			txbuf_reset(&c->fill);
 			c->tx_busy = false;
 			if (c->ep_added) {
@@ -982,38 +993,38 @@ bool conn_tx_ref(nmq_conn *c, nmq_msg *msg, const uint8_t *p, size_t len)
 
 size_t conn_tx_queued(nmq_conn *c)
 {
-	return c->fill.bytes + c->send.bytes;
+	return c->fill.bytes + (c->ns != NULL ? c->ns->send.bytes : 0);
 }
 
 bool conn_tx_full(nmq_conn *c)
 {
-	return c->closing || c->fill.bytes + c->send.bytes >= c->env->tx_high_water;
+	return c->closing || conn_tx_queued(c) >= c->env->tx_high_water;
 }
 
 // Builds the iov list from the send buffer's current position and submits
 // it. Caller holds mtx.
 static void submit_send(nmq_conn *c)
 {
-	txbuf   *b   = &c->send;
+	txbuf   *b   = &c->ns->send;
 	unsigned n   = 0;
 	size_t   off = c->send_off;
 	for (size_t i = c->send_seg; i < b->nsegs && n < TX_IOV_MAX; i++) {
-		tx_seg        *s    = &b->segs[i];
-		const uint8_t *base = s->ref != NULL ? s->p : b->arena + s->off;
-		c->iov[n].iov_buf   = (void *)(base + off);
-		c->iov[n].iov_len   = s->len - off;
-		off                 = 0;
+		tx_seg        *s      = &b->segs[i];
+		const uint8_t *base   = s->ref != NULL ? s->p : b->arena + s->off;
+		c->ns->iov[n].iov_buf = (void *)(base + off);
+		c->ns->iov[n].iov_len = s->len - off;
+		off                   = 0;
 		n++;
 	}
-	nng_aio_set_iov(c->tx_aio, n, c->iov);
-	nng_stream_send(c->s, c->tx_aio);
+	nng_aio_set_iov(c->ns->tx_aio, n, c->ns->iov);
+	nng_stream_send(c->ns->s, c->ns->tx_aio);
 }
 
 // Swaps fill and send and starts sending. Caller holds mtx.
 static void start_send(nmq_conn *c)
 {
-	txbuf t     = c->send;
-	c->send     = c->fill;
+	txbuf t     = c->ns->send;
+	c->ns->send = c->fill;
 	c->fill     = t;
 	c->send_seg = 0;
 	c->send_off = 0;
@@ -1184,21 +1195,21 @@ static void flush_job(workq_job *job)
 static void tx_cb(void *arg)
 {
 	nmq_conn *c      = arg;
-	int       rv     = nng_aio_result(c->tx_aio);
-	size_t    n      = nng_aio_count(c->tx_aio);
+	int       rv     = nng_aio_result(c->ns->tx_aio);
+	size_t    n      = nng_aio_count(c->ns->tx_aio);
 	bool      end    = false;
 	bool      notify = false;
 	pthread_mutex_lock(&c->mtx);
 	if (rv != 0) {
 		close_locked(c);
-		txbuf_reset(&c->send);
+		txbuf_reset(&c->ns->send);
 		txbuf_reset(&c->fill);
 		c->tx_busy = false;
 		pthread_mutex_unlock(&c->mtx);
 		conn_release(c);
 		return;
 	}
-	txbuf *b = &c->send;
+	txbuf *b = &c->ns->send;
 	while (n > 0 && c->send_seg < b->nsegs) {
 		tx_seg *s    = &b->segs[c->send_seg];
 		size_t  left = s->len - c->send_off;
