@@ -139,6 +139,7 @@ static void listener_opts_from_conf(const conf_listener *cl, const char *url, li
 	lo->key_password         = cl->key_password;
 	lo->verify_peer          = cl->verify_peer;
 	lo->fail_if_no_peer_cert = cl->fail_if_no_peer_cert;
+	lo->max_connections      = cl->max_connections;
 }
 
 // Checks the TLS files of every listener without opening sockets (for

@@ -94,7 +94,8 @@ struct nmq_conn {
 	size_t send_off;
 
 	void *tag;
-	char  peer[64];
+	void (*tag_destroy)(void *tag);
+	char peer[64];
 };
 
 static atomic_long live_conns;
@@ -458,6 +459,9 @@ static void destroy_job(workq_job *job)
 		txbuf_fini(&c->ns->send);
 		free(c->ns);
 	}
+	if (c->tag_destroy != NULL) {
+		c->tag_destroy(c->tag);
+	}
 	pthread_mutex_destroy(&c->mtx);
 	pthread_cond_destroy(&c->cv);
 	free(c->rx);
@@ -549,9 +553,10 @@ bool conn_is_closing(nmq_conn *c)
 	return r;
 }
 
-void conn_set_tag(nmq_conn *c, void *tag)
+void conn_set_tag(nmq_conn *c, void *tag, void (*on_destroy)(void *tag))
 {
-	c->tag = tag;
+	c->tag         = tag;
+	c->tag_destroy = on_destroy;
 }
 
 void *conn_tag(nmq_conn *c)

@@ -75,6 +75,8 @@ struct nmq_listener {
 	nng_tls_config *tls; // current configuration (mtx)
 	nng_tls_config *tls_prev; // kept for NNG's unlocked read (mtx)
 	atomic_bool     verify_peer;
+	atomic_uint     max_conns; // 0 = no limit
+	atomic_uint     n_conns; // connections accepted and not destroyed
 	atomic_bool     fail_if_no_peer_cert;
 
 	struct nmq_listener *retired_next;
@@ -82,6 +84,8 @@ struct nmq_listener {
 
 static pthread_mutex_t retired_lock = PTHREAD_MUTEX_INITIALIZER;
 static nmq_listener   *retired;
+
+static void adopt(nmq_listener *l, nmq_conn *c);
 
 // Returns the transport of a URL from its scheme, or -1 if unsupported.
 static int url_kind(const char *url)
@@ -443,7 +447,7 @@ static void raw_accept_io(workq_io *io, uint32_t events)
 			close(fd);
 			continue;
 		}
-		conn_set_tag(c, l);
+		adopt(l, c);
 		l->fn(l->arg, c);
 	}
 }
@@ -546,6 +550,20 @@ static void raw_stop_job(workq_job *job)
 // ---------------------------------------------------------------------------
 // Accepting
 
+// A connection of listener arg is gone (conn destroy hook).
+static void conn_gone(void *arg)
+{
+	nmq_listener *l = arg;
+	atomic_fetch_sub(&l->n_conns, 1);
+}
+
+// Tags c with l and counts it.
+static void adopt(nmq_listener *l, nmq_conn *c)
+{
+	atomic_fetch_add(&l->n_conns, 1);
+	conn_set_tag(c, l, conn_gone);
+}
+
 // Posts the next accept, unless the listener is stopping. Called with
 // l->mtx held.
 static void accept_next(nmq_listener *l)
@@ -588,7 +606,7 @@ static void accept_cb(void *arg)
 		if (c == NULL) {
 			nng_stream_free(s);
 		} else {
-			conn_set_tag(c, l);
+			adopt(l, c);
 			l->fn(l->arg, c);
 		}
 	}
@@ -702,6 +720,8 @@ int listener_start(nmq_listener **lp, const listener_opts *opts, const conn_env 
 	l->fn            = fn;
 	l->arg           = arg;
 	l->host_filtered = (kind == KIND_WS || kind == KIND_WSS) && url_host_is_specific(url);
+	atomic_init(&l->max_conns, opts->max_connections);
+	atomic_init(&l->n_conns, 0);
 	atomic_init(&l->verify_peer, false);
 	atomic_init(&l->fail_if_no_peer_cert, false);
 
@@ -900,4 +920,15 @@ bool listener_conn_authorized(nmq_conn *c, char *cn, size_t cnlen)
 bool listener_conn_peer(nmq_conn *c, tls_peer *p)
 {
 	return tls_engine_peer(conn_stream(c), p);
+}
+
+// Says whether c's listener is over its connection limit; see listener.h.
+bool listener_conn_over_limit(nmq_conn *c)
+{
+	nmq_listener *l = conn_tag(c);
+	if (l == NULL) {
+		return false;
+	}
+	unsigned max = atomic_load(&l->max_conns);
+	return max > 0 && atomic_load(&l->n_conns) > max;
 }

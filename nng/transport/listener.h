@@ -49,6 +49,9 @@ typedef struct listener_opts {
 	// fail_if_no_peer_cert a client without one is refused too.
 	bool verify_peer;
 	bool fail_if_no_peer_cert;
+	// Connections open at once (accepted and not yet destroyed); beyond
+	// it, listener_conn_over_limit() says so at CONNECT. 0 = no limit.
+	uint32_t max_connections;
 } listener_opts;
 
 // Starts listening. Returns 0, or an NNG error code with a message in err
@@ -104,6 +107,10 @@ int listener_reload_tls(nmq_listener *l, const listener_opts *opts, char *err, s
 // copies its common name to cn (if cn is not NULL and the name fits in
 // cnlen bytes with its NUL); otherwise cn is set to "". Never blocks.
 bool listener_conn_authorized(nmq_conn *c, char *cn, size_t cnlen);
+
+// True when c's listener has more connections open than its
+// max_connections allows (c included), so that the CONNECT is refused.
+bool listener_conn_over_limit(nmq_conn *c);
 
 // Fills *p with what the TLS handshake established about c's peer (for
 // %C / %d in HTTP auth, and logs). Returns false, with *p zeroed, for a

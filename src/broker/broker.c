@@ -207,6 +207,14 @@ static uint8_t b_authenticate(void *app, const proto_client_info *info)
 		    info->client_id, info->peer);
 		return MQTT_RC_NOT_AUTHORIZED;
 	}
+	if (info->conn != NULL && listener_conn_over_limit(info->conn)) {
+		// listeners.<name>.max_connections reached.
+		atomic_fetch_add(&proto_metrics_get(b->proto)->refused_connections, 1);
+		log_info("auth",
+		    "client_id=%s peer=%s event=refused reason=listener_max_connections",
+		    info->client_id, info->peer);
+		return MQTT_RC_QUOTA_EXCEEDED;
+	}
 	auth_ctx *a  = auth_get(b, &anon, NULL);
 	uint8_t   rc = auth_connect_check(a, (const char *)info->username,
             info->username != NULL ? info->username_len : 0, (const char *)info->password,

@@ -38,12 +38,13 @@ typedef struct conf_listener {
 	int   port;
 	char *path; // ws/wss only, e.g. "/mqtt"
 	// ssl / wss
-	char *keyfile;
-	char *certfile;
-	char *cacertfile;
-	char *key_password;
-	bool  verify_peer;
-	bool  fail_if_no_peer_cert;
+	char    *keyfile;
+	char    *certfile;
+	char    *cacertfile;
+	char    *key_password;
+	bool     verify_peer;
+	bool     fail_if_no_peer_cert;
+	uint32_t max_connections; // open at once on this listener, 0 = no limit
 } conf_listener;
 
 enum conf_log_level {

@@ -16,6 +16,12 @@
 
 // The TLS keys of an ssl or wss listener.
 // clang-format off
+#define MAXCONN_KEY(kind) \
+	{ .path = "listeners." kind ".max_connections", .type = CONF_T_INT, \
+	    .store = CONF_ST_U32, LF(max_connections), .def = "0", .min = 0, .max = 10000000, \
+	    .help = "Most connections open on this listener at once (0 = no limit; extension). " \
+	        "A CONNECT beyond it gets CONNACK 0x97 (3.1.1: 0x03) and is counted." }
+
 #define TLS_KEYS(kind, inherit) \
 	{ .path = "listeners." kind ".keyfile", .type = CONF_T_STR, .store = CONF_ST_STR, \
 	    LF(keyfile), .reload = true, .flags = CONF_F_TLSFILE | CONF_F_READABLE, \
@@ -153,18 +159,21 @@ const conf_key conf_schema[] = {
 	    .def = "true", .help = "`false` disables this listener." },
 	{ .path = "listeners.tcp.bind", .type = CONF_T_STR, .store = CONF_ST_STR, LF(bind),
 	    .flags = CONF_F_BIND, .def = "0.0.0.0:1883", .help = "Address and port." },
+	MAXCONN_KEY("tcp"),
 	{ .path = "listeners.ssl", .type = CONF_T_SECTION, .help = "MQTT over TLS." },
 	{ .path = "listeners.ssl.enable", .type = CONF_T_BOOL, .flags = CONF_F_ENABLE,
 	    .def = "true", .help = "`false` disables this listener." },
 	{ .path = "listeners.ssl.bind", .type = CONF_T_STR, .store = CONF_ST_STR, LF(bind),
 	    .flags = CONF_F_BIND, .def = "0.0.0.0:8883", .help = "Address and port." },
 	TLS_KEYS("ssl", NULL),
+	MAXCONN_KEY("ssl"),
 	{ .path = "listeners.ws", .type = CONF_T_SECTION, .help = "MQTT over WebSocket." },
 	{ .path = "listeners.ws.enable", .type = CONF_T_BOOL, .flags = CONF_F_ENABLE, .def = "true",
 	    .help = "`false` disables this listener." },
 	{ .path = "listeners.ws.bind", .type = CONF_T_STR, .store = CONF_ST_STR, LF(bind),
 	    .flags = CONF_F_BIND, .def = "0.0.0.0:8083/mqtt",
 	    .help = "Address, port and the required URL path." },
+	MAXCONN_KEY("ws"),
 	{ .path = "listeners.wss", .type = CONF_T_SECTION, .help = "MQTT over secure WebSocket." },
 	{ .path = "listeners.wss.enable", .type = CONF_T_BOOL, .flags = CONF_F_ENABLE,
 	    .def = "true", .help = "`false` disables this listener." },
@@ -172,6 +181,7 @@ const conf_key conf_schema[] = {
 	    .flags = CONF_F_BIND, .def = "0.0.0.0:8086/mqtt",
 	    .help = "Address, port and the required URL path." },
 	TLS_KEYS("wss", "from `listeners.ssl`"),
+	MAXCONN_KEY("wss"),
 	{ .path = "listeners.quic", .type = CONF_T_SECTION, .status = CONF_S_UNSUPPORTED,
 	    .help = "MQTT over QUIC." },
 

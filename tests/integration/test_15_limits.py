@@ -97,6 +97,36 @@ class TopicLimitTests(BrokerTestCase):
                 p.publish("ok/b/c", b"three levels")
                 self.assertEqual(other.expect(PUBLISH).payload, b"three levels")
 
+class ListenerConnectionLimitTests(BrokerTestCase):
+    CONF = "listeners.tcp.max_connections = 2"
+
+    # listeners.<name>.max_connections: like mqtt.max_connections, but per
+    # listener (0x97 Quota exceeded / 3.1.1 0x03); a slot frees when a
+    # connection goes away.
+    @skip_on_mosquitto("mosquitto's max_connections is not this key")
+    def test_listener_limit(self):
+        for v, code in ((5, 0x97), (4, 0x03)):
+            with self.subTest(version=v):
+                a = self.raw(v, "ll-a%d" % v)
+                b = self.raw(v, "ll-b%d" % v)
+                c = self.raw(v)
+                self.assertEqual(c.connect("ll-c%d" % v).rc, code)
+                c.expect_closed()
+                a.disconnect()
+                a.expect_closed()
+                ok = False
+                for _ in range(50):
+                    d = self.raw(v)
+                    if d.connect("ll-d%d" % v).rc == 0:
+                        ok = True
+                        break
+                    d.expect_closed()
+                self.assertTrue(ok, "no slot after a connection left")
+                b.disconnect()
+                d.disconnect()
+                b.expect_closed()
+                d.expect_closed()
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
