@@ -35,10 +35,13 @@ struct nmq_broker {
 	pthread_mutex_t subs_mtx; // creation of sess_subs
 
 	// Reloadable: swapped under auth_mtx, used through a held reference.
-	pthread_mutex_t  auth_mtx;
-	auth_ctx        *auth;
-	bool             allow_anonymous;
-	bool             deny_disconnect;
+	pthread_mutex_t auth_mtx;
+	auth_ctx       *auth;
+	bool            allow_anonymous;
+	bool            deny_disconnect;
+	// An ACL with rules is in force; when none is, PUBLISH and SUBSCRIBE
+	// skip the auth lock altogether (the common case, on the hot path).
+	_Atomic bool     acl_active;
 	_Atomic uint32_t max_subscriptions; // per client, 0 = no limit
 };
 
@@ -136,6 +139,7 @@ int broker_reconfigure(nmq_broker *b, const nmq_conf *conf, char *err, size_t er
 	b->auth            = a;
 	b->allow_anonymous = conf->allow_anonymous;
 	b->deny_disconnect = conf->auth_deny_action == CONF_DENY_DISCONNECT;
+	b->acl_active      = acl_enabled(auth_ctx_acl(a));
 	pthread_mutex_unlock(&b->auth_mtx);
 	b->max_subscriptions = conf->max_subscriptions;
 	if (old != NULL) {
@@ -232,12 +236,16 @@ static uint8_t b_authenticate(void *app, const proto_client_info *info)
 static bool acl_allows(nmq_broker *b, const proto_who *who, int action, const char *topic,
     size_t len, bool *disconnect)
 {
+	if (!b->acl_active) {
+		*disconnect = false;
+		return true;
+	}
 	auth_ctx  *a = auth_get(b, NULL, disconnect);
 	acl_client c = { who->client_id, who->username, who->peer };
 	int        d = acl_check(auth_ctx_acl(a), &c, action, topic, len);
 	auth_ctx_release(a);
 	if (d != ACL_ALLOW) {
-		log_info("acl", "client_id=%s peer=%s action=%s topic=%.*s event=denied",
+		log_info_rl("acl", "client_id=%s peer=%s action=%s topic=%.*s event=denied",
 		    who->client_id, who->peer, action == ACL_PUBLISH ? "publish" : "subscribe",
 		    (int)(len > 200 ? 200 : len), topic);
 		return false;

@@ -62,14 +62,17 @@ int log_ratelimit_allow(log_ratelimit *rl, int per_sec);
 #define log_error(mod, ...) NMQ_LOG(LOG_LEVEL_ERROR, mod, __VA_ARGS__)
 #define log_fatal(mod, ...) NMQ_LOG(LOG_LEVEL_FATAL, mod, __VA_ARGS__)
 
-// Rate-limited warn: at most 10 lines per second from this call site.
-#define log_warn_rl(mod, ...)                                                                      \
+// Rate-limited logging for anything that can repeat per message: at most
+// 10 lines per second from one call site at the given level.
+#define NMQ_LOG_RL(lvl, mod, ...)                                                                  \
 	do {                                                                                       \
 		static log_ratelimit rl_;                                                          \
-		if (LOG_LEVEL_WARN                                                                 \
-		        >= atomic_load_explicit(&log_level_current, memory_order_relaxed)          \
+		if ((lvl) >= atomic_load_explicit(&log_level_current, memory_order_relaxed)        \
 		    && log_ratelimit_allow(&rl_, 10))                                              \
-			log_write(LOG_LEVEL_WARN, mod, __VA_ARGS__);                               \
+			log_write(lvl, mod, __VA_ARGS__);                                          \
 	} while (0)
+
+#define log_info_rl(mod, ...) NMQ_LOG_RL(LOG_LEVEL_INFO, mod, __VA_ARGS__)
+#define log_warn_rl(mod, ...) NMQ_LOG_RL(LOG_LEVEL_WARN, mod, __VA_ARGS__)
 
 #endif // NMQ_LOG_H
