@@ -89,7 +89,9 @@ const conf_key conf_schema[] = {
 	    CF(max_mqueue_len), .reload = true, .def = CONF_XSTR(NMQ_MSQ_LEN_DEFAULT),
 	    .def_doc = "CMake `MSQ_LEN` (2048)", .min = 1, .max = U32MAX, .alias = "mqtt.msq_len",
 	    .help = "Messages waiting per client behind the inflight window; when full, new "
-	        "messages for that client are dropped and counted." },
+	        "messages for that client are dropped and counted. With a bound of 128 or more, "
+	        "a publisher whose QoS 1/2 messages fill a connected client's queue past 3/4 is "
+	        "paused instead (at most 1 s at a time) until the queue is under half that." },
 	{ .path = "mqtt.max_inflight_window", .type = CONF_T_INT, .store = CONF_ST_U32,
 	    CF(max_inflight_window), .reload = true, .def = "2048", .min = 1, .max = 65535,
 	    .help = "Outbound QoS 1/2 messages in flight per client (also bounded by the "
