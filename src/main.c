@@ -177,23 +177,16 @@ static int start_listeners(server *srv, char *err, size_t errlen)
 		if (rv != 0) {
 			return -1;
 		}
-		nmq_listener *l = srv->listeners[srv->n_listeners++];
+		srv->n_listeners++;
 		log_info("main", "listener=%s url=%s event=listening", cl->name, url);
-		if (listener_host_filtered(l)) {
-			log_warn("main",
-			    "listener=%s url=%s: WebSocket clients must send this address as their "
-			    "Host header; bind 0.0.0.0 to accept any Host",
-			    cl->name, url);
-		}
 	}
 	return 0;
 }
 
 // Re-reads the TLS files of every running ssl/wss listener (certificates are
-// usually renewed in place, so an unchanged path says nothing) and applies
-// the new maximum packet size to the ws/wss frame limit. Listeners are
-// matched by name; added or removed ones need a restart (conf_diff says so).
-static void reload_listeners(server *srv, const nmq_conf *nc, uint32_t max_packet_size)
+// usually renewed in place, so an unchanged path says nothing). Listeners
+// are matched by name; added or removed ones need a restart (conf_diff says so).
+static void reload_listeners(server *srv, const nmq_conf *nc)
 {
 	for (int i = 0; i < srv->n_listeners; i++) {
 		nmq_listener        *l  = srv->listeners[i];
@@ -207,7 +200,6 @@ static void reload_listeners(server *srv, const nmq_conf *nc, uint32_t max_packe
 		if (cl == NULL) {
 			continue;
 		}
-		(void)listener_set_max_packet_size(l, max_packet_size);
 		if (cl->kind != CONF_LISTENER_SSL && cl->kind != CONF_LISTENER_WSS) {
 			continue;
 		}
@@ -339,7 +331,7 @@ static int reload(
 	proto_limits lim;
 	broker_limits_from_conf(&nc, &lim);
 	proto_set_limits(srv->proto, &lim);
-	reload_listeners(srv, &nc, lim.max_packet_size);
+	reload_listeners(srv, &nc);
 	log_set_level(nc.log_level);
 	// Keep the values that need a restart from the running configuration:
 	// swap in the new one only for what was applied above.

@@ -14,12 +14,14 @@
 #include <unistd.h>
 
 #include "nng/codec/mqtt_codec.h"
+#include "nng/codec/ws_codec.h"
 
 #define RX_INIT     256
 #define RX_GROW_MAX (64 * 1024)
 #define TX_IOV_MAX  8 // NNG's limit per aio
 #define RAW_IOV_MAX 64 // per writev on a plain socket
 #define RAW_READS   8 // reads per readiness event before yielding
+#define WS_HDR_ROOM 10 // room reserved for a frame header (the longest)
 
 // One piece of queued output: either bytes in the arena (ref == NULL, at
 // offset off) or bytes inside a shared message (ref held, at p).
@@ -50,10 +52,28 @@ struct nng_side {
 	nng_iov     iov[TX_IOV_MAX];
 };
 
+// WebSocket state (conn_set_websocket); NULL for plain MQTT.
+struct ws_side {
+	const char *path;
+	bool        open; // the upgrade is done: bytes are framed both ways
+	ws_decoder  dec;
+	// Receive: c->rx holds [0, mq_len) decoded MQTT bytes not dispatched
+	// yet, then [mq_len, rx_len) raw bytes still to decode.
+	size_t mq_len;
+	// Send (mtx): the data frame being filled, whose header segment
+	// (WS_HDR_ROOM bytes reserved in the arena) is finished when a write
+	// takes it.
+	bool   frame_open;
+	bool   raw_out; // queue the next bytes unframed (control frames)
+	size_t hdr_seg;
+	size_t frame_start; // fill.bytes just after the header
+};
+
 struct nmq_conn {
 	// Backend: an NNG stream (TLS, WebSocket) with its two aios, or a
 	// plain TCP socket (fd >= 0) owned by one worker's event loop.
 	struct nng_side *ns; // NNG stream backend only, else NULL
+	struct ws_side  *ws; // WebSocket only, else NULL
 	int              fd;
 	int              owner; // worker whose epoll set holds fd
 	uint32_t         ep_events; // events registered (mtx)
@@ -107,6 +127,8 @@ static void destroy_job(workq_job *job);
 static void raw_io(workq_io *io, uint32_t events);
 static void flush_job(workq_job *job);
 static bool raw_write_locked(nmq_conn *c);
+static bool ws_rx_dispatch(nmq_conn *c);
+static void ws_frame_finish(nmq_conn *c);
 
 // A per-thread pool of the first output blocks of a connection (the arena
 // and segment array a first write allocates), so that a plain socket can
@@ -387,6 +409,28 @@ nmq_conn *conn_alloc(nng_stream *s, const conn_env *env)
 	return c;
 }
 
+// Makes c a WebSocket connection; see conn.h.
+bool conn_set_websocket(nmq_conn *c, const char *path)
+{
+	c->ws = calloc(1, sizeof(*c->ws));
+	if (c->ws == NULL) {
+		return false;
+	}
+	c->ws->path = path;
+	// The input is decoded in place in the connection's own buffer, never
+	// in the worker's scratch buffer.
+	if (c->rx == NULL) {
+		c->rx = malloc(RX_INIT);
+		if (c->rx == NULL) {
+			free(c->ws);
+			c->ws = NULL;
+			return false;
+		}
+		c->rx_cap = RX_INIT;
+	}
+	return true;
+}
+
 // Submits a receive into the free part of the buffer. Caller holds mtx.
 static void start_recv(nmq_conn *c)
 {
@@ -459,6 +503,7 @@ static void destroy_job(workq_job *job)
 		txbuf_fini(&c->ns->send);
 		free(c->ns);
 	}
+	free(c->ws);
 	if (c->tag_destroy != NULL) {
 		c->tag_destroy(c->tag);
 	}
@@ -664,6 +709,9 @@ static bool rx_dispatch(nmq_conn *c)
 {
 	size_t off;
 	size_t want;
+	if (c->ws != NULL) {
+		return ws_rx_dispatch(c);
+	}
 	if (!dispatch_frames(c, c->rx, c->rx_len, &off, &want)) {
 		return false;
 	}
@@ -693,6 +741,144 @@ static bool rx_dispatch(nmq_conn *c)
 			return false;
 		}
 	} else if (c->rx_cap > RX_INIT && target <= RX_INIT && c->rx_len <= RX_INIT / 2) {
+		uint8_t *nb = realloc(c->rx, RX_INIT);
+		if (nb != NULL) {
+			c->rx     = nb;
+			c->rx_cap = RX_INIT;
+		}
+	}
+	return true;
+}
+
+// WebSocket: queues bytes that are already framed (an HTTP response, a
+// control frame) behind what is queued, and starts sending them.
+static void ws_queue_raw(nmq_conn *c, const void *p, size_t n)
+{
+	pthread_mutex_lock(&c->mtx);
+	ws_frame_finish(c);
+	c->ws->raw_out = true;
+	uint8_t *dst   = conn_tx_reserve(c, n);
+	if (dst != NULL) {
+		memcpy(dst, p, n);
+		conn_tx_commit(c, n);
+	}
+	c->ws->raw_out = false;
+	pthread_mutex_unlock(&c->mtx);
+	conn_tx_flush_later(c);
+}
+
+// WebSocket: sends a close frame with code, then closes once it is out.
+static void ws_send_close(nmq_conn *c, uint16_t code)
+{
+	uint8_t f[4] = { 0x80 | WS_OP_CLOSE, 2, (uint8_t)(code >> 8), (uint8_t)code };
+	ws_queue_raw(c, f, sizeof(f));
+	conn_shutdown(c);
+}
+
+// WebSocket: answers the upgrade request once it is complete. Returns 1
+// when the connection is open (the request removed from the buffer), 0
+// while the request is incomplete, -1 when it was refused (the error
+// response is on its way and the connection closes after it).
+static int ws_handshake_step(nmq_conn *c)
+{
+	struct ws_side *w = c->ws;
+	ws_handshake    hs;
+	size_t          used = 0;
+	char            resp[WS_HS_RESPONSE_MAX];
+	memset(&hs, 0, sizeof(hs));
+	hs.path = w->path;
+	int r   = ws_handshake_parse(&hs, c->rx, c->rx_len, &used);
+	if (r == WS_HS_NEED_MORE) {
+		// The parser refuses a request of WS_HS_MAX bytes or more, so
+		// this stops growing at twice that.
+		if (c->rx_len + 64 > c->rx_cap) {
+			return rx_reserve(c, c->rx_cap * 2) ? 0 : -1;
+		}
+		return 0;
+	}
+	size_t n = ws_handshake_response(&hs, r == WS_HS_OK, resp, sizeof(resp));
+	ws_queue_raw(c, resp, n);
+	if (r != WS_HS_OK) {
+		conn_shutdown(c);
+		return -1;
+	}
+	pthread_mutex_lock(&c->mtx);
+	w->open = true;
+	pthread_mutex_unlock(&c->mtx);
+	memmove(c->rx, c->rx + used, c->rx_len - used);
+	c->rx_len -= used;
+	w->mq_len = 0;
+	return 1;
+}
+
+// WebSocket receive: the upgrade first, then the frames of the buffer are
+// decoded in place into the MQTT stream, whose complete packets are
+// dispatched. Returns false if reading must stop.
+static bool ws_rx_dispatch(nmq_conn *c)
+{
+	struct ws_side *w = c->ws;
+	if (!w->open) {
+		int r = ws_handshake_step(c);
+		if (r <= 0) {
+			return r == 0;
+		}
+	}
+	size_t     out   = w->mq_len;
+	size_t     raw   = w->mq_len;
+	int        close = 0; // a close code to send once the data is handed up
+	ws_control ctl;
+	for (;;) {
+		int r = ws_decode(&w->dec, c->rx, c->rx_len, &out, &raw, &ctl);
+		if (r == WS_DEC_OK) {
+			break;
+		}
+		if (r == WS_DEC_ERROR) {
+			close = ctl.close_code;
+			break;
+		}
+		if (ctl.opcode == WS_OP_PING) {
+			uint8_t f[2 + sizeof(ctl.payload)];
+			f[0] = 0x80 | WS_OP_PONG;
+			f[1] = ctl.len;
+			memcpy(f + 2, ctl.payload, ctl.len);
+			ws_queue_raw(c, f, 2 + (size_t)ctl.len);
+		} else if (ctl.opcode == WS_OP_CLOSE) {
+			// Echo the peer's code (RFC 6455 §5.5.1); 1005 means none.
+			close = ctl.close_code == 1005 ? WS_CLOSE_NORMAL : ctl.close_code;
+			break;
+		}
+	}
+	size_t used;
+	size_t want;
+	if (!dispatch_frames(c, c->rx, out, &used, &want)) {
+		return false;
+	}
+	if (close != 0) {
+		ws_send_close(c, (uint16_t)close);
+		return false;
+	}
+	// Keep the undispatched MQTT bytes, then the undecoded raw bytes.
+	size_t mq   = out - used;
+	size_t rest = c->rx_len - raw;
+	memmove(c->rx, c->rx + used, mq);
+	memmove(c->rx + mq, c->rx + raw, rest);
+	w->mq_len     = mq;
+	c->rx_len     = mq + rest;
+	size_t target = RX_INIT;
+	if (want > 0) {
+		target = want + 64;
+	}
+	if (c->rx_filled) {
+		size_t grow = c->rx_cap < RX_GROW_MAX ? c->rx_cap * 2 : c->rx_cap;
+		target      = grow > target ? grow : target;
+	}
+	if (target < c->rx_len + 64) {
+		target = c->rx_len + 64;
+	}
+	if (target > c->rx_cap) {
+		return rx_reserve(c, target);
+	}
+	if (c->rx_cap > RX_INIT && target <= RX_INIT && c->rx_len <= RX_INIT / 2) {
 		uint8_t *nb = realloc(c->rx, RX_INIT);
 		if (nb != NULL) {
 			c->rx     = nb;
@@ -785,7 +971,7 @@ static void raw_read(nmq_conn *c)
 	for (int i = 0; i < RAW_READS; i++) {
 		ssize_t n;
 		bool    fail = false;
-		if (c->rx_len == 0) {
+		if (c->rx_len == 0 && c->ws == NULL) {
 			n = raw_read_scratch(c, &fail);
 		} else {
 			size_t room = c->rx_cap - c->rx_len;
@@ -909,7 +1095,7 @@ void conn_tx_unlock(nmq_conn *c)
 }
 
 // Returns n writable bytes at the end of the fill arena, or NULL.
-uint8_t *conn_tx_reserve(nmq_conn *c, size_t n)
+static uint8_t *arena_reserve(nmq_conn *c, size_t n)
 {
 	txbuf *b = &c->fill;
 	if (c->closing) {
@@ -947,6 +1133,80 @@ uint8_t *conn_tx_reserve(nmq_conn *c, size_t n)
 	return b->arena + b->arena_len;
 }
 
+// WebSocket: starts a data frame at the end of the fill buffer if none is
+// open, with a header segment of WS_HDR_ROOM bytes that ws_frame_finish
+// fills in (the arena must have that room reserved). Returns false on
+// allocation failure (the connection is closed).
+static bool ws_frame_begin(nmq_conn *c)
+{
+	struct ws_side *w = c->ws;
+	txbuf          *b = &c->fill;
+	if (w == NULL || !w->open || w->frame_open || w->raw_out) {
+		return true;
+	}
+	if (!txbuf_seg_room(b)) {
+		close_locked(c);
+		return false;
+	}
+	tx_seg *s = &b->segs[b->nsegs];
+	s->ref    = NULL;
+	s->p      = NULL;
+	s->off    = b->arena_len;
+	s->len    = WS_HDR_ROOM;
+	b->arena_len += WS_HDR_ROOM;
+	b->bytes += WS_HDR_ROOM;
+	w->hdr_seg     = b->nsegs++;
+	w->frame_open  = true;
+	w->frame_start = b->bytes;
+	return true;
+}
+
+// WebSocket: ends the open data frame, if any, by writing its header for
+// the bytes queued since (an empty frame is dropped). Called before a
+// write takes the fill buffer and before a control frame is queued.
+// Caller holds mtx.
+static void ws_frame_finish(nmq_conn *c)
+{
+	struct ws_side *w = c->ws;
+	txbuf          *b = &c->fill;
+	if (w == NULL || !w->frame_open) {
+		return;
+	}
+	w->frame_open = false;
+	if (w->hdr_seg >= b->nsegs || b->bytes < w->frame_start) {
+		return; // the buffer was emptied meanwhile (a close)
+	}
+	tx_seg *h       = &b->segs[w->hdr_seg];
+	size_t  payload = b->bytes - w->frame_start;
+	if (payload == 0 && w->hdr_seg == b->nsegs - 1) {
+		b->nsegs--;
+		b->arena_len -= WS_HDR_ROOM;
+		b->bytes -= WS_HDR_ROOM;
+		return;
+	}
+	uint8_t hdr[WS_HDR_ROOM];
+	size_t  k = ws_frame_header(hdr, WS_OP_BINARY, payload);
+	h->off += WS_HDR_ROOM - k;
+	h->len = k;
+	memcpy(b->arena + h->off, hdr, k);
+	b->bytes -= WS_HDR_ROOM - k;
+}
+
+// Returns n writable bytes for the upper layer (behind a frame header when
+// a WebSocket frame must be started), or NULL.
+uint8_t *conn_tx_reserve(nmq_conn *c, size_t n)
+{
+	struct ws_side *w = c->ws;
+	if (w != NULL && w->open && !w->frame_open && !w->raw_out) {
+		uint8_t *p = arena_reserve(c, WS_HDR_ROOM + n);
+		if (p == NULL || !ws_frame_begin(c)) {
+			return NULL;
+		}
+		return p + WS_HDR_ROOM;
+	}
+	return arena_reserve(c, n);
+}
+
 // Commits n bytes written after conn_tx_reserve.
 void conn_tx_commit(nmq_conn *c, size_t n)
 {
@@ -954,9 +1214,11 @@ void conn_tx_commit(nmq_conn *c, size_t n)
 	if (n == 0) {
 		return;
 	}
-	// Extend the last arena segment when contiguous, else add one.
+	// Extend the last arena segment when contiguous (but never a frame
+	// header still to be finished), else add one.
 	if (b->nsegs > 0 && b->segs[b->nsegs - 1].ref == NULL && b->segs[b->nsegs - 1].p == NULL
-	    && b->segs[b->nsegs - 1].off + b->segs[b->nsegs - 1].len == b->arena_len) {
+	    && b->segs[b->nsegs - 1].off + b->segs[b->nsegs - 1].len == b->arena_len
+	    && !(c->ws != NULL && c->ws->frame_open && c->ws->hdr_seg == b->nsegs - 1)) {
 		b->segs[b->nsegs - 1].len += n;
 	} else {
 		if (!txbuf_seg_room(b)) {
@@ -982,6 +1244,10 @@ bool conn_tx_ref(nmq_conn *c, nmq_msg *msg, const uint8_t *p, size_t len)
 	}
 	if (len == 0) {
 		return true;
+	}
+	if (c->ws != NULL && c->ws->open && !c->ws->frame_open
+	    && (arena_reserve(c, WS_HDR_ROOM) == NULL || !ws_frame_begin(c))) {
+		return false;
 	}
 	if (!txbuf_seg_room(b)) {
 		return false;
@@ -1028,6 +1294,7 @@ static void submit_send(nmq_conn *c)
 // Swaps fill and send and starts sending. Caller holds mtx.
 static void start_send(nmq_conn *c)
 {
+	ws_frame_finish(c);
 	txbuf t     = c->ns->send;
 	c->ns->send = c->fill;
 	c->fill     = t;
@@ -1045,6 +1312,7 @@ static void start_send(nmq_conn *c)
 static bool raw_write_locked(nmq_conn *c)
 {
 	txbuf *b = &c->fill;
+	ws_frame_finish(c);
 	while (c->send_seg < b->nsegs) {
 		struct iovec iov[RAW_IOV_MAX];
 		int          n   = 0;

@@ -69,6 +69,18 @@ nmq_conn *conn_alloc(nng_stream *s, const conn_env *env);
 // to the socket. Returns NULL on allocation failure (the caller still owns
 // fd). ref = 1 for the caller.
 nmq_conn *conn_alloc_fd(int fd, const conn_env *env);
+// Makes c a WebSocket connection (RFC 6455, MQTT over WebSocket): the
+// first bytes must be an HTTP upgrade request for `path` (which must stay
+// valid for the connection's life; NULL serves any path), answered by the
+// connection itself; after it, input is unwrapped from binary frames before
+// the MQTT frames are cut, every output batch goes out as one binary frame,
+// pings are answered and a close frame is echoed. The upper layer sees only
+// MQTT bytes. A rejected request gets its HTTP error and the connection
+// closes (closed() is called as for any close). The time the handshake may
+// take is bounded by whatever deadline the upper layer sets for CONNECT.
+// Call before conn_start. Returns false on allocation failure.
+bool conn_set_websocket(nmq_conn *c, const char *path);
+
 // Sets the upper layer and starts reading. Call once.
 void conn_start(nmq_conn *c, const conn_ops *ops, void *upper);
 

@@ -10,6 +10,9 @@
 // worker's epoll set, and accepted sockets become plain-socket connections
 // spread over the workers (conn_alloc_fd), so that plain MQTT needs no NNG
 // hand-off per read or write (docs/decisions/0003-plain-tcp-event-loops.md).
+// ws:// listeners are the same sockets with the WebSocket layer of conn.c
+// on top; wss:// is NNG's tls+tcp stream with that same layer
+// (docs/decisions/0002-websocket.md).
 //
 // Accepted connections point at their listener (conn_set_tag). A stopped
 // listener is therefore never freed: its sockets and TLS configurations are
@@ -31,7 +34,6 @@
 #include <unistd.h>
 
 #include <nng/supplemental/tls/tls.h>
-#include <nng/transport/ws/websocket.h>
 
 #include <mbedtls/error.h>
 #include <mbedtls/pk.h>
@@ -65,9 +67,9 @@ struct nmq_listener {
 	listener_accept_fn   fn;
 	void                *arg;
 	enum listener_kind   kind;
-	bool                 host_filtered;
 	char                 name[64];
 	char                 url[256];
+	char                 ws_path[128]; // ws/wss: the path served
 
 	pthread_mutex_t mtx;
 	bool            stopping; // guarded by mtx
@@ -105,22 +107,61 @@ static int url_kind(const char *url)
 	return -1;
 }
 
-// Returns true when the host part of a ws/wss URL is not a wildcard, so
-// that NNG's virtual-host check will demand a matching Host header.
-static bool url_host_is_specific(const char *url)
+// Splits "scheme://host:port[/path]" (host may be "[v6]" or empty) into
+// host, port and path ("/" when none). Returns 0 or -1.
+static int split_url(
+    const char *url, char *host, size_t hlen, char *port, size_t plen, char *path, size_t pathlen)
 {
-	nng_url *u;
-	bool     specific = false;
-	if (nng_url_parse(&u, url) != 0) {
-		return false;
+	const char *h = strstr(url, "://");
+	if (h == NULL) {
+		return -1;
 	}
-	const char *h = u->u_hostname;
-	if (h != NULL && h[0] != '\0' && strcmp(h, "0.0.0.0") != 0 && strcmp(h, "::") != 0
-	    && strcmp(h, "*") != 0) {
-		specific = true;
+	h += 3;
+	const char *slash = strchr(h, '/');
+	const char *end   = slash != NULL ? slash : h + strlen(h);
+	const char *colon;
+	size_t      n;
+	if (*h == '[') {
+		const char *rb = memchr(h, ']', (size_t)(end - h));
+		if (rb == NULL || rb[1] != ':') {
+			return -1;
+		}
+		n     = (size_t)(rb - h - 1);
+		h     = h + 1;
+		colon = rb + 1;
+	} else {
+		colon = NULL;
+		for (const char *q = h; q < end; q++) {
+			if (*q == ':') {
+				colon = q;
+			}
+		}
+		if (colon == NULL) {
+			return -1;
+		}
+		n = (size_t)(colon - h);
 	}
-	nng_url_free(u);
-	return specific;
+	size_t pn = (size_t)(end - colon - 1);
+	if (n >= hlen || pn >= plen || pn == 0) {
+		return -1;
+	}
+	memcpy(host, h, n);
+	host[n] = '\0';
+	memcpy(port, colon + 1, pn);
+	port[pn] = '\0';
+	for (size_t i = 0; i < pn; i++) {
+		if (port[i] < '0' || port[i] > '9') {
+			return -1;
+		}
+	}
+	if (path != NULL) {
+		const char *pp = slash != NULL ? slash : "/";
+		if (strlen(pp) >= pathlen) {
+			return -1;
+		}
+		snprintf(path, pathlen, "%s", pp);
+	}
+	return 0;
 }
 
 // ---------------------------------------------------------------------------
@@ -383,37 +424,6 @@ int listener_tls_check(const listener_opts *opts, char *err, size_t errlen)
 // ---------------------------------------------------------------------------
 // Plain TCP: our own listening socket
 
-// Splits "tcp://host:port" (host may be "[v6]" or empty) into host and port.
-// Returns 0 or -1.
-static int split_tcp_url(const char *url, char *host, size_t hlen, char *port, size_t plen)
-{
-	const char *h = url + 6;
-	const char *colon;
-	size_t      n;
-	if (*h == '[') {
-		const char *rb = strchr(h, ']');
-		if (rb == NULL || rb[1] != ':') {
-			return -1;
-		}
-		n     = (size_t)(rb - h - 1);
-		h     = h + 1;
-		colon = rb + 1;
-	} else {
-		colon = strrchr(h, ':');
-		if (colon == NULL) {
-			return -1;
-		}
-		n = (size_t)(colon - h);
-	}
-	if (n >= hlen || strlen(colon + 1) >= plen || colon[1] == '\0') {
-		return -1;
-	}
-	memcpy(host, h, n);
-	host[n] = '\0';
-	snprintf(port, plen, "%s", colon + 1);
-	return 0;
-}
-
 // Accepts every pending connection (the owner worker, on readiness).
 static void raw_accept_io(workq_io *io, uint32_t events)
 {
@@ -447,6 +457,10 @@ static void raw_accept_io(workq_io *io, uint32_t events)
 			close(fd);
 			continue;
 		}
+		if (l->kind == KIND_WS && !conn_set_websocket(c, l->ws_path)) {
+			conn_release(c);
+			continue;
+		}
 		adopt(l, c);
 		l->fn(l->arg, c);
 	}
@@ -474,8 +488,9 @@ static int raw_listen(nmq_listener *l, char *err, size_t errlen)
 	struct addrinfo  hints;
 	struct addrinfo *ai = NULL;
 	int              rv;
-	if (split_tcp_url(l->url, host, sizeof(host), port, sizeof(port)) != 0) {
-		snprintf(err, errlen, "%s: %s: expected tcp://host:port", l->name, l->url);
+	if (split_url(l->url, host, sizeof(host), port, sizeof(port), NULL, 0) != 0) {
+		snprintf(err, errlen, "%s: %s: expected %s://host:port", l->name, l->url,
+		    l->kind == KIND_WS ? "ws" : "tcp");
 		return NNG_EADDRINVAL;
 	}
 	memset(&hints, 0, sizeof(hints));
@@ -605,6 +620,8 @@ static void accept_cb(void *arg)
 		nmq_conn *c = conn_alloc(s, l->env);
 		if (c == NULL) {
 			nng_stream_free(s);
+		} else if (l->kind == KIND_WSS && !conn_set_websocket(c, l->ws_path)) {
+			conn_release(c);
 		} else {
 			adopt(l, c);
 			l->fn(l->arg, c);
@@ -633,27 +650,6 @@ static int listener_configure(nmq_listener *l, const listener_opts *o, char *err
 {
 	int rv;
 	(void)nng_stream_listener_set_bool(l->l, NNG_OPT_TCP_NODELAY, true);
-	if (l->kind == KIND_WS || l->kind == KIND_WSS) {
-		// Clients offer one of these; NNG answers 400 to a request
-		// without a subprotocol or with a comma-separated list.
-		if ((rv = nng_stream_listener_set_string(
-		         l->l, NNG_OPT_WS_PROTOCOL, "mqtt mqttv3.1"))
-		    != 0) {
-			snprintf(err, errlen, "%s: %s: cannot set the subprotocol: %s", l->name,
-			    l->url, nng_strerror(rv));
-			return rv;
-		}
-		// NNG buffers a whole frame before handing any byte over, so
-		// the frame limit is what bounds memory per connection.
-		if (l->env != NULL && l->env->max_packet_size > 0
-		    && (rv = nng_stream_listener_set_size(
-		            l->l, NNG_OPT_WS_RECVMAXFRAME, l->env->max_packet_size))
-		        != 0) {
-			snprintf(err, errlen, "%s: %s: cannot set the frame limit: %s", l->name,
-			    l->url, nng_strerror(rv));
-			return rv;
-		}
-	}
 	if (l->kind == KIND_TLS || l->kind == KIND_WSS) {
 		if ((rv = tls_config_build(o, &l->tls, err, errlen)) != 0) {
 			return rv;
@@ -715,23 +711,42 @@ int listener_start(nmq_listener **lp, const listener_opts *opts, const conn_env 
 	pthread_mutex_init(&l->mtx, NULL);
 	snprintf(l->name, sizeof(l->name), "%s", name);
 	snprintf(l->url, sizeof(l->url), "%s", url);
-	l->kind          = (enum listener_kind)kind;
-	l->env           = env;
-	l->fn            = fn;
-	l->arg           = arg;
-	l->host_filtered = (kind == KIND_WS || kind == KIND_WSS) && url_host_is_specific(url);
+	l->kind = (enum listener_kind)kind;
+	l->env  = env;
+	l->fn   = fn;
+	l->arg  = arg;
 	atomic_init(&l->max_conns, opts->max_connections);
 	atomic_init(&l->n_conns, 0);
 	atomic_init(&l->verify_peer, false);
 	atomic_init(&l->fail_if_no_peer_cert, false);
 
 	l->lfd = -1;
-	if (kind == KIND_TCP) {
+	char host[256];
+	char port[16];
+	char nng_url[300];
+	if (kind == KIND_WS || kind == KIND_WSS) {
+		if (split_url(
+		        url, host, sizeof(host), port, sizeof(port), l->ws_path, sizeof(l->ws_path))
+		    != 0) {
+			snprintf(err, errlen, "%s: %s: expected %s://host:port/path", name, url,
+			    kind == KIND_WS ? "ws" : "wss");
+			rv = NNG_EADDRINVAL;
+			goto fail;
+		}
+	}
+	if (kind == KIND_TCP || kind == KIND_WS) {
 		if ((rv = raw_listen(l, err, errlen)) != 0) {
 			goto fail;
 		}
 		*lp = l;
 		return 0;
+	}
+	if (kind == KIND_WSS) {
+		// TLS from NNG, WebSocket from conn.c.
+		snprintf(nng_url, sizeof(nng_url),
+		    strchr(host, ':') != NULL ? "tls+tcp://[%s]:%s" : "tls+tcp://%s:%s", host,
+		    port);
+		url = nng_url;
 	}
 	if ((rv = nng_stream_listener_alloc(&l->l, url)) != 0) {
 		snprintf(err, errlen, "%s: %s: %s", name, url, nng_strerror(rv));
@@ -764,7 +779,7 @@ fail:
 int listener_port(nmq_listener *l)
 {
 	int port = 0;
-	if (l->kind == KIND_TCP) {
+	if (l->kind == KIND_TCP || l->kind == KIND_WS) {
 		return l->port;
 	}
 	if (l->l == NULL || nng_stream_listener_get_int(l->l, NNG_OPT_TCP_BOUND_PORT, &port) != 0) {
@@ -779,25 +794,6 @@ const char *listener_name(nmq_listener *l)
 	return l->name;
 }
 
-// Returns whether NNG filters on the Host header; see listener.h.
-bool listener_host_filtered(nmq_listener *l)
-{
-	return l->host_filtered;
-}
-
-// Sets the ws frame limit; see listener.h.
-int listener_set_max_packet_size(nmq_listener *l, uint32_t size)
-{
-	if ((l->kind != KIND_WS && l->kind != KIND_WSS) || size == 0) {
-		return 0;
-	}
-	pthread_mutex_lock(&l->mtx);
-	int rv = l->stopping ? NNG_ECLOSED
-	                     : nng_stream_listener_set_size(l->l, NNG_OPT_WS_RECVMAXFRAME, size);
-	pthread_mutex_unlock(&l->mtx);
-	return rv;
-}
-
 // Stops a listener and parks its struct; see listener.h.
 void listener_stop(nmq_listener *l)
 {
@@ -807,7 +803,7 @@ void listener_stop(nmq_listener *l)
 	pthread_mutex_lock(&l->mtx);
 	l->stopping = true;
 	pthread_mutex_unlock(&l->mtx);
-	if (l->kind == KIND_TCP) {
+	if (l->kind == KIND_TCP || l->kind == KIND_WS) {
 		raw_stop rs;
 		memset(&rs, 0, sizeof(rs));
 		rs.job.fn = raw_stop_job;
@@ -875,12 +871,11 @@ int listener_reload_tls(nmq_listener *l, const listener_opts *opts, char *err, s
 	l->tls      = cfg;
 	atomic_store(&l->verify_peer, opts->verify_peer);
 	atomic_store(&l->fail_if_no_peer_cert, opts->verify_peer && opts->fail_if_no_peer_cert);
-	bool cancel = l->kind == KIND_TLS && !l->sleeping;
+	bool cancel = !l->sleeping;
 	pthread_mutex_unlock(&l->mtx);
-	// NNG's tls+tcp listener binds the configuration when the accept is
-	// posted: re-post it so the very next client gets the new files.
-	// (For wss the HTTP server's pending accept is internal to NNG: the
-	// next one connection may still get the previous certificate.)
+	// NNG's tls+tcp listener (under ssl and wss alike) binds the
+	// configuration when the accept is posted: re-post it so the very
+	// next client gets the new files.
 	if (cancel) {
 		nng_aio_cancel(l->aio);
 	}

@@ -4,9 +4,9 @@
 // peer is acceptable.
 //
 // TLS runs on our own engine (tls_engine.h), registered at the first TLS
-// listener. WebSocket runs on NNG's ws stream in stream mode (MQTT packets
-// may span frames and frames may hold several packets); the subprotocols
-// "mqtt" and "mqttv3.1" are accepted, one per request. See
+// listener. WebSocket is our own (conn_set_websocket): ws:// on the plain
+// sockets of tcp://, wss:// on NNG's tls+tcp stream. Any Host header is
+// accepted; the request path must be the URL's path. See
 // docs/decisions/0001-tls-peer-identity.md and 0002-websocket.md.
 //
 // Threads: listener_start/stop/reload_tls are called from the main thread
@@ -27,14 +27,6 @@ typedef void (*listener_accept_fn)(void *arg, nmq_conn *c);
 
 // What a listener serves. The url scheme selects the transport:
 // "tcp://h:p", "tls+tcp://h:p", "ws://h:p/path", "wss://h:p/path".
-//
-// WebSocket and the Host header: NNG 1.5.2 treats the host of a ws/wss
-// URL both as the address to bind and as a virtual host that the request's
-// Host header must name. With a wildcard host (0.0.0.0, ::, or empty) any
-// Host is accepted. With a specific address (e.g. 127.0.0.1) the listener
-// still binds only that address, and clients must send a Host naming that
-// same address (ws://127.0.0.1:8083 works, ws://localhost:8083 gets 404);
-// listener_host_filtered() tells the caller, so that it can warn.
 typedef struct listener_opts {
 	const char *name; // for logs and errors, e.g. "tcp", "ssl.default_1"
 	const char *url;
@@ -65,17 +57,6 @@ int listener_port(nmq_listener *l);
 
 // Returns the listener's name as given in listener_opts.
 const char *listener_name(nmq_listener *l);
-
-// Returns true for a ws/wss listener bound to a specific address, which
-// only accepts requests whose Host header names that address (see above).
-bool listener_host_filtered(nmq_listener *l);
-
-// Applies a new maximum packet size to a ws/wss listener's frame limit,
-// for connections accepted from now on (call it when conn_env's
-// max_packet_size changes on reload). Returns 0, or an NNG error. Does
-// nothing for tcp:// and tls+tcp:// listeners, whose limit is read from
-// conn_env per frame.
-int listener_set_max_packet_size(nmq_listener *l, uint32_t size);
 
 // Stops accepting and releases the listener's sockets; existing
 // connections live on (their tag stays valid until the process exits).

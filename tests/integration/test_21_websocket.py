@@ -2,15 +2,13 @@
 """21: MQTT over WebSocket (listeners.ws, listeners.wss).
 
 paho-mqtt over ws:// and wss:// (MQTT 3.1.1 and 5.0, 300 KB publishes), and
-a hand-written WebSocket client for what paho never does: any Host header,
-the mqttv3.1 subprotocol, MQTT packets split across frames and several
-packets in one frame, fragmented messages, text frames, oversized frames,
-and clients that never finish their HTTP request.
-
-Known NNG 1.5.2 limits are asserted as such (docs/decisions/0002-websocket.md):
-a comma-separated subprotocol offer and a request without subprotocol get
-400, and a listener bound to a specific address only accepts a Host header
-naming that address."""
+a hand-written WebSocket client for what paho never does: any Host header
+(also on a listener bound to one address), the mqttv3.1 subprotocol, a
+comma-separated offer, no offer, MQTT packets split across frames and
+several packets in one frame, fragmented messages, pings and close frames,
+text frames, oversized packets, a client that never finishes its HTTP
+request (closed at the CONNECT deadline) and raw bytes split at every
+offset. docs/decisions/0002-websocket.md has the design."""
 
 import base64
 import hashlib
@@ -247,8 +245,7 @@ class WsPaho(nmq.PahoClient):
 
 class WsCase(BrokerTestCase):
     """A fresh broker per test with ws on self.ws_port and wss on
-    self.wss_port, both bound to the wildcard address (NNG treats a specific
-    address as a virtual host)."""
+    self.wss_port, bound to BIND."""
 
     BIND = "0.0.0.0"
 
@@ -424,14 +421,121 @@ class WebSocket(WsCase):
         self.assertIn(code, (None, 1003), "close code %r" % code)
         self.assert_broker_healthy(watcher)
 
-    def test_oversized_frame_is_refused_before_buffering(self):
+    def test_oversized_packet_is_refused_before_buffering(self):
         watcher = self.bystander()
-        c = self.ws_connected("oversize")
-        # Only the header announcing 2 x max_packet_size is sent: the
-        # broker must refuse without waiting for (or allocating) the body.
-        c.sock.sendall(c.frame(b"", length=2 * MAX_PACKET)[:10] + os.urandom(4))
+        c = self.ws_connected("oversize", version=5)
+        # A frame announcing 2 x max_packet_size whose first bytes are a
+        # PUBLISH fixed header of that size: the broker must refuse once
+        # it sees the MQTT header, without waiting for (or allocating) the
+        # body. Frames are a stream, so the frame length alone says
+        # nothing about packet sizes.
+        big = 2 * MAX_PACKET
+        rl = bytearray()
+        n = big
+        while True:
+            b = n % 128
+            n //= 128
+            rl.append(b | (0x80 if n else 0))
+            if not n:
+                break
+        head = bytes([0x30]) + bytes(rl)
+        mask = os.urandom(4)
+        c.sock.sendall(struct.pack("!BBQ", 0x82, 0x80 | 127, big) + mask
+                       + bytes(x ^ mask[i % 4] for i, x in enumerate(head)))
+        p = None
+        try:
+            p = c.read_packet(timeout=nmq.T_CLOSE)
+        except (WsClosed, nmq.RecvTimeout):
+            pass
+        if p is not None:
+            self.assertEqual(p.type, nmq.DISCONNECT, "expected DISCONNECT, got %r" % p)
+            self.assertEqual(p.rc, 0x95)
         code = c.expect_closed()
-        self.assertIn(code, (None, 1009), "close code %r" % code)
+        self.assertIn(code, (None, 1000, 1009), "close code %r" % code)
+        self.assert_broker_healthy(watcher)
+
+    def test_ping_gets_pong_and_close_is_echoed(self):
+        c = self.ws_connected("pinger")
+        c.send_frame(b"hello", opcode=9)
+        fin, op, payload = c.recv_frame()
+        self.assertEqual((fin, op, payload), (True, 10, b"hello"))
+        # A ping between the fragments of a message is answered too.
+        pkt = nmq.packet(PINGREQ, 0, b"")
+        c.send_frame(pkt[:1], fin=False)
+        c.send_frame(b"mid", opcode=9)
+        c.send_frame(pkt[1:], opcode=0)
+        fin, op, payload = c.recv_frame()
+        self.assertEqual((op, payload), (10, b"mid"))
+        c.expect(PINGRESP)
+        c.send_frame(struct.pack("!H", 1000) + b"bye", opcode=8)
+        fin, op, payload = c.recv_frame()
+        self.assertEqual(op, 8)
+        self.assertEqual(struct.unpack("!H", payload[:2])[0], 1000)
+        with self.assertRaises(WsClosed):
+            c.recv_frame(timeout=nmq.T_CLOSE)
+
+    def test_unmasked_frame_is_a_protocol_error(self):
+        c = self.ws_connected("unmasked")
+        pkt = nmq.packet(PINGREQ, 0, b"")
+        c.sock.sendall(struct.pack("!BB", 0x82, len(pkt)) + pkt)
+        self.assertIn(c.expect_closed(), (None, 1002))
+
+    def test_every_split_of_a_session(self):
+        """One byte string (upgrade, CONNECT, SUBSCRIBE and PUBLISH in
+        frames of odd sizes) delivered in two writes split at every offset
+        gives the same result."""
+        key = base64.b64encode(b"0123456789abcdef")
+        req = (b"GET /mqtt HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+               b"Connection: Upgrade\r\nSec-WebSocket-Key: " + key
+               + b"\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: mqtt\r\n\r\n")
+        helper = WsClient.__new__(WsClient)
+        mqtt_bytes = (nmq.connect_bytes("splitter")
+                      + nmq.subscribe_bytes([("sp/in", 0)])
+                      + nmq.publish_bytes("sp/in", b"payload-1", 0))
+        frames = b""
+        pos, sizes, i = 0, (1, 7, 3, 40, 2), 0
+        while pos < len(mqtt_bytes):
+            n = sizes[i % len(sizes)]
+            frames += helper.frame(mqtt_bytes[pos:pos + n])
+            pos += n
+            i += 1
+        blob = req + frames
+        for cut in range(1, len(blob)):
+            s = socket.create_connection((HOST, self.ws_port), timeout=5)
+            try:
+                s.sendall(blob[:cut])
+                s.sendall(blob[cut:])
+                c = WsClient.__new__(WsClient)
+                c.sock, c.version, c.mqtt, c.opcodes = s, 4, bytearray(), []
+                c.buf = bytearray()
+                head = b""
+                while b"\r\n\r\n" not in head:
+                    chunk = s.recv(4096)
+                    self.assertTrue(chunk, "closed during upgrade at cut %d" % cut)
+                    head += chunk
+                self.assertTrue(head.startswith(b"HTTP/1.1 101"), head)
+                c.buf = bytearray(head.partition(b"\r\n\r\n")[2])
+                self.assertEqual(c.expect(CONNACK).rc, 0, "cut %d" % cut)
+                c.expect(SUBACK)
+                m = c.expect(PUBLISH)
+                self.assertEqual(m.payload, b"payload-1", "cut %d" % cut)
+            finally:
+                s.close()
+
+    def test_unfinished_upgrade_is_closed_at_the_connect_deadline(self):
+        watcher = self.bystander()
+        partial = socket.create_connection((HOST, self.ws_port), timeout=15)
+        partial.sendall(b"GET /mqtt HTTP/1.1\r\nHost: localhost\r\nUpgr")
+        t0 = time.monotonic()
+        try:
+            data = partial.recv(100)
+        except (ConnectionResetError, socket.timeout):
+            data = None
+        took = time.monotonic() - t0
+        self.assertEqual(data, b"", "the stalled upgrade got %r" % (data,))
+        self.assertGreater(took, 5.0)
+        self.assertLess(took, 14.0)
+        partial.close()
         self.assert_broker_healthy(watcher)
 
     def test_stalled_and_garbage_http_clients_do_not_block_others(self):
@@ -458,25 +562,45 @@ class WebSocket(WsCase):
             for s in (idle, partial, garbage, plain):
                 s.close()
 
-    # Known limits of NNG 1.5.2's ws server (0002-websocket.md). These
-    # assert today's behaviour so that a change is noticed.
-    def test_limit_comma_separated_offer_gets_400(self):
+    def test_comma_separated_offer_picks_the_first_mqtt(self):
         c = self.ws(protocol="mqtt, mqttv3.1")
-        self.assertEqual(c.status, 400)
+        self.assertEqual(c.status, 101)
+        self.assertEqual(c.headers.get("sec-websocket-protocol"), "mqtt")
+        c = self.ws(protocol="chat, mqttv3.1")
+        self.assertEqual(c.status, 101)
+        self.assertEqual(c.headers.get("sec-websocket-protocol"), "mqttv3.1")
 
-    def test_limit_no_subprotocol_gets_400(self):
+    def test_no_subprotocol_is_accepted(self):
         c = self.ws(protocol=None)
+        self.assertEqual(c.status, 101)
+        self.assertNotIn("sec-websocket-protocol", c.headers)
+        c.send_frame(nmq.connect_bytes("no-offer"))
+        self.assertEqual(c.expect(CONNACK).rc, 0)
+
+    def test_other_subprotocol_only_gets_400(self):
+        c = self.ws(protocol="chat")
         self.assertEqual(c.status, 400)
 
     def test_wrong_path_gets_404(self):
         c = self.ws(path="/other")
         self.assertEqual(c.status, 404)
+        c = self.ws(path="/mqtt?token=1")
+        self.assertEqual(c.status, 101)
+
+    def test_wss_raw_frames_and_any_host(self):
+        c = self.ws(port=self.wss_port, ca=pki("ca.crt"), host="whatever.example")
+        self.assertEqual(c.status, 101)
+        pkt = nmq.connect_bytes("wss-raw")
+        c.send_frame(pkt[:3], fin=False)
+        c.send_frame(pkt[3:], opcode=0)
+        self.assertEqual(c.expect(CONNACK).rc, 0)
+        c.send_frame(b"p", opcode=9)
+        self.assertEqual(c.recv_frame()[1:], (10, b"p"))
 
 
 class WebSocketSpecificAddress(WsCase):
-    """Bound to 127.0.0.1: NNG 1.5.2 also uses the address as a virtual
-    host, so the Host header must name it (the listener is not widened to
-    all interfaces to work around that)."""
+    """Bound to 127.0.0.1: the address is where the listener binds, and the
+    Host header may name anything."""
 
     BIND = "127.0.0.1"
 
@@ -486,9 +610,13 @@ class WebSocketSpecificAddress(WsCase):
         w = self.ws_paho("paho-by-address", 5, host_header="127.0.0.1:%d" % self.ws_port)
         w.disconnect()
 
-    def test_limit_other_host_gets_404(self):
-        c = self.ws(host="localhost:%d" % self.ws_port)
-        self.assertEqual(c.status, 404)
+    def test_other_host_works(self):
+        c = self.ws_connected("by-name", host="localhost:%d" % self.ws_port)
+        c.close()
+        w = self.ws_paho("paho-by-name", 4, host_header="broker.example:1")
+        w.disconnect()
+        c = self.ws(port=self.wss_port, ca=pki("ca.crt"), host="localhost")
+        self.assertEqual(c.status, 101)
 
 
 if __name__ == "__main__":
