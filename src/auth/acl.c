@@ -821,12 +821,41 @@ static int rule_topic_match(const acl_rule *r, const acl_client *who, int action
 	return 0;
 }
 
-// Returns the decision of the first matching rule, or ACL_NOMATCH.
-int acl_match(const acl *a, const acl_client *who, int action, const char *topic, size_t len)
+// Returns the decision of the first rule of a that matches the validated
+// topic (or filter, without $share prefix) for action, or ACL_NOMATCH.
+static int first_match(
+    const acl *a, const acl_client *who, int action, const char *topic, size_t len)
 {
 	peer_state ps = { 0 };
 	subst_buf  b;
-	int        rv     = ACL_NOMATCH;
+	int        rv = ACL_NOMATCH;
+
+	b.p   = b.local;
+	b.cap = sizeof(b.local);
+	for (size_t i = 0; i < a->n; i++) {
+		const acl_rule *r = &a->rules[i];
+		int             m;
+		if ((r->actions & action) == 0 || !rule_subject_match(r, who, &ps)) {
+			continue;
+		}
+		if ((m = rule_topic_match(r, who, action, topic, len, &b)) < 0) {
+			rv = ACL_DENY; // out of memory: fail closed
+			break;
+		}
+		if (m > 0) {
+			rv = r->permit;
+			break;
+		}
+	}
+	if (b.p != b.local) {
+		free(b.p);
+	}
+	return rv;
+}
+
+// Returns the decision of the first matching rule, or ACL_NOMATCH.
+int acl_match(const acl *a, const acl_client *who, int action, const char *topic, size_t len)
+{
 	acl_client nobody = { "", NULL, NULL };
 
 	if (a == NULL || !a->enabled) {
@@ -853,27 +882,7 @@ int acl_match(const acl *a, const acl_client *who, int action, const char *topic
 	} else {
 		return ACL_DENY;
 	}
-	b.p   = b.local;
-	b.cap = sizeof(b.local);
-	for (size_t i = 0; i < a->n; i++) {
-		const acl_rule *r = &a->rules[i];
-		int             m;
-		if ((r->actions & action) == 0 || !rule_subject_match(r, who, &ps)) {
-			continue;
-		}
-		if ((m = rule_topic_match(r, who, action, topic, len, &b)) < 0) {
-			rv = ACL_DENY; // out of memory: fail closed
-			break;
-		}
-		if (m > 0) {
-			rv = r->permit;
-			break;
-		}
-	}
-	if (b.p != b.local) {
-		free(b.p);
-	}
-	return rv;
+	return first_match(a, who, action, topic, len);
 }
 
 // Returns ACL_ALLOW or ACL_DENY for one action of who.
@@ -886,4 +895,212 @@ int acl_check(const acl *a, const acl_client *who, int action, const char *topic
 	}
 	rv = acl_match(a, who, action, topic, len);
 	return rv == ACL_NOMATCH ? a->no_match : rv;
+}
+
+// Returns ACL_ALLOW or ACL_DENY: subscribe access of who to the exact
+// topic name.
+int acl_check_read(const acl *a, const acl_client *who, const char *topic, size_t len)
+{
+	acl_client nobody = { "", NULL, NULL };
+	int        rv;
+
+	if (a == NULL || !a->enabled) {
+		return ACL_ALLOW;
+	}
+	if (who == NULL) {
+		who = &nobody;
+	}
+	if (topic == NULL || len == 0 || !topic_name_valid(topic, len)) {
+		return ACL_DENY;
+	}
+	// A name is a filter without wildcards: acl_filter_covers() of a rule
+	// over it is topic_filter_match(), and an "@" rule must equal it.
+	rv = first_match(a, who, ACL_SUBSCRIBE, topic, len);
+	return rv == ACL_NOMATCH ? a->no_match : rv;
+}
+
+// Returns whether some topic name matches both filters (see acl.h).
+bool acl_filters_overlap(const char *x, size_t xlen, const char *y, size_t ylen)
+{
+	size_t xp     = 0;
+	size_t yp     = 0;
+	bool   empty0 = false; // the first level can only be empty
+
+	if (!topic_filter_valid(x, xlen) || !topic_filter_valid(y, ylen)) {
+		return false;
+	}
+	for (size_t level = 0;; level++) {
+		bool        xend = xp > xlen; // every level consumed
+		bool        yend = yp > ylen;
+		const char *xe   = xend ? NULL : memchr(x + xp, '/', xlen - xp);
+		const char *ye   = yend ? NULL : memchr(y + yp, '/', ylen - yp);
+		size_t      xl   = xend ? 0 : (xe != NULL ? (size_t)(xe - x) : xlen) - xp;
+		size_t      yl   = yend ? 0 : (ye != NULL ? (size_t)(ye - y) : ylen) - yp;
+		bool        xh   = !xend && xl == 1 && x[xp] == '#';
+		bool        yh   = !yend && yl == 1 && y[yp] == '#';
+		bool        xw   = xh || (!xend && xl == 1 && x[xp] == '+');
+		bool        yw   = yh || (!yend && yl == 1 && y[yp] == '+');
+
+		// A first-level wildcard never matches a name starting with '$';
+		// a literal first level starting with '$' only such names.
+		if (level == 0
+		    && ((xw && !yw && yl > 0 && y[yp] == '$')
+		        || (yw && !xw && xl > 0 && x[xp] == '$'))) {
+			return false;
+		}
+		if (xh || yh) {
+			// '#' takes the rest, including nothing ("a/#" matches "a"),
+			// but a name is never empty: "/#" and "+" share only "".
+			return !(level == 1 && empty0 && (xend || yend));
+		}
+		if (xend || yend) {
+			return xend && yend;
+		}
+		if (!xw && !yw && (xl != yl || memcmp(x + xp, y + yp, xl) != 0)) {
+			return false;
+		}
+		if (level == 0) {
+			empty0 = (!xw && xl == 0) || (!yw && yl == 0);
+		}
+		xp += xl + 1;
+		yp += yl + 1;
+	}
+}
+
+// How the topics of one rule relate to the topics a filter matches.
+enum { REL_NONE, REL_SOME, REL_ALL };
+
+// Returns REL_ALL when a topic of r matches every name the filter matches,
+// REL_SOME when one may match some of them, REL_NONE when none can match
+// any, or -1 when memory runs out. As acl_check_read() applies them: "@f"
+// matches the name f only, and a placeholder without a usable value
+// matches nothing.
+static int rule_filter_relation(
+    const acl_rule *r, const acl_client *who, const char *filter, size_t len, subst_buf *b)
+{
+	int rel = REL_NONE;
+
+	if (!r->has_topics) {
+		return REL_ALL;
+	}
+	for (size_t i = 0; i < r->n_topics; i++) {
+		const acl_topic *t  = &r->topics[i];
+		const char      *f  = t->text;
+		size_t           fl = t->len;
+		if (t->placeholder) {
+			long n = substitute(t, who, b);
+			if (n == -2) {
+				return -1;
+			}
+			if (n <= 0) {
+				continue;
+			}
+			f  = b->p;
+			fl = (size_t)n;
+		}
+		if (t->literal) {
+			if (!topic_name_valid(f, fl) || !topic_filter_match(filter, len, f, fl)) {
+				continue;
+			}
+			if (fl == len && memcmp(f, filter, len) == 0) {
+				return REL_ALL; // the filter is that one name
+			}
+			rel = REL_SOME;
+		} else if (acl_filter_covers(f, fl, filter, len)) {
+			return REL_ALL;
+		} else if (acl_filters_overlap(f, fl, filter, len)) {
+			rel = REL_SOME;
+		}
+	}
+	return rel;
+}
+
+// Returns whether some name the filter matches could be denied to who.
+bool acl_filter_may_deny(const acl *a, const acl_client *who, const char *filter, size_t len)
+{
+	peer_state ps     = { 0 };
+	acl_client nobody = { "", NULL, NULL };
+	subst_buf  b;
+	bool       rv;
+
+	if (a == NULL || !a->enabled) {
+		return false;
+	}
+	if (who == NULL) {
+		who = &nobody;
+	}
+	if (filter == NULL || len == 0) {
+		return true;
+	}
+	if (len >= 7 && memcmp(filter, "$share/", 7) == 0
+	    && !topic_filter_share_split(filter, len, NULL, NULL, &filter, &len)) {
+		return true;
+	}
+	if (!topic_filter_valid(filter, len)) {
+		return true;
+	}
+	// Names no rule decides fall through to no_match. Rules are taken in
+	// order: a name meets a deny rule only if no earlier rule matched it,
+	// so an overlapping deny is a possible denial, and an allow rule that
+	// takes every name of the filter ends the question.
+	rv    = a->no_match == ACL_DENY;
+	b.p   = b.local;
+	b.cap = sizeof(b.local);
+	for (size_t i = 0; i < a->n; i++) {
+		const acl_rule *r = &a->rules[i];
+		int             rel;
+		if ((r->actions & ACL_SUBSCRIBE) == 0 || !rule_subject_match(r, who, &ps)) {
+			continue;
+		}
+		if ((rel = rule_filter_relation(r, who, filter, len, &b)) < 0) {
+			rv = true; // out of memory: assume the worst
+			break;
+		}
+		if (rel == REL_NONE) {
+			continue;
+		}
+		if (r->permit == ACL_DENY) {
+			rv = true;
+			break;
+		}
+		if (rel == REL_ALL) {
+			rv = false;
+			break;
+		}
+	}
+	if (b.p != b.local) {
+		free(b.p);
+	}
+	return rv;
+}
+
+// Returns whether a subject tests the peer address.
+static bool subject_uses_peer(const acl_subject *s)
+{
+	return s->has_nets;
+}
+
+// Returns whether some rule tests the peer address.
+bool acl_uses_peer(const acl *a)
+{
+	if (a == NULL) {
+		return false;
+	}
+	for (size_t i = 0; i < a->n; i++) {
+		const acl_rule *r = &a->rules[i];
+		if (subject_uses_peer(&r->self)) {
+			return true;
+		}
+		for (size_t j = 0; j < r->n_and; j++) {
+			if (subject_uses_peer(&r->and_v[j])) {
+				return true;
+			}
+		}
+		for (size_t j = 0; j < r->n_or; j++) {
+			if (subject_uses_peer(&r->or_v[j])) {
+				return true;
+			}
+		}
+	}
+	return false;
 }

@@ -28,8 +28,14 @@
 //   every topic the requested filter can match (acl_filter_covers). A
 //   "$share/<group>/" prefix is removed from the requested filter first.
 //   Note that a deny rule for "a/b" does not cover a request for "a/#";
-//   brokers that need that case closed can also check each delivered topic
-//   name with ACL_SUBSCRIBE, for which covering is plain matching.
+//   that case is closed at delivery (below).
+// - Delivery (read access): a message published on topic name t may be
+//   delivered to a client only if subscribing to the exact filter t would
+//   be allowed (acl_check_read). For a name, covering is plain matching; an
+//   "@f" rule applies only when f equals t, so a literal rule holding a
+//   wildcard never applies to a delivery. acl_filter_may_deny() tells, at
+//   SUBSCRIBE time, whether any topic a filter matches could be refused,
+//   so that a broker checks each delivery only for those subscriptions.
 //
 // Contract: an acl is immutable once built; any number of threads may call
 // acl_check() on it at once. A reload builds a new acl and swaps a pointer;
@@ -110,6 +116,39 @@ int acl_match(const acl *a, const acl_client *who, int action, const char *topic
 // Returns ACL_ALLOW or ACL_DENY: acl_match() with no_match applied. A NULL
 // or disabled acl allows everything.
 int acl_check(const acl *a, const acl_client *who, int action, const char *topic, size_t len);
+
+// Returns ACL_ALLOW or ACL_DENY: may who receive a message published on
+// the topic name (len bytes)? This is acl_check(a, who, ACL_SUBSCRIBE, ...)
+// for the topic taken as a filter without wildcards (no_match applied), but
+// a "$share/" prefix is part of the name here, not a shared subscription.
+// A NULL or disabled acl allows everything; an empty or invalid topic name
+// (one holding '+', '#' or NUL) is denied.
+int acl_check_read(const acl *a, const acl_client *who, const char *topic, size_t len);
+
+// Returns false only when acl_check_read(a, who, t) is ACL_ALLOW for every
+// topic name t that the filter (len bytes, maybe "$share/g/...", whose
+// prefix is removed) matches; true when some such t could be denied, or
+// when that cannot be ruled out cheaply (an invalid filter, memory
+// exhausted, or a no_match deny that only a union of allow rules would
+// avoid). The analysis walks the rules in order for this client (its
+// subject, ${clientid} and ${username} substituted): a deny rule for
+// subscribe with a topic that overlaps the filter gives true; an allow rule
+// with a topic that covers the filter (acl_filter_covers), or with no
+// topics, gives false; at the end no_match decides. A NULL or disabled acl
+// gives false. Thread-safe, like acl_check(); O(rules x topics).
+bool acl_filter_may_deny(const acl *a, const acl_client *who, const char *filter, size_t len);
+
+// Returns true when some rule's subject tests the peer address (ipaddrs),
+// that is when decisions for one client id and user name may change with
+// the address the client connects from. false for NULL.
+bool acl_uses_peer(const acl *a);
+
+// Returns true when some topic name is matched by both filters x (xlen
+// bytes) and y (ylen bytes), with the MQTT matching rules of
+// topic_filter_match() ("a/#" matches "a"; a first-level wildcard never
+// matches a name starting with '$'). Returns false when either filter is
+// invalid. Neither may carry a $share prefix.
+bool acl_filters_overlap(const char *x, size_t xlen, const char *y, size_t ylen);
 
 // Returns true when every topic name that the filter req (rlen bytes)
 // matches is also matched by the filter rule (flen bytes), following the

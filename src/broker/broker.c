@@ -1,6 +1,23 @@
 // Routing: topic tree match, per-session merge of overlapping
 // subscriptions, shared-subscription delivery, retained messages, wills and
 // $SYS client status.
+//
+// Read access at delivery: with an ACL in force, a message reaches a
+// session only if its client may subscribe to the message's exact topic
+// (acl_check_read). To keep that off the hot path, SUBSCRIBE stamps the
+// subscription in the tree with the current ACL epoch when no topic of its
+// filter can be denied to the client (acl_filter_may_deny); a delivery
+// through a stamp equal to the epoch needs no check. A reload bumps the
+// epoch (every stamp stale: checked) and then re-stamps every session
+// (restamp_all); a session resumed by another user or address is
+// re-stamped for it (ident_adopt). Refusals are skipped silently, counted
+// and logged rate-limited; a shared group's copy goes to the next member
+// that may read it (topic_tree_match_stamped stand-ins).
+//
+// Locks, in order: sess_subs.mtx -> slot stripe -> reg_mtx, and
+// sess_subs.mtx -> tree shard / auth_mtx. A delivery check takes only the
+// subscriber's slot stripe (to read its identity), never while holding
+// another broker lock.
 #include "src/broker/broker.h"
 
 #include <pthread.h>
@@ -13,26 +30,60 @@
 #include "src/auth/auth.h"
 #include "src/log/log.h"
 
-// One subscription of a session, kept for cleanup and introspection.
+// The client behind a session as the ACL sees it at delivery: the user
+// name and address of the connection that last connected (or, before any
+// such hand-over, that first subscribed). Immutable, reference counted.
+typedef struct sess_ident {
+	atomic_int  refs;
+	const char *cid; // the client id it was captured for
+	const char *username; // NULL: none
+	const char *peer;
+	char        text[];
+} sess_ident;
+
+// One subscription of a session, kept for cleanup, introspection and
+// re-stamping.
 typedef struct sub_rec {
 	char          *filter;
 	size_t         len;
 	proto_sub_opts opts;
+	uint32_t       stamp; // as stored in the tree (topic_sub_opts.stamp)
 } sub_rec;
 
-// The application data of a session: its subscriptions.
+// The application data of a session: its subscriptions and identity.
+// - The session's slot (nmq_session_app_data) is guarded by the session's
+//   stripe of slot_mtx; it holds one registry reference.
+// - mtx guards v, n, cap, dead, and the tree entries of the session.
+// - ident is written under mtx and the stripe, so either one is enough to
+//   read it.
+// - prev, next and refs are guarded by reg_mtx; an entry stays in the
+//   registry (so its next pointer stays valid) while referenced.
 typedef struct sess_subs {
-	pthread_mutex_t mtx;
-	sub_rec        *v;
-	size_t          n;
-	size_t          cap;
+	pthread_mutex_t   mtx;
+	sub_rec          *v;
+	size_t            n;
+	size_t            cap;
+	nmq_session      *s; // the owner; alive while !dead
+	bool              dead; // b_session_end ran
+	sess_ident       *ident; // NULL until known
+	struct sess_subs *prev;
+	struct sess_subs *next;
+	unsigned          refs;
 } sess_subs;
+
+#define SLOT_STRIPES 64
+
+// A stamp no epoch takes: set by the router on a match whose client was
+// refused the topic, so that it is not asked twice.
+#define STAMP_REFUSED UINT32_MAX
 
 struct nmq_broker {
 	topic_tree     *tree;
 	retain_store   *retained;
 	nmq_proto      *proto;
-	pthread_mutex_t subs_mtx; // creation of sess_subs
+	pthread_mutex_t slot_mtx[SLOT_STRIPES]; // sessions' app data slots
+	pthread_mutex_t reg_mtx; // the registry of sess_subs
+	sess_subs      *reg_head;
 
 	// Reloadable: swapped under auth_mtx, used through a held reference.
 	pthread_mutex_t auth_mtx;
@@ -41,13 +92,17 @@ struct nmq_broker {
 	bool            deny_disconnect;
 	// An ACL with rules is in force; when none is, PUBLISH and SUBSCRIBE
 	// skip the auth lock altogether (the common case, on the hot path).
-	_Atomic bool     acl_active;
+	_Atomic bool acl_active;
+	// Changes with every ACL swap (never 0): a subscription whose stamp
+	// equals it was proven, against that ACL, to be readable in full.
+	_Atomic uint32_t acl_epoch;
 	_Atomic uint32_t max_subscriptions; // per client, 0 = no limit
+	atomic_long      acl_deliveries_denied;
 };
 
 // Takes a reference to the current authentication state, with the flags
-// that go with it.
-static auth_ctx *auth_get(nmq_broker *b, bool *anon, bool *deny_disconnect)
+// and ACL epoch that go with it (each output may be NULL).
+static auth_ctx *auth_get(nmq_broker *b, bool *anon, bool *deny_disconnect, uint32_t *epoch)
 {
 	pthread_mutex_lock(&b->auth_mtx);
 	auth_ctx *a = auth_ctx_hold(b->auth);
@@ -57,8 +112,260 @@ static auth_ctx *auth_get(nmq_broker *b, bool *anon, bool *deny_disconnect)
 	if (deny_disconnect != NULL) {
 		*deny_disconnect = b->deny_disconnect;
 	}
+	if (epoch != NULL) {
+		*epoch = b->acl_epoch;
+	}
 	pthread_mutex_unlock(&b->auth_mtx);
 	return a;
+}
+
+// Returns a new identity with one reference, or NULL when memory runs out.
+// user (ulen bytes, cut at a NUL like strndup) may be NULL.
+static sess_ident *ident_alloc(const char *cid, const char *user, size_t ulen, const char *peer)
+{
+	size_t      cl = strlen(cid);
+	size_t      pl = peer != NULL ? strlen(peer) : 0;
+	sess_ident *id;
+
+	if (user != NULL) {
+		ulen = strnlen(user, ulen);
+	}
+	id = malloc(sizeof(*id) + cl + 1 + pl + 1 + (user != NULL ? ulen + 1 : 0));
+	if (id == NULL) {
+		return NULL;
+	}
+	atomic_init(&id->refs, 1);
+	char *p = id->text;
+	memcpy(p, cid, cl + 1);
+	id->cid = p;
+	p += cl + 1;
+	if (pl > 0) {
+		memcpy(p, peer, pl);
+	}
+	p[pl]    = '\0';
+	id->peer = p;
+	p += pl + 1;
+	id->username = NULL;
+	if (user != NULL) {
+		memcpy(p, user, ulen);
+		p[ulen]      = '\0';
+		id->username = p;
+	}
+	return id;
+}
+
+static sess_ident *ident_hold(sess_ident *id)
+{
+	if (id != NULL) {
+		atomic_fetch_add(&id->refs, 1);
+	}
+	return id;
+}
+
+static void ident_release(sess_ident *id)
+{
+	if (id != NULL && atomic_fetch_sub(&id->refs, 1) == 1) {
+		free(id);
+	}
+}
+
+// Returns true when id has the user name username (NULL: none).
+static bool same_user(const sess_ident *id, const char *username)
+{
+	if (id->username == NULL || username == NULL) {
+		return id->username == username;
+	}
+	return strcmp(id->username, username) == 0;
+}
+
+// Returns true when id is the client of who (same user name and address).
+static bool ident_is(const sess_ident *id, const char *username, const char *peer)
+{
+	return same_user(id, username) && strcmp(id->peer, peer != NULL ? peer : "") == 0;
+}
+
+// Returns the stripe lock of the session's app data slot.
+static pthread_mutex_t *slot_lock(nmq_broker *b, const nmq_session *s)
+{
+	uintptr_t h = (uintptr_t)s;
+	h ^= h >> 17;
+	return &b->slot_mtx[(h >> 6) % SLOT_STRIPES];
+}
+
+// Returns the session's identity (held; release with ident_release), or
+// NULL when the session has none or has ended. Takes the session's stripe
+// lock only.
+static sess_ident *ident_get(nmq_broker *b, nmq_session *s)
+{
+	pthread_mutex_t *l = slot_lock(b, s);
+	pthread_mutex_lock(l);
+	sess_subs  *ss = *nmq_session_app_data(s);
+	sess_ident *id = ss != NULL ? ident_hold(ss->ident) : NULL;
+	pthread_mutex_unlock(l);
+	return id;
+}
+
+// Replaces ss->ident by id (under ss->mtx). Returns the old one, for the
+// caller to release.
+static sess_ident *ident_set_locked(nmq_broker *b, sess_subs *ss, sess_ident *id)
+{
+	pthread_mutex_t *l = slot_lock(b, ss->s);
+	pthread_mutex_lock(l);
+	sess_ident *old = ss->ident;
+	ss->ident       = id;
+	pthread_mutex_unlock(l);
+	return old;
+}
+
+// Frees a registry entry nobody references any more.
+static void ss_free(sess_subs *ss)
+{
+	for (size_t i = 0; i < ss->n; i++) {
+		free(ss->v[i].filter);
+	}
+	free(ss->v);
+	ident_release(ss->ident);
+	pthread_mutex_destroy(&ss->mtx);
+	free(ss);
+}
+
+// Drops a reference taken by ss_get() (or the slot's own); the last one
+// takes the entry out of the registry and frees it.
+static void ss_put(nmq_broker *b, sess_subs *ss)
+{
+	pthread_mutex_lock(&b->reg_mtx);
+	bool last = --ss->refs == 0;
+	if (last) {
+		if (ss->prev != NULL) {
+			ss->prev->next = ss->next;
+		} else {
+			b->reg_head = ss->next;
+		}
+		if (ss->next != NULL) {
+			ss->next->prev = ss->prev;
+		}
+	}
+	pthread_mutex_unlock(&b->reg_mtx);
+	if (last) {
+		ss_free(ss);
+	}
+}
+
+// Returns the session's subscription record list with a reference (release
+// with ss_put), creating it when create is set; NULL when there is none
+// or memory runs out.
+static sess_subs *ss_get(nmq_broker *b, nmq_session *s, bool create)
+{
+	pthread_mutex_t *l    = slot_lock(b, s);
+	void           **slot = nmq_session_app_data(s);
+	pthread_mutex_lock(l);
+	sess_subs *ss = *slot;
+	if (ss == NULL && create) {
+		ss = calloc(1, sizeof(*ss));
+		if (ss == NULL) {
+			pthread_mutex_unlock(l);
+			return NULL;
+		}
+		pthread_mutex_init(&ss->mtx, NULL);
+		ss->s = s;
+		*slot = ss;
+		pthread_mutex_lock(&b->reg_mtx);
+		ss->refs = 2; // the slot's and the caller's
+		ss->next = b->reg_head;
+		if (b->reg_head != NULL) {
+			b->reg_head->prev = ss;
+		}
+		b->reg_head = ss;
+		pthread_mutex_unlock(&b->reg_mtx);
+	} else if (ss != NULL) {
+		pthread_mutex_lock(&b->reg_mtx);
+		ss->refs++;
+		pthread_mutex_unlock(&b->reg_mtx);
+	}
+	pthread_mutex_unlock(l);
+	return ss;
+}
+
+// The tree options of a subscription.
+static topic_sub_opts tree_opts(const proto_sub_opts *o, uint32_t stamp)
+{
+	topic_sub_opts to;
+	memset(&to, 0, sizeof(to));
+	to.qos                 = o->qos;
+	to.no_local            = o->no_local;
+	to.retain_as_published = o->retain_as_published;
+	to.retain_handling     = o->retain_handling;
+	to.sub_id              = o->sub_id;
+	to.stamp               = stamp;
+	return to;
+}
+
+// Recomputes the stamp of every subscription of ss for acl a (epoch) and
+// its identity, rewriting the tree entries whose meaning changes. Under
+// ss->mtx, ss not dead. A stale stamp (another epoch) already means "check
+// every delivery", so only proofs for this epoch are written or withdrawn.
+static void restamp_locked(nmq_broker *b, sess_subs *ss, const acl *a, uint32_t epoch)
+{
+	const sess_ident *id = ss->ident;
+	acl_client        c  = { nmq_session_client_id(ss->s), NULL, NULL };
+	if (id != NULL) {
+		c.username = id->username;
+		c.peer     = id->peer;
+	}
+	for (size_t i = 0; i < ss->n; i++) {
+		sub_rec *r = &ss->v[i];
+		uint32_t st
+		    = id != NULL && acl_enabled(a) && !acl_filter_may_deny(a, &c, r->filter, r->len)
+		    ? epoch
+		    : 0;
+		if (st == r->stamp || (st == 0 && r->stamp != epoch)) {
+			r->stamp = st;
+			continue;
+		}
+		topic_sub_opts to = tree_opts(&r->opts, st);
+		if (topic_tree_insert(b->tree, r->filter, r->len, ss->s, &to, NULL) == 0) {
+			r->stamp = st;
+		}
+	}
+}
+
+// After an ACL swap: re-stamps every session's subscriptions, one session
+// at a time (the registry lock is held only to step). Subscriptions made
+// meanwhile carry their own stamp; until a session is done, its stale
+// stamps make every delivery to it checked.
+static void restamp_all(nmq_broker *b)
+{
+	uint32_t  epoch;
+	auth_ctx *a = auth_get(b, NULL, NULL, &epoch);
+	if (!acl_enabled(auth_ctx_acl(a))) {
+		auth_ctx_release(a);
+		return;
+	}
+	size_t sessions = 0;
+	pthread_mutex_lock(&b->reg_mtx);
+	sess_subs *ss = b->reg_head;
+	if (ss != NULL) {
+		ss->refs++;
+	}
+	pthread_mutex_unlock(&b->reg_mtx);
+	while (ss != NULL) {
+		pthread_mutex_lock(&ss->mtx);
+		if (!ss->dead && ss->n > 0) {
+			restamp_locked(b, ss, auth_ctx_acl(a), epoch);
+			sessions++;
+		}
+		pthread_mutex_unlock(&ss->mtx);
+		pthread_mutex_lock(&b->reg_mtx);
+		sess_subs *next = ss->next;
+		if (next != NULL) {
+			next->refs++;
+		}
+		pthread_mutex_unlock(&b->reg_mtx);
+		ss_put(b, ss);
+		ss = next;
+	}
+	auth_ctx_release(a);
+	log_debug("acl", "event=restamped sessions=%zu epoch=%u", sessions, epoch);
 }
 
 static void sess_hold(void *s)
@@ -110,7 +417,10 @@ nmq_broker *broker_alloc(const nmq_conf *conf)
 		broker_free(b);
 		return NULL;
 	}
-	pthread_mutex_init(&b->subs_mtx, NULL);
+	for (size_t i = 0; i < SLOT_STRIPES; i++) {
+		pthread_mutex_init(&b->slot_mtx[i], NULL);
+	}
+	pthread_mutex_init(&b->reg_mtx, NULL);
 	pthread_mutex_init(&b->auth_mtx, NULL);
 	char err[256];
 	if (broker_reconfigure(b, conf, err, sizeof(err)) != 0) {
@@ -140,11 +450,16 @@ int broker_reconfigure(nmq_broker *b, const nmq_conf *conf, char *err, size_t er
 	b->allow_anonymous = conf->allow_anonymous;
 	b->deny_disconnect = conf->auth_deny_action == CONF_DENY_DISCONNECT;
 	b->acl_active      = acl_enabled(auth_ctx_acl(a));
+	// A new epoch withdraws every proof made against the old ACL:
+	// deliveries are checked one by one until restamp_all() is through.
+	uint32_t epoch = b->acl_epoch + 1;
+	b->acl_epoch   = epoch != 0 && epoch != STAMP_REFUSED ? epoch : 1;
 	pthread_mutex_unlock(&b->auth_mtx);
 	b->max_subscriptions = conf->max_subscriptions;
 	if (old != NULL) {
 		auth_ctx_release(old);
 	}
+	restamp_all(b);
 	return 0;
 }
 
@@ -162,7 +477,16 @@ void broker_free(nmq_broker *b)
 	if (b->auth != NULL) {
 		auth_ctx_release(b->auth);
 	}
-	pthread_mutex_destroy(&b->subs_mtx);
+	// Sessions still registered (none after proto_free) are not touched.
+	while (b->reg_head != NULL) {
+		sess_subs *ss = b->reg_head;
+		b->reg_head   = ss->next;
+		ss_free(ss);
+	}
+	for (size_t i = 0; i < SLOT_STRIPES; i++) {
+		pthread_mutex_destroy(&b->slot_mtx[i]);
+	}
+	pthread_mutex_destroy(&b->reg_mtx);
 	pthread_mutex_destroy(&b->auth_mtx);
 	free(b);
 }
@@ -175,6 +499,11 @@ topic_tree *broker_topic_tree(nmq_broker *b)
 retain_store *broker_retain(nmq_broker *b)
 {
 	return b->retained;
+}
+
+long broker_acl_deliveries_denied(nmq_broker *b)
+{
+	return atomic_load(&b->acl_deliveries_denied);
 }
 
 // Fills protocol limits from the mqtt section.
@@ -198,6 +527,48 @@ void broker_limits_from_conf(const nmq_conf *conf, proto_limits *lim)
 	lim->max_topic_levels   = conf->max_topic_levels;
 }
 
+// State each worker thread keeps between calls: the match vector reused by
+// every route (no allocation per publish), and the identity captured by the
+// last authenticate() on this thread, which the protocol layer follows with
+// client_status(online) for the same connection on the same thread. A
+// thread-specific key frees both when the worker exits.
+typedef struct thread_state {
+	topic_match_vec mv;
+	sess_ident     *pending;
+} thread_state;
+
+static pthread_key_t  state_key;
+static pthread_once_t state_once = PTHREAD_ONCE_INIT;
+
+static void state_free(void *arg)
+{
+	thread_state *ts = arg;
+	topic_match_vec_fini(&ts->mv, &tree_ops);
+	ident_release(ts->pending);
+	free(ts);
+}
+
+static void state_key_init(void)
+{
+	pthread_key_create(&state_key, state_free);
+}
+
+// Returns this thread's state, or NULL when out of memory.
+static thread_state *thread_state_get(void)
+{
+	pthread_once(&state_once, state_key_init);
+	thread_state *ts = pthread_getspecific(state_key);
+	if (ts == NULL) {
+		ts = calloc(1, sizeof(*ts));
+		if (ts == NULL) {
+			return NULL;
+		}
+		topic_match_vec_init(&ts->mv);
+		pthread_setspecific(state_key, ts);
+	}
+	return ts;
+}
+
 // Authentication: the password list and auth.allow_anonymous
 // (compat.md 2.6).
 static uint8_t b_authenticate(void *app, const proto_client_info *info)
@@ -219,7 +590,7 @@ static uint8_t b_authenticate(void *app, const proto_client_info *info)
 		    info->client_id, info->peer);
 		return MQTT_RC_QUOTA_EXCEEDED;
 	}
-	auth_ctx *a  = auth_get(b, &anon, NULL);
+	auth_ctx *a  = auth_get(b, &anon, NULL, NULL);
 	uint8_t   rc = auth_connect_check(a, (const char *)info->username,
             info->username != NULL ? info->username_len : 0, (const char *)info->password,
             info->password != NULL ? info->password_len : 0, anon);
@@ -227,8 +598,67 @@ static uint8_t b_authenticate(void *app, const proto_client_info *info)
 	if (rc != 0) {
 		log_info("auth", "client_id=%s peer=%s event=refused reason=0x%02x",
 		    info->client_id, info->peer, rc);
+		return rc;
 	}
-	return rc;
+	// Kept for client_status(online): the session's new identity.
+	thread_state *ts = thread_state_get();
+	if (ts != NULL) {
+		ident_release(ts->pending);
+		ts->pending = ident_alloc(info->client_id, (const char *)info->username,
+		    info->username != NULL ? info->username_len : 0, info->peer);
+	}
+	return 0;
+}
+
+// A client (re)connected to session s from peer: the identity captured by
+// authenticate() becomes the session's, for the delivery checks of its
+// existing subscriptions. A session that has no subscription record yet
+// gets its identity from its first SUBSCRIBE instead.
+static void ident_adopt(nmq_broker *b, nmq_session *s, const char *peer)
+{
+	thread_state *ts = thread_state_get();
+	sess_ident   *id = ts != NULL ? ts->pending : NULL;
+	if (id == NULL) {
+		return;
+	}
+	ts->pending = NULL;
+	if (strcmp(id->cid, nmq_session_client_id(s)) != 0
+	    || strcmp(id->peer, peer != NULL ? peer : "") != 0) {
+		// Not the connection authenticated last on this thread: keep the
+		// identity the session has.
+		log_warn_rl(
+		    "acl", "client_id=%s event=identity_not_captured", nmq_session_client_id(s));
+		ident_release(id);
+		return;
+	}
+	sess_subs *ss = ss_get(b, s, false);
+	if (ss == NULL) {
+		ident_release(id);
+		return;
+	}
+	pthread_mutex_lock(&ss->mtx);
+	if (!ss->dead) {
+		sess_ident *old          = ss->ident;
+		bool        user_changed = old == NULL || !same_user(old, id->username);
+		bool        peer_changed = old == NULL || strcmp(old->peer, id->peer) != 0;
+		if (user_changed || peer_changed) {
+			id = ident_set_locked(b, ss, id);
+			// The proofs were made for the old identity. The ACL is read
+			// under ss->mtx: a reload swaps it before re-stamping this
+			// session (under ss->mtx too), so neither misses the other.
+			uint32_t   epoch;
+			auth_ctx  *a     = auth_get(b, NULL, NULL, &epoch);
+			const acl *rules = auth_ctx_acl(a);
+			if (acl_enabled(rules)
+			    && (user_changed || (peer_changed && acl_uses_peer(rules)))) {
+				restamp_locked(b, ss, rules, epoch);
+			}
+			auth_ctx_release(a);
+		}
+	}
+	pthread_mutex_unlock(&ss->mtx);
+	ss_put(b, ss);
+	ident_release(id);
 }
 
 // Asks the ACL; returns true if allowed. *disconnect says whether a denial
@@ -240,7 +670,7 @@ static bool acl_allows(nmq_broker *b, const proto_who *who, int action, const ch
 		*disconnect = false;
 		return true;
 	}
-	auth_ctx  *a = auth_get(b, NULL, disconnect);
+	auth_ctx  *a = auth_get(b, NULL, disconnect, NULL);
 	acl_client c = { who->client_id, who->username, who->peer };
 	int        d = acl_check(auth_ctx_acl(a), &c, action, topic, len);
 	auth_ctx_release(a);
@@ -251,6 +681,73 @@ static bool acl_allows(nmq_broker *b, const proto_who *who, int action, const ch
 		return false;
 	}
 	return true;
+}
+
+// The read-access check of one routed message (only when an ACL is in
+// force). The auth context is taken at the first check that needs it.
+typedef struct read_check {
+	nmq_broker *b;
+	const char *topic;
+	size_t      len;
+	uint32_t    epoch; // the stamp that proves a subscription readable
+	auth_ctx   *auth; // held once taken
+} read_check;
+
+// Returns true when the ACL lets the client of session s read the topic.
+// A refusal is counted and logged (rate-limited). Takes the session's
+// stripe lock; allocates nothing unless a placeholder value is long.
+static bool may_read(read_check *rc, nmq_session *s)
+{
+	if (rc->auth == NULL) {
+		rc->auth = auth_get(rc->b, NULL, NULL, NULL);
+	}
+	sess_ident *id = ident_get(rc->b, s);
+	int         d  = ACL_DENY; // no identity: the session has ended
+	if (id != NULL) {
+		acl_client c = { nmq_session_client_id(s), id->username, id->peer };
+		d            = acl_check_read(auth_ctx_acl(rc->auth), &c, rc->topic, rc->len);
+		ident_release(id);
+	}
+	if (d == ACL_ALLOW) {
+		return true;
+	}
+	atomic_fetch_add(&rc->b->acl_deliveries_denied, 1);
+	log_info_rl("acl", "client_id=%s action=deliver topic=%.*s event=denied",
+	    nmq_session_client_id(s), (int)(rc->len > 200 ? 200 : rc->len), rc->topic);
+	return false;
+}
+
+// Settles the shared picks that come with stand-ins (their pick was not
+// proven readable): the first of the pick and its stand-ins that may read
+// the topic gets the message, marked proven; every other is marked alt
+// (skipped); the refused ones are marked STAMP_REFUSED. When none may, the
+// group's copy is not delivered.
+static void settle_shared(read_check *rc, topic_match_vec *mv)
+{
+	for (size_t i = 0; i < mv->n; i++) {
+		topic_match *m = &mv->v[i];
+		if (!m->shared || m->alt || m->n_alt == 0) {
+			continue;
+		}
+		size_t end    = i + m->n_alt;
+		size_t chosen = SIZE_MAX;
+		for (size_t c = i; c <= end && c < mv->n; c++) {
+			uint32_t st = mv->v[c].opts.stamp;
+			if (st == rc->epoch
+			    || (st != STAMP_REFUSED && may_read(rc, mv->v[c].sub))) {
+				chosen = c;
+				break;
+			}
+			mv->v[c].opts.stamp = STAMP_REFUSED;
+		}
+		for (size_t c = i; c <= end && c < mv->n; c++) {
+			mv->v[c].alt = c != chosen;
+		}
+		if (chosen != SIZE_MAX) {
+			mv->v[chosen].opts.stamp = rc->epoch;
+		}
+		i = end;
+	}
 }
 
 // Orders matches by subscriber so that one session's matches are adjacent.
@@ -266,8 +763,12 @@ static int match_cmp(const void *a, const void *b)
 
 // Delivers msg to the matches of one session (non-shared entries merged:
 // the highest QoS, every subscription identifier, RAP from any) and to
-// each shared match separately.
-static void deliver_group(nmq_session *from, nmq_msg *msg, topic_match *v, size_t n)
+// each shared match separately; entries marked alt are skipped. With rc
+// (an ACL in force), the session gets nothing unless one of its matching
+// subscriptions is proven readable (its stamp is rc->epoch) or the ACL
+// lets it read the topic: the decision belongs to the client and the
+// topic, not to the subscription.
+static void deliver_group(nmq_session *from, nmq_msg *msg, topic_match *v, size_t n, read_check *rc)
 {
 	nmq_session *s    = v[0].sub;
 	bool         self = from != NULL && from == s;
@@ -275,8 +776,24 @@ static void deliver_group(nmq_session *from, nmq_msg *msg, topic_match *v, size_
 	bool         rap  = false;
 	uint32_t     ids[4];
 	uint32_t     nids = 0;
+	if (rc != NULL) {
+		bool proven  = false;
+		bool refused = false;
+		bool wanted  = false;
+		for (size_t i = 0; i < n; i++) {
+			proven  = proven || v[i].opts.stamp == rc->epoch;
+			refused = refused || v[i].opts.stamp == STAMP_REFUSED;
+			wanted  = wanted || !v[i].alt;
+		}
+		if (!wanted || refused || (!proven && !may_read(rc, s))) {
+			return;
+		}
+	}
 	for (size_t i = 0; i < n; i++) {
 		const topic_sub_opts *o = &v[i].opts;
+		if (v[i].alt) {
+			continue;
+		}
 		if (v[i].shared) {
 			uint8_t  q  = o->qos < msg->qos ? o->qos : msg->qos;
 			uint32_t id = o->sub_id;
@@ -302,39 +819,6 @@ static void deliver_group(nmq_session *from, nmq_msg *msg, topic_match *v, size_
 	nmq_session_deliver(s, msg, q, rap && msg->retain, ids, nids);
 }
 
-// Each worker reuses one match vector (no allocation per publish); a
-// thread-specific key frees it when the worker exits.
-static pthread_key_t  matches_key;
-static pthread_once_t matches_once = PTHREAD_ONCE_INIT;
-
-static void matches_free(void *arg)
-{
-	topic_match_vec *mv = arg;
-	topic_match_vec_fini(mv, &tree_ops);
-	free(mv);
-}
-
-static void matches_key_init(void)
-{
-	pthread_key_create(&matches_key, matches_free);
-}
-
-// Returns this thread's match vector, or NULL when out of memory.
-static topic_match_vec *thread_matches(void)
-{
-	pthread_once(&matches_once, matches_key_init);
-	topic_match_vec *mv = pthread_getspecific(matches_key);
-	if (mv == NULL) {
-		mv = malloc(sizeof(*mv));
-		if (mv == NULL) {
-			return NULL;
-		}
-		topic_match_vec_init(mv);
-		pthread_setspecific(matches_key, mv);
-	}
-	return mv;
-}
-
 // Routes one message; see proto.h.
 static int b_route(void *app, nmq_session *from, const proto_who *who, nmq_msg *msg)
 {
@@ -355,11 +839,24 @@ static int b_route(void *app, nmq_session *from, const proto_who *who, nmq_msg *
 			retain_set(b->retained, msg->topic, msg->topic_len, msg);
 		}
 	}
-	topic_match_vec *mv = thread_matches();
-	if (mv == NULL) {
+	thread_state *ts = thread_state_get();
+	if (ts == NULL) {
 		return MQTT_RC_UNSPECIFIED;
 	}
-	topic_tree_match(b->tree, msg->topic, msg->topic_len, mv);
+	topic_match_vec *mv = &ts->mv;
+	// With an ACL in force, each delivery needs read access to the topic;
+	// subscriptions stamped with the current epoch were proven readable in
+	// full when made (or at the last reload), and need no check.
+	read_check  rcs = { b, msg->topic, msg->topic_len, 0, NULL };
+	read_check *rc  = NULL;
+	if (b->acl_active) {
+		rcs.epoch = b->acl_epoch;
+		rc        = &rcs;
+	}
+	topic_tree_match_stamped(b->tree, msg->topic, msg->topic_len, mv, rcs.epoch);
+	if (rc != NULL) {
+		settle_shared(rc, mv);
+	}
 	if (mv->n > 1) {
 		qsort(mv->v, mv->n, sizeof(topic_match), match_cmp);
 	}
@@ -369,31 +866,16 @@ static int b_route(void *app, nmq_session *from, const proto_who *who, nmq_msg *
 		while (j < mv->n && mv->v[j].sub == mv->v[i].sub) {
 			j++;
 		}
-		deliver_group(from, msg, &mv->v[i], j - i);
+		deliver_group(from, msg, &mv->v[i], j - i, rc);
 		i = j;
 	}
 	topic_match_vec_clear(mv, &tree_ops);
+	auth_ctx_release(rcs.auth);
 	return 0;
 }
 
-// Returns the session's subscription record list, creating it.
-static sess_subs *subs_of(nmq_broker *b, nmq_session *s)
-{
-	void **slot = nmq_session_app_data(s);
-	pthread_mutex_lock(&b->subs_mtx);
-	sess_subs *ss = *slot;
-	if (ss == NULL) {
-		ss = calloc(1, sizeof(*ss));
-		if (ss != NULL) {
-			pthread_mutex_init(&ss->mtx, NULL);
-			*slot = ss;
-		}
-	}
-	pthread_mutex_unlock(&b->subs_mtx);
-	return ss;
-}
-
-// Adds or replaces one subscription.
+// Adds or replaces one subscription, stamped when the ACL lets the client
+// read every topic of the filter.
 static int b_subscribe(void *app, nmq_session *s, const proto_who *who, const char *filter,
     size_t len, const proto_sub_opts *opts, bool *existed)
 {
@@ -402,18 +884,43 @@ static int b_subscribe(void *app, nmq_session *s, const proto_who *who, const ch
 	if (!acl_allows(b, who, ACL_SUBSCRIBE, filter, len, &disconnect)) {
 		return MQTT_RC_NOT_AUTHORIZED | (disconnect ? PROTO_RC_DISCONNECT : 0);
 	}
-	sess_subs *ss = subs_of(b, s);
+	int        rv    = opts->qos;
+	uint32_t   epoch = 0;
+	auth_ctx  *a     = NULL;
+	sess_subs *ss    = ss_get(b, s, true);
 	if (ss == NULL) {
 		return MQTT_RC_UNSPECIFIED;
 	}
-	topic_sub_opts to;
-	to.qos                 = opts->qos;
-	to.no_local            = opts->no_local;
-	to.retain_as_published = opts->retain_as_published;
-	to.retain_handling     = opts->retain_handling;
-	to.sub_id              = opts->sub_id;
 	pthread_mutex_lock(&ss->mtx);
-	size_t i;
+	if (ss->dead) {
+		rv = MQTT_RC_UNSPECIFIED;
+		goto out;
+	}
+	if (ss->ident == NULL) {
+		sess_ident *id = ident_alloc(who->client_id, who->username,
+		    who->username != NULL ? strlen(who->username) : 0, who->peer);
+		if (id == NULL) {
+			rv = MQTT_RC_UNSPECIFIED;
+			goto out;
+		}
+		ident_set_locked(b, ss, id);
+	}
+	// The proof holds for the session's identity; a SUBSCRIBE from another
+	// one (a connection being taken over) is checked at each delivery. The
+	// ACL is read under ss->mtx: see ident_adopt().
+	uint32_t stamp = 0;
+	if (b->acl_active) {
+		a = auth_get(b, NULL, NULL, &epoch);
+	}
+	const acl *rules = auth_ctx_acl(a);
+	if (acl_enabled(rules) && ident_is(ss->ident, who->username, who->peer)) {
+		acl_client c = { who->client_id, who->username, who->peer };
+		if (!acl_filter_may_deny(rules, &c, filter, len)) {
+			stamp = epoch;
+		}
+	}
+	topic_sub_opts to = tree_opts(opts, stamp);
+	size_t         i;
 	for (i = 0; i < ss->n; i++) {
 		if (ss->v[i].len == len && memcmp(ss->v[i].filter, filter, len) == 0) {
 			break;
@@ -422,9 +929,9 @@ static int b_subscribe(void *app, nmq_session *s, const proto_who *who, const ch
 	uint32_t max = b->max_subscriptions;
 	if (i == ss->n && max > 0 && ss->n >= max) {
 		// mqtt.max_subscriptions: a new filter beyond the limit.
-		pthread_mutex_unlock(&ss->mtx);
 		atomic_fetch_add(&proto_metrics_get(b->proto)->refused_subscriptions, 1);
-		return MQTT_RC_QUOTA_EXCEEDED;
+		rv = MQTT_RC_QUOTA_EXCEEDED;
+		goto out;
 	}
 	if (i == ss->n) {
 		// Room for the record first, so that a failure leaves no trace.
@@ -432,16 +939,16 @@ static int b_subscribe(void *app, nmq_session *s, const proto_who *who, const ch
 			size_t   ncap = ss->cap ? ss->cap * 2 : 4;
 			sub_rec *nv   = realloc(ss->v, ncap * sizeof(*nv));
 			if (nv == NULL) {
-				pthread_mutex_unlock(&ss->mtx);
-				return MQTT_RC_UNSPECIFIED;
+				rv = MQTT_RC_UNSPECIFIED;
+				goto out;
 			}
 			ss->v   = nv;
 			ss->cap = ncap;
 		}
 		ss->v[i].filter = strndup(filter, len);
 		if (ss->v[i].filter == NULL) {
-			pthread_mutex_unlock(&ss->mtx);
-			return MQTT_RC_UNSPECIFIED;
+			rv = MQTT_RC_UNSPECIFIED;
+			goto out;
 		}
 		ss->v[i].len = len;
 	}
@@ -449,21 +956,27 @@ static int b_subscribe(void *app, nmq_session *s, const proto_who *who, const ch
 		if (i == ss->n) {
 			free(ss->v[i].filter);
 		}
-		pthread_mutex_unlock(&ss->mtx);
-		return MQTT_RC_TOPIC_FILTER_INVALID;
+		rv = MQTT_RC_TOPIC_FILTER_INVALID;
+		goto out;
 	}
-	ss->v[i].opts = *opts;
+	ss->v[i].opts  = *opts;
+	ss->v[i].stamp = stamp;
 	if (i == ss->n) {
 		ss->n++;
 	}
+out:
 	pthread_mutex_unlock(&ss->mtx);
-	return opts->qos;
+	ss_put(b, ss);
+	auth_ctx_release(a);
+	return rv;
 }
 
 typedef struct retained_ctx {
+	nmq_broker           *b;
 	nmq_session          *s;
 	const proto_sub_opts *opts;
 	uint64_t              now;
+	read_check           *rc; // NULL: every message may be read
 } retained_ctx;
 
 // Delivers one retained message to a new subscriber (retain flag set).
@@ -471,6 +984,14 @@ static void retained_cb(void *arg, void *m)
 {
 	retained_ctx *ctx = arg;
 	nmq_msg      *msg = m;
+	if (ctx->rc != NULL) {
+		ctx->rc->topic = msg->topic;
+		ctx->rc->len   = msg->topic_len;
+		if (!may_read(ctx->rc, ctx->s)) {
+			nmq_msg_release(msg);
+			return;
+		}
+	}
 	if (msg->expiry_at_ms == 0 || nmq_msg_remaining(msg, ctx->now) > 0) {
 		uint8_t  q  = ctx->opts->qos < msg->qos ? ctx->opts->qos : msg->qos;
 		uint32_t id = ctx->opts->sub_id;
@@ -480,7 +1001,9 @@ static void retained_cb(void *arg, void *m)
 }
 
 // After SUBACK: retained messages per Retain Handling [MQTT-3.3.1-9..11];
-// none for shared subscriptions [MQTT-4.8.2-?].
+// none for shared subscriptions [MQTT-4.8.2-?]. With an ACL in force, each
+// one needs read access to its topic, unless the filter was proven
+// readable in full.
 static void b_subscribed(void *app, nmq_session *s, const char *filter, size_t len,
     const proto_sub_opts *opts, bool existed)
 {
@@ -491,17 +1014,32 @@ static void b_subscribed(void *app, nmq_session *s, const char *filter, size_t l
 	if (opts->retain_handling == 2 || (opts->retain_handling == 1 && existed)) {
 		return;
 	}
-	retained_ctx ctx = { s, opts, nmq_clock_ms() };
+	retained_ctx ctx = { b, s, opts, nmq_clock_ms(), NULL };
+	read_check   rcs = { b, NULL, 0, 0, NULL };
+	if (b->acl_active) {
+		rcs.auth       = auth_get(b, NULL, NULL, &rcs.epoch);
+		sess_ident *id = ident_get(b, s);
+		acl_client  c  = { nmq_session_client_id(s), NULL, NULL };
+		if (id != NULL) {
+			c.username = id->username;
+			c.peer     = id->peer;
+		}
+		if (id == NULL || acl_filter_may_deny(auth_ctx_acl(rcs.auth), &c, filter, len)) {
+			ctx.rc = &rcs;
+		}
+		ident_release(id);
+	}
 	retain_match(b->retained, filter, len, retained_cb, &ctx);
+	auth_ctx_release(rcs.auth);
 }
 
 // Removes one subscription; 0x11 if there was none.
 static uint8_t b_unsubscribe(void *app, nmq_session *s, const char *filter, size_t len)
 {
 	nmq_broker *b  = app;
-	sess_subs  *ss = subs_of(b, s);
+	sess_subs  *ss = ss_get(b, s, false);
 	if (ss == NULL) {
-		return MQTT_RC_UNSPECIFIED;
+		return MQTT_RC_NO_SUBSCRIPTION_EXISTED;
 	}
 	uint8_t rc = MQTT_RC_NO_SUBSCRIPTION_EXISTED;
 	pthread_mutex_lock(&ss->mtx);
@@ -515,30 +1053,32 @@ static uint8_t b_unsubscribe(void *app, nmq_session *s, const char *filter, size
 		}
 	}
 	pthread_mutex_unlock(&ss->mtx);
+	ss_put(b, ss);
 	return rc;
 }
 
 // Drops every subscription of an ending session.
 static void b_session_end(void *app, nmq_session *s)
 {
-	nmq_broker *b    = app;
-	void      **slot = nmq_session_app_data(s);
-	pthread_mutex_lock(&b->subs_mtx);
+	nmq_broker      *b    = app;
+	pthread_mutex_t *l    = slot_lock(b, s);
+	void           **slot = nmq_session_app_data(s);
+	pthread_mutex_lock(l);
 	sess_subs *ss = *slot;
 	*slot         = NULL;
-	pthread_mutex_unlock(&b->subs_mtx);
+	pthread_mutex_unlock(l);
 	if (ss == NULL) {
 		return;
 	}
 	pthread_mutex_lock(&ss->mtx);
+	ss->dead = true;
 	for (size_t i = 0; i < ss->n; i++) {
 		topic_tree_remove(b->tree, ss->v[i].filter, ss->v[i].len, s);
 		free(ss->v[i].filter);
 	}
+	ss->n = 0;
 	pthread_mutex_unlock(&ss->mtx);
-	pthread_mutex_destroy(&ss->mtx);
-	free(ss->v);
-	free(ss);
+	ss_put(b, ss); // the slot's reference
 }
 
 // Appends s to buf as a JSON string with escapes; returns the new length.
@@ -586,6 +1126,9 @@ static void b_client_status(void *app, nmq_session *s, bool online, uint8_t reas
 	nmq_broker    *b   = app;
 	const char    *cid = nmq_session_client_id(s);
 	struct timeval tv;
+	if (online) {
+		ident_adopt(b, s, peer);
+	}
 	gettimeofday(&tv, NULL);
 	unsigned long long ts
 	    = (unsigned long long)tv.tv_sec * 1000 + (unsigned long long)tv.tv_usec / 1000;

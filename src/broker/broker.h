@@ -1,5 +1,6 @@
-// The broker application: authentication, routing through the topic tree,
-// retained messages and $SYS client status, on top of the protocol layer.
+// The broker application: authentication, access control (including the
+// read check of each delivery), routing through the topic tree, retained
+// messages and $SYS client status, on top of the protocol layer.
 //
 // Threads: the proto_app_ops callbacks run on worker threads (see proto.h).
 // broker_alloc/broker_free run on the main thread.
@@ -23,7 +24,10 @@ nmq_broker *broker_alloc(const nmq_conf *conf);
 void broker_set_proto(nmq_broker *b, nmq_proto *p);
 // Applies the reloadable settings of conf (passwords, ACL,
 // allow_anonymous, deny_action) at once. Returns 0, or -1 with a message in
-// err, in which case nothing changed.
+// err, in which case nothing changed. With an ACL in force it then
+// re-decides, session by session, which subscriptions need a read check
+// per delivery (O(subscriptions x rules), on the calling thread); until a
+// session is done, every delivery to it is checked.
 int  broker_reconfigure(nmq_broker *b, const nmq_conf *conf, char *err, size_t errlen);
 void broker_free(nmq_broker *b);
 
@@ -32,5 +36,10 @@ void broker_limits_from_conf(const nmq_conf *conf, proto_limits *lim);
 
 topic_tree   *broker_topic_tree(nmq_broker *b);
 retain_store *broker_retain(nmq_broker *b);
+
+// Deliveries skipped because the ACL denies the subscriber read access to
+// the message's topic (one per message and subscriber refused, shared
+// subscription members included). Lock-free read.
+long broker_acl_deliveries_denied(nmq_broker *b);
 
 #endif // NMQ_BROKER_H

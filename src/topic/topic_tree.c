@@ -1035,6 +1035,8 @@ static int vec_push(
 	m->sub         = sub;
 	m->opts        = *opts;
 	m->shared      = shared;
+	m->n_alt       = 0;
+	m->alt         = false;
 	return 0;
 }
 
@@ -1042,10 +1044,13 @@ static int vec_push(
 // cursor, skipping ineligible members; the cursor's own pick if none is
 // eligible. After a skip the cursor is moved past the member picked, so
 // that the member following an ineligible one is not favoured.
-static uint32_t group_pick(const topic_tree *t, tt_group *g)
+// Sets *eligible to whether the member picked is eligible (true without an
+// eligible op).
+static uint32_t group_pick(const topic_tree *t, tt_group *g, bool *eligible)
 {
 	uint32_t n     = g->members.n;
 	uint32_t start = atomic_fetch_add_explicit(&g->rr, 1, memory_order_relaxed) % n;
+	*eligible      = true;
 	if (t->ops.eligible == NULL) {
 		return start;
 	}
@@ -1058,11 +1063,37 @@ static uint32_t group_pick(const topic_tree *t, tt_group *g)
 			return m;
 		}
 	}
+	*eligible = false;
 	return start;
 }
 
+// Appends the stand-ins of pick m of g (see topic_tree_match_stamped) and
+// sets the pick's n_alt; the pick is out->v[at]. Returns 0 or -1 if memory
+// ran out.
+static int emit_alts(const topic_tree *t, const tt_group *g, uint32_t m, bool eligible,
+    topic_match_vec *out, size_t at, uint32_t stamp)
+{
+	uint32_t n     = g->members.n;
+	uint8_t  n_alt = 0;
+	for (uint32_t i = 1; i < n && n_alt < TOPIC_MATCH_MAX_ALTS; i++) {
+		uint32_t k = (m + i) % n;
+		if (eligible && t->ops.eligible != NULL && !t->ops.eligible(g->members.subs[k])) {
+			continue;
+		}
+		if (vec_push(t, out, g->members.subs[k], &g->members.opts[k], true) != 0) {
+			return -1;
+		}
+		out->v[out->n - 1].alt = true;
+		out->v[at].n_alt       = ++n_alt;
+		if (g->members.opts[k].stamp == stamp) {
+			break; // this one surely qualifies
+		}
+	}
+	return 0;
+}
+
 // Appends the subscriptions of node n. Returns 0 or -1 if memory ran out.
-static int emit(const topic_tree *t, const tt_node *n, topic_match_vec *out)
+static int emit(const topic_tree *t, const tt_node *n, topic_match_vec *out, uint32_t stamp)
 {
 	for (uint32_t i = 0; i < n->subs.n; i++) {
 		if (vec_push(t, out, n->subs.subs[i], &n->subs.opts[i], false) != 0) {
@@ -1071,8 +1102,13 @@ static int emit(const topic_tree *t, const tt_node *n, topic_match_vec *out)
 	}
 	for (uint32_t i = 0; i < n->ngroups; i++) {
 		tt_group *g = n->groups[i];
-		uint32_t  m = group_pick(t, g);
+		bool      eligible;
+		uint32_t  m = group_pick(t, g, &eligible);
 		if (vec_push(t, out, g->members.subs[m], &g->members.opts[m], true) != 0) {
+			return -1;
+		}
+		if (stamp != 0 && g->members.opts[m].stamp != stamp
+		    && emit_alts(t, g, m, eligible, out, out->n - 1, stamp) != 0) {
 			return -1;
 		}
 	}
@@ -1081,8 +1117,8 @@ static int emit(const topic_tree *t, const tt_node *n, topic_match_vec *out)
 
 // Matches the topic against one shard, depth first with an explicit stack.
 // Returns 0 or -1 if memory ran out.
-static int shard_match(
-    const topic_tree *t, tt_shard *sh, const char *topic, size_t len, topic_match_vec *out)
+static int shard_match(const topic_tree *t, tt_shard *sh, const char *topic, size_t len,
+    topic_match_vec *out, uint32_t stamp)
 {
 	if (atomic_load_explicit(&sh->nsubs, memory_order_acquire) == 0) {
 		return 0;
@@ -1097,12 +1133,12 @@ static int shard_match(
 	stk[sp++] = (tt_frame) { sh->root, 0 };
 	while (sp > 0) {
 		tt_frame f = stk[--sp];
-		if (f.node->hash != NULL && emit(t, f.node->hash, out) != 0) {
+		if (f.node->hash != NULL && emit(t, f.node->hash, out, stamp) != 0) {
 			rv = -1;
 			break;
 		}
 		if (f.pos > len) {
-			if (emit(t, f.node, out) != 0) {
+			if (emit(t, f.node, out, stamp) != 0) {
 				rv = -1;
 				break;
 			}
@@ -1138,18 +1174,24 @@ static int shard_match(
 	return rv;
 }
 
-int topic_tree_match(topic_tree *t, const char *topic, size_t len, topic_match_vec *out)
+int topic_tree_match_stamped(
+    topic_tree *t, const char *topic, size_t len, topic_match_vec *out, uint32_t stamp)
 {
 	if (topic == NULL || len == 0) {
 		return 0;
 	}
-	if (shard_match(t, &t->shards[shard_of(topic, len, false)], topic, len, out) != 0) {
+	if (shard_match(t, &t->shards[shard_of(topic, len, false)], topic, len, out, stamp) != 0) {
 		return -1;
 	}
 	if (topic[0] == '$') {
 		return 0;
 	}
-	return shard_match(t, &t->shards[TT_WILD], topic, len, out);
+	return shard_match(t, &t->shards[TT_WILD], topic, len, out, stamp);
+}
+
+int topic_tree_match(topic_tree *t, const char *topic, size_t len, topic_match_vec *out)
+{
+	return topic_tree_match_stamped(t, topic, len, out, 0);
 }
 
 size_t topic_tree_filter_count(topic_tree *t)

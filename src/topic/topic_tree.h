@@ -32,6 +32,7 @@
 // - "$share/<group>/<filter>" subscriptions form groups; a match returns one
 //   member per group, picked round-robin among members for which
 //   ops.eligible() is true (e.g. connected); if none is eligible, any member.
+//   topic_tree_match_stamped() may add stand-ins after a pick (see there).
 //   The group is identified by (group name, filter): "$share/g/a" and
 //   "$share/g/b" are two groups, each picking its own member. A filter that
 //   starts with "$share/" but is not a well-formed shared subscription is
@@ -51,6 +52,10 @@ typedef struct topic_sub_opts {
 	bool     retain_as_published;
 	uint8_t  retain_handling;
 	uint32_t sub_id; // 0 = none
+	// Opaque to the tree, except in topic_tree_match_stamped(): the
+	// caller's proof that this subscriber may receive every topic of the
+	// filter (the broker: the ACL epoch that proved it), 0 = none.
+	uint32_t stamp;
 } topic_sub_opts;
 
 typedef struct topic_tree_ops {
@@ -63,7 +68,15 @@ typedef struct topic_match {
 	void          *sub;
 	topic_sub_opts opts;
 	bool           shared; // matched through a $share group
+	// topic_tree_match_stamped() only: a group's pick is followed by n_alt
+	// stand-ins (alt set, shared set) that the caller may deliver to
+	// instead. The caller may also use alt to mark entries it skips.
+	uint8_t n_alt;
+	bool    alt;
 } topic_match;
+
+// Most stand-ins that follow one shared pick.
+#define TOPIC_MATCH_MAX_ALTS 16
 
 // A growable result vector. Initialise with topic_match_vec_init; reuse
 // across matches to avoid allocation on the hot path. Owned by one thread
@@ -102,6 +115,17 @@ int topic_tree_remove(topic_tree *t, const char *filter, size_t len, void *sub);
 // Appends every subscription matching the topic name to *out (held).
 // Returns 0, or -1 if memory ran out (out then holds what was found).
 int topic_tree_match(topic_tree *t, const char *topic, size_t len, topic_match_vec *out);
+
+// topic_tree_match(), except for share groups when stamp is not 0: a
+// group's pick whose opts.stamp differs from stamp (the caller may have to
+// refuse it) is followed in *out by stand-ins: the next members in
+// round-robin order (connected ones only, unless no member is eligible), up
+// to and including the first whose opts.stamp equals stamp, at most
+// TOPIC_MATCH_MAX_ALTS. The pick's n_alt says how many follow it; each has
+// alt and shared set. The caller delivers to the first acceptable one of
+// the pick and its stand-ins. With stamp 0 no stand-in is added.
+int topic_tree_match_stamped(
+    topic_tree *t, const char *topic, size_t len, topic_match_vec *out, uint32_t stamp);
 
 // Counts for metrics: distinct filters and total subscriptions. A filter is
 // counted once for its plain subscribers and once per share group, so "a",

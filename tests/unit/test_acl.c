@@ -1,6 +1,8 @@
 // Unit tests of src/auth/acl.c and acl_cache.c: subjects, actions, topics,
 // the covers relation, placeholders, literals, $share, rule order,
-// no_match, build errors, NanoMQ-style rule files and the decision cache.
+// no_match, build errors, NanoMQ-style rule files, the decision cache, and
+// the delivery side: read access to a topic name, filter overlap, and the
+// SUBSCRIBE-time "could this filter be denied" analysis.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -161,10 +163,15 @@ static size_t gen(char out[][16], size_t cap, const char *const *lv, size_t nlv,
 		size_t end = n;
 		for (size_t p = start; p < end; p++) {
 			for (size_t i = 0; i < nlv && n < cap; i++) {
-				if (strlen(out[p]) + 1 + strlen(lv[i]) < 16) {
-					char prefix[16];
-					memcpy(prefix, out[p], sizeof(prefix));
-					snprintf(out[n++], 16, "%s/%s", prefix, lv[i]);
+				size_t pl = strlen(out[p]);
+				size_t ll = strlen(lv[i]);
+				if (pl + 1 + ll < 16) {
+					// memcpy, not snprintf: gcc cannot see that the
+					// lengths were checked (-Wformat-truncation).
+					memcpy(out[n], out[p], pl);
+					out[n][pl] = '/';
+					memcpy(out[n] + pl + 1, lv[i], ll + 1);
+					n++;
 				}
 			}
 		}
@@ -846,6 +853,404 @@ static void test_cache(void **state)
 	acl_free(b);
 }
 
+static int rd(const acl *a, const acl_client *who, const char *topic)
+{
+	return acl_check_read(a, who, topic, strlen(topic));
+}
+
+static bool may_deny(const acl *a, const acl_client *who, const char *filter)
+{
+	return acl_filter_may_deny(a, who, filter, strlen(filter));
+}
+
+static bool overlap(const char *x, const char *y)
+{
+	return acl_filters_overlap(x, strlen(x), y, strlen(y));
+}
+
+// Read access at delivery: subscribe access to the exact topic name.
+static void test_read_check(void **state)
+{
+	(void)state;
+	// The case that motivated it: bob may subscribe to a/# but not read
+	// a/secret through it.
+	const char *rules = "[{\"permit\": \"deny\", \"username\": \"bob\", \"action\": "
+	                    "\"subscribe\", \"topics\": [\"a/secret\"]},"
+	                    " {\"permit\": \"allow\", \"action\": \"subscribe\", \"topics\": "
+	                    "[\"a/#\"]}]";
+	acl_client  bob   = { "b1", "bob", NULL };
+	acl_client  alice = { "a1", "alice", NULL };
+
+	for (int nm = ACL_ALLOW; nm <= ACL_DENY; nm++) {
+		acl *a = mk(rules, nm);
+		assert_int_equal(sub(a, &bob, "a/#"), ACL_ALLOW);
+		assert_int_equal(rd(a, &bob, "a/secret"), ACL_DENY);
+		assert_int_equal(rd(a, &bob, "a/public"), ACL_ALLOW);
+		assert_int_equal(rd(a, &bob, "a/secret/x"), ACL_ALLOW);
+		assert_int_equal(rd(a, &bob, "a"), ACL_ALLOW); // "a/#" matches "a"
+		assert_int_equal(rd(a, &alice, "a/secret"), ACL_ALLOW);
+		// No rule: no_match, as for a SUBSCRIBE to that exact topic.
+		assert_int_equal(rd(a, &bob, "b/x"), nm);
+		assert_int_equal(rd(a, &bob, "b/x"), sub(a, &bob, "b/x"));
+		// Names only: a wildcard or an empty name is refused.
+		assert_int_equal(rd(a, &alice, "a/+"), ACL_DENY);
+		assert_int_equal(rd(a, &alice, "a/#"), ACL_DENY);
+		assert_int_equal(rd(a, &alice, ""), ACL_DENY);
+		assert_int_equal(acl_check_read(a, &alice, NULL, 0), ACL_DENY);
+		assert_int_equal(acl_check_read(a, &alice, "a/b\0c", 5), ACL_DENY);
+		acl_free(a);
+	}
+
+	// Publish-only rules do not decide reading.
+	acl *a = mk(
+	    "[{\"permit\": \"deny\", \"action\": \"publish\", \"topics\": [\"p/#\"]}]", ACL_ALLOW);
+	acl_client c = { "c", NULL, NULL };
+	assert_int_equal(rd(a, &c, "p/x"), ACL_ALLOW);
+	acl_free(a);
+
+	// "@": a literal name applies to that name; a literal holding a
+	// wildcard never applies to a name (a SUBSCRIBE to the name would not
+	// match it either).
+	a = mk("[{\"permit\": \"deny\", \"action\": \"subscribe\", \"topics\": [\"@l/#\", "
+	       "\"@l/x\"]}]",
+	    ACL_ALLOW);
+	assert_int_equal(rd(a, &c, "l/x"), ACL_DENY);
+	assert_int_equal(rd(a, &c, "l/y"), ACL_ALLOW);
+	assert_int_equal(rd(a, &c, "l"), ACL_ALLOW);
+	acl_free(a);
+
+	// Placeholders are the reader's values.
+	a = mk("[{\"permit\": \"allow\", \"topics\": [\"inbox/${username}/#\", "
+	       "\"dev/${clientid}\"]}]",
+	    ACL_DENY);
+	c = (acl_client) { "d7", "zed", NULL };
+	assert_int_equal(rd(a, &c, "inbox/zed/1"), ACL_ALLOW);
+	assert_int_equal(rd(a, &c, "inbox/ann/1"), ACL_DENY);
+	assert_int_equal(rd(a, &c, "dev/d7"), ACL_ALLOW);
+	assert_int_equal(rd(a, &c, "dev/d8"), ACL_DENY);
+	c.username = NULL;
+	assert_int_equal(rd(a, &c, "inbox//1"), ACL_DENY);
+	acl_free(a);
+
+	// A "$share/" prefix is part of a name; '$' names escape leading
+	// wildcards.
+	a = mk("[{\"permit\": \"allow\", \"topics\": [\"x/#\", \"#\"]}]", ACL_DENY);
+	assert_int_equal(rd(a, &c, "$share/g/x/1"), ACL_DENY);
+	assert_int_equal(sub(a, &c, "$share/g/x/1"), ACL_ALLOW); // a shared filter
+	assert_int_equal(rd(a, &c, "$SYS/x"), ACL_DENY);
+	assert_int_equal(rd(a, &c, "y/$SYS"), ACL_ALLOW);
+	acl_free(a);
+
+	// Disabled or absent: everything may be read.
+	a = mk("{\"enable\": false, \"rules\": [{\"permit\": \"deny\"}]}", ACL_DENY);
+	assert_int_equal(rd(a, &c, "x"), ACL_ALLOW);
+	assert_int_equal(rd(NULL, &c, "x"), ACL_ALLOW);
+	assert_int_equal(acl_check_read(NULL, NULL, "x", 1), ACL_ALLOW);
+	acl_free(a);
+}
+
+static void test_overlap_table(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *x;
+		const char *y;
+		bool        want;
+	} t[] = {
+		{ "a/b", "a/b", true },
+		{ "a/b", "a/c", false },
+		{ "a/+", "a/b", true },
+		{ "a/+", "+/b", true },
+		{ "a/+", "b/+", false },
+		{ "a/#", "a", true }, // "a/#" matches "a"
+		{ "a/+", "a", false },
+		{ "a/#", "+/b/c", true },
+		{ "a/b/#", "a/+", true },
+		{ "a/b/c", "a/+", false },
+		{ "+/+", "#", true },
+		{ "#", "$SYS/x", false },
+		{ "+/x", "$SYS/x", false },
+		{ "$SYS/#", "$SYS/+", true },
+		{ "$SYS/#", "+/#", false },
+		{ "a/$x", "a/+", true },
+		{ "/", "+/+", true },
+		{ "/", "+", false },
+		{ "", "a", false },
+		{ "a/#/b", "a", false },
+	};
+	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+		if (overlap(t[i].x, t[i].y) != t[i].want || overlap(t[i].y, t[i].x) != t[i].want) {
+			fail_msg("overlap(\"%s\", \"%s\") should be %s", t[i].x, t[i].y,
+			    t[i].want ? "true" : "false");
+		}
+	}
+}
+
+// overlap(X, Y) holds exactly when some topic is matched by both, over
+// every small filter pair and every small topic.
+static void test_overlap_exact(void **state)
+{
+	(void)state;
+	static const char *const flv[] = { "a", "b", "$x", "", "+", "#" };
+	static const char *const tlv[] = { "a", "b", "$x", "", "c" };
+	static char              f[2000][16];
+	static char              tp[2000][16];
+	static bool              hit[300][800]; // hit[i][k]: f[i] matches tp[k]
+	size_t                   nf = gen(f, 2000, flv, 6, 3);
+	size_t                   nt = gen(tp, 2000, tlv, 5, 4);
+
+	assert_true(nf <= 300 && nt <= 800);
+	for (size_t i = 0; i < nf; i++) {
+		for (size_t k = 0; k < nt; k++) {
+			hit[i][k] = topic_filter_match(f[i], strlen(f[i]), tp[k], strlen(tp[k]));
+		}
+	}
+	for (size_t i = 0; i < nf; i++) {
+		if (!topic_filter_valid(f[i], strlen(f[i]))) {
+			continue;
+		}
+		for (size_t j = 0; j < nf; j++) {
+			if (!topic_filter_valid(f[j], strlen(f[j]))) {
+				continue;
+			}
+			const char *witness = NULL;
+			for (size_t k = 0; k < nt && witness == NULL; k++) {
+				if (hit[i][k] && hit[j][k]) {
+					witness = tp[k];
+				}
+			}
+			if (overlap(f[i], f[j]) != (witness != NULL)) {
+				fail_msg("overlap(\"%s\", \"%s\") is %s (witness %s)", f[i], f[j],
+				    witness != NULL ? "false" : "true",
+				    witness != NULL ? witness : "none");
+			}
+		}
+	}
+}
+
+// The SUBSCRIBE-time analysis on hand-picked cases.
+static void test_may_deny_cases(void **state)
+{
+	(void)state;
+	acl_client bob   = { "b1", "bob", "10.1.2.3:4000" };
+	acl_client alice = { "a1", "alice", "127.0.0.1:4001" };
+	acl_client anon  = { "n1", NULL, NULL };
+
+	// A deny for one topic under the allowed filter.
+	const char *rules = "[{\"permit\": \"deny\", \"username\": \"bob\", \"action\": "
+	                    "\"subscribe\", \"topics\": [\"a/secret\"]},"
+	                    " {\"permit\": \"allow\", \"action\": \"subscribe\", \"topics\": "
+	                    "[\"a/#\"]}]";
+	for (int nm = ACL_ALLOW; nm <= ACL_DENY; nm++) {
+		acl *a = mk(rules, nm);
+		assert_true(may_deny(a, &bob, "a/#"));
+		assert_true(may_deny(a, &bob, "a/+"));
+		assert_true(may_deny(a, &bob, "+/secret"));
+		assert_true(may_deny(a, &bob, "$share/g/a/#"));
+		assert_false(may_deny(a, &bob, "a/public"));
+		assert_false(may_deny(a, &bob, "a/+/x")); // a/secret is not under it
+		assert_false(may_deny(a, &alice, "a/#")); // the deny is bob's
+		// Outside every rule: no_match decides.
+		assert_int_equal(may_deny(a, &bob, "b/#"), nm == ACL_DENY);
+		assert_int_equal(may_deny(a, &alice, "+/#"), nm == ACL_DENY);
+		acl_free(a);
+	}
+
+	// First match wins: an allow that covers the filter before the deny
+	// makes the deny unreachable; after it, it is not.
+	acl *a = mk("[{\"permit\": \"allow\", \"topics\": [\"a/#\"]},"
+	            " {\"permit\": \"deny\", \"topics\": [\"a/secret\", \"b/#\"]}]",
+	    ACL_ALLOW);
+	assert_false(may_deny(a, &bob, "a/#"));
+	assert_false(may_deny(a, &bob, "a/+"));
+	assert_true(may_deny(a, &bob, "+/#")); // b/... reaches the deny
+	assert_true(may_deny(a, &bob, "b/x"));
+	assert_false(may_deny(a, &bob, "c/#"));
+	acl_free(a);
+	// A partial allow does not shield a later overlapping deny.
+	a = mk("[{\"permit\": \"allow\", \"topics\": [\"a/x\"]},"
+	       " {\"permit\": \"deny\", \"topics\": [\"a/+\"]}]",
+	    ACL_ALLOW);
+	assert_true(may_deny(a, &bob, "a/#"));
+	assert_false(may_deny(a, &bob, "a/x"));
+	assert_true(may_deny(a, &bob, "a/y"));
+	acl_free(a);
+	// With no_match = deny, allows that only together cover the filter
+	// are not recognised (conservative).
+	a = mk("[{\"permit\": \"allow\", \"topics\": [\"a\", \"a/+/#\"]}]", ACL_DENY);
+	assert_true(may_deny(a, &bob, "a/#"));
+	assert_false(may_deny(a, &bob, "a/b/#"));
+	acl_free(a);
+	// A rule with no topics covers everything; an empty topic list nothing.
+	a = mk("[{\"permit\": \"allow\", \"username\": \"alice\"},"
+	       " {\"permit\": \"deny\", \"topics\": []}]",
+	    ACL_DENY);
+	assert_false(may_deny(a, &alice, "#"));
+	assert_true(may_deny(a, &bob, "x"));
+	acl_free(a);
+	// Publish-only rules are not about reading.
+	a = mk("[{\"permit\": \"deny\", \"action\": \"publish\"}]", ACL_ALLOW);
+	assert_false(may_deny(a, &bob, "#"));
+	acl_free(a);
+	// pubsub rules are.
+	a = mk("[{\"permit\": \"deny\", \"topics\": [\"z\"]}]", ACL_ALLOW);
+	assert_true(may_deny(a, &bob, "#"));
+	assert_false(may_deny(a, &bob, "z/+"));
+	acl_free(a);
+
+	// Placeholders take the client's values; a missing value makes the
+	// rule match nothing.
+	a = mk("[{\"permit\": \"deny\", \"action\": \"subscribe\", \"topics\": "
+	       "[\"inbox/${username}/private\"]}, {\"permit\": \"allow\"}]",
+	    ACL_DENY);
+	assert_true(may_deny(a, &bob, "inbox/bob/#"));
+	assert_true(may_deny(a, &bob, "inbox/+/private"));
+	assert_false(may_deny(a, &bob, "inbox/ann/#"));
+	assert_false(may_deny(a, &anon, "inbox/+/private"));
+	acl_free(a);
+	a = mk("[{\"permit\": \"allow\", \"topics\": [\"dev/${clientid}/#\"]}]", ACL_DENY);
+	assert_false(may_deny(a, &bob, "dev/b1/#"));
+	assert_false(may_deny(a, &bob, "dev/b1"));
+	assert_true(may_deny(a, &bob, "dev/+/#"));
+	assert_true(may_deny(a, &bob, "dev/a1/#"));
+	acl_free(a);
+
+	// "@": a literal name denies that name only; a literal wildcard
+	// filter never applies to a delivered name.
+	a = mk("[{\"permit\": \"deny\", \"action\": \"subscribe\", \"topics\": [\"@a/#\"]}]",
+	    ACL_ALLOW);
+	assert_false(may_deny(a, &bob, "a/#"));
+	assert_false(may_deny(a, &bob, "#"));
+	acl_free(a);
+	a = mk("[{\"permit\": \"deny\", \"action\": \"subscribe\", \"topics\": [\"@a/b\"]}]",
+	    ACL_ALLOW);
+	assert_true(may_deny(a, &bob, "a/+"));
+	assert_true(may_deny(a, &bob, "a/b"));
+	assert_false(may_deny(a, &bob, "a/c"));
+	acl_free(a);
+	a = mk("[{\"permit\": \"allow\", \"topics\": [\"@x/y\", \"@x/+\"]}]", ACL_DENY);
+	assert_false(may_deny(a, &bob, "x/y"));
+	assert_true(may_deny(a, &bob, "x/+")); // "@x/+" is no name
+	acl_free(a);
+
+	// '$' names are not under a leading wildcard.
+	a = mk(
+	    "[{\"permit\": \"deny\", \"action\": \"subscribe\", \"topics\": [\"#\"]}]", ACL_ALLOW);
+	assert_false(may_deny(a, &bob, "$SYS/#"));
+	assert_true(may_deny(a, &bob, "a"));
+	acl_free(a);
+
+	// Addresses: the subject is decided for the client at hand.
+	a = mk("[{\"permit\": \"deny\", \"ipaddrs\": [\"10.0.0.0/8\"], \"topics\": [\"a/b\"]}]",
+	    ACL_ALLOW);
+	assert_true(acl_uses_peer(a));
+	assert_true(may_deny(a, &bob, "a/#"));
+	assert_false(may_deny(a, &alice, "a/#"));
+	acl_free(a);
+	a = mk("[{\"permit\": \"deny\", \"or\": [{\"username\": \"x\"}, {\"ipaddr\": "
+	       "\"1.2.3.4\"}]}]",
+	    ACL_ALLOW);
+	assert_true(acl_uses_peer(a));
+	acl_free(a);
+	a = mk(rules, ACL_ALLOW);
+	assert_false(acl_uses_peer(a));
+	assert_false(acl_uses_peer(NULL));
+
+	// Bad input is assumed deniable; no acl denies nothing.
+	assert_true(may_deny(a, &bob, ""));
+	assert_true(may_deny(a, &bob, "a/#/b"));
+	assert_true(may_deny(a, &bob, "$share/g"));
+	assert_true(acl_filter_may_deny(a, &bob, NULL, 0));
+	acl_free(a);
+	assert_false(may_deny(NULL, &bob, "#"));
+	a = mk("{\"enable\": false, \"rules\": [{\"permit\": \"deny\"}]}", ACL_DENY);
+	assert_false(may_deny(a, &bob, "#"));
+	acl_free(a);
+}
+
+// Soundness: whenever the analysis says a filter cannot be denied, no name
+// it matches is denied, for a set of rule lists (both no_match values) and
+// clients over every small filter and topic. Also checks that acl_check_read
+// equals a SUBSCRIBE check of the same name, and that the analysis is not
+// trivially "always deniable".
+static void test_may_deny_sound(void **state)
+{
+	(void)state;
+	static const char *const rule_sets[] = {
+		"[{\"permit\": \"deny\", \"username\": \"b\", \"action\": \"subscribe\", "
+		"\"topics\": "
+		"[\"a/b\"]}, {\"permit\": \"allow\", \"action\": \"subscribe\", \"topics\": "
+		"[\"a/#\"]}]",
+		"[{\"permit\": \"allow\", \"topics\": [\"a/+\"]}, {\"permit\": \"deny\", "
+		"\"topics\": "
+		"[\"+/b\", \"$x/#\"]}, {\"permit\": \"allow\", \"topics\": [\"#\"]}]",
+		"[{\"permit\": \"deny\", \"topics\": [\"${clientid}/#\"]}, {\"permit\": \"allow\", "
+		"\"topics\": [\"${username}/+\", \"@a/b\", \"@a/+\"]}]",
+		"[{\"permit\": \"allow\", \"topics\": [\"@b\", \"b/+/a\"]}, {\"permit\": \"deny\", "
+		"\"action\": \"subscribe\", \"topics\": [\"@b/#\", \"/+\", \"+//#\"]}]",
+		"[{\"permit\": \"deny\", \"clientid\": \"a\", \"topics\": [\"$x/+\", \"a\"]}, "
+		"{\"permit\": \"allow\", \"username\": \"b\", \"topics\": [\"+/#\", \"$x/#\"]}, "
+		"{\"permit\": \"deny\", \"action\": \"publish\", \"topics\": [\"#\"]}]",
+		"[{\"permit\": \"allow\", \"ipaddr\": \"10.0.0.1\", \"topics\": [\"a/#\"]}, "
+		"{\"permit\": \"deny\", \"topics\": [\"a/a\", \"b/${username}\"]}]",
+	};
+	static const acl_client clients[] = {
+		{ "a", "b", "10.0.0.1:1" },
+		{ "b", NULL, "10.0.0.2:1" },
+		{ "c", "a", NULL },
+	};
+	static const char *const flv[] = { "a", "b", "$x", "", "+", "#" };
+	static const char *const tlv[] = { "a", "b", "$x", "", "c" };
+	static char              f[2000][16];
+	static char              tp[2000][16];
+	static int               allowed[2000];
+	size_t                   nf       = gen(f, 2000, flv, 6, 3);
+	size_t                   nt       = gen(tp, 2000, tlv, 5, 4);
+	size_t                   safe     = 0;
+	size_t                   deniable = 0;
+
+	for (size_t r = 0; r < sizeof(rule_sets) / sizeof(rule_sets[0]); r++) {
+		for (int nm = ACL_ALLOW; nm <= ACL_DENY; nm++) {
+			acl *a = mk(rule_sets[r], nm);
+			for (size_t ci = 0; ci < sizeof(clients) / sizeof(clients[0]); ci++) {
+				const acl_client *c = &clients[ci];
+				for (size_t k = 0; k < nt; k++) {
+					allowed[k] = rd(a, c, tp[k]);
+					if (allowed[k] != sub(a, c, tp[k])) {
+						fail_msg("rules %zu: read(\"%s\") differs from a "
+						         "SUBSCRIBE to it",
+						    r, tp[k]);
+					}
+				}
+				for (size_t i = 0; i < nf; i++) {
+					size_t fl = strlen(f[i]);
+					if (!topic_filter_valid(f[i], fl)) {
+						continue;
+					}
+					if (may_deny(a, c, f[i])) {
+						deniable++;
+						continue;
+					}
+					safe++;
+					for (size_t k = 0; k < nt; k++) {
+						if (allowed[k] != ACL_ALLOW
+						    && topic_filter_match(
+						        f[i], fl, tp[k], strlen(tp[k]))) {
+							fail_msg("rules %zu no_match %d client %s: "
+							         "\"%s\" "
+							         "said safe, but \"%s\" is denied",
+							    r, nm, c->clientid, f[i], tp[k]);
+						}
+					}
+				}
+			}
+			acl_free(a);
+		}
+	}
+	assert_true(safe > 500);
+	assert_true(deniable > 500);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -864,6 +1269,11 @@ int main(void)
 		cmocka_unit_test(test_generation),
 		cmocka_unit_test(test_nanomq_style),
 		cmocka_unit_test(test_cache),
+		cmocka_unit_test(test_read_check),
+		cmocka_unit_test(test_overlap_table),
+		cmocka_unit_test(test_overlap_exact),
+		cmocka_unit_test(test_may_deny_cases),
+		cmocka_unit_test(test_may_deny_sound),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
