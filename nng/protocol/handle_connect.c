@@ -289,7 +289,7 @@ int handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 	pthread_mutex_lock(&p->tbl_mtx);
 	s = proto_table_find(p, client_id);
 	if (s != NULL) {
-		pthread_mutex_lock(&s->mtx);
+		nmq_mutex_lock(&s->mtx);
 		if (s->link != NULL) {
 			nmq_link *old   = s->link;
 			old->taken_over = true;
@@ -317,7 +317,7 @@ int handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 			}
 		}
 		if (ended != NULL) {
-			pthread_mutex_unlock(&ended->mtx);
+			nmq_mutex_unlock(&ended->mtx);
 		}
 	}
 	if (s == NULL) {
@@ -327,7 +327,7 @@ int handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 			free(client_id);
 			return refuse(l, ver, MQTT_RC_SERVER_UNAVAILABLE);
 		}
-		pthread_mutex_lock(&s->mtx);
+		nmq_mutex_lock(&s->mtx);
 		proto_table_insert(p, s); // the table keeps the first reference
 	}
 	// s->mtx is held here.
@@ -392,7 +392,7 @@ int handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 	session_resend_locked(s, false);
 	session_pump_locked(s);
 	session_timer_update_locked(s);
-	pthread_mutex_unlock(&s->mtx);
+	nmq_mutex_unlock(&s->mtx);
 	pthread_mutex_unlock(&p->tbl_mtx);
 
 	long n  = atomic_fetch_add(&p->m.connections, 1) + 1;
@@ -412,11 +412,11 @@ int handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 	if (ended != NULL) {
 		// Publish its pending will, drop its subscriptions.
 		nmq_msg *will = NULL;
-		pthread_mutex_lock(&ended->mtx);
+		nmq_mutex_lock(&ended->mtx);
 		will        = ended->will;
 		ended->will = NULL;
 		session_clear_locked(ended);
-		pthread_mutex_unlock(&ended->mtx);
+		nmq_mutex_unlock(&ended->mtx);
 		timer_wheel_cancel(p->tw, &ended->timer);
 		if (will != NULL) {
 			proto_publish_will(p, will);

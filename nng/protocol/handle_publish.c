@@ -52,9 +52,9 @@ int handle_publish(nmq_link *l, const mqtt_packet *pk)
 		r.type            = pub->qos == 1 ? MQTT_PUBACK : MQTT_PUBREC;
 		r.u.ack.packet_id = pub->packet_id;
 		r.u.ack.reason    = MQTT_RC_PAYLOAD_FORMAT_INVALID;
-		pthread_mutex_lock(&s->mtx);
+		nmq_mutex_lock(&s->mtx);
 		link_send_packet(l, &r);
-		pthread_mutex_unlock(&s->mtx);
+		nmq_mutex_unlock(&s->mtx);
 		return 0;
 	}
 
@@ -96,7 +96,7 @@ int handle_publish(nmq_link *l, const mqtt_packet *pk)
 	// but not routed again.
 	if (pub->qos == 2) {
 		bool dup = false;
-		pthread_mutex_lock(&s->mtx);
+		nmq_mutex_lock(&s->mtx);
 		for (uint32_t i = 0; i < s->rel_len; i++) {
 			if (s->rel[i].pid == pub->packet_id) {
 				dup = true;
@@ -109,7 +109,7 @@ int handle_publish(nmq_link *l, const mqtt_packet *pk)
 				purge_rel(s, now);
 			}
 			if (s->rel_len >= proto_lim(p)->max_awaiting_rel) {
-				pthread_mutex_unlock(&s->mtx);
+				nmq_mutex_unlock(&s->mtx);
 				// Over our Receive Maximum [MQTT-3.3.4-9].
 				link_fail(l, MQTT_RC_RECEIVE_MAX_EXCEEDED);
 				return -1;
@@ -118,7 +118,7 @@ int handle_publish(nmq_link *l, const mqtt_packet *pk)
 				uint32_t   ncap = s->rel_cap ? s->rel_cap * 2 : 4;
 				rel_entry *nr   = realloc(s->rel, ncap * sizeof(*nr));
 				if (nr == NULL) {
-					pthread_mutex_unlock(&s->mtx);
+					nmq_mutex_unlock(&s->mtx);
 					link_fail(l, MQTT_RC_UNSPECIFIED);
 					return -1;
 				}
@@ -129,15 +129,15 @@ int handle_publish(nmq_link *l, const mqtt_packet *pk)
 			s->rel[s->rel_len].at_ms = now;
 			s->rel_len++;
 		}
-		pthread_mutex_unlock(&s->mtx);
+		nmq_mutex_unlock(&s->mtx);
 		if (dup) {
 			mqtt_packet r;
 			memset(&r, 0, sizeof(r));
 			r.type            = MQTT_PUBREC;
 			r.u.ack.packet_id = pub->packet_id;
-			pthread_mutex_lock(&s->mtx);
+			nmq_mutex_lock(&s->mtx);
 			link_send_packet(l, &r);
-			pthread_mutex_unlock(&s->mtx);
+			nmq_mutex_unlock(&s->mtx);
 			return 0;
 		}
 	}
@@ -175,18 +175,18 @@ int handle_publish(nmq_link *l, const mqtt_packet *pk)
 		r.u.ack.reason    = l->ver == MQTT_PROTO_V5 ? rc : 0;
 		if (pub->qos == 2 && rc >= 0x80) {
 			// A refused QoS 2 flow ends here: forget the id.
-			pthread_mutex_lock(&s->mtx);
+			nmq_mutex_lock(&s->mtx);
 			for (uint32_t i = 0; i < s->rel_len; i++) {
 				if (s->rel[i].pid == pub->packet_id) {
 					s->rel[i] = s->rel[--s->rel_len];
 					break;
 				}
 			}
-			pthread_mutex_unlock(&s->mtx);
+			nmq_mutex_unlock(&s->mtx);
 		}
-		pthread_mutex_lock(&s->mtx);
+		nmq_mutex_lock(&s->mtx);
 		link_send_packet(l, &r);
-		pthread_mutex_unlock(&s->mtx);
+		nmq_mutex_unlock(&s->mtx);
 	}
 	if (rv & PROTO_RC_DISCONNECT) {
 		link_fail(l, rc);

@@ -83,9 +83,9 @@ int handle_subscribe(nmq_link *l, const mqtt_packet *pk)
 	r.u.suback.packet_id = sub->packet_id;
 	r.u.suback.count     = i;
 	r.u.suback.codes     = codes;
-	pthread_mutex_lock(&s->mtx);
+	nmq_mutex_lock(&s->mtx);
 	link_send_packet(l, &r);
-	pthread_mutex_unlock(&s->mtx);
+	nmq_mutex_unlock(&s->mtx);
 	if (kick != 0) {
 		free(codes);
 		free(existed);
@@ -145,9 +145,9 @@ int handle_unsubscribe(nmq_link *l, const mqtt_packet *pk)
 	r.u.suback.packet_id = unsub->packet_id;
 	r.u.suback.count     = i;
 	r.u.suback.codes     = codes;
-	pthread_mutex_lock(&s->mtx);
+	nmq_mutex_lock(&s->mtx);
 	link_send_packet(l, &r);
-	pthread_mutex_unlock(&s->mtx);
+	nmq_mutex_unlock(&s->mtx);
 	free(codes);
 	return 0;
 }
@@ -164,11 +164,11 @@ int handle_disconnect(nmq_link *l, const mqtt_packet *pk)
 				link_fail(l, MQTT_RC_PROTOCOL_ERROR);
 				return -1;
 			}
-			pthread_mutex_lock(&s->mtx);
+			nmq_mutex_lock(&s->mtx);
 			if (s->link == l) {
 				s->expiry_s = d->props.session_expiry;
 			}
-			pthread_mutex_unlock(&s->mtx);
+			nmq_mutex_unlock(&s->mtx);
 		}
 		l->graceful = d->reason == MQTT_RC_SUCCESS;
 	} else {

@@ -20,8 +20,8 @@ static int  link_header(void *upper, uint8_t first_byte, uint32_t size);
 static void link_too_large(void *upper, uint32_t size);
 static void link_closed(void *upper);
 static void link_writable(void *upper);
-static void link_timer_cb(void *arg);
-static void link_bp_cb(void *arg);
+static void link_timer_cb(tw_timer *t);
+static void link_bp_cb(tw_timer *t);
 
 static const conn_ops link_conn_ops = {
 	.frame     = link_frame,
@@ -45,8 +45,7 @@ void proto_accept(nmq_proto *p, nmq_conn *c)
 	l->conn = c;
 	l->ver  = MQTT_PROTO_V311;
 	atomic_init(&l->last_rx_ms, nmq_clock_ms());
-	tw_timer_init(&l->timer, link_timer_cb, l);
-	tw_timer_init(&l->bp_timer, link_bp_cb, l);
+	tw_timer_init(&l->timer, link_timer_cb);
 	l->deadline_ms = nmq_clock_ms() + proto_lim(p)->connect_timeout_ms;
 	if (!proto_links_add(p, l)) {
 		// Shutting down (or out of memory): refuse the connection.
@@ -79,6 +78,7 @@ static void link_free(nmq_link *l)
 		nmq_msg_release(l->will);
 	}
 	free(l->username);
+	free(l->bp);
 	free(l);
 }
 
@@ -89,33 +89,47 @@ static void link_free(nmq_link *l)
 void link_backpressure(nmq_link *l, nmq_session *s)
 {
 	nmq_session *none = NULL;
+	if (l->bp == NULL) {
+		// First pause of this connection (the receive path is the only
+		// writer of l->bp; the struct lives until the link is freed).
+		link_bp *bp = calloc(1, sizeof(*bp));
+		if (bp == NULL) {
+			nmq_session_release(s); // no pause: the queue bound holds
+			return;
+		}
+		bp->l = l;
+		tw_timer_init(&bp->timer, link_bp_cb);
+		__atomic_store_n(&l->bp, bp, __ATOMIC_RELEASE);
+	}
+	link_bp *bp = l->bp;
 	if (!__atomic_compare_exchange_n(
-	        &l->bp_sess, &none, s, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+	        &bp->sess, &none, s, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
 		nmq_session_release(s); // already paused for another one
 		return;
 	}
-	l->bp_since_ms = nmq_clock_ms();
+	bp->since_ms = nmq_clock_ms();
 	conn_set_rx_paused(l->conn, true);
-	timer_wheel_schedule(l->p->tw, &l->bp_timer, l->bp_since_ms + BP_CHECK_MS);
+	timer_wheel_schedule(l->p->tw, &bp->timer, bp->since_ms + BP_CHECK_MS);
 }
 
 // Back-pressure check (wheel thread): resume once the congested subscriber
 // is under half the mark, offline, or the pause has lasted BP_MAX_MS.
-static void link_bp_cb(void *arg)
+static void link_bp_cb(tw_timer *t)
 {
-	nmq_link    *l   = arg;
-	nmq_session *s   = __atomic_load_n(&l->bp_sess, __ATOMIC_ACQUIRE);
+	link_bp     *bp  = TW_OWNER(t, link_bp, timer);
+	nmq_link    *l   = bp->l;
+	nmq_session *s   = __atomic_load_n(&bp->sess, __ATOMIC_ACQUIRE);
 	uint64_t     now = nmq_clock_ms();
 	if (s == NULL) {
 		return;
 	}
 	bool     online;
 	uint32_t n = session_queue_len(s, &online);
-	if (online && n >= session_congestion_mark(l->p) / 2 && now - l->bp_since_ms < BP_MAX_MS) {
-		timer_wheel_schedule(l->p->tw, &l->bp_timer, now + BP_CHECK_MS);
+	if (online && n >= session_congestion_mark(l->p) / 2 && now - bp->since_ms < BP_MAX_MS) {
+		timer_wheel_schedule(l->p->tw, &bp->timer, now + BP_CHECK_MS);
 		return;
 	}
-	s = __atomic_exchange_n(&l->bp_sess, NULL, __ATOMIC_ACQ_REL);
+	s = __atomic_exchange_n(&bp->sess, NULL, __ATOMIC_ACQ_REL);
 	conn_set_rx_paused(l->conn, false);
 	if (s != NULL) {
 		nmq_session_release(s);
@@ -123,9 +137,9 @@ static void link_bp_cb(void *arg)
 }
 
 // Keepalive / CONNECT deadline / shutdown grace (wheel thread).
-static void link_timer_cb(void *arg)
+static void link_timer_cb(tw_timer *t)
 {
-	nmq_link *l   = arg;
+	nmq_link *l   = TW_OWNER(t, nmq_link, timer);
 	uint64_t  now = nmq_clock_ms();
 	if (l->shutting || !l->connected) {
 		if (now >= l->deadline_ms) {
@@ -148,11 +162,11 @@ static void link_timer_cb(void *arg)
 		log_info("conn", "peer=%s reason=keepalive_timeout keepalive=%u",
 		    conn_peer(l->conn), l->keepalive);
 		if (l->ver == MQTT_PROTO_V5 && l->session != NULL) {
-			pthread_mutex_lock(&l->session->mtx);
+			nmq_mutex_lock(&l->session->mtx);
 			if (l->session->link == l) {
 				link_send_disconnect(l, MQTT_RC_KEEP_ALIVE_TIMEOUT);
 			}
-			pthread_mutex_unlock(&l->session->mtx);
+			nmq_mutex_unlock(&l->session->mtx);
 			conn_shutdown(l->conn);
 			l->shutting    = true;
 			l->deadline_ms = now + SHUTDOWN_GRACE_MS;
@@ -223,9 +237,9 @@ void link_fail(nmq_link *l, uint8_t reason)
 	    l->session != NULL ? l->session->client_id : "", mqtt_reason_name(reason), reason);
 	if (l->ver == MQTT_PROTO_V5 && l->connected) {
 		if (l->session != NULL) {
-			pthread_mutex_lock(&l->session->mtx);
+			nmq_mutex_lock(&l->session->mtx);
 			link_send_disconnect(l, reason);
-			pthread_mutex_unlock(&l->session->mtx);
+			nmq_mutex_unlock(&l->session->mtx);
 		} else {
 			link_send_disconnect(l, reason);
 		}
@@ -351,9 +365,9 @@ static int handle_ack(nmq_link *l, const mqtt_packet *pk)
 {
 	nmq_session *s   = l->session;
 	uint16_t     pid = pk->u.ack.packet_id;
-	pthread_mutex_lock(&s->mtx);
+	nmq_mutex_lock(&s->mtx);
 	if (s->link != l) {
-		pthread_mutex_unlock(&s->mtx);
+		nmq_mutex_unlock(&s->mtx);
 		return -1;
 	}
 	switch (pk->type) {
@@ -385,7 +399,7 @@ static int handle_ack(nmq_link *l, const mqtt_packet *pk)
 		break;
 	}
 	}
-	pthread_mutex_unlock(&s->mtx);
+	nmq_mutex_unlock(&s->mtx);
 	return 0;
 }
 
@@ -422,9 +436,9 @@ static int link_frame(void *upper, const uint8_t *frame, size_t len)
 		mqtt_packet r;
 		memset(&r, 0, sizeof(r));
 		r.type = MQTT_PINGRESP;
-		pthread_mutex_lock(&l->session->mtx);
+		nmq_mutex_lock(&l->session->mtx);
 		link_send_packet(l, &r);
-		pthread_mutex_unlock(&l->session->mtx);
+		nmq_mutex_unlock(&l->session->mtx);
 		return 0;
 	}
 	case MQTT_DISCONNECT:
@@ -476,11 +490,11 @@ static void link_writable(void *upper)
 	if (s == NULL || !l->connected) {
 		return;
 	}
-	pthread_mutex_lock(&s->mtx);
+	nmq_mutex_lock(&s->mtx);
 	if (s->link == l && s->q.len + s->q0.len > 0) {
 		session_pump_locked(s);
 	}
-	pthread_mutex_unlock(&s->mtx);
+	nmq_mutex_unlock(&s->mtx);
 }
 
 // The connection ended (worker thread): will, session detach or end, and
@@ -502,7 +516,7 @@ void link_detach(nmq_link *l)
 	bool     end     = false;
 	bool     current = false;
 	nmq_msg *will    = NULL;
-	pthread_mutex_lock(&s->mtx);
+	nmq_mutex_lock(&s->mtx);
 	if (s->link == l) {
 		current = true;
 		__atomic_store_n(&s->link, NULL, __ATOMIC_RELAXED);
@@ -529,7 +543,7 @@ void link_detach(nmq_link *l)
 	if (current && !end) {
 		session_timer_update_locked(s);
 	}
-	pthread_mutex_unlock(&s->mtx);
+	nmq_mutex_unlock(&s->mtx);
 	if (will != NULL) {
 		proto_publish_will(p, will);
 	}
@@ -551,10 +565,12 @@ static void link_closed(void *upper)
 	nmq_link  *l = upper;
 	nmq_proto *p = l->p;
 	timer_wheel_cancel(p->tw, &l->timer);
-	timer_wheel_cancel(p->tw, &l->bp_timer);
-	nmq_session *bp = __atomic_exchange_n(&l->bp_sess, NULL, __ATOMIC_ACQ_REL);
-	if (bp != NULL) {
-		nmq_session_release(bp);
+	if (l->bp != NULL) {
+		timer_wheel_cancel(p->tw, &l->bp->timer);
+		nmq_session *bs = __atomic_exchange_n(&l->bp->sess, NULL, __ATOMIC_ACQ_REL);
+		if (bs != NULL) {
+			nmq_session_release(bs);
+		}
 	}
 	proto_links_remove(p, l);
 	if (l->connected) {

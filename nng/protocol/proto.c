@@ -172,6 +172,7 @@ bool proto_links_add(nmq_proto *p, nmq_link *l)
 		p->links     = nl;
 		p->links_cap = ncap;
 	}
+	l->links_idx             = (uint32_t)p->links_len;
 	p->links[p->links_len++] = l;
 	pthread_mutex_unlock(&p->links_mtx);
 	return true;
@@ -180,11 +181,12 @@ bool proto_links_add(nmq_proto *p, nmq_link *l)
 void proto_links_remove(nmq_proto *p, nmq_link *l)
 {
 	pthread_mutex_lock(&p->links_mtx);
-	for (size_t i = 0; i < p->links_len; i++) {
-		if (p->links[i] == l) {
-			p->links[i] = p->links[--p->links_len];
-			break;
-		}
+	// O(1): the last link moves into l's slot.
+	size_t i = l->links_idx;
+	if (i < p->links_len && p->links[i] == l) {
+		nmq_link *last  = p->links[--p->links_len];
+		p->links[i]     = last;
+		last->links_idx = (uint32_t)i;
 	}
 	pthread_mutex_unlock(&p->links_mtx);
 }
@@ -209,12 +211,12 @@ static void close_links(nmq_proto *p, bool wills_only)
 				// Lock order is session -> conn; the links list lock
 				// is a leaf for everyone else, so take the session
 				// lock by trying and otherwise just close.
-				if (pthread_mutex_trylock(&s->mtx) == 0) {
+				if (nmq_mutex_trylock(&s->mtx)) {
 					if (s->link == l) {
 						link_send_disconnect(
 						    l, MQTT_RC_SERVER_SHUTTING_DOWN);
 					}
-					pthread_mutex_unlock(&s->mtx);
+					nmq_mutex_unlock(&s->mtx);
 				}
 			}
 			conn_shutdown(l->conn);
@@ -265,14 +267,14 @@ void proto_free(nmq_proto *p)
 		p->tbl[i] = NULL;
 		pthread_mutex_unlock(&p->tbl_mtx);
 		timer_wheel_cancel(p->tw, &s->timer);
-		pthread_mutex_lock(&s->mtx);
+		nmq_mutex_lock(&s->mtx);
 		s->ended = true;
 		session_clear_locked(s);
 		if (s->will != NULL) {
 			nmq_msg_release(s->will);
 			s->will = NULL;
 		}
-		pthread_mutex_unlock(&s->mtx);
+		nmq_mutex_unlock(&s->mtx);
 		p->ops->session_end(p->app, s);
 		nmq_session_release(s);
 		pthread_mutex_lock(&p->tbl_mtx);

@@ -6,6 +6,7 @@
 #include <pthread.h>
 
 #include "nng/protocol/proto.h"
+#include "nng/transport/nmq_mutex.h"
 
 #define SUBIDS_INLINE 4
 
@@ -47,20 +48,18 @@ typedef struct rel_entry {
 
 typedef struct nmq_link nmq_link;
 
-// A session, keyed by client id. Everything below `mtx` is guarded by it.
+// A session, keyed by client id. Everything below `mtx` (and expiry_s) is
+// guarded by it. Ordered by size to keep it small (one per client).
 struct nmq_session {
 	atomic_int refs;
+	uint32_t   expiry_s; // (mtx) session expiry interval; UINT32_MAX never
 	nmq_proto *p;
 	uint64_t   id;
-	char      *client_id;
 	void      *app_data;
 
-	pthread_mutex_t mtx;
-	uint8_t         ver;
-	nmq_link       *link; // current connection, NULL while offline
-	bool            ended; // removed from the table
-	uint32_t        expiry_s; // session expiry interval; UINT32_MAX never
-	uint64_t        offline_since_ms;
+	nmq_mutex mtx;
+	nmq_link *link; // current connection, NULL while offline
+	uint64_t  offline_since_ms;
 
 	// Outbound queues, together bounded by limits.max_mqueue_len: QoS 1/2
 	// messages wait for the in-flight window, QoS 0 ones only for the
@@ -76,7 +75,6 @@ struct nmq_session {
 	uint32_t    infl_len; // entries from infl_start
 	uint32_t    infl_cap;
 	uint32_t    infl_max;
-	uint16_t    next_pid;
 
 	// Inbound QoS 2 packet ids awaiting PUBREL.
 	rel_entry *rel;
@@ -89,50 +87,57 @@ struct nmq_session {
 
 	tw_timer timer; // expiry, will delay and QoS retry
 	uint64_t timer_at;
+
+	uint16_t next_pid;
+	uint8_t  ver;
+	bool     ended; // removed from the table
+	char     client_id[]; // NUL-terminated, allocated with the struct
 };
+
+// Back-pressure state of a link, allocated at its first pause (most
+// connections never pause): reading is paused while `sess` (held; set by
+// the receive path, cleared by the timer, both atomically) has a nearly
+// full queue.
+typedef struct link_bp {
+	tw_timer     timer;
+	nmq_link    *l;
+	nmq_session *sess;
+	uint64_t     since_ms;
+} link_bp;
 
 // Per-connection protocol state. Fields marked rx are touched only on the
 // connection's receive path (one worker at a time); fields marked s are
-// guarded by the session mutex once attached.
+// guarded by the session mutex once attached. Ordered by size to keep it
+// small (one per connection).
 struct nmq_link {
 	nmq_proto    *p;
 	nmq_conn     *conn; // held until the connection closes
 	tw_timer      timer;
 	atomic_ullong last_rx_ms;
 	uint64_t      deadline_ms; // keepalive or CONNECT deadline; timer only
+	nmq_session  *session; // rx; held while attached
+	char        **in_alias; // rx: inbound topic aliases, 1..max_topic_alias
+	nmq_msg      *will; // rx
+	char         *username; // rx
+	char        **out_alias; // s: outbound aliases, topics[i] has alias i + 1
+	link_bp      *bp; // rx writes it once; NULL until the first pause
+	uint32_t      will_delay_s; // rx
+	uint32_t      client_max_packet; // s (read-mostly after CONNECT)
+	uint32_t      links_idx; // position in p->links (links_mtx)
+	uint16_t      keepalive; // rx
+	uint16_t      in_alias_max; // rx
+	uint16_t      client_receive_max; // s
+	uint16_t      client_alias_max; // s
+	uint16_t      out_alias_len; // s
+	uint8_t       ver; // rx
 	bool          shutting; // timer: close hard at deadline
-
-	// rx
-	bool         connected;
-	uint8_t      ver;
-	uint16_t     keepalive;
-	nmq_session *session; // held while attached
-	char       **in_alias; // inbound topic aliases, 1..max_topic_alias
-	uint16_t     in_alias_max;
-	bool         graceful; // DISCONNECT 0x00 received
-	bool         session_zero_expiry; // CONNECT had expiry 0 (v5)
-	nmq_msg     *will;
-	uint32_t     will_delay_s;
-	char        *username;
-	bool         clean_start;
-
-	// s (read-mostly after CONNECT)
-	uint32_t client_max_packet;
-	uint16_t client_receive_max;
-	uint16_t client_alias_max;
-	bool     request_problem_info;
-	// outbound topic aliases: topics[i] has alias i + 1
-	char   **out_alias;
-	uint16_t out_alias_len;
-	bool     taken_over;
-	bool     detached; // rx path: link_detach() done
-
-	// Back-pressure: reading is paused while bp_sess (held; set by the
-	// receive path, cleared by the timer, both atomically) has a nearly
-	// full queue.
-	tw_timer     bp_timer;
-	nmq_session *bp_sess;
-	uint64_t     bp_since_ms;
+	bool          connected; // rx
+	bool          graceful; // rx: DISCONNECT 0x00 received
+	bool          session_zero_expiry; // rx: CONNECT had expiry 0 (v5)
+	bool          clean_start; // rx
+	bool          request_problem_info; // s
+	bool          taken_over; // s
+	bool          detached; // rx path: link_detach() done
 };
 
 // A set of limits, immutable once published; a reload publishes a new one

@@ -7,7 +7,7 @@
 #include "nng/protocol/proto_impl.h"
 #include "src/log/log.h"
 
-static void session_timer_cb(void *arg);
+static void session_timer_cb(tw_timer *t);
 
 // The first subscriber session that a delivery on this thread found
 // congested (held), for the publisher's receive path to act on.
@@ -16,21 +16,19 @@ static __thread nmq_session *tls_congested;
 // Returns a new session of ref 1 (not yet in the table), or NULL.
 nmq_session *session_alloc(nmq_proto *p, const char *client_id)
 {
-	nmq_session *s = calloc(1, sizeof(*s));
+	// The client id lives right behind the struct: one allocation.
+	size_t       idlen = strlen(client_id);
+	nmq_session *s     = calloc(1, sizeof(*s) + idlen + 1);
 	if (s == NULL) {
 		return NULL;
 	}
-	s->client_id = strdup(client_id);
-	if (s->client_id == NULL) {
-		free(s);
-		return NULL;
-	}
+	memcpy(s->client_id, client_id, idlen + 1);
 	atomic_init(&s->refs, 1);
 	s->p        = p;
 	s->id       = atomic_fetch_add(&p->next_session_id, 1);
 	s->next_pid = 1;
-	pthread_mutex_init(&s->mtx, NULL);
-	tw_timer_init(&s->timer, session_timer_cb, s);
+	nmq_mutex_init(&s->mtx);
+	tw_timer_init(&s->timer, session_timer_cb);
 	return s;
 }
 
@@ -53,8 +51,7 @@ void nmq_session_release(nmq_session *s)
 	free(s->q0.v);
 	free(s->infl);
 	free(s->rel);
-	pthread_mutex_destroy(&s->mtx);
-	free(s->client_id);
+	nmq_mutex_destroy(&s->mtx);
 	free(s);
 }
 
@@ -331,9 +328,9 @@ void nmq_session_deliver(nmq_session *s, nmq_msg *msg, uint8_t qos, bool retain,
     const uint32_t *sub_ids, uint32_t n_sub_ids)
 {
 	nmq_proto *p = s->p;
-	pthread_mutex_lock(&s->mtx);
+	nmq_mutex_lock(&s->mtx);
 	if (s->ended || (qos == 0 && s->link == NULL)) {
-		pthread_mutex_unlock(&s->mtx);
+		nmq_mutex_unlock(&s->mtx);
 		return;
 	}
 	out_entry e;
@@ -352,7 +349,7 @@ void nmq_session_deliver(nmq_session *s, nmq_msg *msg, uint8_t qos, bool retain,
 			    "action=drop",
 			    s->client_id, proto_lim(p)->max_mqueue_len, msg->topic, qos);
 		}
-		pthread_mutex_unlock(&s->mtx);
+		nmq_mutex_unlock(&s->mtx);
 		return;
 	}
 	nmq_msg_hold(msg);
@@ -364,7 +361,7 @@ void nmq_session_deliver(nmq_session *s, nmq_msg *msg, uint8_t qos, bool retain,
 			tls_congested = s;
 		}
 	}
-	pthread_mutex_unlock(&s->mtx);
+	nmq_mutex_unlock(&s->mtx);
 }
 
 // See proto_impl.h: pause publishers at 3/4 of a queue bound of at least
@@ -384,10 +381,10 @@ nmq_session *session_congestion_take(void)
 
 uint32_t session_queue_len(nmq_session *s, bool *online)
 {
-	pthread_mutex_lock(&s->mtx);
+	nmq_mutex_lock(&s->mtx);
 	uint32_t n = s->q.len + s->q0.len;
 	*online    = s->link != NULL && !s->ended;
-	pthread_mutex_unlock(&s->mtx);
+	nmq_mutex_unlock(&s->mtx);
 	return n;
 }
 
@@ -488,9 +485,9 @@ void session_end(nmq_session *s)
 {
 	nmq_proto *p = s->p;
 	pthread_mutex_lock(&p->tbl_mtx);
-	pthread_mutex_lock(&s->mtx);
+	nmq_mutex_lock(&s->mtx);
 	if (s->ended) {
-		pthread_mutex_unlock(&s->mtx);
+		nmq_mutex_unlock(&s->mtx);
 		pthread_mutex_unlock(&p->tbl_mtx);
 		return;
 	}
@@ -500,7 +497,7 @@ void session_end(nmq_session *s)
 	nmq_msg *will = s->will;
 	s->will       = NULL;
 	session_clear_locked(s);
-	pthread_mutex_unlock(&s->mtx);
+	nmq_mutex_unlock(&s->mtx);
 	timer_wheel_cancel(p->tw, &s->timer);
 	if (will != NULL) {
 		proto_publish_will(p, will);
@@ -566,16 +563,16 @@ static void session_work_fn(workq_job *job)
 }
 
 // Session timer (wheel thread): expiry, will delay and retry.
-static void session_timer_cb(void *arg)
+static void session_timer_cb(tw_timer *t)
 {
-	nmq_session *s    = arg;
+	nmq_session *s    = TW_OWNER(t, nmq_session, timer);
 	uint64_t     now  = nmq_clock_ms();
 	nmq_msg     *will = NULL;
 	bool         end  = false;
-	pthread_mutex_lock(&s->mtx);
+	nmq_mutex_lock(&s->mtx);
 	s->timer_at = 0;
 	if (s->ended) {
-		pthread_mutex_unlock(&s->mtx);
+		nmq_mutex_unlock(&s->mtx);
 		return;
 	}
 	if (s->will != NULL && now >= s->will_at_ms) {
@@ -592,7 +589,7 @@ static void session_timer_cb(void *arg)
 	if (!end) {
 		session_timer_update_locked(s);
 	}
-	pthread_mutex_unlock(&s->mtx);
+	nmq_mutex_unlock(&s->mtx);
 	if (will != NULL || end) {
 		session_work *w = calloc(1, sizeof(*w));
 		if (w == NULL) {

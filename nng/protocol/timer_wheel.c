@@ -106,7 +106,6 @@ static void disarm(timer_wheel *tw, tw_timer *t)
 {
 	tw_timer *nb = t->next;
 	list_unlink(t);
-	t->armed = false;
 	tw->count--;
 	// If the timer was alone in a slot, both neighbours are its sentinel.
 	if (nb->next == nb) {
@@ -190,11 +189,10 @@ static void fire_one(timer_wheel *tw)
 {
 	tw_timer *t = tw->expired.next;
 	disarm(tw, t);
-	void (*cb)(void *) = t->cb;
-	void *arg          = t->arg;
-	tw->running        = t;
+	void (*cb)(tw_timer *) = t->cb;
+	tw->running            = t;
 	pthread_mutex_unlock(&tw->mtx);
-	cb(arg);
+	cb(t);
 	pthread_mutex_lock(&tw->mtx);
 	tw->running = NULL;
 	if (tw->waiters > 0) {
@@ -313,24 +311,21 @@ void timer_wheel_free(timer_wheel *tw)
 	free(tw);
 }
 
-void tw_timer_init(tw_timer *t, void (*cb)(void *arg), void *arg)
+void tw_timer_init(tw_timer *t, void (*cb)(tw_timer *t))
 {
 	t->next        = NULL;
 	t->prev        = NULL;
 	t->deadline_ms = 0;
 	t->cb          = cb;
-	t->arg         = arg;
-	t->armed       = false;
 }
 
 void timer_wheel_schedule(timer_wheel *tw, tw_timer *t, uint64_t deadline_ms)
 {
 	pthread_mutex_lock(&tw->mtx);
-	if (t->armed) {
+	if (t->next != NULL) {
 		disarm(tw, t);
 	}
 	t->deadline_ms = deadline_ms;
-	t->armed       = true;
 	tw->count++;
 	uint64_t due = due_tick(tw, deadline_ms);
 	if (due <= tw->cur_tick) {
@@ -356,7 +351,7 @@ void timer_wheel_cancel(timer_wheel *tw, tw_timer *t)
 
 	pthread_mutex_lock(&tw->mtx);
 	for (;;) {
-		if (t->armed) {
+		if (t->next != NULL) {
 			disarm(tw, t);
 		}
 		if (tw->running != t || on_wheel) {
@@ -372,7 +367,7 @@ void timer_wheel_cancel(timer_wheel *tw, tw_timer *t)
 bool timer_wheel_armed(timer_wheel *tw, tw_timer *t)
 {
 	pthread_mutex_lock(&tw->mtx);
-	bool armed = t->armed;
+	bool armed = t->next != NULL;
 	pthread_mutex_unlock(&tw->mtx);
 	return armed;
 }

@@ -31,16 +31,20 @@
 #define NMQ_TIMER_WHEEL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
+// 32 bytes: one is embedded in every connection and every session. The
+// callback gets the timer itself; its owner is found with
+// TW_OWNER(t, type, member). Armed means linked (next != NULL).
 typedef struct tw_timer {
 	struct tw_timer *next;
 	struct tw_timer *prev;
 	uint64_t         deadline_ms;
-	void (*cb)(void *arg);
-	void *arg;
-	bool  armed;
+	void (*cb)(struct tw_timer *t);
 } tw_timer;
+
+#define TW_OWNER(t, type, member) ((type *)(void *)((char *)(t)-offsetof(type, member)))
 
 typedef struct timer_wheel timer_wheel;
 
@@ -57,7 +61,7 @@ void timer_wheel_free(timer_wheel *tw);
 
 // Initialises t, disarmed. Call once, before the first schedule, from the
 // owner's thread.
-void tw_timer_init(tw_timer *t, void (*cb)(void *arg), void *arg);
+void tw_timer_init(tw_timer *t, void (*cb)(tw_timer *t));
 // Arms (or re-arms) t to fire at deadline_ms (nmq_clock_ms() time base). A
 // deadline already passed fires on the next pass of the wheel thread. Never
 // blocks on a callback; any thread, callbacks included.

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 
 #include "nng/codec/mqtt_codec.h"
 #include "nng/codec/ws_codec.h"
+#include "nng/transport/nmq_mutex.h"
 
 #define RX_INIT     256
 #define RX_GROW_MAX (64 * 1024)
@@ -34,12 +36,12 @@ typedef struct tx_seg {
 
 typedef struct txbuf {
 	uint8_t *arena;
-	size_t   arena_len;
-	size_t   arena_cap;
 	tx_seg  *segs;
-	size_t   nsegs;
-	size_t   seg_cap;
 	size_t   bytes;
+	uint32_t arena_len;
+	uint32_t arena_cap;
+	uint32_t nsegs;
+	uint32_t seg_cap;
 } txbuf;
 
 // The parts only an NNG-stream connection needs (TLS, WebSocket), kept out
@@ -77,45 +79,50 @@ struct nmq_conn {
 	int              fd;
 	int              owner; // worker whose epoll set holds fd
 	uint32_t         ep_events; // events registered (mtx)
-	bool             ep_added; // fd is in the epoll set (mtx)
+	int              upcalls; // writable() calls running (mtx)
 	workq_io         io;
 	const conn_env  *env;
 	const conn_ops  *ops;
 	void            *upper;
-	pthread_mutex_t  mtx;
-	pthread_cond_t   cv;
-	int              upcalls; // writable() calls running
+	nmq_mutex        mtx;
 	atomic_int       refs;
+	int              rx_result; // receive path
 	workq_job        job;
-	workq_job        destroy_job;
-	workq_job        flush_job; // a flush requested off the workers
+	// A flush requested off the workers; once the last reference is gone
+	// (no flush can be queued then: a queued flush holds one), the
+	// destruction job.
+	workq_job aux_job;
 
 	// Receive path: touched only by the recv callback and the job, which
 	// never run at the same time for one connection.
 	uint8_t *rx;
-	size_t   rx_len;
-	size_t   rx_cap;
-	size_t   rx_want; // free space requested for the next read
-	int      rx_result;
+	uint32_t rx_len;
+	uint32_t rx_cap;
 	bool     rx_filled;
-	uint64_t rx_bytes;
 
 	// Guarded by mtx.
-	bool   rx_paused; // the upper layer asked to stop reading for now
-	bool   rx_parked; // NNG stream: no receive posted because of the pause
-	bool   closing;
-	bool   draining;
-	bool   reading_done;
-	bool   closed_notified;
-	bool   tx_busy;
-	bool   flush_pending;
-	txbuf  fill;
-	size_t send_seg;
-	size_t send_off;
+	bool     ep_added; // fd is in the epoll set
+	bool     rx_paused; // the upper layer asked to stop reading for now
+	bool     rx_parked; // NNG stream: no receive posted because of the pause
+	bool     closing;
+	bool     draining;
+	bool     reading_done;
+	bool     closed_notified;
+	bool     tx_busy;
+	bool     flush_pending;
+	bool     peer_heap; // set once at allocation
+	uint32_t send_seg;
+	uint32_t send_off;
+	txbuf    fill;
 
 	void *tag;
 	void (*tag_destroy)(void *tag);
-	char peer[64];
+	// The peer address as text: inline when it fits (every IPv4 one),
+	// else on the heap (peer_heap; long IPv6 ones).
+	union {
+		char  inl[24];
+		char *heap;
+	} peer;
 };
 
 static atomic_long live_conns;
@@ -337,6 +344,23 @@ static void format_peer_fd(int fd, char *buf, size_t len)
 	}
 }
 
+// Stores the peer address text (truncated if memory runs out).
+static void set_peer(nmq_conn *c, const char *peer)
+{
+	size_t n = strlen(peer);
+	if (n >= sizeof(c->peer.inl)) {
+		char *h = strdup(peer);
+		if (h != NULL) {
+			c->peer.heap = h;
+			c->peer_heap = true;
+			return;
+		}
+		n = sizeof(c->peer.inl) - 1;
+	}
+	memcpy(c->peer.inl, peer, n);
+	c->peer.inl[n] = '\0';
+}
+
 // Allocates the parts common to both backends; NULL on failure.
 static nmq_conn *conn_new(const conn_env *env)
 {
@@ -350,16 +374,13 @@ static nmq_conn *conn_new(const conn_env *env)
 		free(c);
 		return NULL;
 	}
-	pthread_mutex_init(&c->mtx, NULL);
-	pthread_cond_init(&c->cv, NULL);
+	nmq_mutex_init(&c->mtx);
 	atomic_init(&c->refs, 1);
-	c->fd             = -1;
-	c->env            = env;
-	c->job.fn         = rx_job;
-	c->destroy_job.fn = destroy_job;
-	c->flush_job.fn   = flush_job;
-	c->io.fn          = raw_io;
-	c->rx_want        = c->rx_cap;
+	c->fd         = -1;
+	c->env        = env;
+	c->job.fn     = rx_job;
+	c->aux_job.fn = flush_job;
+	c->io.fn      = raw_io;
 	atomic_fetch_add(&live_conns, 1);
 	return c;
 }
@@ -379,7 +400,9 @@ nmq_conn *conn_alloc_fd(int fd, const conn_env *env)
 	free(c->rx);
 	c->rx     = NULL;
 	c->rx_cap = 0;
-	format_peer_fd(fd, c->peer, sizeof(c->peer));
+	char peer[64];
+	format_peer_fd(fd, peer, sizeof(peer));
+	set_peer(c, peer);
 	return c;
 }
 
@@ -397,15 +420,16 @@ nmq_conn *conn_alloc(nng_stream *s, const conn_env *env)
 			nng_aio_free(c->ns->rx_aio);
 		}
 		free(c->ns);
-		pthread_mutex_destroy(&c->mtx);
-		pthread_cond_destroy(&c->cv);
+		nmq_mutex_destroy(&c->mtx);
 		free(c->rx);
 		free(c);
 		atomic_fetch_sub(&live_conns, 1);
 		return NULL;
 	}
 	c->ns->s = s;
-	format_peer(s, c->peer, sizeof(c->peer));
+	char peer[64];
+	format_peer(s, peer, sizeof(peer));
+	set_peer(c, peer);
 	return c;
 }
 
@@ -447,7 +471,7 @@ void conn_start(nmq_conn *c, const conn_ops *ops, void *upper)
 	c->ops   = ops;
 	c->upper = upper;
 	conn_hold(c); // for the receive path
-	pthread_mutex_lock(&c->mtx);
+	nmq_mutex_lock(&c->mtx);
 	if (c->fd >= 0) {
 		c->ep_events = EPOLLIN | EPOLLRDHUP;
 		if (workq_io_add(c->env->wq, c->owner, c->fd, &c->io, c->ep_events) == 0) {
@@ -460,7 +484,7 @@ void conn_start(nmq_conn *c, const conn_ops *ops, void *upper)
 	} else {
 		start_recv(c);
 	}
-	pthread_mutex_unlock(&c->mtx);
+	nmq_mutex_unlock(&c->mtx);
 }
 
 void conn_hold(nmq_conn *c)
@@ -474,10 +498,11 @@ void conn_release(nmq_conn *c)
 	if (atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) == 1) {
 		// A plain socket is destroyed by its own worker, after any event
 		// for it in the current batch has been handled.
+		c->aux_job.fn = destroy_job;
 		if (c->fd >= 0) {
-			workq_post_to(c->env->wq, c->owner, &c->destroy_job);
+			workq_post_to(c->env->wq, c->owner, &c->aux_job);
 		} else {
-			workq_post(c->env->wq, &c->destroy_job);
+			workq_post(c->env->wq, &c->aux_job);
 		}
 	}
 }
@@ -486,7 +511,7 @@ void conn_release(nmq_conn *c)
 // for a plain socket, on its owner).
 static void destroy_job(workq_job *job)
 {
-	nmq_conn *c = (nmq_conn *)((char *)job - offsetof(nmq_conn, destroy_job));
+	nmq_conn *c = (nmq_conn *)((char *)job - offsetof(nmq_conn, aux_job));
 	if (c->fd >= 0) {
 		if (c->ep_added) {
 			workq_io_del(c->env->wq, c->owner, c->fd);
@@ -504,14 +529,26 @@ static void destroy_job(workq_job *job)
 		free(c->ns);
 	}
 	free(c->ws);
+	if (c->peer_heap) {
+		free(c->peer.heap);
+	}
 	if (c->tag_destroy != NULL) {
 		c->tag_destroy(c->tag);
 	}
-	pthread_mutex_destroy(&c->mtx);
-	pthread_cond_destroy(&c->cv);
+	nmq_mutex_destroy(&c->mtx);
 	free(c->rx);
 	free(c);
 	atomic_fetch_sub(&live_conns, 1);
+}
+
+// Runs the writable() upcall counted in c->upcalls (incremented by the
+// caller under the lock), then uncounts it.
+static void writable_upcall(nmq_conn *c)
+{
+	c->ops->writable(c->upper);
+	nmq_mutex_lock(&c->mtx);
+	c->upcalls--;
+	nmq_mutex_unlock(&c->mtx);
 }
 
 // Returns the number of connections not yet destroyed.
@@ -544,28 +581,28 @@ static void close_locked(nmq_conn *c)
 
 void conn_close(nmq_conn *c)
 {
-	pthread_mutex_lock(&c->mtx);
+	nmq_mutex_lock(&c->mtx);
 	close_locked(c);
 	txbuf_reset(&c->fill);
-	pthread_mutex_unlock(&c->mtx);
+	nmq_mutex_unlock(&c->mtx);
 }
 
 void conn_shutdown(nmq_conn *c)
 {
-	pthread_mutex_lock(&c->mtx);
+	nmq_mutex_lock(&c->mtx);
 	c->draining = true;
 	if (!c->tx_busy && c->fill.bytes == 0) {
 		close_locked(c);
 	}
-	pthread_mutex_unlock(&c->mtx);
+	nmq_mutex_unlock(&c->mtx);
 }
 
 // Pauses or resumes reading; see conn.h.
 void conn_set_rx_paused(nmq_conn *c, bool paused)
 {
-	pthread_mutex_lock(&c->mtx);
+	nmq_mutex_lock(&c->mtx);
 	if (c->rx_paused == paused) {
-		pthread_mutex_unlock(&c->mtx);
+		nmq_mutex_unlock(&c->mtx);
 		return;
 	}
 	c->rx_paused = paused;
@@ -587,14 +624,14 @@ void conn_set_rx_paused(nmq_conn *c, bool paused)
 			workq_post(c->env->wq, &c->job);
 		}
 	}
-	pthread_mutex_unlock(&c->mtx);
+	nmq_mutex_unlock(&c->mtx);
 }
 
 bool conn_is_closing(nmq_conn *c)
 {
-	pthread_mutex_lock(&c->mtx);
+	nmq_mutex_lock(&c->mtx);
 	bool r = c->closing || c->draining;
-	pthread_mutex_unlock(&c->mtx);
+	nmq_mutex_unlock(&c->mtx);
 	return r;
 }
 
@@ -611,17 +648,12 @@ void *conn_tag(nmq_conn *c)
 
 const char *conn_peer(nmq_conn *c)
 {
-	return c->peer;
+	return c->peer_heap ? c->peer.heap : c->peer.inl;
 }
 
 nng_stream *conn_stream(nmq_conn *c)
 {
 	return c->ns != NULL ? c->ns->s : NULL;
-}
-
-uint64_t conn_rx_bytes(nmq_conn *c)
-{
-	return c->rx_bytes;
 }
 
 // Receive completion (NNG task thread): record and hand to a worker.
@@ -636,7 +668,6 @@ static void rx_cb(void *arg)
 		}
 		c->rx_filled = (n == c->rx_cap - c->rx_len);
 		c->rx_len += n;
-		c->rx_bytes += n;
 	}
 	workq_post(c->env->wq, &c->job);
 }
@@ -754,7 +785,7 @@ static bool rx_dispatch(nmq_conn *c)
 // control frame) behind what is queued, and starts sending them.
 static void ws_queue_raw(nmq_conn *c, const void *p, size_t n)
 {
-	pthread_mutex_lock(&c->mtx);
+	nmq_mutex_lock(&c->mtx);
 	ws_frame_finish(c);
 	c->ws->raw_out = true;
 	uint8_t *dst   = conn_tx_reserve(c, n);
@@ -763,7 +794,7 @@ static void ws_queue_raw(nmq_conn *c, const void *p, size_t n)
 		conn_tx_commit(c, n);
 	}
 	c->ws->raw_out = false;
-	pthread_mutex_unlock(&c->mtx);
+	nmq_mutex_unlock(&c->mtx);
 	conn_tx_flush_later(c);
 }
 
@@ -802,9 +833,9 @@ static int ws_handshake_step(nmq_conn *c)
 		conn_shutdown(c);
 		return -1;
 	}
-	pthread_mutex_lock(&c->mtx);
+	nmq_mutex_lock(&c->mtx);
 	w->open = true;
-	pthread_mutex_unlock(&c->mtx);
+	nmq_mutex_unlock(&c->mtx);
 	memmove(c->rx, c->rx + used, c->rx_len - used);
 	c->rx_len -= used;
 	w->mq_len = 0;
@@ -901,7 +932,6 @@ static ssize_t raw_read_scratch(nmq_conn *c, bool *stop)
 		return n;
 	}
 	c->rx_filled = (size_t)n == room;
-	c->rx_bytes += (uint64_t)n;
 	size_t used;
 	size_t want;
 	if (!dispatch_frames(c, buf, (size_t)n, &used, &want)) {
@@ -928,7 +958,7 @@ static ssize_t raw_read_scratch(nmq_conn *c, bool *stop)
 // layer once, drop the receive path's reference. Called on the worker.
 static void rx_finish(nmq_conn *c, bool failed)
 {
-	pthread_mutex_lock(&c->mtx);
+	nmq_mutex_lock(&c->mtx);
 	if (failed && !c->draining) {
 		close_locked(c);
 	}
@@ -947,10 +977,15 @@ static void rx_finish(nmq_conn *c, bool failed)
 		}
 	}
 	// No writable() upcall may run once closed() has been called.
+	// They are short (the session queues more output), and this wait is
+	// rare, so it yields instead of keeping a condition variable in every
+	// connection.
 	while (c->upcalls > 0) {
-		pthread_cond_wait(&c->cv, &c->mtx);
+		nmq_mutex_unlock(&c->mtx);
+		sched_yield();
+		nmq_mutex_lock(&c->mtx);
 	}
-	pthread_mutex_unlock(&c->mtx);
+	nmq_mutex_unlock(&c->mtx);
 	if (notify) {
 		c->ops->closed(c->upper);
 	}
@@ -961,9 +996,9 @@ static void rx_finish(nmq_conn *c, bool failed)
 // the other connections of this worker) and dispatches the frames.
 static void raw_read(nmq_conn *c)
 {
-	pthread_mutex_lock(&c->mtx);
+	nmq_mutex_lock(&c->mtx);
 	bool stop = c->closing || c->draining;
-	pthread_mutex_unlock(&c->mtx);
+	nmq_mutex_unlock(&c->mtx);
 	if (stop) {
 		rx_finish(c, c->closing);
 		return;
@@ -979,7 +1014,6 @@ static void raw_read(nmq_conn *c)
 			if (n > 0) {
 				c->rx_filled = (size_t)n == room;
 				c->rx_len += (size_t)n;
-				c->rx_bytes += (uint64_t)n;
 				fail = !rx_dispatch(c);
 			}
 		}
@@ -993,10 +1027,10 @@ static void raw_read(nmq_conn *c)
 			rx_finish(c, true);
 			return;
 		}
-		pthread_mutex_lock(&c->mtx);
+		nmq_mutex_lock(&c->mtx);
 		stop        = c->closing || c->draining;
 		bool paused = c->rx_paused;
-		pthread_mutex_unlock(&c->mtx);
+		nmq_mutex_unlock(&c->mtx);
 		if (stop) {
 			rx_finish(c, c->closing);
 			return;
@@ -1016,7 +1050,7 @@ static void raw_io(workq_io *io, uint32_t events)
 	nmq_conn *c = (nmq_conn *)((char *)io - offsetof(nmq_conn, io));
 	if (events & EPOLLOUT) {
 		bool notify = false;
-		pthread_mutex_lock(&c->mtx);
+		nmq_mutex_lock(&c->mtx);
 		if (c->tx_busy) {
 			c->tx_busy = false;
 			notify     = raw_write_locked(c);
@@ -1024,26 +1058,21 @@ static void raw_io(workq_io *io, uint32_t events)
 				c->upcalls++;
 			}
 		}
-		pthread_mutex_unlock(&c->mtx);
+		nmq_mutex_unlock(&c->mtx);
 		if (notify) {
-			c->ops->writable(c->upper);
-			pthread_mutex_lock(&c->mtx);
-			if (--c->upcalls == 0) {
-				pthread_cond_broadcast(&c->cv);
-			}
-			pthread_mutex_unlock(&c->mtx);
+			writable_upcall(c);
 		}
 	}
 	if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
-		pthread_mutex_lock(&c->mtx);
+		nmq_mutex_lock(&c->mtx);
 		bool done   = c->reading_done;
 		bool paused = c->rx_paused;
-		pthread_mutex_unlock(&c->mtx);
+		nmq_mutex_unlock(&c->mtx);
 		if (!done && (!paused || (events & (EPOLLHUP | EPOLLERR)))) {
 			raw_read(c);
 		} else if (events & (EPOLLHUP | EPOLLERR)) {
 			// Draining to a peer that went away: give up the output.
-			pthread_mutex_lock(&c->mtx);
+			nmq_mutex_lock(&c->mtx);
 			close_locked(c);
 			txbuf_reset(&c->fill);
 			c->tx_busy = false;
@@ -1051,7 +1080,7 @@ static void raw_io(workq_io *io, uint32_t events)
 				workq_io_del(c->env->wq, c->owner, c->fd);
 				c->ep_added = false;
 			}
-			pthread_mutex_unlock(&c->mtx);
+			nmq_mutex_unlock(&c->mtx);
 		}
 	}
 }
@@ -1062,36 +1091,36 @@ static void rx_job(workq_job *job)
 {
 	nmq_conn *c  = (nmq_conn *)((char *)job - offsetof(nmq_conn, job));
 	bool      go = c->rx_result == 0;
-	pthread_mutex_lock(&c->mtx);
+	nmq_mutex_lock(&c->mtx);
 	if (c->closing || c->draining) {
 		go = false;
 	}
-	pthread_mutex_unlock(&c->mtx);
+	nmq_mutex_unlock(&c->mtx);
 	if (go) {
 		go = rx_dispatch(c);
 	}
-	pthread_mutex_lock(&c->mtx);
+	nmq_mutex_lock(&c->mtx);
 	if (go && !c->closing && !c->draining && c->fd < 0) {
 		if (c->rx_paused) {
 			c->rx_parked = true;
 		} else {
 			start_recv(c);
 		}
-		pthread_mutex_unlock(&c->mtx);
+		nmq_mutex_unlock(&c->mtx);
 		return;
 	}
-	pthread_mutex_unlock(&c->mtx);
+	nmq_mutex_unlock(&c->mtx);
 	rx_finish(c, c->rx_result != 0 || !go);
 }
 
 void conn_tx_lock(nmq_conn *c)
 {
-	pthread_mutex_lock(&c->mtx);
+	nmq_mutex_lock(&c->mtx);
 }
 
 void conn_tx_unlock(nmq_conn *c)
 {
-	pthread_mutex_unlock(&c->mtx);
+	nmq_mutex_unlock(&c->mtx);
 }
 
 // Returns n writable bytes at the end of the fill arena, or NULL.
@@ -1418,49 +1447,44 @@ void conn_tx_kick(nmq_conn *c)
 static void flush_later_cb(void *arg)
 {
 	nmq_conn *c = arg;
-	pthread_mutex_lock(&c->mtx);
+	nmq_mutex_lock(&c->mtx);
 	c->flush_pending = false;
 	bool notify      = tx_kick_locked(c) && c->fill.bytes == 0;
 	if (notify) {
 		c->upcalls++;
 	}
-	pthread_mutex_unlock(&c->mtx);
+	nmq_mutex_unlock(&c->mtx);
 	if (notify) {
 		// The socket took everything: the session may have more queued
 		// that waited for room.
-		c->ops->writable(c->upper);
-		pthread_mutex_lock(&c->mtx);
-		if (--c->upcalls == 0) {
-			pthread_cond_broadcast(&c->cv);
-		}
-		pthread_mutex_unlock(&c->mtx);
+		writable_upcall(c);
 	}
 	conn_release(c);
 }
 
 void conn_tx_flush_later(nmq_conn *c)
 {
-	pthread_mutex_lock(&c->mtx);
+	nmq_mutex_lock(&c->mtx);
 	if (c->flush_pending || c->tx_busy) {
 		// A running send picks up the fill buffer when it completes.
-		pthread_mutex_unlock(&c->mtx);
+		nmq_mutex_unlock(&c->mtx);
 		return;
 	}
 	c->flush_pending = true;
 	conn_hold(c);
-	pthread_mutex_unlock(&c->mtx);
+	nmq_mutex_unlock(&c->mtx);
 	if (!workq_defer(flush_later_cb, c)) {
 		// Not on a worker (the timer thread, the main thread): the caller
 		// may hold the session lock that a writable() upcall takes, so
 		// the flush runs on a worker instead.
 		workq_post_to(
-		    c->env->wq, c->fd >= 0 ? c->owner : workq_pick(c->env->wq), &c->flush_job);
+		    c->env->wq, c->fd >= 0 ? c->owner : workq_pick(c->env->wq), &c->aux_job);
 	}
 }
 
 static void flush_job(workq_job *job)
 {
-	flush_later_cb((nmq_conn *)((char *)job - offsetof(nmq_conn, flush_job)));
+	flush_later_cb((nmq_conn *)((char *)job - offsetof(nmq_conn, aux_job)));
 }
 
 // Send completion (NNG task thread): advance over what was written, resend
@@ -1472,13 +1496,13 @@ static void tx_cb(void *arg)
 	size_t    n      = nng_aio_count(c->ns->tx_aio);
 	bool      end    = false;
 	bool      notify = false;
-	pthread_mutex_lock(&c->mtx);
+	nmq_mutex_lock(&c->mtx);
 	if (rv != 0) {
 		close_locked(c);
 		txbuf_reset(&c->ns->send);
 		txbuf_reset(&c->fill);
 		c->tx_busy = false;
-		pthread_mutex_unlock(&c->mtx);
+		nmq_mutex_unlock(&c->mtx);
 		conn_release(c);
 		return;
 	}
@@ -1497,7 +1521,7 @@ static void tx_cb(void *arg)
 	}
 	if (c->send_seg < b->nsegs) {
 		submit_send(c);
-		pthread_mutex_unlock(&c->mtx);
+		nmq_mutex_unlock(&c->mtx);
 		return;
 	}
 	txbuf_reset(b);
@@ -1515,14 +1539,9 @@ static void tx_cb(void *arg)
 	if (notify) {
 		c->upcalls++;
 	}
-	pthread_mutex_unlock(&c->mtx);
+	nmq_mutex_unlock(&c->mtx);
 	if (notify) {
-		c->ops->writable(c->upper);
-		pthread_mutex_lock(&c->mtx);
-		if (--c->upcalls == 0) {
-			pthread_cond_broadcast(&c->cv);
-		}
-		pthread_mutex_unlock(&c->mtx);
+		writable_upcall(c);
 	}
 	if (end) {
 		conn_release(c);

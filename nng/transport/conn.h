@@ -131,7 +131,4 @@ void conn_tx_flush_later(nmq_conn *c);
 // Connections allocated and not yet destroyed (for a drain at shutdown).
 long conn_live_count(void);
 
-// Bytes received and sent on this connection (for metrics).
-uint64_t conn_rx_bytes(nmq_conn *c);
-
 #endif // NMQ_CONN_H
