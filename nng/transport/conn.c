@@ -62,6 +62,8 @@ struct ws_side {
 	// Receive: c->rx holds [0, mq_len) decoded MQTT bytes not dispatched
 	// yet, then [mq_len, rx_len) raw bytes still to decode.
 	size_t mq_len;
+	// Upgrade: bytes already searched for the blank line ending the request.
+	size_t hs_scanned;
 	// Send (mtx): the data frame being filled, whose header segment
 	// (WS_HDR_ROOM bytes reserved in the arena) is finished when a write
 	// takes it.
@@ -816,9 +818,20 @@ static int ws_handshake_step(nmq_conn *c)
 	ws_handshake    hs;
 	size_t          used = 0;
 	char            resp[WS_HS_RESPONSE_MAX];
+	// Parse only once the request is complete (or too long): a client
+	// dribbling its request byte by byte then costs a scan of each new
+	// byte, not a parse of the whole request per read.
+	size_t from = w->hs_scanned > 2 ? w->hs_scanned - 2 : 0;
+	bool   done = c->rx_len > WS_HS_MAX;
+	for (size_t i = from; !done && i < c->rx_len; i++) {
+		done = c->rx[i] == '\n'
+		    && ((i + 1 < c->rx_len && c->rx[i + 1] == '\n')
+		        || (i + 2 < c->rx_len && c->rx[i + 1] == '\r' && c->rx[i + 2] == '\n'));
+	}
+	w->hs_scanned = c->rx_len;
 	memset(&hs, 0, sizeof(hs));
 	hs.path = w->path;
-	int r   = ws_handshake_parse(&hs, c->rx, c->rx_len, &used);
+	int r   = done ? ws_handshake_parse(&hs, c->rx, c->rx_len, &used) : WS_HS_NEED_MORE;
 	if (r == WS_HS_NEED_MORE) {
 		// The parser refuses a request of WS_HS_MAX bytes or more, so
 		// this stops growing at twice that.
