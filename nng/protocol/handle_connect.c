@@ -28,6 +28,21 @@ static uint8_t v3_connack_code(uint8_t rc)
 	}
 }
 
+// Identifies the user name of a CONNECT (none is distinct from every name,
+// the empty one included): FNV-1a, 64 bits.
+static uint64_t owner_hash(bool has_username, mqtt_bytes u)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+	if (!has_username) {
+		return h ^ 1;
+	}
+	h = (h ^ 0xff) * 0x100000001b3ull;
+	for (uint32_t i = 0; i < u.len; i++) {
+		h = (h ^ u.p[i]) * 0x100000001b3ull;
+	}
+	return h;
+}
+
 // Sends a refusing CONNACK in the client's version and shuts down.
 static int refuse(nmq_link *l, uint8_t ver, uint8_t rc)
 {
@@ -286,10 +301,23 @@ int handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 	bool         old_v5          = false;
 	nmq_session *ended           = NULL;
 	bool         session_present = false;
+	uint64_t     owner           = owner_hash(c->has_username, c->username);
 	pthread_mutex_lock(&p->tbl_mtx);
 	s = proto_table_find(p, client_id);
 	if (s != NULL) {
 		nmq_mutex_lock(&s->mtx);
+		if (proto_lim(p)->client_id_owner_check && s->owner != owner) {
+			// Another user's client id: neither its session nor its
+			// connection is handed over.
+			nmq_mutex_unlock(&s->mtx);
+			pthread_mutex_unlock(&p->tbl_mtx);
+			log_warn_rl("conn",
+			    "peer=%s client_id=%s event=client_id_owned_by_another_user",
+			    conn_peer(l->conn), client_id);
+			free(client_id);
+			atomic_fetch_add(&p->m.refused_connections, 1);
+			return refuse(l, ver, MQTT_RC_CLIENT_ID_INVALID);
+		}
 		if (s->link != NULL) {
 			nmq_link *old   = s->link;
 			old->taken_over = true;
@@ -328,6 +356,7 @@ int handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 			return refuse(l, ver, MQTT_RC_SERVER_UNAVAILABLE);
 		}
 		nmq_mutex_lock(&s->mtx);
+		s->owner = owner;
 		proto_table_insert(p, s); // the table keeps the first reference
 	}
 	// s->mtx is held here.

@@ -87,6 +87,7 @@ struct nmq_session {
 
 	tw_timer timer; // expiry, will delay and QoS retry
 	uint64_t timer_at;
+	uint64_t owner; // hash of the creating CONNECT's user name (owner_hash)
 
 	uint16_t next_pid;
 	uint8_t  ver;

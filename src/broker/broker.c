@@ -525,6 +525,8 @@ void broker_limits_from_conf(const nmq_conf *conf, proto_limits *lim)
 	lim->max_keepalive      = conf->max_keepalive;
 	lim->max_topic_length   = conf->max_topic_length;
 	lim->max_topic_levels   = conf->max_topic_levels;
+	// With an ACL, identities matter: a client id stays with its user.
+	lim->client_id_owner_check = conf->auth_acl_enable;
 }
 
 // State each worker thread keeps between calls: the match vector reused by
