@@ -465,7 +465,8 @@ int handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 	log_info("conn",
 	    "client_id=%s peer=%s event=connected proto=%u clean_start=%d keepalive=%u", client_id,
 	    conn_peer(l->conn), c->proto_level, c->clean_start, c->keep_alive);
-	p->ops->client_status(p->app, s, true, 0, conn_peer(l->conn), l->keepalive, l->clean_start);
+	p->ops->client_status(
+	    p->app, s, true, 0, conn_peer(l->conn), l->username, l->keepalive, l->clean_start);
 	free(client_id);
 	return 0;
 }

@@ -549,7 +549,7 @@ void link_detach(nmq_link *l)
 	}
 	if (l->connected) {
 		p->ops->client_status(p->app, s, false, l->graceful ? 0 : MQTT_RC_UNSPECIFIED,
-		    conn_peer(l->conn), l->keepalive, l->clean_start);
+		    conn_peer(l->conn), l->username, l->keepalive, l->clean_start);
 	}
 	log_info("conn", "client_id=%s peer=%s event=disconnected graceful=%d", s->client_id,
 	    conn_peer(l->conn), l->graceful);

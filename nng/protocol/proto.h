@@ -107,9 +107,10 @@ typedef struct proto_app_ops {
 	uint8_t (*unsubscribe)(void *app, nmq_session *s, const char *filter, size_t len);
 	// The session's state is being discarded: drop its subscriptions.
 	void (*session_end)(void *app, nmq_session *s);
-	// A client connected (online) or its connection ended.
+	// A client connected (online) or its connection ended. username is
+	// the CONNECT's (NULL: none).
 	void (*client_status)(void *app, nmq_session *s, bool online, uint8_t reason,
-	    const char *peer, uint16_t keepalive, bool clean_start);
+	    const char *peer, const char *username, uint16_t keepalive, bool clean_start);
 } proto_app_ops;
 
 // Counters for metrics; every field is updated atomically.

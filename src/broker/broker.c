@@ -10,7 +10,7 @@
 // through a stamp equal to the epoch needs no check. A reload bumps the
 // epoch (every stamp stale: checked) and then re-stamps every session
 // (restamp_all); a session resumed by another user or address is
-// re-stamped for it (ident_adopt). Refusals are skipped silently, counted
+// re-stamped for it (ident_adopt, from client_status). Refusals are skipped silently, counted
 // and logged rate-limited; a shared group's copy goes to the next member
 // that may read it (topic_tree_match_stamped stand-ins).
 //
@@ -530,13 +530,10 @@ void broker_limits_from_conf(const nmq_conf *conf, proto_limits *lim)
 }
 
 // State each worker thread keeps between calls: the match vector reused by
-// every route (no allocation per publish), and the identity captured by the
-// last authenticate() on this thread, which the protocol layer follows with
-// client_status(online) for the same connection on the same thread. A
-// thread-specific key frees both when the worker exits.
+// every route (no allocation per publish). A thread-specific key frees it
+// when the worker exits.
 typedef struct thread_state {
 	topic_match_vec mv;
-	sess_ident     *pending;
 } thread_state;
 
 static pthread_key_t  state_key;
@@ -546,7 +543,6 @@ static void state_free(void *arg)
 {
 	thread_state *ts = arg;
 	topic_match_vec_fini(&ts->mv, &tree_ops);
-	ident_release(ts->pending);
 	free(ts);
 }
 
@@ -602,40 +598,23 @@ static uint8_t b_authenticate(void *app, const proto_client_info *info)
 		    info->client_id, info->peer, rc);
 		return rc;
 	}
-	// Kept for client_status(online): the session's new identity.
-	thread_state *ts = thread_state_get();
-	if (ts != NULL) {
-		ident_release(ts->pending);
-		ts->pending = ident_alloc(info->client_id, (const char *)info->username,
-		    info->username != NULL ? info->username_len : 0, info->peer);
-	}
 	return 0;
 }
 
-// A client (re)connected to session s from peer: the identity captured by
-// authenticate() becomes the session's, for the delivery checks of its
-// existing subscriptions. A session that has no subscription record yet
-// gets its identity from its first SUBSCRIBE instead.
-static void ident_adopt(nmq_broker *b, nmq_session *s, const char *peer)
+// A client (re)connected to session s as username from peer: that becomes
+// the session's identity, for the delivery checks of its existing
+// subscriptions. A session that has no subscription record yet gets its
+// identity from its first SUBSCRIBE instead.
+static void ident_adopt(nmq_broker *b, nmq_session *s, const char *username, const char *peer)
 {
-	thread_state *ts = thread_state_get();
-	sess_ident   *id = ts != NULL ? ts->pending : NULL;
-	if (id == NULL) {
-		return;
-	}
-	ts->pending = NULL;
-	if (strcmp(id->cid, nmq_session_client_id(s)) != 0
-	    || strcmp(id->peer, peer != NULL ? peer : "") != 0) {
-		// Not the connection authenticated last on this thread: keep the
-		// identity the session has.
-		log_warn_rl(
-		    "acl", "client_id=%s event=identity_not_captured", nmq_session_client_id(s));
-		ident_release(id);
-		return;
-	}
 	sess_subs *ss = ss_get(b, s, false);
 	if (ss == NULL) {
-		ident_release(id);
+		return;
+	}
+	sess_ident *id = ident_alloc(nmq_session_client_id(s), username,
+	    username != NULL ? strlen(username) : 0, peer != NULL ? peer : "");
+	if (id == NULL) {
+		ss_put(b, ss);
 		return;
 	}
 	pthread_mutex_lock(&ss->mtx);
@@ -1123,13 +1102,13 @@ static size_t json_str(char *buf, size_t cap, size_t n, const char *s)
 
 // Publishes $SYS/brokers/client_status/<clientid> (compat.md 5.4).
 static void b_client_status(void *app, nmq_session *s, bool online, uint8_t reason,
-    const char *peer, uint16_t keepalive, bool clean_start)
+    const char *peer, const char *username, uint16_t keepalive, bool clean_start)
 {
 	nmq_broker    *b   = app;
 	const char    *cid = nmq_session_client_id(s);
 	struct timeval tv;
 	if (online) {
-		ident_adopt(b, s, peer);
+		ident_adopt(b, s, username, peer);
 	}
 	gettimeofday(&tv, NULL);
 	unsigned long long ts
@@ -1162,7 +1141,9 @@ static void b_client_status(void *app, nmq_session *s, bool online, uint8_t reas
 				buf[n] = *p_;                                                      \
 	} while (0)
 		if (online) {
-			PUT("{\"status\":\"online\",\"username\":\"\",\"ts\":");
+			PUT("{\"status\":\"online\",\"username\":");
+			n = json_str(buf, cap, n, username != NULL ? username : "");
+			PUT(",\"ts\":");
 			snprintf(tmp, sizeof(tmp), "%llu", ts);
 			PUT(tmp);
 			PUT(",\"proto_name\":\"MQTT\",\"keepalive\":");
@@ -1179,7 +1160,9 @@ static void b_client_status(void *app, nmq_session *s, bool online, uint8_t reas
 			n = json_str(buf, cap, n, host);
 			PUT("}");
 		} else {
-			PUT("{\"status\":\"offline\",\"username\":\"\",\"ts\":");
+			PUT("{\"status\":\"offline\",\"username\":");
+			n = json_str(buf, cap, n, username != NULL ? username : "");
+			PUT(",\"ts\":");
 			snprintf(tmp, sizeof(tmp), "%llu", ts);
 			PUT(tmp);
 			snprintf(

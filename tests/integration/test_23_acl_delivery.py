@@ -262,6 +262,27 @@ class Plain:
 class TestNoMatchAllow(Plain, DeliveryCase):
     NO_MATCH = "allow"
 
+    # $SYS client status names the user of the connection (the identity
+    # the delivery checks use comes from the same call).
+    def test_client_status_names_the_user(self):
+        import json
+        watcher = self.client(5, "status-watch", "alice", "pa")
+        watcher.subscribe([("$SYS/brokers/client_status/#", 0)])
+        bob = self.client(4, "status-bob", "bob", "pb")
+        bob.disconnect()
+        bob.close()
+        got = {}
+        deadline = time.monotonic() + 5
+        while len(got) < 2 and time.monotonic() < deadline:
+            p = watcher.expect(PUBLISH, max(deadline - time.monotonic(), 0.01))
+            if p.topic == "$SYS/brokers/client_status/status-bob":
+                d = json.loads(p.payload)
+                got[d["status"]] = d
+        self.assertEqual(sorted(got), ["offline", "online"])
+        for d in got.values():
+            self.assertEqual(d["username"], "bob")
+            self.assertEqual(d["client_id"], "status-bob")
+
 
 class TestNoMatchDeny(Plain, DeliveryCase):
     NO_MATCH = "deny"
