@@ -118,7 +118,7 @@ struct nmq_conn {
 	txbuf    fill;
 
 	void *tag;
-	void (*tag_destroy)(void *tag);
+	void (*tag_done)(void *tag); // NULL once called
 	// The peer address as text: inline when it fits (every IPv4 one),
 	// else on the heap (peer_heap; long IPv6 ones).
 	union {
@@ -133,6 +133,7 @@ static void rx_cb(void *arg);
 static void tx_cb(void *arg);
 static void rx_job(workq_job *job);
 static void destroy_job(workq_job *job);
+static void tag_done(nmq_conn *c);
 static void raw_io(workq_io *io, uint32_t events);
 static void flush_job(workq_job *job);
 static bool raw_write_locked(nmq_conn *c);
@@ -534,13 +535,22 @@ static void destroy_job(workq_job *job)
 	if (c->peer_heap) {
 		free(c->peer.heap);
 	}
-	if (c->tag_destroy != NULL) {
-		c->tag_destroy(c->tag);
-	}
+	tag_done(c);
 	nmq_mutex_destroy(&c->mtx);
 	free(c->rx);
 	free(c);
 	atomic_fetch_sub(&live_conns, 1);
+}
+
+// Calls the tag's hook once (see conn_set_tag). The receive path's end and
+// the destruction never overlap: the first holds a reference.
+static void tag_done(nmq_conn *c)
+{
+	void (*fn)(void *) = c->tag_done;
+	c->tag_done        = NULL;
+	if (fn != NULL) {
+		fn(c->tag);
+	}
 }
 
 // Runs the writable() upcall counted in c->upcalls (incremented by the
@@ -637,10 +647,10 @@ bool conn_is_closing(nmq_conn *c)
 	return r;
 }
 
-void conn_set_tag(nmq_conn *c, void *tag, void (*on_destroy)(void *tag))
+void conn_set_tag(nmq_conn *c, void *tag, void (*on_done)(void *tag))
 {
-	c->tag         = tag;
-	c->tag_destroy = on_destroy;
+	c->tag      = tag;
+	c->tag_done = on_done;
 }
 
 void *conn_tag(nmq_conn *c)
@@ -1002,6 +1012,7 @@ static void rx_finish(nmq_conn *c, bool failed)
 	if (notify) {
 		c->ops->closed(c->upper);
 	}
+	tag_done(c);
 	conn_release(c); // the receive path's reference
 }
 

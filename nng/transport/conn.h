@@ -99,9 +99,11 @@ void conn_set_rx_paused(nmq_conn *c, bool paused);
 
 // An opaque pointer the transport attaches (the listener that accepted the
 // connection), for checks at CONNECT time such as TLS peer verification.
-// on_destroy (may be NULL) is called with tag when the connection is
-// destroyed, on a worker.
-void  conn_set_tag(nmq_conn *c, void *tag, void (*on_destroy)(void *tag));
+// on_done (may be NULL) is called with tag once, on a worker, when the
+// connection has stopped reading for good (right after closed()), or when
+// it is destroyed if it never started; tag itself stays readable until
+// the connection is destroyed.
+void  conn_set_tag(nmq_conn *c, void *tag, void (*on_done)(void *tag));
 void *conn_tag(nmq_conn *c);
 
 // Peer address as "a.b.c.d:port" or "[v6]:port".

@@ -565,7 +565,8 @@ static void raw_stop_job(workq_job *job)
 // ---------------------------------------------------------------------------
 // Accepting
 
-// A connection of listener arg is gone (conn destroy hook).
+// A connection of listener arg has stopped reading for good (conn_set_tag
+// hook): it no longer counts against max_connections.
 static void conn_gone(void *arg)
 {
 	nmq_listener *l = arg;
