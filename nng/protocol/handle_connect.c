@@ -359,7 +359,12 @@ int handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 		s->owner = owner;
 		proto_table_insert(p, s); // the table keeps the first reference
 	}
-	// s->mtx is held here.
+	// s->mtx is held here. The table is done with: the CONNACK, the resend
+	// and the first pump run under the session lock only, so that a
+	// reconnect with a long queue does not hold up other CONNECTs (a
+	// concurrent CONNECT with this client id waits for s->mtx and then
+	// takes the session over from this link).
+	pthread_mutex_unlock(&p->tbl_mtx);
 	nmq_session_hold(s); // the link's reference
 	s->ver          = ver;
 	s->expiry_s     = expiry;
@@ -422,7 +427,6 @@ int handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 	session_pump_locked(s);
 	session_timer_update_locked(s);
 	nmq_mutex_unlock(&s->mtx);
-	pthread_mutex_unlock(&p->tbl_mtx);
 
 	long n  = atomic_fetch_add(&p->m.connections, 1) + 1;
 	long mx = atomic_load(&p->m.connections_max);

@@ -479,14 +479,24 @@ void proto_publish_will(nmq_proto *p, nmq_msg *will)
 	nmq_msg_release(will);
 }
 
-// Ends s: out of the table, state dropped, the application told, a pending
-// will published. The table's reference is released.
-void session_end(nmq_session *s)
+// Returns true when the offline session s has outlived its expiry
+// interval. Caller holds s->mtx.
+static bool session_expired_locked(nmq_session *s, uint64_t now)
+{
+	return s->link == NULL && s->expiry_s != UINT32_MAX
+	    && now >= s->offline_since_ms + (uint64_t)s->expiry_s * 1000;
+}
+
+// Ends s (with only_if_expired: only if it is still offline and expired,
+// since a client may have resumed it after the timer decided): out of the
+// table, state dropped, the application told, a pending will published.
+// The table's reference is released.
+static void session_end_when(nmq_session *s, bool only_if_expired)
 {
 	nmq_proto *p = s->p;
 	pthread_mutex_lock(&p->tbl_mtx);
 	nmq_mutex_lock(&s->mtx);
-	if (s->ended) {
+	if (s->ended || (only_if_expired && !session_expired_locked(s, nmq_clock_ms()))) {
 		nmq_mutex_unlock(&s->mtx);
 		pthread_mutex_unlock(&p->tbl_mtx);
 		return;
@@ -504,6 +514,11 @@ void session_end(nmq_session *s)
 	}
 	p->ops->session_end(p->app, s);
 	nmq_session_release(s); // the table's reference
+}
+
+void session_end(nmq_session *s)
+{
+	session_end_when(s, false);
 }
 
 // Re-arms the session timer: expiry while offline, the delayed will, and
@@ -556,7 +571,7 @@ static void session_work_fn(workq_job *job)
 		proto_publish_will(w->s->p, w->will);
 	}
 	if (w->end) {
-		session_end(w->s);
+		session_end_when(w->s, true);
 	}
 	nmq_session_release(w->s);
 	free(w);
@@ -579,8 +594,7 @@ static void session_timer_cb(tw_timer *t)
 		will    = s->will;
 		s->will = NULL;
 	}
-	if (s->link == NULL && s->expiry_s != UINT32_MAX
-	    && now >= s->offline_since_ms + (uint64_t)s->expiry_s * 1000) {
+	if (session_expired_locked(s, now)) {
 		end = true;
 	}
 	if (s->link != NULL && s->ver != MQTT_PROTO_V5 && s->infl_len > 0) {
