@@ -83,7 +83,19 @@ static void link_free(nmq_link *l)
 }
 
 #define BP_CHECK_MS 5 // how often a paused publisher looks again
-#define BP_MAX_MS   1000 // longest pause: a stuck subscriber then drops
+
+// A session pointer that stands for "the memory cap" in link_bp.sess.
+static char        bp_memory_tag;
+nmq_session *const LINK_BP_MEMORY = (nmq_session *)(void *)&bp_memory_tag;
+
+// Drops what link_bp.sess holds (nothing for LINK_BP_MEMORY).
+static void bp_sess_release(nmq_session *s)
+{
+	if (s != NULL && s != LINK_BP_MEMORY) {
+		nmq_session_release(s);
+	}
+}
+#define BP_MAX_MS 1000 // longest pause: a stuck subscriber then drops
 
 // Pauses reading from l until s has drained; see proto_impl.h.
 void link_backpressure(nmq_link *l, nmq_session *s)
@@ -94,7 +106,7 @@ void link_backpressure(nmq_link *l, nmq_session *s)
 		// writer of l->bp; the struct lives until the link is freed).
 		link_bp *bp = calloc(1, sizeof(*bp));
 		if (bp == NULL) {
-			nmq_session_release(s); // no pause: the queue bound holds
+			bp_sess_release(s); // no pause: the queue bound holds
 			return;
 		}
 		bp->l = l;
@@ -104,7 +116,7 @@ void link_backpressure(nmq_link *l, nmq_session *s)
 	link_bp *bp = l->bp;
 	if (!__atomic_compare_exchange_n(
 	        &bp->sess, &none, s, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-		nmq_session_release(s); // already paused for another one
+		bp_sess_release(s); // already paused for another one
 		return;
 	}
 	bp->since_ms = nmq_clock_ms();
@@ -123,17 +135,22 @@ static void link_bp_cb(tw_timer *t)
 	if (s == NULL) {
 		return;
 	}
-	bool     online;
-	uint32_t n = session_queue_len(s, &online);
-	if (online && n >= session_congestion_mark(l->p) / 2 && now - bp->since_ms < BP_MAX_MS) {
+	bool wait;
+	if (s == LINK_BP_MEMORY) {
+		uint64_t cap = proto_lim(l->p)->max_message_memory;
+		wait         = cap > 0 && nmq_msg_bytes_in_use() >= cap / 8 * 7;
+	} else {
+		bool     online;
+		uint32_t n = session_queue_len(s, &online);
+		wait       = online && n >= session_congestion_mark(l->p) / 2;
+	}
+	if (wait && now - bp->since_ms < BP_MAX_MS) {
 		timer_wheel_schedule(l->p->tw, &bp->timer, now + BP_CHECK_MS);
 		return;
 	}
 	s = __atomic_exchange_n(&bp->sess, NULL, __ATOMIC_ACQ_REL);
 	conn_set_rx_paused(l->conn, false);
-	if (s != NULL) {
-		nmq_session_release(s);
-	}
+	bp_sess_release(s);
 }
 
 // Keepalive / CONNECT deadline / shutdown grace (wheel thread).
@@ -567,10 +584,7 @@ static void link_closed(void *upper)
 	timer_wheel_cancel(p->tw, &l->timer);
 	if (l->bp != NULL) {
 		timer_wheel_cancel(p->tw, &l->bp->timer);
-		nmq_session *bs = __atomic_exchange_n(&l->bp->sess, NULL, __ATOMIC_ACQ_REL);
-		if (bs != NULL) {
-			nmq_session_release(bs);
-		}
+		bp_sess_release(__atomic_exchange_n(&l->bp->sess, NULL, __ATOMIC_ACQ_REL));
 	}
 	proto_links_remove(p, l);
 	if (l->connected) {

@@ -50,6 +50,8 @@ typedef struct proto_limits {
 	// is in force, where a takeover would hand one user's queued
 	// messages and subscriptions to another.
 	bool client_id_owner_check;
+	// mqtt.max_message_memory: bytes all messages may hold (0 = no cap).
+	uint64_t max_message_memory;
 } proto_limits;
 
 // What the application learns of a connecting client.
@@ -126,6 +128,7 @@ typedef struct proto_metrics {
 	atomic_long drop_expired;
 	atomic_long drop_too_large;
 	atomic_long drop_acl;
+	atomic_long drop_memory; // mqtt.max_message_memory reached
 	atomic_long refused_connections; // mqtt.max_connections reached
 	atomic_long refused_topics; // max_topic_length / max_topic_levels
 	atomic_long refused_subscriptions; // mqtt.max_subscriptions reached

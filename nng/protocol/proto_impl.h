@@ -225,8 +225,11 @@ int link_send_publish(nmq_link *l, const out_entry *e, uint16_t pid, bool dup);
 // Protocol error: v5 DISCONNECT with reason then close; v3 close.
 void link_fail(nmq_link *l, uint8_t reason);
 void link_detach(nmq_link *l);
-// Pauses reading from l until s drains (consumes the reference to s).
-void link_backpressure(nmq_link *l, nmq_session *s);
+// Pauses reading from l until s drains (consumes the reference to s), or,
+// with s = LINK_BP_MEMORY, until all messages together hold less than 7/8
+// of mqtt.max_message_memory; at most 1 s at a time either way.
+void                      link_backpressure(nmq_link *l, nmq_session *s);
+extern nmq_session *const LINK_BP_MEMORY;
 
 // handle_*.c, on the receive path
 int handle_connect(nmq_link *l, const uint8_t *frame, size_t len);

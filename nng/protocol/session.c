@@ -333,6 +333,19 @@ void nmq_session_deliver(nmq_session *s, nmq_msg *msg, uint8_t qos, bool retain,
 		nmq_mutex_unlock(&s->mtx);
 		return;
 	}
+	uint64_t cap = proto_lim(p)->max_message_memory;
+	if (cap > 0 && (qos == 0 || s->link == NULL) && nmq_msg_bytes_in_use() > cap) {
+		// mqtt.max_message_memory: what cannot be paced by pausing the
+		// publisher (QoS 0, or a session nobody reads) is not kept.
+		proto_count_drop(p, &p->m.drop_memory);
+		if (qos > 0) {
+			log_warn_rl("session",
+			    "client_id=%s reason=max_message_memory topic=%s qos=%u action=drop",
+			    s->client_id, msg->topic, qos);
+		}
+		nmq_mutex_unlock(&s->mtx);
+		return;
+	}
 	out_entry e;
 	e.msg       = msg;
 	e.qos       = qos;

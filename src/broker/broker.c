@@ -97,6 +97,7 @@ struct nmq_broker {
 	// equals it was proven, against that ACL, to be readable in full.
 	_Atomic uint32_t acl_epoch;
 	_Atomic uint32_t max_subscriptions; // per client, 0 = no limit
+	_Atomic uint64_t max_message_memory; // 0 = no cap
 	atomic_long      acl_deliveries_denied;
 };
 
@@ -455,7 +456,8 @@ int broker_reconfigure(nmq_broker *b, const nmq_conf *conf, char *err, size_t er
 	uint32_t epoch = b->acl_epoch + 1;
 	b->acl_epoch   = epoch != 0 && epoch != STAMP_REFUSED ? epoch : 1;
 	pthread_mutex_unlock(&b->auth_mtx);
-	b->max_subscriptions = conf->max_subscriptions;
+	b->max_subscriptions  = conf->max_subscriptions;
+	b->max_message_memory = conf->max_message_memory;
 	if (old != NULL) {
 		auth_ctx_release(old);
 	}
@@ -527,6 +529,7 @@ void broker_limits_from_conf(const nmq_conf *conf, proto_limits *lim)
 	lim->max_topic_levels   = conf->max_topic_levels;
 	// With an ACL, identities matter: a client id stays with its user.
 	lim->client_id_owner_check = conf->auth_acl_enable;
+	lim->max_message_memory    = conf->max_message_memory;
 }
 
 // State each worker thread keeps between calls: the match vector reused by
@@ -815,6 +818,16 @@ static int b_route(void *app, nmq_session *from, const proto_who *who, nmq_msg *
 	if (msg->retain) {
 		if (msg->payload_len == 0) {
 			retain_set(b->retained, msg->topic, msg->topic_len, NULL);
+		} else if (b->max_message_memory > 0
+		    && nmq_msg_bytes_in_use() > b->max_message_memory) {
+			// mqtt.max_message_memory: the previous retained message, if
+			// any, stays; this one is routed but not kept.
+			proto_metrics *m = proto_metrics_get(b->proto);
+			atomic_fetch_add(&m->msgs_dropped, 1);
+			atomic_fetch_add(&m->drop_memory, 1);
+			log_warn_rl("broker",
+			    "topic=%.*s reason=max_message_memory action=retained_not_stored",
+			    (int)(msg->topic_len > 200 ? 200 : msg->topic_len), msg->topic);
 		} else {
 			nmq_msg_hold(msg);
 			retain_set(b->retained, msg->topic, msg->topic_len, msg);

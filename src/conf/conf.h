@@ -108,6 +108,7 @@ typedef struct nmq_conf {
 	uint32_t max_subscriptions; // per client, 0 = no limit
 	uint32_t max_topic_length; // bytes
 	uint32_t max_topic_levels; // 0 = no limit
+	uint64_t max_message_memory; // bytes, 0 = no cap
 	uint32_t property_size;
 	bool     batch_resend;
 

@@ -140,6 +140,14 @@ const conf_key conf_schema[] = {
 	    CF(max_topic_levels), .reload = true, .def = "0", .min = 0, .max = 65535,
 	    .help = "Most levels in a topic name or filter (0 = no limit; extension); treated like "
 	        "`max_topic_length`." },
+	{ .path = "mqtt.max_message_memory", .type = CONF_T_SIZE, .store = CONF_ST_U64,
+	    CF(max_message_memory), .reload = true, .def = "0", .min = 0, .max = 1099511627776.0,
+	    .help = "Cap on the memory that messages hold (0 = no cap; extension): queued, in "
+	        "flight, retained and delayed wills, each message counted once however many "
+	        "clients share it. Over the cap, a QoS 0 message is not queued, a QoS 1/2 message "
+	        "is not queued for an offline session and a retained message is not stored (each "
+	        "counted and logged), and a publisher whose message finds the broker over the cap "
+	        "is paused (at most 1 s at a time) until usage is under 7/8 of it." },
 	{ .path = "mqtt.property_size", .type = CONF_T_INT, .store = CONF_ST_U32, CF(property_size),
 	    .reload = true, .status = CONF_S_NOEFFECT, .def = "32", .min = 0, .max = MB256,
 	    .help = "Accepted for compatibility; properties are bounded by max_packet_size." },

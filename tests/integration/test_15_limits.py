@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """15: limits that protect the box (issue 4, item 6): mqtt.max_connections,
 mqtt.max_subscriptions, mqtt.max_topic_length and mqtt.max_topic_levels
-(extensions of nanomq.conf, see docs/config.md). Each limit refuses only
+and mqtt.max_message_memory (extensions of nanomq.conf, see
+docs/config.md). Each limit refuses only
 the client that reached it, with the reason code the specification names
 for that situation, and leaves everyone else served. (Maximum packet size,
 the in-flight window and the queue bound are covered by 12 and 11.)"""
@@ -125,6 +126,120 @@ class ListenerConnectionLimitTests(BrokerTestCase):
                 d.disconnect()
                 b.expect_closed()
                 d.expect_closed()
+
+
+class MessageMemoryTests(BrokerTestCase):
+    """mqtt.max_message_memory = 32KB with 8 KB messages: the cap is reached
+    after about four kept messages."""
+
+    CONF = "mqtt.max_message_memory = 32KB"
+    BIG = 8 * 1024
+
+    # QoS 1 messages for an offline session are kept until the cap, then
+    # dropped (counted; a dropped message frees its memory at once, so the
+    # publisher is not paused); the publisher gets every PUBACK, and the
+    # session gets the kept ones in order when it returns.
+    @skip_on_mosquitto("mqtt.max_message_memory is an extension")
+    def test_offline_session_keeps_messages_up_to_the_cap(self):
+        for v in (5, 4):
+            with self.subTest(version=v):
+                kw = {"clean": False}
+                if v == 5:
+                    kw["props"] = {"SessionExpiryInterval": 300}
+                cid = "memcap-%d" % v
+                sub = self.raw(v)
+                self.assertEqual(sub.connect(cid, **kw).rc, 0)
+                sub.subscribe([("mem/%d" % v, 1)])
+                sub.disconnect()
+                sub.expect_closed()
+                pub = self.raw(v)
+                self.assertEqual(pub.connect("memcap-pub-%d" % v).rc, 0)
+                t0 = time.monotonic()
+                for i in range(10):
+                    payload = b"%03d" % i + b"m" * (self.BIG - 3)
+                    ack = pub.publish("mem/%d" % v, payload, qos=1, timeout=5)
+                    self.assertEqual(ack.type, nmq.PUBACK)
+                self.assertLess(time.monotonic() - t0, 15, "publisher stalled")
+                pub.disconnect()
+                sub = self.raw(v)
+                ack = sub.connect(cid, **kw)
+                self.assertEqual((ack.rc, ack.session_present), (0, True))
+                got = []
+                while True:
+                    try:
+                        p = sub.expect(PUBLISH, 1.0)
+                    except nmq.RecvTimeout:
+                        break
+                    sub.ack(p)
+                    got.append(int(p.payload[:3]))
+                # Kept: the first ones, in order, fewer than were sent.
+                self.assertTrue(2 <= len(got) <= 6, "kept %r" % got)
+                self.assertEqual(got, list(range(len(got))))
+                # End the session: its messages are freed for the next case.
+                sub.disconnect()
+                sub.expect_closed()
+                s2 = self.raw(v)
+                self.assertEqual(s2.connect(cid, clean=True).rc, 0)
+                s2.disconnect()
+
+    # A connected QoS 1 subscriber that does not ack (Receive Maximum 1):
+    # its queue holds the messages, the broker goes over the cap, and the
+    # publisher is paused (up to 1 s at a time) instead of anything being
+    # dropped; once the subscriber acks, it gets every message in order.
+    @skip_on_mosquitto("mqtt.max_message_memory is an extension")
+    def test_online_subscriber_pauses_the_publisher_without_loss(self):
+        sub = self.raw(5)
+        self.assertEqual(sub.connect("memcap-slow", props={"ReceiveMaximum": 1}).rc, 0)
+        sub.subscribe([("slow/t", 1)])
+        pub = self.raw(5)
+        self.assertEqual(pub.connect("memcap-fast").rc, 0)
+        t0 = time.monotonic()
+        for i in range(10):
+            payload = b"%03d" % i + b"s" * (self.BIG - 3)
+            ack = pub.publish("slow/t", payload, qos=1, timeout=5)
+            self.assertEqual(ack.type, nmq.PUBACK)
+        paused = time.monotonic() - t0
+        # About six publishes found the broker over the cap, each paused
+        # until the 1 s limit (nothing drained meanwhile).
+        self.assertGreater(paused, 3.0, "the publisher was never paused")
+        got = []
+        while len(got) < 10:
+            p = sub.expect(PUBLISH, 5)
+            sub.ack(p)
+            got.append(int(p.payload[:3]))
+        self.assertEqual(got, list(range(10)))
+
+    # Retained messages are stored until the cap, then routed but not kept;
+    # a connected QoS 0 subscriber still gets what arrives while there is
+    # room, and a later subscriber gets only the retained ones stored.
+    @skip_on_mosquitto("mqtt.max_message_memory is an extension")
+    def test_retained_messages_stop_at_the_cap(self):
+        pub = self.raw(5)
+        self.assertEqual(pub.connect("memcap-rpub").rc, 0)
+        for i in range(8):
+            payload = b"%03d" % i + b"r" * (self.BIG - 3)
+            ack = pub.publish("ret/%d" % i, payload, qos=1, retain=True, timeout=5)
+            self.assertEqual(ack.type, nmq.PUBACK)
+        late = self.raw(5)
+        self.assertEqual(late.connect("memcap-late").rc, 0)
+        late.subscribe([("ret/#", 0)])
+        got = []
+        while True:
+            try:
+                p = late.expect(PUBLISH, 1.0)
+            except nmq.RecvTimeout:
+                break
+            got.append(p.topic)
+        self.assertTrue(2 <= len(got) <= 5, "retained kept: %r" % got)
+        self.assertEqual(sorted(got), ["ret/%d" % i for i in range(len(got))])
+        # Clearing them frees the memory: new retained messages are kept.
+        for i in range(8):
+            pub.publish("ret/%d" % i, b"", qos=1, retain=True, timeout=5)
+        pub.publish("ret/new", b"n" * 100, qos=1, retain=True, timeout=5)
+        again = self.raw(5)
+        self.assertEqual(again.connect("memcap-again").rc, 0)
+        again.subscribe([("ret/new", 0)])
+        self.assertEqual(again.expect(PUBLISH, 3).payload, b"n" * 100)
 
 
 if __name__ == "__main__":
