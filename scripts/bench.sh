@@ -21,7 +21,9 @@
 #   -o, --out FILE           also write the JSON lines to FILE
 #       --no-build           use existing binaries
 #   Environment: NANOMQ_BIN, NANOMQ_CLI_BIN override the binaries;
-#   BENCH_QUEUE, BENCH_INFLIGHT override the broker limits.
+#   BENCH_QUEUE, BENCH_INFLIGHT override the broker limits; BENCH_MEMORY
+#   sets our mqtt.max_message_memory (default 0, no cap; mosquitto's
+#   memory_limit works differently and is left unset).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -181,6 +183,7 @@ start_broker() {
 			listeners.tcp.bind = "127.0.0.1:$port"
 			mqtt.max_mqueue_len = $queue
 			mqtt.max_inflight_window = $inflight
+			mqtt.max_message_memory = ${BENCH_MEMORY:-0}
 			log.level = error
 		EOF
 		NANOMQ_PID_FILE="$work/nanomq.pid" "${pin_broker[@]}" "$ours" start \
