@@ -18,6 +18,7 @@
 #include <nng/nng.h>
 #include <nng/supplemental/util/platform.h>
 
+#include "nng/protocol/msg.h"
 #include "nng/protocol/proto.h"
 #include "nng/transport/listener.h"
 #include "src/auth/auth_passwd.h"
@@ -581,6 +582,17 @@ static int run(const cli_args *args, nmq_conf *conf, const char *argv0, int read
 		proto_free(srv.proto);
 		broker_free(srv.broker);
 		timer_wheel_free(srv.tw);
+		// Everything that held messages is gone: the memory accountant
+		// must be back at zero (a drift would make
+		// mqtt.max_message_memory bite early). Debug builds (the test
+		// suite) stop on it.
+		if (nmq_mem_in_use() != 0) {
+			log_warn("main", "event=memory_accounting_drift bytes=%llu",
+			    (unsigned long long)nmq_mem_in_use());
+#ifdef NMQ_DEBUG
+			abort();
+#endif
+		}
 	}
 	log_warn("main", "event=stopped");
 	*conf = srv.conf;

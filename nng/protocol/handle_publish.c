@@ -166,7 +166,7 @@ int handle_publish(nmq_link *l, const mqtt_packet *pk)
 		// messages for it.
 		link_backpressure(l, congested);
 	} else if (proto_lim(p)->max_message_memory > 0
-	    && nmq_msg_bytes_in_use() > proto_lim(p)->max_message_memory) {
+	    && nmq_mem_in_use() > proto_lim(p)->max_message_memory) {
 		// Over mqtt.max_message_memory: read no more from this publisher
 		// until the subscribers have drained some.
 		link_backpressure(l, LINK_BP_MEMORY);

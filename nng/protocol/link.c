@@ -138,7 +138,7 @@ static void link_bp_cb(tw_timer *t)
 	bool wait;
 	if (s == LINK_BP_MEMORY) {
 		uint64_t cap = proto_lim(l->p)->max_message_memory;
-		wait         = cap > 0 && nmq_msg_bytes_in_use() >= cap / 8 * 7;
+		wait         = cap > 0 && nmq_mem_in_use() >= cap / 8 * 7;
 	} else {
 		bool     online;
 		uint32_t n = session_queue_len(s, &online);

@@ -55,6 +55,19 @@ uint32_t nmq_msg_remaining(const nmq_msg *m, uint64_t now_ms)
 	return (uint32_t)((m->expiry_at_ms - now_ms + 999) / 1000);
 }
 
+static atomic_int_fast64_t buf_bytes;
+
+void nmq_mem_buffers_add(int64_t delta)
+{
+	atomic_fetch_add_explicit(&buf_bytes, delta, memory_order_relaxed);
+}
+
+uint64_t nmq_mem_in_use(void)
+{
+	int64_t b = atomic_load_explicit(&buf_bytes, memory_order_relaxed);
+	return atomic_load_explicit(&msg_bytes, memory_order_relaxed) + (uint64_t)(b > 0 ? b : 0);
+}
+
 // Returns the bytes currently held by messages.
 uint64_t nmq_msg_bytes_in_use(void)
 {

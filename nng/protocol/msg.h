@@ -53,7 +53,16 @@ void nmq_msg_release(nmq_msg *m);
 // expires, 0 if it has expired.
 uint32_t nmq_msg_remaining(const nmq_msg *m, uint64_t now_ms);
 
-// Total bytes allocated for messages now (the memory accountant's view).
+// Total bytes allocated for messages now.
 uint64_t nmq_msg_bytes_in_use(void);
+
+// The memory accountant (mqtt.max_message_memory): besides the messages,
+// the buffers that hold them on their way are counted: send buffers
+// (arenas and segment arrays of connections), queue rings and in-flight
+// arrays. Their owners report every change of capacity (delta may be
+// negative).
+void nmq_mem_buffers_add(int64_t delta);
+// Messages plus those buffers, in bytes.
+uint64_t nmq_mem_in_use(void);
 
 #endif // NMQ_MSG_H

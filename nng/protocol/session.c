@@ -7,6 +7,11 @@
 #include "nng/protocol/proto_impl.h"
 #include "src/log/log.h"
 
+// Bytes a pump leaves in a send buffer while over mqtt.max_message_memory.
+#define PUMP_TIGHT (16 * 1024)
+// Largest queue ring kept once it is empty (entries).
+#define RING_KEEP 64
+
 static void session_timer_cb(tw_timer *t);
 
 // The first subscriber session that a delivery on this thread found
@@ -47,6 +52,8 @@ void nmq_session_release(nmq_session *s)
 	if (s->will != NULL) {
 		nmq_msg_release(s->will);
 	}
+	nmq_mem_buffers_add(-(int64_t)(((size_t)s->q.cap + s->q0.cap) * sizeof(out_entry)
+	    + (size_t)s->infl_cap * sizeof(infl_entry)));
 	free(s->q.v);
 	free(s->q0.v);
 	free(s->infl);
@@ -81,7 +88,7 @@ void **nmq_session_app_data(nmq_session *s)
 	return &s->app_data;
 }
 
-// Releases every entry of a ring.
+// Releases every entry of a ring (and a big ring itself, as ring_pop).
 static void ring_clear(out_ring *r)
 {
 	for (uint32_t i = 0; i < r->len; i++) {
@@ -89,6 +96,12 @@ static void ring_clear(out_ring *r)
 	}
 	r->len  = 0;
 	r->head = 0;
+	if (r->cap > RING_KEEP) {
+		nmq_mem_buffers_add(-(int64_t)r->cap * (int64_t)sizeof(*r->v));
+		free(r->v);
+		r->v   = NULL;
+		r->cap = 0;
+	}
 }
 
 // Releases queued and in-flight messages and inbound QoS 2 state.
@@ -123,6 +136,7 @@ static bool ring_push(out_ring *r, const out_entry *e, uint32_t bound)
 		if (nv == NULL) {
 			return false;
 		}
+		nmq_mem_buffers_add((int64_t)(ncap - r->cap) * (int64_t)sizeof(*nv));
 		for (uint32_t i = 0; i < r->len; i++) {
 			nv[i] = r->v[(r->head + i) % r->cap];
 		}
@@ -142,6 +156,14 @@ static void ring_pop(out_ring *r)
 	r->len--;
 	if (r->len == 0) {
 		r->head = 0;
+		if (r->cap > RING_KEEP) {
+			// A burst is over: give the big ring back (it counts against
+			// mqtt.max_message_memory, and an idle session keeps little).
+			nmq_mem_buffers_add(-(int64_t)r->cap * (int64_t)sizeof(*r->v));
+			free(r->v);
+			r->v   = NULL;
+			r->cap = 0;
+		}
 	}
 }
 
@@ -197,6 +219,7 @@ static bool infl_push(nmq_session *s, const infl_entry *f)
 			if (ni == NULL) {
 				return false;
 			}
+			nmq_mem_buffers_add((int64_t)(ncap - s->infl_cap) * (int64_t)sizeof(*ni));
 			s->infl     = ni;
 			s->infl_cap = ncap;
 		}
@@ -247,8 +270,14 @@ void session_pump_locked(nmq_session *s)
 	nmq_proto *p   = s->p;
 	uint64_t   now = 0;
 	bool       any = false;
+	// Over mqtt.max_message_memory, messages stay in the queue (a ring
+	// entry) rather than being copied into the send buffer beyond a
+	// small batch.
+	uint64_t cap   = proto_lim(p)->max_message_memory;
+	size_t   limit = cap > 0 && nmq_mem_in_use() > cap ? PUMP_TIGHT : SIZE_MAX;
 	conn_tx_lock(l->conn);
-	while (s->q.len + s->q0.len > 0 && !conn_tx_full(l->conn)) {
+	while (
+	    s->q.len + s->q0.len > 0 && !conn_tx_full(l->conn) && conn_tx_queued(l->conn) < limit) {
 		bool      window = s->infl_len < s->infl_max;
 		out_ring *r;
 		if (s->q.len > 0 && window
@@ -334,7 +363,7 @@ void nmq_session_deliver(nmq_session *s, nmq_msg *msg, uint8_t qos, bool retain,
 		return;
 	}
 	uint64_t cap = proto_lim(p)->max_message_memory;
-	if (cap > 0 && (qos == 0 || s->link == NULL) && nmq_msg_bytes_in_use() > cap) {
+	if (cap > 0 && (qos == 0 || s->link == NULL) && nmq_mem_in_use() > cap) {
 		// mqtt.max_message_memory: what cannot be paced by pausing the
 		// publisher (QoS 0, or a session nobody reads) is not kept.
 		proto_count_drop(p, &p->m.drop_memory);

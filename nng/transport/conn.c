@@ -235,6 +235,9 @@ static void pool_put(void *p, bool segs)
 // malloc.
 static void txbuf_release_blocks(txbuf *b)
 {
+	if (b->arena_cap != 0 || b->seg_cap != 0) {
+		nmq_mem_buffers_add(-(int64_t)(b->arena_cap + (size_t)b->seg_cap * sizeof(tx_seg)));
+	}
 	if (b->arena_cap == POOL_ARENA) {
 		pool_put(b->arena, false);
 	} else {
@@ -286,6 +289,7 @@ static bool txbuf_seg_room(txbuf *b)
 			return false;
 		}
 		b->seg_cap = POOL_SEGS;
+		nmq_mem_buffers_add((int64_t)(POOL_SEGS * sizeof(tx_seg)));
 		return true;
 	}
 	size_t  ncap = b->seg_cap * 2;
@@ -303,6 +307,7 @@ static bool txbuf_seg_room(txbuf *b)
 	if (ns == NULL) {
 		return false;
 	}
+	nmq_mem_buffers_add((int64_t)((ncap - b->seg_cap) * sizeof(tx_seg)));
 	b->segs    = ns;
 	b->seg_cap = ncap;
 	return true;
@@ -1161,6 +1166,7 @@ static uint8_t *arena_reserve(nmq_conn *c, size_t n)
 				return NULL;
 			}
 			b->arena_cap = POOL_ARENA;
+			nmq_mem_buffers_add(POOL_ARENA);
 			return b->arena;
 		}
 		size_t ncap = b->arena_cap ? b->arena_cap : POOL_ARENA;
@@ -1180,6 +1186,7 @@ static uint8_t *arena_reserve(nmq_conn *c, size_t n)
 		if (na == NULL) {
 			return NULL;
 		}
+		nmq_mem_buffers_add((int64_t)(ncap - b->arena_cap));
 		b->arena     = na;
 		b->arena_cap = ncap;
 	}

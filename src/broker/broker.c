@@ -818,8 +818,7 @@ static int b_route(void *app, nmq_session *from, const proto_who *who, nmq_msg *
 	if (msg->retain) {
 		if (msg->payload_len == 0) {
 			retain_set(b->retained, msg->topic, msg->topic_len, NULL);
-		} else if (b->max_message_memory > 0
-		    && nmq_msg_bytes_in_use() > b->max_message_memory) {
+		} else if (b->max_message_memory > 0 && nmq_mem_in_use() > b->max_message_memory) {
 			// mqtt.max_message_memory: the previous retained message, if
 			// any, stays; this one is routed but not kept.
 			proto_metrics *m = proto_metrics_get(b->proto);

@@ -144,7 +144,8 @@ const conf_key conf_schema[] = {
 	    CF(max_message_memory), .reload = true, .def = "0", .min = 0, .max = 1099511627776.0,
 	    .help = "Cap on the memory that messages hold (0 = no cap; extension): queued, in "
 	        "flight, retained and delayed wills, each message counted once however many "
-	        "clients share it. Over the cap, a QoS 0 message is not queued, a QoS 1/2 message "
+	        "clients share it, plus the buffers that carry them (send buffers, queue rings). "
+	        "Over the cap, queued messages are copied into send buffers 16 KB at a time, a QoS 0 message is not queued, a QoS 1/2 message "
 	        "is not queued for an offline session and a retained message is not stored (each "
 	        "counted and logged), and a publisher whose message finds the broker over the cap "
 	        "is paused (at most 1 s at a time) until usage is under 7/8 of it." },
