@@ -28,21 +28,6 @@ static uint8_t v3_connack_code(uint8_t rc)
 	}
 }
 
-// Identifies the user name of a CONNECT (none is distinct from every name,
-// the empty one included): FNV-1a, 64 bits.
-static uint64_t owner_hash(bool has_username, mqtt_bytes u)
-{
-	uint64_t h = 0xcbf29ce484222325ull;
-	if (!has_username) {
-		return h ^ 1;
-	}
-	h = (h ^ 0xff) * 0x100000001b3ull;
-	for (uint32_t i = 0; i < u.len; i++) {
-		h = (h ^ u.p[i]) * 0x100000001b3ull;
-	}
-	return h;
-}
-
 // Sends a refusing CONNACK in the client's version and shuts down.
 static int refuse(nmq_link *l, uint8_t ver, uint8_t rc)
 {
@@ -296,17 +281,20 @@ int handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 	}
 
 	// Session lookup, takeover and creation.
-	nmq_session *s;
-	nmq_conn    *old_conn        = NULL; // held; the old link may be freed
-	bool         old_v5          = false;
-	nmq_session *ended           = NULL;
-	bool         session_present = false;
-	uint64_t     owner           = owner_hash(c->has_username, c->username);
+	nmq_session   *s;
+	nmq_conn      *old_conn        = NULL; // held; the old link may be freed
+	bool           old_v5          = false;
+	nmq_session   *ended           = NULL;
+	bool           session_present = false;
+	const uint8_t *owner           = !c->has_username ? NULL
+	              : c->username.p != NULL             ? c->username.p
+	                                                  : (const uint8_t *)"";
+	size_t         owner_len       = c->has_username ? c->username.len : 0;
 	pthread_mutex_lock(&p->tbl_mtx);
 	s = proto_table_find(p, client_id);
 	if (s != NULL) {
 		nmq_mutex_lock(&s->mtx);
-		if (proto_lim(p)->client_id_owner_check && s->owner != owner) {
+		if (proto_lim(p)->client_id_owner_check && !session_owned_by(s, owner, owner_len)) {
 			// Another user's client id: neither its session nor its
 			// connection is handed over.
 			nmq_mutex_unlock(&s->mtx);
@@ -349,14 +337,13 @@ int handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 		}
 	}
 	if (s == NULL) {
-		s = session_alloc(p, client_id);
+		s = session_alloc(p, client_id, owner, owner_len);
 		if (s == NULL) {
 			pthread_mutex_unlock(&p->tbl_mtx);
 			free(client_id);
 			return refuse(l, ver, MQTT_RC_SERVER_UNAVAILABLE);
 		}
 		nmq_mutex_lock(&s->mtx);
-		s->owner = owner;
 		proto_table_insert(p, s); // the table keeps the first reference
 	}
 	// s->mtx is held here. The table is done with: the CONNACK, the resend

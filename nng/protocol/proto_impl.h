@@ -87,12 +87,14 @@ struct nmq_session {
 
 	tw_timer timer; // expiry, will delay and QoS retry
 	uint64_t timer_at;
-	uint64_t owner; // hash of the creating CONNECT's user name (owner_hash)
 
 	uint16_t next_pid;
 	uint8_t  ver;
 	bool     ended; // removed from the table
-	char     client_id[]; // NUL-terminated, allocated with the struct
+	bool     has_owner; // the creating CONNECT had a user name
+	// The client id, NUL-terminated, then (has_owner) the user name of the
+	// CONNECT that created the session, both allocated with the struct.
+	char client_id[];
 };
 
 // Back-pressure state of a link, allocated at its first pause (most
@@ -196,7 +198,12 @@ bool         proto_links_add(nmq_proto *p, nmq_link *l); // false when stopping
 void         proto_links_remove(nmq_proto *p, nmq_link *l);
 
 // session.c
-nmq_session *session_alloc(nmq_proto *p, const char *client_id);
+// owner: the user name of the creating CONNECT (owner_len bytes, no NUL
+// inside), or NULL.
+nmq_session *session_alloc(
+    nmq_proto *p, const char *client_id, const uint8_t *owner, size_t owner_len);
+// True when the user name u (NULL: none) is the one that created s.
+bool session_owned_by(const nmq_session *s, const uint8_t *u, size_t len);
 // Discards queued and in-flight state (clean start). Caller holds mtx.
 void session_clear_locked(nmq_session *s);
 // Sends what the window and socket allow. Caller holds mtx; s->link set.

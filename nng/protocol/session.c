@@ -19,15 +19,22 @@ static void session_timer_cb(tw_timer *t);
 static __thread nmq_session *tls_congested;
 
 // Returns a new session of ref 1 (not yet in the table), or NULL.
-nmq_session *session_alloc(nmq_proto *p, const char *client_id)
+nmq_session *session_alloc(
+    nmq_proto *p, const char *client_id, const uint8_t *owner, size_t owner_len)
 {
-	// The client id lives right behind the struct: one allocation.
+	// The client id and the owner live right behind the struct: one
+	// allocation.
 	size_t       idlen = strlen(client_id);
-	nmq_session *s     = calloc(1, sizeof(*s) + idlen + 1);
+	size_t       olen  = owner != NULL ? owner_len + 1 : 0;
+	nmq_session *s     = calloc(1, sizeof(*s) + idlen + 1 + olen);
 	if (s == NULL) {
 		return NULL;
 	}
 	memcpy(s->client_id, client_id, idlen + 1);
+	if (owner != NULL) {
+		memcpy(s->client_id + idlen + 1, owner, owner_len);
+		s->has_owner = true;
+	}
 	atomic_init(&s->refs, 1);
 	s->p        = p;
 	s->id       = atomic_fetch_add(&p->next_session_id, 1);
@@ -35,6 +42,15 @@ nmq_session *session_alloc(nmq_proto *p, const char *client_id)
 	nmq_mutex_init(&s->mtx);
 	tw_timer_init(&s->timer, session_timer_cb);
 	return s;
+}
+
+bool session_owned_by(const nmq_session *s, const uint8_t *u, size_t len)
+{
+	if (u == NULL || !s->has_owner) {
+		return u == NULL && !s->has_owner;
+	}
+	const char *o = s->client_id + strlen(s->client_id) + 1;
+	return strlen(o) == len && memcmp(o, u, len) == 0;
 }
 
 void nmq_session_hold(nmq_session *s)
