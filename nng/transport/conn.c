@@ -69,6 +69,7 @@ struct ws_side {
 	// takes it.
 	bool   frame_open;
 	bool   raw_out; // queue the next bytes unframed (control frames)
+	bool   close_sent; // our close frame is queued
 	size_t hdr_seg;
 	size_t frame_start; // fill.bytes just after the header
 };
@@ -139,6 +140,7 @@ static void flush_job(workq_job *job);
 static bool raw_write_locked(nmq_conn *c);
 static bool ws_rx_dispatch(nmq_conn *c);
 static void ws_frame_finish(nmq_conn *c);
+static bool ws_close_locked(nmq_conn *c, uint16_t code);
 
 // A per-thread pool of the first output blocks of a connection (the arena
 // and segment array a first write allocates), so that a plain socket can
@@ -607,11 +609,17 @@ void conn_close(nmq_conn *c)
 void conn_shutdown(nmq_conn *c)
 {
 	nmq_mutex_lock(&c->mtx);
+	// A WebSocket ends with a close frame (RFC 6455 §5.5.1) after what
+	// is queued, e.g. a DISCONNECT.
+	bool queued = ws_close_locked(c, WS_CLOSE_NORMAL);
 	c->draining = true;
 	if (!c->tx_busy && c->fill.bytes == 0) {
 		close_locked(c);
 	}
 	nmq_mutex_unlock(&c->mtx);
+	if (queued) {
+		conn_tx_flush_later(c);
+	}
 }
 
 // Pauses or resumes reading; see conn.h.
@@ -800,9 +808,8 @@ static bool rx_dispatch(nmq_conn *c)
 
 // WebSocket: queues bytes that are already framed (an HTTP response, a
 // control frame) behind what is queued, and starts sending them.
-static void ws_queue_raw(nmq_conn *c, const void *p, size_t n)
+static void ws_append_raw_locked(nmq_conn *c, const void *p, size_t n)
 {
-	nmq_mutex_lock(&c->mtx);
 	ws_frame_finish(c);
 	c->ws->raw_out = true;
 	uint8_t *dst   = conn_tx_reserve(c, n);
@@ -811,15 +818,39 @@ static void ws_queue_raw(nmq_conn *c, const void *p, size_t n)
 		conn_tx_commit(c, n);
 	}
 	c->ws->raw_out = false;
+}
+
+static void ws_queue_raw(nmq_conn *c, const void *p, size_t n)
+{
+	nmq_mutex_lock(&c->mtx);
+	ws_append_raw_locked(c, p, n);
 	nmq_mutex_unlock(&c->mtx);
 	conn_tx_flush_later(c);
+}
+
+// WebSocket: queues our close frame with code, once, behind what is
+// queued. Returns true if it was queued. Caller holds mtx.
+static bool ws_close_locked(nmq_conn *c, uint16_t code)
+{
+	struct ws_side *w = c->ws;
+	if (w == NULL || !w->open || w->close_sent || c->closing) {
+		return false;
+	}
+	w->close_sent = true;
+	uint8_t f[4]  = { 0x80 | WS_OP_CLOSE, 2, (uint8_t)(code >> 8), (uint8_t)code };
+	ws_append_raw_locked(c, f, sizeof(f));
+	return true;
 }
 
 // WebSocket: sends a close frame with code, then closes once it is out.
 static void ws_send_close(nmq_conn *c, uint16_t code)
 {
-	uint8_t f[4] = { 0x80 | WS_OP_CLOSE, 2, (uint8_t)(code >> 8), (uint8_t)code };
-	ws_queue_raw(c, f, sizeof(f));
+	nmq_mutex_lock(&c->mtx);
+	bool queued = ws_close_locked(c, code);
+	nmq_mutex_unlock(&c->mtx);
+	if (queued) {
+		conn_tx_flush_later(c);
+	}
 	conn_shutdown(c);
 }
 

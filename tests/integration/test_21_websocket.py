@@ -474,6 +474,17 @@ class WebSocket(WsCase):
         with self.assertRaises(WsClosed):
             c.recv_frame(timeout=nmq.T_CLOSE)
 
+    def test_server_side_close_ends_with_a_close_frame(self):
+        # A second CONNECT is a protocol error: v5 DISCONNECT 0x82, then
+        # the WebSocket is closed properly (close frame 1000), then EOF.
+        c = self.ws_connected("closer", version=5)
+        c.send_frame(nmq.connect_bytes("closer", version=5))
+        p = c.read_packet(timeout=nmq.T_CLOSE)
+        self.assertEqual((p.type, p.rc), (nmq.DISCONNECT, 0x82))
+        self.assertEqual(c.expect_closed(), 1000)
+        with self.assertRaises(WsClosed):
+            c.recv_frame(timeout=nmq.T_CLOSE)
+
     def test_unmasked_frame_is_a_protocol_error(self):
         c = self.ws_connected("unmasked")
         pkt = nmq.packet(PINGREQ, 0, b"")
