@@ -218,9 +218,6 @@ int handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 		free(client_id);
 		return refuse(l, ver, arc);
 	}
-	if (c->has_username) {
-		l->username = strndup((const char *)c->username.p, c->username.len);
-	}
 
 	// Will message.
 	if (c->will_flag) {
@@ -362,6 +359,16 @@ int handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 	}
 	l->session   = s;
 	l->connected = true;
+	if (c->has_username) {
+		// Usually the session's creator: share its copy (the link holds
+		// the session until it is freed).
+		if (session_owned_by(s, owner, owner_len)) {
+			l->username        = (char *)session_owner(s);
+			l->username_shared = true;
+		} else {
+			l->username = strndup((const char *)c->username.p, c->username.len);
+		}
+	}
 
 	// CONNACK first, then the resumed state.
 	mqtt_packet ack;

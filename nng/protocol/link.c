@@ -77,7 +77,9 @@ static void link_free(nmq_link *l)
 	if (l->will != NULL) {
 		nmq_msg_release(l->will);
 	}
-	free(l->username);
+	if (!l->username_shared) {
+		free(l->username);
+	}
 	free(l->bp);
 	free(l);
 }

@@ -141,6 +141,7 @@ struct nmq_link {
 	bool          request_problem_info; // s
 	bool          taken_over; // s
 	bool          detached; // rx path: link_detach() done
+	bool          username_shared; // username points into the session
 };
 
 // A set of limits, immutable once published; a reload publishes a new one
@@ -204,6 +205,8 @@ nmq_session *session_alloc(
     nmq_proto *p, const char *client_id, const uint8_t *owner, size_t owner_len);
 // True when the user name u (NULL: none) is the one that created s.
 bool session_owned_by(const nmq_session *s, const uint8_t *u, size_t len);
+// The user name that created s, or NULL.
+const char *session_owner(const nmq_session *s);
 // Discards queued and in-flight state (clean start). Caller holds mtx.
 void session_clear_locked(nmq_session *s);
 // Sends what the window and socket allow. Caller holds mtx; s->link set.

@@ -44,6 +44,11 @@ nmq_session *session_alloc(
 	return s;
 }
 
+const char *session_owner(const nmq_session *s)
+{
+	return s->has_owner ? s->client_id + strlen(s->client_id) + 1 : NULL;
+}
+
 bool session_owned_by(const nmq_session *s, const uint8_t *u, size_t len)
 {
 	if (u == NULL || !s->has_owner) {
