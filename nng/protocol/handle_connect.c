@@ -291,9 +291,12 @@ int handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 	s = proto_table_find(p, client_id);
 	if (s != NULL) {
 		nmq_mutex_lock(&s->mtx);
-		if (proto_lim(p)->client_id_owner_check && !session_owned_by(s, owner, owner_len)) {
-			// Another user's client id: neither its session nor its
-			// connection is handed over.
+		if (proto_lim(p)->client_id_owner_check && !c->clean_start
+		    && !session_owned_by(s, owner, owner_len)) {
+			// Another user's session is not resumed (its queue and
+			// subscriptions are not handed over). A clean start by
+			// another user discards it as usual and starts a session of
+			// its own.
 			nmq_mutex_unlock(&s->mtx);
 			pthread_mutex_unlock(&p->tbl_mtx);
 			log_warn_rl("conn",

@@ -44,11 +44,12 @@ typedef struct proto_limits {
 	uint32_t max_connections; // 0 = no limit
 	uint32_t max_topic_length; // bytes, topic names and filters
 	uint32_t max_topic_levels; // 0 = no limit
-	// A client id belongs to the user (user name, or none) whose CONNECT
-	// created its session: a CONNECT with another user name is refused
-	// (0x85 / 0x02) instead of taking the session over. Set while an ACL
-	// is in force, where a takeover would hand one user's queued
-	// messages and subscriptions to another.
+	// A session is resumed only by the user (user name, or none) whose
+	// CONNECT created it: a CONNECT without clean start and with another
+	// user name is refused (0x85 / 0x02). Set while an ACL is in force,
+	// where resuming would hand one user's queued messages and
+	// subscriptions to another. (A clean start discards the session, as
+	// MQTT says, whoever asks.)
 	bool client_id_owner_check;
 	// mqtt.max_message_memory: bytes all messages may hold (0 = no cap).
 	uint64_t max_message_memory;

@@ -18,9 +18,10 @@ With the rules below, bob may subscribe to a/# but must not read a/secret.
   duplicated); a group in which no member may read it does not get it.
 - Reload (SIGHUP): removing the deny rule lets bob receive a/secret on his
   existing subscription; adding it back stops that, without resubscribing.
-- A client id stays with its user: bob can neither take over alice's live
-  connection nor resume her persistent session (CONNACK 0x85 / 0x02), and
-  alice gets what was queued for her.
+- A session is resumed only by its user: bob can resume alice's session
+  neither live nor offline (CONNACK 0x85 / 0x02), and alice gets what was
+  queued for her; a clean start by bob discards her session and gives him
+  an empty one.
 - no_match = deny: the same results; and a subscription granted only by an
   "@" literal rule ("@lit/#") receives nothing, because a SUBSCRIBE to the
   exact topic (lit/x) would be denied.
@@ -219,23 +220,25 @@ class Plain:
                 self.assertEqual(self.upto(bob, f), [])
                 self.assert_open(bob, "bob after a refused delivery")
 
-    # With an ACL in force a client id stays with the user whose CONNECT
-    # created its session: another user can neither resume it (and read
-    # what was queued for its owner) nor take it over from a live
-    # connection; the owner keeps both.
-    def test_client_id_stays_with_its_user(self):
+    # With an ACL in force a session is resumed only by the user whose
+    # CONNECT created it: another user can neither resume it offline (and
+    # read what was queued for its owner) nor take it over live without
+    # clean start. A clean start by another user discards it, as MQTT
+    # says, and gives that user an empty session of its own.
+    def test_session_resumed_only_by_its_user(self):
         for v in VERSIONS:
             with self.subTest(version=v):
                 cid = "roam-%d" % v
                 kw = {"clean": False}
                 if v == 5:
                     kw["props"] = {"SessionExpiryInterval": 300}
+                refused = 0x85 if v == 5 else 0x02
                 alice = self.client(v, cid, "alice", "pa", **kw)
                 self.assertEqual(alice.subscribe([("a/#", 1)]).codes, [1])
-                # Live: bob's CONNECT is refused, alice stays connected.
+                # Live, without clean start: refused; alice stays.
                 bob = self.raw(version=v)
-                ack = bob.connect(cid, username="bob", password="pb", clean=True)
-                self.assertEqual(ack.rc, 0x85 if v == 5 else 0x02, "bob took %s" % cid)
+                self.assertEqual(bob.connect(cid, username="bob", password="pb", **kw).rc,
+                                 refused)
                 bob.close()
                 self.assert_open(alice, "alice after bob's attempt")
                 alice.disconnect()
@@ -245,8 +248,8 @@ class Plain:
                 pub = self.client(v, "pub-s-%d" % v)
                 self.publish(pub, "a/secret", b"s1", 1)
                 bob = self.raw(version=v)
-                ack = bob.connect(cid, username="bob", password="pb", **kw)
-                self.assertEqual(ack.rc, 0x85 if v == 5 else 0x02, "bob resumed %s" % cid)
+                self.assertEqual(bob.connect(cid, username="bob", password="pb", **kw).rc,
+                                 refused)
                 bob.close()
                 alice = self.raw(version=v)
                 ack = alice.connect(cid, username="alice", password="pa", **kw)
@@ -257,6 +260,16 @@ class Plain:
                                  [("a/secret", b"s1", 1), ("a/secret", b"s2", 1)])
                 alice.disconnect()
                 alice.close()
+                time.sleep(0.2)
+                self.publish(pub, "a/secret", b"s3", 1)
+                # A clean start by bob discards alice's session (and s3
+                # with it): bob gets an empty session and nothing of hers.
+                bob = self.raw(version=v)
+                ack = bob.connect(cid, username="bob", password="pb", clean=True)
+                self.assertEqual((ack.rc, ack.session_present), (0, False))
+                bob.expect_nothing(0.5, types=(PUBLISH,))
+                bob.disconnect()
+                bob.close()
 
 
 class TestNoMatchAllow(Plain, DeliveryCase):
