@@ -755,6 +755,37 @@ static bool dispatch_frames(nmq_conn *c, const uint8_t *buf, size_t len, size_t 
 	return true;
 }
 
+// Sizes the connection's buffer, which holds rx_len bytes, for the next
+// read: the whole of an incomplete frame of `want` bytes at its start (0:
+// unknown), or twice as much if the last read filled it (up to
+// RX_GROW_MAX); always room for 64 more bytes; back to RX_INIT when little
+// is pending. Returns false on allocation failure.
+static bool rx_size(nmq_conn *c, size_t want)
+{
+	size_t target = RX_INIT;
+	if (want > 0) {
+		target = want;
+	} else if (c->rx_filled && c->rx_cap < RX_GROW_MAX) {
+		target = (size_t)c->rx_cap * 2;
+	} else if (c->rx_filled) {
+		target = c->rx_cap;
+	}
+	if (target < (size_t)c->rx_len + 64) {
+		target = (size_t)c->rx_len + 64;
+	}
+	if (target > c->rx_cap) {
+		return rx_reserve(c, target);
+	}
+	if (c->rx_cap > RX_INIT && target <= RX_INIT && c->rx_len <= RX_INIT / 2) {
+		uint8_t *nb = realloc(c->rx, RX_INIT);
+		if (nb != NULL) {
+			c->rx     = nb;
+			c->rx_cap = RX_INIT;
+		}
+	}
+	return true;
+}
+
 // Dispatches the complete frames of the connection's own buffer, keeps the
 // incomplete rest and sizes the buffer for what comes next: the rest of a
 // large frame, or a bigger read if the last one filled it. A plain socket
@@ -781,29 +812,7 @@ static bool rx_dispatch(nmq_conn *c)
 		c->rx_cap = 0;
 		return true;
 	}
-	size_t target = RX_INIT;
-	if (want > 0) {
-		target = want;
-	} else if (c->rx_filled && c->rx_cap < RX_GROW_MAX) {
-		target = c->rx_cap * 2;
-	} else if (c->rx_filled) {
-		target = c->rx_cap;
-	}
-	if (target < c->rx_len + 64) {
-		target = c->rx_len + 64;
-	}
-	if (target > c->rx_cap) {
-		if (!rx_reserve(c, target)) {
-			return false;
-		}
-	} else if (c->rx_cap > RX_INIT && target <= RX_INIT && c->rx_len <= RX_INIT / 2) {
-		uint8_t *nb = realloc(c->rx, RX_INIT);
-		if (nb != NULL) {
-			c->rx     = nb;
-			c->rx_cap = RX_INIT;
-		}
-	}
-	return true;
+	return rx_size(c, want);
 }
 
 // WebSocket: queues bytes that are already framed (an HTTP response, a
@@ -952,30 +961,9 @@ static bool ws_rx_dispatch(nmq_conn *c)
 	size_t rest = c->rx_len - raw;
 	memmove(c->rx, c->rx + used, mq);
 	memmove(c->rx + mq, c->rx + raw, rest);
-	w->mq_len     = mq;
-	c->rx_len     = mq + rest;
-	size_t target = RX_INIT;
-	if (want > 0) {
-		target = want + 64;
-	}
-	if (c->rx_filled) {
-		size_t grow = c->rx_cap < RX_GROW_MAX ? c->rx_cap * 2 : c->rx_cap;
-		target      = grow > target ? grow : target;
-	}
-	if (target < c->rx_len + 64) {
-		target = c->rx_len + 64;
-	}
-	if (target > c->rx_cap) {
-		return rx_reserve(c, target);
-	}
-	if (c->rx_cap > RX_INIT && target <= RX_INIT && c->rx_len <= RX_INIT / 2) {
-		uint8_t *nb = realloc(c->rx, RX_INIT);
-		if (nb != NULL) {
-			c->rx     = nb;
-			c->rx_cap = RX_INIT;
-		}
-	}
-	return true;
+	w->mq_len = mq;
+	c->rx_len = mq + rest;
+	return rx_size(c, want);
 }
 
 // Reads into the worker's scratch buffer (nothing pending on c), dispatches
@@ -1224,10 +1212,10 @@ static uint8_t *arena_reserve(nmq_conn *c, size_t n)
 	return b->arena + b->arena_len;
 }
 
-// WebSocket: starts a data frame at the end of the fill buffer if none is
-// open, with a header segment of WS_HDR_ROOM bytes that ws_frame_finish
-// fills in (the arena must have that room reserved). Returns false on
-// allocation failure (the connection is closed).
+// WebSocket: starts a data frame at the end of the fill buffer if the
+// connection is open and no frame is, with a header segment of WS_HDR_ROOM
+// arena bytes that ws_frame_finish fills in. Returns false on allocation
+// failure. Does nothing for other connections.
 static bool ws_frame_begin(nmq_conn *c)
 {
 	struct ws_side *w = c->ws;
@@ -1235,8 +1223,7 @@ static bool ws_frame_begin(nmq_conn *c)
 	if (w == NULL || !w->open || w->frame_open || w->raw_out) {
 		return true;
 	}
-	if (!txbuf_seg_room(b)) {
-		close_locked(c);
+	if (arena_reserve(c, WS_HDR_ROOM) == NULL || !txbuf_seg_room(b)) {
 		return false;
 	}
 	tx_seg *s = &b->segs[b->nsegs];
@@ -1287,15 +1274,7 @@ static void ws_frame_finish(nmq_conn *c)
 // a WebSocket frame must be started), or NULL.
 uint8_t *conn_tx_reserve(nmq_conn *c, size_t n)
 {
-	struct ws_side *w = c->ws;
-	if (w != NULL && w->open && !w->frame_open && !w->raw_out) {
-		uint8_t *p = arena_reserve(c, WS_HDR_ROOM + n);
-		if (p == NULL || !ws_frame_begin(c)) {
-			return NULL;
-		}
-		return p + WS_HDR_ROOM;
-	}
-	return arena_reserve(c, n);
+	return ws_frame_begin(c) ? arena_reserve(c, n) : NULL;
 }
 
 // Commits n bytes written after conn_tx_reserve.
@@ -1336,11 +1315,7 @@ bool conn_tx_ref(nmq_conn *c, nmq_msg *msg, const uint8_t *p, size_t len)
 	if (len == 0) {
 		return true;
 	}
-	if (c->ws != NULL && c->ws->open && !c->ws->frame_open
-	    && (arena_reserve(c, WS_HDR_ROOM) == NULL || !ws_frame_begin(c))) {
-		return false;
-	}
-	if (!txbuf_seg_room(b)) {
+	if (!ws_frame_begin(c) || !txbuf_seg_room(b)) {
 		return false;
 	}
 	nmq_msg_hold(msg);
