@@ -457,12 +457,7 @@ static void raw_accept_io(workq_io *io, uint32_t events)
 			close(fd);
 			continue;
 		}
-		if (l->kind == KIND_WS && !conn_set_websocket(c, l->ws_path)) {
-			conn_release(c);
-			continue;
-		}
 		adopt(l, c);
-		l->fn(l->arg, c);
 	}
 }
 
@@ -573,11 +568,18 @@ static void conn_gone(void *arg)
 	atomic_fetch_sub(&l->n_conns, 1);
 }
 
-// Tags c with l and counts it.
+// Hands a new connection of l to the upper layer: WebSocket on for ws and
+// wss, tagged with l and counted. A connection that cannot be set up is
+// released (closed).
 static void adopt(nmq_listener *l, nmq_conn *c)
 {
+	if ((l->kind == KIND_WS || l->kind == KIND_WSS) && !conn_set_websocket(c, l->ws_path)) {
+		conn_release(c);
+		return;
+	}
 	atomic_fetch_add(&l->n_conns, 1);
 	conn_set_tag(c, l, conn_gone);
+	l->fn(l->arg, c);
 }
 
 // Posts the next accept, unless the listener is stopping. Called with
@@ -621,11 +623,8 @@ static void accept_cb(void *arg)
 		nmq_conn *c = conn_alloc(s, l->env);
 		if (c == NULL) {
 			nng_stream_free(s);
-		} else if (l->kind == KIND_WSS && !conn_set_websocket(c, l->ws_path)) {
-			conn_release(c);
 		} else {
 			adopt(l, c);
-			l->fn(l->arg, c);
 		}
 	}
 
