@@ -85,6 +85,7 @@ static void link_free(nmq_link *l)
 }
 
 #define BP_CHECK_MS 5 // how often a paused publisher looks again
+#define BP_MAX_MS   1000 // longest pause: a stuck subscriber then drops
 
 // A session pointer that stands for "the memory cap" in link_bp.sess.
 static char        bp_memory_tag;
@@ -97,7 +98,6 @@ static void bp_sess_release(nmq_session *s)
 		nmq_session_release(s);
 	}
 }
-#define BP_MAX_MS 1000 // longest pause: a stuck subscriber then drops
 
 // Pauses reading from l until s has drained; see proto_impl.h.
 void link_backpressure(nmq_link *l, nmq_session *s)

@@ -130,7 +130,8 @@ typedef struct proto_metrics {
 	atomic_long drop_too_large;
 	atomic_long drop_acl;
 	atomic_long drop_memory; // mqtt.max_message_memory reached
-	atomic_long refused_connections; // mqtt.max_connections reached
+	atomic_long refused_connections; // mqtt.max_connections reached, or
+	                                 // another user's session to resume
 	atomic_long refused_topics; // max_topic_length / max_topic_levels
 	atomic_long refused_subscriptions; // mqtt.max_subscriptions reached
 	atomic_long await_rel_expired;

@@ -51,10 +51,10 @@ const char *session_owner(const nmq_session *s)
 
 bool session_owned_by(const nmq_session *s, const uint8_t *u, size_t len)
 {
-	if (u == NULL || !s->has_owner) {
-		return u == NULL && !s->has_owner;
+	const char *o = session_owner(s);
+	if (u == NULL || o == NULL) {
+		return u == NULL && o == NULL;
 	}
-	const char *o = s->client_id + strlen(s->client_id) + 1;
 	return strlen(o) == len && memcmp(o, u, len) == 0;
 }
 
@@ -109,7 +109,20 @@ void **nmq_session_app_data(nmq_session *s)
 	return &s->app_data;
 }
 
-// Releases every entry of a ring (and a big ring itself, as ring_pop).
+// Gives back the array of an empty ring larger than RING_KEEP: a burst is
+// over (it counts against mqtt.max_message_memory, and an idle session
+// keeps little).
+static void ring_trim(out_ring *r)
+{
+	if (r->len == 0 && r->cap > RING_KEEP) {
+		nmq_mem_buffers_add(-(int64_t)r->cap * (int64_t)sizeof(*r->v));
+		free(r->v);
+		r->v   = NULL;
+		r->cap = 0;
+	}
+}
+
+// Releases every entry of a ring.
 static void ring_clear(out_ring *r)
 {
 	for (uint32_t i = 0; i < r->len; i++) {
@@ -117,12 +130,7 @@ static void ring_clear(out_ring *r)
 	}
 	r->len  = 0;
 	r->head = 0;
-	if (r->cap > RING_KEEP) {
-		nmq_mem_buffers_add(-(int64_t)r->cap * (int64_t)sizeof(*r->v));
-		free(r->v);
-		r->v   = NULL;
-		r->cap = 0;
-	}
+	ring_trim(r);
 }
 
 // Releases queued and in-flight messages and inbound QoS 2 state.
@@ -177,14 +185,7 @@ static void ring_pop(out_ring *r)
 	r->len--;
 	if (r->len == 0) {
 		r->head = 0;
-		if (r->cap > RING_KEEP) {
-			// A burst is over: give the big ring back (it counts against
-			// mqtt.max_message_memory, and an idle session keeps little).
-			nmq_mem_buffers_add(-(int64_t)r->cap * (int64_t)sizeof(*r->v));
-			free(r->v);
-			r->v   = NULL;
-			r->cap = 0;
-		}
+		ring_trim(r);
 	}
 }
 
