@@ -21,6 +21,7 @@ import warnings
 import paho.mqtt.client as mqtt
 
 import nmq
+import nmq_ops
 from nmq import HOST, Broker, BrokerError, BrokerTestCase, MosquittoSub, mosquitto_pub
 
 SRC = os.environ.get("NMQ_SOURCE_DIR") or os.path.abspath(
@@ -51,18 +52,6 @@ def tearDownModule():
 
 def pki(name):
     return os.path.join(PKI, name)
-
-
-def wait_port(port, timeout=5.0):
-    """Wait until something accepts TCP connections on port."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection((HOST, port), timeout=0.5).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise AssertionError("nothing listens on port %d" % port)
 
 
 def ssl_conf(port, verify=False, fail=False, key="server.key", password=None, certfile=None,
@@ -128,7 +117,7 @@ class TlsCase(BrokerTestCase):
         self.port = self.broker.port
         self.addCleanup(self._stop_broker)
         self._clients = []
-        wait_port(self.tls_port)
+        self.assertTrue(nmq_ops.wait_port(self.tls_port, 5.0), "nothing listens on the tls port")
 
     def tls_paho(self, client_id, version=4, ca="ca.crt", cert=None, connect=True):
         c = self._track(TlsPaho(self.tls_port, client_id, version, ca=pki(ca),

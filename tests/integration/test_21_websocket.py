@@ -26,6 +26,7 @@ import warnings
 import paho.mqtt.client as mqtt
 
 import nmq
+import nmq_ops
 from nmq import (CONNACK, PINGREQ, PINGRESP, PUBLISH, SUBACK, HOST, Broker, BrokerError,
                  BrokerTestCase)
 
@@ -57,17 +58,6 @@ def tearDownModule():
 
 def pki(name):
     return os.path.join(PKI, name)
-
-
-def wait_port(port, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection((HOST, port), timeout=0.5).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise AssertionError("nothing listens on port %d" % port)
 
 
 class WsClosed(Exception):
@@ -275,8 +265,8 @@ class WsCase(BrokerTestCase):
         self.port = self.broker.port
         self.addCleanup(self._stop_broker)
         self._clients = []
-        wait_port(self.ws_port)
-        wait_port(self.wss_port)
+        self.assertTrue(nmq_ops.wait_port(self.ws_port, 5.0), "nothing listens on the ws port")
+        self.assertTrue(nmq_ops.wait_port(self.wss_port, 5.0), "nothing listens on the wss port")
 
     def ws(self, **kw):
         c = WsClient(kw.pop("port", self.ws_port), **kw)
