@@ -156,6 +156,18 @@ static int parse_u64(const char *s, const char *name, uint64_t min, uint64_t max
 	return 0;
 }
 
+// Like parse_u64, for a uint32_t field (max must fit).
+static int parse_u32(const char *s, const char *name, uint64_t min, uint64_t max, uint32_t *out,
+    char *err, size_t errlen)
+{
+	uint64_t v;
+	if (parse_u64(s, name, min, max, &v, err, errlen) != 0) {
+		return -1;
+	}
+	*out = (uint32_t)v;
+	return 0;
+}
+
 // Returns 0 and stores the value of "true"/"false"/"1"/"0", or -1 with err.
 static int parse_bool(const char *s, const char *name, bool *out, char *err, size_t errlen)
 {
@@ -350,11 +362,8 @@ static int parse_common(cli_opts *o, int c, const char *arg, char *err, size_t e
 		o->topic_alias_maximum = (uint16_t)v;
 		return 0;
 	case OPT_MAX_PACKET_SIZE:
-		if (parse_u64(arg, "--maximum_packet_size", 1, UINT32_MAX, &v, err, errlen) != 0) {
-			return -1;
-		}
-		o->max_packet_size = (uint32_t)v;
-		return 0;
+		return parse_u32(
+		    arg, "--maximum_packet_size", 1, UINT32_MAX, &o->max_packet_size, err, errlen);
 	case OPT_REQUEST_PROBLEM:
 		if (parse_u64(arg, "--request_problem_information", 0, 1, &v, err, errlen) != 0) {
 			return -1;
@@ -415,11 +424,8 @@ static int parse_common(cli_opts *o, int c, const char *arg, char *err, size_t e
 		o->inflight = (uint16_t)v;
 		return 0;
 	case OPT_CONNECT_TIMEOUT:
-		if (parse_u64(arg, "--connect-timeout", 1, 3600000, &v, err, errlen) != 0) {
-			return -1;
-		}
-		o->connect_timeout_ms = (uint32_t)v;
-		return 0;
+		return parse_u32(
+		    arg, "--connect-timeout", 1, 3600000, &o->connect_timeout_ms, err, errlen);
 	default:
 		return 1;
 	}
@@ -428,24 +434,14 @@ static int parse_common(cli_opts *o, int c, const char *arg, char *err, size_t e
 // Applies one pub/sub/conn option. Returns 0, or -1 with err set.
 static int parse_client(cli_opts *o, int c, const char *arg, char *err, size_t errlen)
 {
-	uint64_t v;
-
 	switch (c) {
 	case 'i':
 		o->client_id = arg;
 		return 0;
 	case 'C':
-		if (parse_u64(arg, "-C", 1, 1000000, &v, err, errlen) != 0) {
-			return -1;
-		}
-		o->clients = (uint32_t)v;
-		return 0;
+		return parse_u32(arg, "-C", 1, 1000000, &o->clients, err, errlen);
 	case 'n':
-		if (parse_u64(arg, "-n", 1, 256, &v, err, errlen) != 0) {
-			return -1;
-		}
-		o->threads = (uint32_t)v;
-		return 0;
+		return parse_u32(arg, "-n", 1, 256, &o->threads, err, errlen);
 	case 'c':
 		return parse_bool(arg, "-c", &o->clean_start, err, errlen);
 	case 's':
@@ -462,11 +458,7 @@ static int parse_client(cli_opts *o, int c, const char *arg, char *err, size_t e
 		o->stdin_lines = true;
 		return 0;
 	case 'I':
-		if (parse_u64(arg, "-I", 0, 86400000, &v, err, errlen) != 0) {
-			return -1;
-		}
-		o->interval_ms = (uint32_t)v;
-		return 0;
+		return parse_u32(arg, "-I", 0, 86400000, &o->interval_ms, err, errlen);
 	default:
 		snprintf(err, errlen, "unknown option (see --help)");
 		return -1;
@@ -480,35 +472,15 @@ static int parse_bench(cli_opts *o, int c, const char *arg, char *err, size_t er
 
 	switch (c) {
 	case 'c':
-		if (parse_u64(arg, "-c", 1, 1000000, &v, err, errlen) != 0) {
-			return -1;
-		}
-		o->clients = (uint32_t)v;
-		return 0;
+		return parse_u32(arg, "-c", 1, 1000000, &o->clients, err, errlen);
 	case 'n':
-		if (parse_u64(arg, "-n", 0, UINT32_MAX / 2, &v, err, errlen) != 0) {
-			return -1;
-		}
-		o->start_number = (uint32_t)v;
-		return 0;
+		return parse_u32(arg, "-n", 0, UINT32_MAX / 2, &o->start_number, err, errlen);
 	case 'i':
-		if (parse_u64(arg, "-i", 0, 3600000, &v, err, errlen) != 0) {
-			return -1;
-		}
-		o->conn_interval_ms = (uint32_t)v;
-		return 0;
+		return parse_u32(arg, "-i", 0, 3600000, &o->conn_interval_ms, err, errlen);
 	case 'I':
-		if (parse_u64(arg, "-I", 0, 86400000, &v, err, errlen) != 0) {
-			return -1;
-		}
-		o->interval_ms = (uint32_t)v;
-		return 0;
+		return parse_u32(arg, "-I", 0, 86400000, &o->interval_ms, err, errlen);
 	case 's':
-		if (parse_u64(arg, "-s", 0, 64 * 1024 * 1024, &v, err, errlen) != 0) {
-			return -1;
-		}
-		o->size = (uint32_t)v;
-		return 0;
+		return parse_u32(arg, "-s", 0, 64 * 1024 * 1024, &o->size, err, errlen);
 	case 'C':
 		return parse_bool(arg, "-C", &o->clean_start, err, errlen);
 	case 'S':
@@ -521,11 +493,7 @@ static int parse_bench(cli_opts *o, int c, const char *arg, char *err, size_t er
 		o->prefix = arg;
 		return 0;
 	case OPT_PARALLEL:
-		if (parse_u64(arg, "--parallel", 1, 256, &v, err, errlen) != 0) {
-			return -1;
-		}
-		o->threads = (uint32_t)v;
-		return 0;
+		return parse_u32(arg, "--parallel", 1, 256, &o->threads, err, errlen);
 	case OPT_SUB_TOPIC:
 		o->sub_topic = arg;
 		return 0;
@@ -536,17 +504,9 @@ static int parse_bench(cli_opts *o, int c, const char *arg, char *err, size_t er
 		o->sub_qos = (int)v;
 		return 0;
 	case OPT_PUBS:
-		if (parse_u64(arg, "--pubs", 0, 1000000, &v, err, errlen) != 0) {
-			return -1;
-		}
-		o->pubs = (uint32_t)v;
-		return 0;
+		return parse_u32(arg, "--pubs", 0, 1000000, &o->pubs, err, errlen);
 	case OPT_SUBS:
-		if (parse_u64(arg, "--subs", 0, 1000000, &v, err, errlen) != 0) {
-			return -1;
-		}
-		o->subs = (uint32_t)v;
-		return 0;
+		return parse_u32(arg, "--subs", 0, 1000000, &o->subs, err, errlen);
 	case OPT_JSON:
 		o->json = true;
 		return 0;
@@ -557,32 +517,17 @@ static int parse_bench(cli_opts *o, int c, const char *arg, char *err, size_t er
 		o->broker_pid = (int)v;
 		return 0;
 	case OPT_EXPECT_PUBS:
-		if (parse_u64(arg, "--expect-pubs", 1, 10000000, &v, err, errlen) != 0) {
-			return -1;
-		}
-		o->expect_pubs = (uint32_t)v;
-		return 0;
+		return parse_u32(arg, "--expect-pubs", 1, 10000000, &o->expect_pubs, err, errlen);
 	case OPT_EXPECT_MSGS:
 		return parse_u64(
 		    arg, "--expect-msgs", 1, UINT64_MAX / 2, &o->expect_msgs, err, errlen);
 	case OPT_DRAIN:
-		if (parse_u64(arg, "--drain", 0, 3600000, &v, err, errlen) != 0) {
-			return -1;
-		}
-		o->drain_ms = (uint32_t)v;
-		return 0;
+		return parse_u32(arg, "--drain", 0, 3600000, &o->drain_ms, err, errlen);
 	case OPT_MAX_CONNECTING:
-		if (parse_u64(arg, "--max-connecting", 1, 100000, &v, err, errlen) != 0) {
-			return -1;
-		}
-		o->max_connecting = (uint32_t)v;
-		return 0;
+		return parse_u32(
+		    arg, "--max-connecting", 1, 100000, &o->max_connecting, err, errlen);
 	case OPT_PROGRESS:
-		if (parse_u64(arg, "--progress", 0, 3600000, &v, err, errlen) != 0) {
-			return -1;
-		}
-		o->progress_ms = (uint32_t)v;
-		return 0;
+		return parse_u32(arg, "--progress", 0, 3600000, &o->progress_ms, err, errlen);
 	case OPT_SELFTEST:
 		o->selftest = true;
 		return 0;
