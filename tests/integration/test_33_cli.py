@@ -339,6 +339,35 @@ class TestCommandChannel(CliCase):
     def head_lines(self):
         return len(nmq_ops.base_conf(self.port, self.inst.ipc_url, extra="X").splitlines()) - 1
 
+    def thread_names(self):
+        pid = self.inst.proc.pid
+        names = []
+        for tid in os.listdir("/proc/%d/task" % pid):
+            try:
+                with open("/proc/%d/task/%s/comm" % (pid, tid)) as f:
+                    names.append(f.read().strip())
+            except OSError:
+                pass  # a thread that just ended
+        return sorted(names)
+
+    # Serving the channel (and plain TCP) starts none of NNG's threads
+    # (all named nng:...): the first use of NNG would start all of them (13
+    # here). The broker runs main, one worker per core, the timer wheel and
+    # the channel; a reload over the channel keeps it so.
+    def test_no_nng_threads(self):
+        names = self.thread_names()
+        self.assertEqual([n for n in names if n.startswith("nng")], [], names)
+        self.assertEqual(names.count("nmq:timer"), 1, names)
+        workers = names.count("nmq:worker")
+        self.assertGreaterEqual(workers, 1, names)
+        # + main, timer, channel (and ThreadSanitizer's own thread in TSan
+        # builds)
+        self.assertLessEqual(len(names), workers + 4, names)
+        self.inst.conf(self.port, extra="mqtt.max_mqueue_len = 5")
+        r = self.reload("--conf", self.conf)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(self.thread_names(), names)
+
     # The channel's socket file is private to the broker's user.
     def test_socket_mode(self):
         self.assertEqual(os.stat(self.inst.ipc_sock).st_mode & 0o777, 0o600)
