@@ -31,6 +31,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include <nng/supplemental/tls/tls.h>
@@ -60,6 +61,10 @@ struct nmq_listener {
 	int      port;
 	workq_io io;
 	bool     watching; // lfd is in the epoll set (mtx)
+	// The accept backoff: a one-shot timer in the same epoll set, so that
+	// a TCP-only broker never starts NNG (and its threads).
+	int      tfd;
+	workq_io tio;
 	// others: NNG's stream listener.
 	nng_stream_listener *l;
 	nng_aio             *aio;
@@ -73,7 +78,7 @@ struct nmq_listener {
 
 	pthread_mutex_t mtx;
 	bool            stopping; // guarded by mtx
-	bool            sleeping; // the aio runs a backoff sleep (mtx)
+	bool            sleeping; // an accept backoff is running (mtx)
 	nng_tls_config *tls; // current configuration (mtx)
 	nng_tls_config *tls_prev; // kept for NNG's unlocked read (mtx)
 	atomic_bool     verify_peer;
@@ -445,7 +450,12 @@ static void raw_accept_io(workq_io *io, uint32_t events)
 				workq_io_del(l->env->wq, l->owner, l->lfd);
 				l->watching = false;
 				l->sleeping = true;
-				nng_sleep_aio(ACCEPT_BACKOFF_MS, l->aio);
+				struct itimerspec its
+				    = { .it_value = {
+					    .tv_sec  = ACCEPT_BACKOFF_MS / 1000,
+					    .tv_nsec = (ACCEPT_BACKOFF_MS % 1000) * 1000000L,
+					} };
+				timerfd_settime(l->tfd, 0, &its, NULL);
 			}
 			pthread_mutex_unlock(&l->mtx);
 			return;
@@ -461,10 +471,16 @@ static void raw_accept_io(workq_io *io, uint32_t events)
 	}
 }
 
-// End of an accept backoff: watch the listening socket again.
-static void raw_backoff_cb(void *arg)
+// End of an accept backoff (the owner worker, on the timer's readiness):
+// watch the listening socket again.
+static void raw_backoff_io(workq_io *io, uint32_t events)
 {
-	nmq_listener *l = arg;
+	nmq_listener *l = (nmq_listener *)((char *)io - offsetof(nmq_listener, tio));
+	uint64_t      expirations;
+	(void)events;
+	if (read(l->tfd, &expirations, sizeof(expirations)) != (ssize_t)sizeof(expirations)) {
+		return; // not expired (a stale wake-up)
+	}
 	pthread_mutex_lock(&l->mtx);
 	l->sleeping = false;
 	if (!l->stopping && !l->watching
@@ -472,6 +488,42 @@ static void raw_backoff_cb(void *arg)
 		l->watching = true;
 	}
 	pthread_mutex_unlock(&l->mtx);
+}
+
+// Parses a dotted-quad IPv4 address ("0.0.0.0", "192.168.1.10": four
+// decimal numbers up to 255, no leading zeros) into sa with port. Only this
+// common case is handled here, so that a broker bound to an IPv4 literal
+// does not load getaddrinfo() and the resolver configuration (about 140 kB
+// of libc resident). Returns true, or false to let getaddrinfo() decide.
+static bool ipv4_literal(const char *host, uint16_t port, struct sockaddr_in *sa)
+{
+	uint32_t    addr = 0;
+	const char *p    = host;
+	for (int part = 0; part < 4; part++) {
+		if (part > 0 && *p++ != '.') {
+			return false;
+		}
+		if (*p < '0' || *p > '9' || (p[0] == '0' && p[1] >= '0' && p[1] <= '9')) {
+			return false;
+		}
+		uint32_t v = 0;
+		int      digits;
+		for (digits = 0; *p >= '0' && *p <= '9' && digits < 3; digits++) {
+			v = v * 10 + (uint32_t)(*p++ - '0');
+		}
+		if (v > 255 || (*p >= '0' && *p <= '9')) {
+			return false;
+		}
+		addr = addr << 8 | v;
+	}
+	if (*p != '\0') {
+		return false;
+	}
+	memset(sa, 0, sizeof(*sa));
+	sa->sin_family      = AF_INET;
+	sa->sin_port        = htons(port);
+	sa->sin_addr.s_addr = htonl(addr);
+	return true;
 }
 
 // Opens, binds and watches a tcp:// listening socket. Returns 0 or an NNG
@@ -488,18 +540,33 @@ static int raw_listen(nmq_listener *l, char *err, size_t errlen)
 		    l->kind == KIND_WS ? "ws" : "tcp");
 		return NNG_EADDRINVAL;
 	}
-	memset(&hints, 0, sizeof(hints));
-	hints.ai_family   = AF_UNSPEC;
-	hints.ai_socktype = SOCK_STREAM;
-	hints.ai_flags    = AI_PASSIVE | AI_NUMERICSERV;
-	if ((rv = getaddrinfo(host[0] != '\0' ? host : NULL, port, &hints, &ai)) != 0) {
-		snprintf(err, errlen, "%s: %s: %s", l->name, l->url, gai_strerror(rv));
-		return NNG_EADDRINVAL;
+	struct sockaddr_in v4;
+	struct addrinfo    v4ai;
+	char              *end;
+	unsigned long      pnum = strtoul(port, &end, 10);
+	if (port[0] >= '0' && port[0] <= '9' && *end == '\0' && pnum <= 65535
+	    && ipv4_literal(host, (uint16_t)pnum, &v4)) {
+		memset(&v4ai, 0, sizeof(v4ai));
+		v4ai.ai_family  = AF_INET;
+		v4ai.ai_addr    = (struct sockaddr *)&v4;
+		v4ai.ai_addrlen = sizeof(v4);
+		ai              = &v4ai;
+	} else {
+		memset(&hints, 0, sizeof(hints));
+		hints.ai_family   = AF_UNSPEC;
+		hints.ai_socktype = SOCK_STREAM;
+		hints.ai_flags    = AI_PASSIVE | AI_NUMERICSERV;
+		if ((rv = getaddrinfo(host[0] != '\0' ? host : NULL, port, &hints, &ai)) != 0) {
+			snprintf(err, errlen, "%s: %s: %s", l->name, l->url, gai_strerror(rv));
+			return NNG_EADDRINVAL;
+		}
 	}
 	l->lfd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (l->lfd < 0) {
 		snprintf(err, errlen, "%s: %s: socket: %s", l->name, l->url, strerror(errno));
-		freeaddrinfo(ai);
+		if (ai != &v4ai) {
+			freeaddrinfo(ai);
+		}
 		return NNG_ENOMEM;
 	}
 	int one = 1;
@@ -507,23 +574,30 @@ static int raw_listen(nmq_listener *l, char *err, size_t errlen)
 	if (bind(l->lfd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(l->lfd, 1024) != 0) {
 		int e = errno;
 		snprintf(err, errlen, "%s: cannot listen on %s: %s", l->name, l->url, strerror(e));
-		freeaddrinfo(ai);
+		if (ai != &v4ai) {
+			freeaddrinfo(ai);
+		}
 		return e == EADDRINUSE ? NNG_EADDRINUSE : NNG_EADDRINVAL;
 	}
-	freeaddrinfo(ai);
+	if (ai != &v4ai) {
+		freeaddrinfo(ai);
+	}
 	struct sockaddr_storage ss;
 	socklen_t               sl = sizeof(ss);
 	if (getsockname(l->lfd, (struct sockaddr *)&ss, &sl) == 0) {
 		l->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
 		                                         : ((struct sockaddr_in *)&ss)->sin_port);
 	}
-	if ((rv = nng_aio_alloc(&l->aio, raw_backoff_cb, l)) != 0) {
-		snprintf(err, errlen, "%s: %s: %s", l->name, l->url, nng_strerror(rv));
-		return rv;
+	l->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	if (l->tfd < 0) {
+		snprintf(err, errlen, "%s: %s: timerfd: %s", l->name, l->url, strerror(errno));
+		return NNG_ENOMEM;
 	}
-	l->io.fn = raw_accept_io;
-	l->owner = workq_pick(l->env->wq);
-	if (workq_io_add(l->env->wq, l->owner, l->lfd, &l->io, EPOLLIN) != 0) {
+	l->io.fn  = raw_accept_io;
+	l->tio.fn = raw_backoff_io;
+	l->owner  = workq_pick(l->env->wq);
+	if (workq_io_add(l->env->wq, l->owner, l->tfd, &l->tio, EPOLLIN) != 0
+	    || workq_io_add(l->env->wq, l->owner, l->lfd, &l->io, EPOLLIN) != 0) {
 		snprintf(err, errlen, "%s: %s: epoll: %s", l->name, l->url, strerror(errno));
 		return NNG_ENOMEM;
 	}
@@ -550,6 +624,8 @@ static void raw_stop_job(workq_job *job)
 		workq_io_del(l->env->wq, l->owner, l->lfd);
 		l->watching = false;
 	}
+	workq_io_del(l->env->wq, l->owner, l->tfd);
+	l->sleeping = false;
 	pthread_mutex_unlock(&l->mtx);
 	pthread_mutex_lock(&rs->mtx);
 	rs->done = true;
@@ -672,6 +748,10 @@ static void listener_release(nmq_listener *l)
 		close(l->lfd);
 		l->lfd = -1;
 	}
+	if (l->tfd >= 0) {
+		close(l->tfd);
+		l->tfd = -1;
+	}
 	if (l->aio != NULL) {
 		nng_aio_free(l->aio);
 		l->aio = NULL;
@@ -721,6 +801,7 @@ int listener_start(nmq_listener **lp, const listener_opts *opts, const conn_env 
 	atomic_init(&l->fail_if_no_peer_cert, false);
 
 	l->lfd = -1;
+	l->tfd = -1;
 	char host[256];
 	char port[16];
 	char nng_url[300];
@@ -821,7 +902,9 @@ void listener_stop(nmq_listener *l)
 	} else {
 		nng_stream_listener_close(l->l);
 	}
-	nng_aio_stop(l->aio);
+	if (l->aio != NULL) {
+		nng_aio_stop(l->aio);
+	}
 	pthread_mutex_lock(&l->mtx);
 	listener_release(l);
 	pthread_mutex_unlock(&l->mtx);
