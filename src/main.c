@@ -15,9 +15,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <nng/nng.h>
-#include <nng/supplemental/util/platform.h>
-
 #include "nng/protocol/msg.h"
 #include "nng/protocol/proto.h"
 #include "nng/transport/listener.h"
@@ -77,6 +74,14 @@ typedef struct server {
 	ipc_server   *ipc; // the command channel, NULL when off
 	ctl_request   ctl;
 } server;
+
+// Sleeps ms milliseconds (nng_msleep() would start NNG's threads on the
+// way out of a broker that never used NNG). Returns nothing.
+static void sleep_ms(long ms)
+{
+	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L };
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR) { }
+}
 
 // Prints collected configuration problems to stderr.
 static void print_conf_errors(const conf_errors *errs)
@@ -567,12 +572,12 @@ static int run(const cli_args *args, nmq_conf *conf, const char *argv0, int read
 	proto_shutdown_wills(srv.proto);
 	for (int waited = 0; waited < WILL_DRAIN_MS && proto_links_with_will(srv.proto) > 0;
 	     waited += 10) {
-		nng_msleep(10);
+		sleep_ms(10);
 	}
-	nng_msleep(WILL_FLUSH_MS);
+	sleep_ms(WILL_FLUSH_MS);
 	proto_shutdown_all(srv.proto);
 	for (int waited = 0; waited < DRAIN_TIMEOUT_MS && conn_live_count() > 0; waited += 10) {
-		nng_msleep(10);
+		sleep_ms(10);
 	}
 	if (conn_live_count() > 0) {
 		log_warn("main", "event=drain_timeout connections=%ld", conn_live_count());

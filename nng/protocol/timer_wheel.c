@@ -40,9 +40,12 @@ struct timer_wheel {
 	uint64_t        wake_tick; // tick the thread sleeps until, or TW_IDLE/TW_AWAKE
 	uint64_t        count; // armed timers
 	tw_timer       *running;
-	tw_timer        expired; // sentinel of the due list
+	tw_timer       *expired; // the due list, in the order the timers came due
+	tw_timer      **expired_tail; // &expired, or &next of its last timer
 	uint64_t        occupied[TW_WORDS]; // bit per non-empty slot
-	tw_timer        slots[TW_SLOTS]; // sentinels
+	// Heads of the slots' lists, NULL when empty: 8 bytes a slot, and an
+	// idle wheel leaves them as calloc() gave them.
+	tw_timer *slots[TW_SLOTS];
 };
 
 uint64_t nmq_clock_ms(void)
@@ -52,42 +55,53 @@ uint64_t nmq_clock_ms(void)
 	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-static void list_init(tw_timer *head)
+// The lists are singly linked with a back pointer: t->pprev is the pointer
+// that points at t (a slot head, `expired` or the previous timer's next),
+// NULL while t is disarmed.
+
+// Puts t first in the list at *head.
+static void link_first(tw_timer **head, tw_timer *t)
 {
-	head->next = head;
-	head->prev = head;
+	t->next = *head;
+	if (t->next != NULL) {
+		t->next->pprev = &t->next;
+	}
+	*head    = t;
+	t->pprev = head;
 }
 
-static bool list_empty(const tw_timer *head)
+// Puts t last in the due list.
+static void link_expired(timer_wheel *tw, tw_timer *t)
 {
-	return head->next == head;
+	t->next           = NULL;
+	t->pprev          = tw->expired_tail;
+	*tw->expired_tail = t;
+	tw->expired_tail  = &t->next;
 }
 
-static void list_append(tw_timer *head, tw_timer *t)
+// Takes t out of whichever list holds it.
+static void unlink_timer(timer_wheel *tw, tw_timer *t)
 {
-	t->prev          = head->prev;
-	t->next          = head;
-	head->prev->next = t;
-	head->prev       = t;
+	if (tw->expired_tail == &t->next) {
+		tw->expired_tail = t->pprev; // t was last on the due list
+	}
+	*t->pprev = t->next;
+	if (t->next != NULL) {
+		t->next->pprev = t->pprev;
+	}
+	t->next  = NULL;
+	t->pprev = NULL;
 }
 
-static void list_unlink(tw_timer *t)
+// Returns the slot whose head pp is, or -1 if pp is not a slot head.
+static int64_t slot_of(const timer_wheel *tw, tw_timer *const *pp)
 {
-	t->prev->next = t->next;
-	t->next->prev = t->prev;
-	t->next       = NULL;
-	t->prev       = NULL;
-}
-
-// Returns the slot index of a sentinel, or -1 if p is not a slot sentinel.
-static int64_t slot_of(const timer_wheel *tw, const tw_timer *p)
-{
-	uintptr_t a = (uintptr_t)p;
+	uintptr_t a = (uintptr_t)pp;
 	uintptr_t b = (uintptr_t)&tw->slots[0];
 	if (a < b || a >= b + sizeof(tw->slots)) {
 		return -1;
 	}
-	return (int64_t)((a - b) / sizeof(tw_timer));
+	return (int64_t)((a - b) / sizeof(tw->slots[0]));
 }
 
 // Returns the first tick whose end is not before the deadline (0 for a
@@ -104,12 +118,12 @@ static uint64_t due_tick(const timer_wheel *tw, uint64_t deadline)
 // Disarms an armed timer, keeping the occupancy bitmap exact.
 static void disarm(timer_wheel *tw, tw_timer *t)
 {
-	tw_timer *nb = t->next;
-	list_unlink(t);
+	tw_timer **pp = t->pprev;
+	unlink_timer(tw, t);
 	tw->count--;
-	// If the timer was alone in a slot, both neighbours are its sentinel.
-	if (nb->next == nb) {
-		int64_t s = slot_of(tw, nb);
+	// A slot head left NULL: the timer was alone in its slot.
+	if (*pp == NULL) {
+		int64_t s = slot_of(tw, pp);
 		if (s >= 0) {
 			tw->occupied[s / 64] &= ~(1ull << (s % 64));
 		}
@@ -122,17 +136,16 @@ static void process_slot(timer_wheel *tw, uint32_t s, uint64_t now)
 	if ((tw->occupied[s / 64] & (1ull << (s % 64))) == 0) {
 		return;
 	}
-	tw_timer *head = &tw->slots[s];
-	tw_timer *t    = head->next;
-	while (t != head) {
+	tw_timer *t = tw->slots[s];
+	while (t != NULL) {
 		tw_timer *nx = t->next;
 		if (t->deadline_ms <= now) {
-			list_unlink(t);
-			list_append(&tw->expired, t);
+			unlink_timer(tw, t);
+			link_expired(tw, t);
 		}
 		t = nx;
 	}
-	if (list_empty(head)) {
+	if (tw->slots[s] == NULL) {
 		tw->occupied[s / 64] &= ~(1ull << (s % 64));
 	}
 }
@@ -187,7 +200,7 @@ static uint64_t next_tick(const timer_wheel *tw)
 // Runs the first expired callback with the lock dropped.
 static void fire_one(timer_wheel *tw)
 {
-	tw_timer *t = tw->expired.next;
+	tw_timer *t = tw->expired;
 	disarm(tw, t);
 	void (*cb)(tw_timer *) = t->cb;
 	tw->running            = t;
@@ -204,10 +217,13 @@ static void *tw_main(void *arg)
 {
 	timer_wheel *tw = arg;
 
+	// Named from inside: glibc names another thread through
+	// /proc/self/task/<tid>/comm, built with sprintf().
+	(void)pthread_setname_np(pthread_self(), "nmq:timer");
 	pthread_mutex_lock(&tw->mtx);
 	while (!tw->stop) {
 		advance(tw, nmq_clock_ms());
-		if (!list_empty(&tw->expired)) {
+		if (tw->expired != NULL) {
 			fire_one(tw);
 			continue;
 		}
@@ -242,13 +258,10 @@ timer_wheel *timer_wheel_alloc(uint32_t tick_ms)
 	if (tw == NULL) {
 		return NULL;
 	}
-	tw->tick_ms   = tick_ms;
-	tw->base_ms   = nmq_clock_ms();
-	tw->wake_tick = TW_AWAKE;
-	list_init(&tw->expired);
-	for (uint32_t i = 0; i < TW_SLOTS; i++) {
-		list_init(&tw->slots[i]);
-	}
+	tw->tick_ms      = tick_ms;
+	tw->base_ms      = nmq_clock_ms();
+	tw->wake_tick    = TW_AWAKE;
+	tw->expired_tail = &tw->expired;
 	if (pthread_mutex_init(&tw->mtx, NULL) != 0) {
 		goto fail_mtx;
 	}
@@ -272,7 +285,6 @@ timer_wheel *timer_wheel_alloc(uint32_t tick_ms)
 	if (rc != 0) {
 		goto fail_thread;
 	}
-	(void)pthread_setname_np(tw->thread, "nmq:timer");
 	return tw;
 
 fail_thread:
@@ -297,12 +309,12 @@ void timer_wheel_free(timer_wheel *tw)
 	pthread_mutex_unlock(&tw->mtx);
 	pthread_join(tw->thread, NULL);
 
-	while (!list_empty(&tw->expired)) {
-		disarm(tw, tw->expired.next);
+	while (tw->expired != NULL) {
+		disarm(tw, tw->expired);
 	}
 	for (uint32_t i = 0; i < TW_SLOTS; i++) {
-		while (!list_empty(&tw->slots[i])) {
-			disarm(tw, tw->slots[i].next);
+		while (tw->slots[i] != NULL) {
+			disarm(tw, tw->slots[i]);
 		}
 	}
 	pthread_cond_destroy(&tw->done);
@@ -314,7 +326,7 @@ void timer_wheel_free(timer_wheel *tw)
 void tw_timer_init(tw_timer *t, void (*cb)(tw_timer *t))
 {
 	t->next        = NULL;
-	t->prev        = NULL;
+	t->pprev       = NULL;
 	t->deadline_ms = 0;
 	t->cb          = cb;
 }
@@ -322,7 +334,7 @@ void tw_timer_init(tw_timer *t, void (*cb)(tw_timer *t))
 void timer_wheel_schedule(timer_wheel *tw, tw_timer *t, uint64_t deadline_ms)
 {
 	pthread_mutex_lock(&tw->mtx);
-	if (t->next != NULL) {
+	if (t->pprev != NULL) {
 		disarm(tw, t);
 	}
 	t->deadline_ms = deadline_ms;
@@ -330,13 +342,13 @@ void timer_wheel_schedule(timer_wheel *tw, tw_timer *t, uint64_t deadline_ms)
 	uint64_t due = due_tick(tw, deadline_ms);
 	if (due <= tw->cur_tick) {
 		// That tick has been processed: the deadline has passed.
-		list_append(&tw->expired, t);
+		link_expired(tw, t);
 		if (tw->wake_tick != TW_AWAKE) {
 			pthread_cond_signal(&tw->wake);
 		}
 	} else {
 		uint32_t s = (uint32_t)(due % TW_SLOTS);
-		list_append(&tw->slots[s], t);
+		link_first(&tw->slots[s], t);
 		tw->occupied[s / 64] |= 1ull << (s % 64);
 		if (tw->wake_tick != TW_AWAKE && due < tw->wake_tick) {
 			pthread_cond_signal(&tw->wake);
@@ -351,7 +363,7 @@ void timer_wheel_cancel(timer_wheel *tw, tw_timer *t)
 
 	pthread_mutex_lock(&tw->mtx);
 	for (;;) {
-		if (t->next != NULL) {
+		if (t->pprev != NULL) {
 			disarm(tw, t);
 		}
 		if (tw->running != t || on_wheel) {
@@ -367,7 +379,7 @@ void timer_wheel_cancel(timer_wheel *tw, tw_timer *t)
 bool timer_wheel_armed(timer_wheel *tw, tw_timer *t)
 {
 	pthread_mutex_lock(&tw->mtx);
-	bool armed = t->next != NULL;
+	bool armed = t->pprev != NULL;
 	pthread_mutex_unlock(&tw->mtx);
 	return armed;
 }

@@ -36,11 +36,11 @@
 
 // 32 bytes: one is embedded in every connection and every session. The
 // callback gets the timer itself; its owner is found with
-// TW_OWNER(t, type, member). Armed means linked (next != NULL).
+// TW_OWNER(t, type, member). Armed means linked (pprev != NULL).
 typedef struct tw_timer {
-	struct tw_timer *next;
-	struct tw_timer *prev;
-	uint64_t         deadline_ms;
+	struct tw_timer  *next;
+	struct tw_timer **pprev;
+	uint64_t          deadline_ms;
 	void (*cb)(struct tw_timer *t);
 } tw_timer;
 

@@ -117,8 +117,8 @@ static int url_kind(const char *url)
 static int split_url(
     const char *url, char *host, size_t hlen, char *port, size_t plen, char *path, size_t pathlen)
 {
-	const char *h = strstr(url, "://");
-	if (h == NULL) {
+	const char *h = strchr(url, ':'); // the scheme has none
+	if (h == NULL || h[1] != '/' || h[2] != '/') {
 		return -1;
 	}
 	h += 3;
@@ -542,10 +542,12 @@ static int raw_listen(nmq_listener *l, char *err, size_t errlen)
 	}
 	struct sockaddr_in v4;
 	struct addrinfo    v4ai;
-	char              *end;
-	unsigned long      pnum = strtoul(port, &end, 10);
-	if (port[0] >= '0' && port[0] <= '9' && *end == '\0' && pnum <= 65535
-	    && ipv4_literal(host, (uint16_t)pnum, &v4)) {
+	unsigned long      pnum = 0;
+	const char        *pc   = port;
+	while (*pc >= '0' && *pc <= '9' && pnum <= 65535) {
+		pnum = pnum * 10 + (unsigned long)(*pc++ - '0');
+	}
+	if (pc != port && *pc == '\0' && pnum <= 65535 && ipv4_literal(host, (uint16_t)pnum, &v4)) {
 		memset(&v4ai, 0, sizeof(v4ai));
 		v4ai.ai_family  = AF_INET;
 		v4ai.ai_addr    = (struct sockaddr *)&v4;

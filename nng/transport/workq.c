@@ -28,9 +28,15 @@ typedef struct worker {
 	workq_job      *tail;
 	bool            woken; // an eventfd write is pending (mtx)
 	bool            stop; // (mtx)
-	deferred        d[WORKQ_DEFER_MAX];
-	int             nd;
-	uint8_t        *scratch; // WORKQ_SCRATCH bytes, this thread only
+	// Deferred actions, this thread only: d collects them while `run` holds
+	// the batch being run. Both grow on demand (64, 128, ... up to
+	// WORKQ_DEFER_MAX entries), so an idle worker holds none.
+	deferred *d;
+	int       nd;
+	int       cap;
+	deferred *run;
+	int       run_cap;
+	uint8_t  *scratch; // WORKQ_SCRATCH bytes, this thread only
 } worker;
 
 static __thread worker *tls_worker;
@@ -45,14 +51,17 @@ struct workq {
 static void run_deferred(worker *w)
 {
 	while (w->nd > 0) {
-		int      n = w->nd;
-		deferred local[WORKQ_DEFER_MAX];
+		// Swap the arrays: what the actions defer goes to the other one.
+		deferred *batch = w->d;
+		int       n     = w->nd;
+		int       cap   = w->cap;
+		w->d            = w->run;
+		w->cap          = w->run_cap;
+		w->nd           = 0;
+		w->run          = batch;
+		w->run_cap      = cap;
 		for (int i = 0; i < n; i++) {
-			local[i] = w->d[i];
-		}
-		w->nd = 0;
-		for (int i = 0; i < n; i++) {
-			local[i].fn(local[i].arg);
+			batch[i].fn(batch[i].arg);
 		}
 	}
 }
@@ -95,6 +104,7 @@ static void *worker_main(void *arg)
 	tls_worker = w;
 	w->nd      = 0;
 	w->scratch = scratch;
+	(void)pthread_setname_np(pthread_self(), "nmq:worker");
 	for (;;) {
 		int  n    = epoll_wait(w->epfd, ev, WORKQ_EVENTS, -1);
 		bool jobs = false;
@@ -118,6 +128,10 @@ static void *worker_main(void *arg)
 		}
 	}
 	tls_worker = NULL;
+	free(w->d);
+	free(w->run);
+	w->d   = NULL;
+	w->run = NULL;
 	return NULL;
 }
 
@@ -253,8 +267,20 @@ int workq_io_del(workq *wq, int w, int fd)
 bool workq_defer(void (*fn)(void *arg), void *arg)
 {
 	worker *w = tls_worker;
-	if (w == NULL || w->nd >= WORKQ_DEFER_MAX) {
+	if (w == NULL) {
 		return false;
+	}
+	if (w->nd == w->cap) {
+		if (w->cap >= WORKQ_DEFER_MAX) {
+			return false;
+		}
+		int       cap = w->cap > 0 ? w->cap * 2 : 64;
+		deferred *d   = realloc(w->d, (size_t)cap * sizeof(*d));
+		if (d == NULL) {
+			return false;
+		}
+		w->d   = d;
+		w->cap = cap;
 	}
 	w->d[w->nd].fn  = fn;
 	w->d[w->nd].arg = arg;

@@ -1,5 +1,6 @@
 // The `nanomq` command line: one table of options, one loop over argv.
 #include "src/cli/args.h"
+#include "src/conf/ascii.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -150,10 +151,10 @@ static int cli_parse_int(const char *s, int min, int max, int *out)
 // Parses true|false|1|0 (any case). Returns 1, 0, or -1 for anything else.
 static int cli_parse_bool(const char *s)
 {
-	if (strcasecmp(s, "true") == 0 || strcmp(s, "1") == 0) {
+	if (ascii_ieq(s, "true") || strcmp(s, "1") == 0) {
 		return 1;
 	}
-	if (strcasecmp(s, "false") == 0 || strcmp(s, "0") == 0) {
+	if (ascii_ieq(s, "false") || strcmp(s, "0") == 0) {
 		return 0;
 	}
 	return -1;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "src/conf/ascii.h"
 #include "src/conf/conf_int.h"
 
 // Checks auth.password and stores it as {"user": "password"} in the conf.
@@ -187,7 +188,7 @@ static int word_field(conf_ctx *ctx, cJSON *dst, const cJSON *f, const char *key
 	size_t      n    = text != NULL ? strlen(text) : 0;
 
 	for (const char *w = words; text != NULL && *w != '\0';) {
-		size_t wl = strcspn(w, "|");
+		size_t wl = ascii_cspn(w, "|");
 		if (wl == n && strncmp(w, text, n) == 0) {
 			if (cJSON_AddStringToObject(dst, f->string, text) == NULL) {
 				conf_key_msg(ctx, true, f, key, "out of memory");
@@ -220,7 +221,7 @@ static int subject_list(conf_ctx *ctx, cJSON *dst, const cJSON *f, const char *k
 	for (const cJSON *e = f->child; e != NULL; e = e->next, i++) {
 		cJSON *sub;
 		if (!cJSON_IsObject(e)) {
-			snprintf(skey, sizeof(skey), "%s[%d]", key, i);
+			snprintf(skey, sizeof(skey), "%.300s[%d]", key, i);
 			conf_key_msg(ctx, true, e, skey, "expected an object");
 			return -1;
 		}
@@ -231,7 +232,7 @@ static int subject_list(conf_ctx *ctx, cJSON *dst, const cJSON *f, const char *k
 		}
 		for (const cJSON *g = e->child; g != NULL; g = g->next) {
 			int rc;
-			snprintf(skey, sizeof(skey), "%s[%d].%.60s", key, i, g->string);
+			snprintf(skey, sizeof(skey), "%.300s[%d].%.60s", key, i, g->string);
 			if ((rc = subject_field(ctx, sub, g, skey)) < 0) {
 				return -1;
 			}

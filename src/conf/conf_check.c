@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "src/conf/ascii.h"
 #include "src/conf/conf_int.h"
 
 // Longest key path walked; deeper or longer keys are reported as unknown.
@@ -164,7 +165,7 @@ int conf_apply_key(conf_ctx *ctx, const conf_key *k, const char *key, const cJSO
 	}
 	if (via_alias && (k->flags & CONF_F_MILLI_ALIAS)) {
 		char  *end;
-		double d = strtod(text, &end);
+		double d = ascii_strtod(text, &end);
 		if (end != text && *end == '\0' && d >= 100) {
 			snprintf(buf, sizeof(buf), "%.17g", d / 1000);
 			text = buf;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "src/conf/ascii.h"
 #include "src/conf/conf_int.h"
 
 enum env_how {
@@ -108,7 +109,7 @@ static cJSON *split_list(const char *s)
 	cJSON *arr = cJSON_CreateArray();
 
 	while (arr != NULL && *s != '\0') {
-		size_t n = strcspn(s, ",");
+		size_t n = ascii_cspn(s, ",");
 		size_t b = 0;
 		char  *w;
 		while (b < n && (s[b] == ' ' || s[b] == '\t')) {
@@ -126,7 +127,7 @@ static cJSON *split_list(const char *s)
 			}
 			free(w);
 		}
-		s += strcspn(s, ",");
+		s += ascii_cspn(s, ",");
 		if (*s == ',') {
 			s++;
 		}
@@ -138,7 +139,8 @@ static cJSON *split_list(const char *s)
 // after reporting an error.
 static int env_http_url(hocon_doc *doc, const char *value, int origin, conf_errors *errs)
 {
-	const char *s     = strstr(value, "://") != NULL ? strstr(value, "://") + 3 : value;
+	const char *sep   = ascii_strstr(value, "://");
+	const char *s     = sep != NULL ? sep + 3 : value;
 	const char *colon = strrchr(s, ':');
 	char       *host;
 
@@ -305,7 +307,7 @@ static int url_kind(const char *url)
 		{ "wss://", CONF_LISTENER_WSS },
 	};
 
-	if (strstr(url, "://") == NULL) {
+	if (ascii_strstr(url, "://") == NULL) {
 		return CONF_LISTENER_TCP;
 	}
 	for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++) {

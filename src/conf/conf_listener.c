@@ -1,7 +1,6 @@
 // The `listeners` section: unnamed and named listeners of each kind (tcp,
 // ssl, ws, wss), TLS key inheritance from `listeners.ssl`, bind address
 // parsing, and file order.
-#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "src/conf/ascii.h"
 #include "src/conf/conf_int.h"
 
 // The TLS keys, in a fixed order (index into conf_listener fields).
@@ -152,8 +152,9 @@ static bool host_ok(const char *s, size_t n, bool v6)
 	}
 	for (size_t i = 0; i < n; i++) {
 		int c = (unsigned char)s[i];
-		if (v6 ? !(isxdigit(c) || c == ':' || c == '.' || c == '%' || isalnum(c))
-		       : !(isalnum(c) || c == '.' || c == '-' || c == '_')) {
+		if (v6 ? !(
+		        ascii_isxdigit(c) || c == ':' || c == '.' || c == '%' || ascii_isalnum(c))
+		       : !(ascii_isalnum(c) || c == '.' || c == '-' || c == '_')) {
 			return false;
 		}
 	}
@@ -171,7 +172,7 @@ static int parse_bind(int kind, conf_listener *l, char *why, size_t whylen)
 		{ "nmq-wss", "wss", NULL },
 	};
 	const char *s   = l->bind;
-	const char *sep = strstr(s, "://");
+	const char *sep = ascii_strstr(s, "://");
 	const char *host;
 	size_t      hlen;
 	const char *p;
@@ -208,7 +209,7 @@ static int parse_bind(int kind, conf_listener *l, char *why, size_t whylen)
 		p    = close + 1;
 	} else {
 		host = s;
-		hlen = strcspn(s, ":/");
+		hlen = ascii_cspn(s, ":/");
 		p    = s + hlen;
 	}
 	if (*p != ':') {
@@ -216,7 +217,7 @@ static int parse_bind(int kind, conf_listener *l, char *why, size_t whylen)
 		return -1;
 	}
 	p++;
-	while (isdigit((unsigned char)*p) && digits < 6) {
+	while (ascii_isdigit((unsigned char)*p) && digits < 6) {
 		port = port * 10 + (*p - '0');
 		p++;
 		digits++;

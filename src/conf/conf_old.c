@@ -2,13 +2,13 @@
 // `key=value` per line. Each flat key is mapped onto its HOCON key and
 // written into the configuration tree with the flat file's line, so the
 // usual validation checks it (compat.md 1.5).
-#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "src/conf/ascii.h"
 #include "src/conf/conf_int.h"
 
 enum old_how {
@@ -95,11 +95,11 @@ static char *trim(char *s)
 {
 	char *e;
 
-	while (isspace((unsigned char)*s)) {
+	while (ascii_isspace((unsigned char)*s)) {
 		s++;
 	}
 	e = s + strlen(s);
-	while (e > s && isspace((unsigned char)e[-1])) {
+	while (e > s && ascii_isspace((unsigned char)e[-1])) {
 		*--e = '\0';
 	}
 	return s;

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "src/conf/ascii.h"
 #include "src/conf/conf_int.h"
 
 #define CF(f) .base = CONF_BASE_CONF, .off = offsetof(nmq_conf, f)
@@ -392,7 +393,7 @@ static void range_text(const conf_key *k, char *buf, size_t len)
 	if (k->type == CONF_T_ENUM || k->type == CONF_T_FLAGS) {
 		size_t n = 0;
 		for (const char *w = k->words; *w != '\0' && n + 8 < len;) {
-			size_t wl = strcspn(w, "|");
+			size_t wl = ascii_cspn(w, "|");
 			n += (size_t)snprintf(
 			    buf + n, len - n, "%s`%.*s`", n > 0 ? ", " : "", (int)wl, w);
 			w += wl + (w[wl] == '|');
@@ -412,7 +413,7 @@ static bool is_top_section(const conf_key *k)
 // Returns the top-level section name length of path.
 static size_t top_len(const char *path)
 {
-	return strcspn(path, ".");
+	return ascii_cspn(path, ".");
 }
 
 // Writes one table row for k.

@@ -1,6 +1,5 @@
 // Conversion of configuration text to typed values: booleans, integers,
 // floats, words, sizes and durations, with range checks from the schema.
-#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -9,6 +8,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "src/conf/ascii.h"
 #include "src/conf/conf_int.h"
 
 // Largest value a size or duration may reach before it counts as overflow.
@@ -31,21 +31,22 @@ static int split_unit(const char *s, double *v, char *unit, size_t ulen)
 	char       *end;
 	size_t      n = 0;
 
-	if (!isdigit((unsigned char)*p) && !(*p == '.' && isdigit((unsigned char)p[1]))) {
+	if (!ascii_isdigit((unsigned char)*p)
+	    && !(*p == '.' && ascii_isdigit((unsigned char)p[1]))) {
 		return -1;
 	}
-	while (isdigit((unsigned char)*p) || *p == '.') {
+	while (ascii_isdigit((unsigned char)*p) || *p == '.') {
 		p++;
 	}
 	errno = 0;
-	*v    = strtod(s, &end);
+	*v    = ascii_strtod(s, &end);
 	if (end != p || errno != 0 || !isfinite(*v)) {
 		return -1;
 	}
 	while (*p == ' ' || *p == '\t') {
 		p++;
 	}
-	while (isalpha((unsigned char)*p)) {
+	while (ascii_isalpha((unsigned char)*p)) {
 		if (n + 1 >= ulen) {
 			return -1;
 		}
@@ -75,7 +76,7 @@ int conf_parse_size(const char *s, uint64_t *bytes)
 		return -1;
 	}
 	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
-		if (strcasecmp(unit, units[i].name) == 0) {
+		if (ascii_ieq(unit, units[i].name)) {
 			double b = v * units[i].mult;
 			// No double lies strictly between 2^53 and 2^53 + 2, so this
 			// is the same test as floor(b) > CONF_BIG.
@@ -114,7 +115,7 @@ int conf_parse_duration(const char *s, uint64_t bare_ms, uint64_t *ms)
 		mult = (double)bare_ms;
 	}
 	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]) && mult < 0; i++) {
-		if (strcasecmp(unit, units[i].name) == 0) {
+		if (ascii_ieq(unit, units[i].name)) {
 			mult = units[i].mult;
 		}
 	}
@@ -198,8 +199,8 @@ static int word_index(const char *words, const char *word, size_t wlen)
 	int i = 0;
 
 	for (const char *w = words; *w != '\0'; i++) {
-		size_t n = strcspn(w, "|");
-		if (n == wlen && strncasecmp(w, word, n) == 0) {
+		size_t n = ascii_cspn(w, "|");
+		if (n == wlen && ascii_ieqn(w, word, n)) {
 			return i;
 		}
 		w += n + (w[n] == '|');
@@ -214,7 +215,7 @@ static void words_msg(const conf_key *k, char *buf, size_t len)
 
 	buf[0] = '\0';
 	for (const char *w = k->words; *w != '\0' && n + 4 < len;) {
-		size_t wl = strcspn(w, "|");
+		size_t wl = ascii_cspn(w, "|");
 		n += (size_t)snprintf(buf + n, len - n, "%s%.*s", n > 0 ? ", " : "", (int)wl, w);
 		w += wl + (w[wl] == '|');
 	}
@@ -227,11 +228,11 @@ static int parse_bool(const char *s, bool loose, bool *b)
 	static const char *no[]  = { "false", "no", "off" };
 
 	for (size_t i = 0; i < 3; i++) {
-		if (strcasecmp(s, yes[i]) == 0) {
+		if (ascii_ieq(s, yes[i])) {
 			*b = true;
 			return 0;
 		}
-		if (strcasecmp(s, no[i]) == 0) {
+		if (ascii_ieq(s, no[i])) {
 			*b = false;
 			return 0;
 		}
@@ -262,12 +263,12 @@ int conf_value_parse(
 		return 0;
 	case CONF_T_INT:
 		errno = 0;
-		if (!isdigit((unsigned char)text[0])
-		    && !(text[0] == '-' && isdigit((unsigned char)text[1]))) {
+		if (!ascii_isdigit((unsigned char)text[0])
+		    && !(text[0] == '-' && ascii_isdigit((unsigned char)text[1]))) {
 			snprintf(why, whylen, "expected an integer, got \"%.64s\"", text);
 			return -1;
 		}
-		out->i = strtoll(text, &end, 10);
+		out->i = ascii_strtoll(text, &end);
 		if (*end != '\0') {
 			snprintf(why, whylen, "expected an integer, got \"%.64s\"", text);
 			return -1;
@@ -279,8 +280,8 @@ int conf_value_parse(
 		return check_range(k, (double)out->i, text, why, whylen);
 	case CONF_T_FLOAT:
 		errno  = 0;
-		out->d = strtod(text, &end);
-		if (end == text || *end != '\0' || isspace((unsigned char)text[0])
+		out->d = ascii_strtod(text, &end);
+		if (end == text || *end != '\0' || ascii_isspace((unsigned char)text[0])
 		    || errno == ERANGE || !isfinite(out->d)) {
 			snprintf(why, whylen, "expected a number, got \"%.64s\"", text);
 			return -1;
@@ -303,13 +304,13 @@ int conf_value_parse(
 	case CONF_T_FLAGS:
 		out->i = 0;
 		for (const char *w = text;;) {
-			size_t n = strcspn(w, ",");
+			size_t n = ascii_cspn(w, ",");
 			size_t b = 0;
 			int    idx;
-			while (b < n && isspace((unsigned char)w[b])) {
+			while (b < n && ascii_isspace((unsigned char)w[b])) {
 				b++;
 			}
-			while (n > b && isspace((unsigned char)w[n - 1])) {
+			while (n > b && ascii_isspace((unsigned char)w[n - 1])) {
 				n--;
 			}
 			if ((idx = word_index(k->words, w + b, n - b)) < 0) {
@@ -320,7 +321,7 @@ int conf_value_parse(
 				return -1;
 			}
 			out->i |= (int64_t)1 << idx;
-			w += strcspn(w, ",");
+			w += ascii_cspn(w, ",");
 			if (*w == '\0') {
 				break;
 			}

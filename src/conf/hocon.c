@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "src/conf/ascii.h"
 #include "src/conf/hocon.h"
 
 typedef struct loc_entry {
@@ -431,7 +432,7 @@ static int set_loc_tree(
 // or too long.
 static const char *path_segment(const char *path, char *seg, size_t segsz)
 {
-	size_t n = strcspn(path, ".");
+	size_t n = ascii_cspn(path, ".");
 
 	if (n == 0 || n >= segsz) {
 		return NULL;
@@ -944,7 +945,7 @@ static int parse_unquoted(parser *ps, cJSON **out)
 	} else if (strcmp(text, "null") == 0) {
 		v = cJSON_CreateNull();
 	} else if (is_number(text)) {
-		v = cJSON_CreateNumber(strtod(text, NULL));
+		v = cJSON_CreateNumber(ascii_strtod(text, NULL));
 	} else {
 		v = cJSON_CreateString(text);
 	}

@@ -7,6 +7,7 @@
 // and the writes themselves, so lines of different threads never interleave
 // and every target sees them in the same order.
 #include "src/log/log.h"
+#include "src/conf/ascii.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -45,6 +46,17 @@ static const char *const log_level_names[] = {
 	"warn",
 	"error",
 	"fatal",
+};
+
+// The level field of a line, padded to five characters (no "%-5s": the
+// padding code of printf is one more 64 KiB window of libc at startup).
+static const char *const log_level_fields[] = {
+	" trace ",
+	" debug ",
+	" info  ",
+	" warn  ",
+	" error ",
+	" fatal ",
 };
 
 static const int log_syslog_prio[] = {
@@ -439,7 +451,7 @@ int log_level_parse(const char *word)
 		return -1;
 	}
 	for (int i = LOG_LEVEL_TRACE; i <= LOG_LEVEL_FATAL; i++) {
-		if (strcasecmp(word, log_level_names[i]) == 0) {
+		if (ascii_ieq(word, log_level_names[i])) {
 			return i;
 		}
 	}
@@ -468,6 +480,43 @@ static void log_sanitize(char *s, size_t len)
 	}
 }
 
+// Splits t into UTC calendar fields, as gmtime_r() does, but without
+// libc's time-zone machinery: gmtime_r() reads /etc/localtime on first use
+// and pulls some 130 kB of libc's code and tables into the broker's
+// resident memory. Days are counted in 400-year eras of 146097 days that
+// start on 1 March, so that the leap day ends the year. Fills tm_year,
+// tm_mon, tm_mday, tm_hour, tm_min, tm_sec, tm_wday and tm_yday.
+void log_gmtime(int64_t t, struct tm *tm)
+{
+	int64_t days = t / 86400;
+	int64_t sod  = t % 86400;
+	if (sod < 0) {
+		sod += 86400;
+		days--;
+	}
+	memset(tm, 0, sizeof(*tm));
+	tm->tm_hour = (int)(sod / 3600);
+	tm->tm_min  = (int)(sod / 60 % 60);
+	tm->tm_sec  = (int)(sod % 60);
+	tm->tm_wday = (int)((days % 7 + 11) % 7); // 1970-01-01 was a Thursday
+
+	int64_t z   = days + 719468; // days since 0000-03-01
+	int64_t era = (z >= 0 ? z : z - 146096) / 146097;
+	int64_t doe = z - era * 146097; // [0, 146096]
+	int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365; // [0, 399]
+	int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100); // [0, 365], from 1 March
+	int64_t mp  = (5 * doy + 2) / 153; // [0, 11], 0 = March
+	int64_t y   = yoe + era * 400 + (mp >= 10);
+	int     mon = (int)(mp < 10 ? mp + 2 : mp - 10); // 0 = January
+
+	tm->tm_year = (int)(y - 1900);
+	tm->tm_mon  = mon;
+	tm->tm_mday = (int)(doy - (153 * mp + 2) / 5 + 1);
+	bool leap   = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+	// Day of the year from 1 January: March 1st is day 59 (60 in leap years).
+	tm->tm_yday = (int)(mp < 10 ? doy + 59 + leap : doy - 306);
+}
+
 // Formats the UTC time of now as "2026-11-22T10:00:00.123Z". Returns the
 // number of characters written to buf (at least 32 bytes).
 static int log_format_time(char *buf, size_t cap)
@@ -475,10 +524,32 @@ static int log_format_time(char *buf, size_t cap)
 	struct timespec ts;
 	struct tm       tm;
 	clock_gettime(CLOCK_REALTIME, &ts);
-	gmtime_r(&ts.tv_sec, &tm);
-	return snprintf(buf, cap, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
-	    tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-	    (int)(ts.tv_nsec / 1000000));
+	log_gmtime((int64_t)ts.tv_sec, &tm);
+	int year = tm.tm_year + 1900;
+	if (year < 0 || year > 9999 || cap < 25) {
+		return snprintf(buf, cap, "%dZ", year);
+	}
+	// Digits by hand: zero padding is printf's _IO_padn, one more 64 KiB
+	// window of libc resident from the first line logged.
+	const int         field[] = { year / 100, year % 100, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
+		        tm.tm_min, tm.tm_sec };
+	static const char before[] = { 0, 0, '-', '-', 'T', ':', ':' };
+	char             *o        = buf;
+	for (int i = 0; i < 7; i++) {
+		if (before[i] != 0) {
+			*o++ = before[i];
+		}
+		*o++ = (char)('0' + field[i] / 10);
+		*o++ = (char)('0' + field[i] % 10);
+	}
+	int ms = (int)(ts.tv_nsec / 1000000);
+	*o++   = '.';
+	*o++   = (char)('0' + ms / 100);
+	*o++   = (char)('0' + ms / 10 % 10);
+	*o++   = (char)('0' + ms % 10);
+	*o++   = 'Z';
+	*o     = '\0';
+	return (int)(o - buf);
 }
 
 // Formats one line without the lock, then writes it to every target with
@@ -506,7 +577,7 @@ void log_write(int level, const char *module, const char *fmt, ...)
 
 	// "<time> <level> " then the body "<module>: <message>".
 	int    tlen = log_format_time(line, cap);
-	int    head = snprintf(line + tlen, cap - (size_t)tlen, " %-5s ", log_level_names[level]);
+	int    head = snprintf(line + tlen, cap - (size_t)tlen, "%s", log_level_fields[level]);
 	size_t body = (size_t)tlen + (size_t)head;
 	int    mlen = snprintf(line + body, cap - body, "%.64s: ", module);
 	size_t msg  = body + (size_t)mlen;

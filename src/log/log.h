@@ -9,6 +9,7 @@
 
 #include <stdatomic.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "src/conf/conf.h"
 
@@ -26,6 +27,9 @@ void        log_reopen(void);
 void        log_set_level(int level);
 int         log_level_parse(const char *word); // -1 if unknown
 const char *log_level_name(int level);
+// gmtime_r() without libc's time-zone code (see log.c): splits t, seconds
+// since the epoch, into UTC calendar fields.
+void log_gmtime(int64_t t, struct tm *tm);
 
 // Writes one line: "<time> <level> <module>: <msg>". Use the macros.
 void log_write(int level, const char *module, const char *fmt, ...)

@@ -10,13 +10,17 @@
 
 #include <cmocka.h>
 
+#include <ctype.h>
+#include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "src/conf/ascii.h"
 #include "src/conf/conf.h"
 #include "src/conf/conf_int.h"
 
@@ -1180,11 +1184,90 @@ static void test_etc_conf(void **state)
 	free(text);
 }
 
+// The helpers of src/conf/ascii.h agree with the libc functions they
+// replace (in the C locale) on fixed edge cases and on random strings drawn
+// from the characters that matter to them.
+static void check_ascii_against_libc(const char *a, const char *b)
+{
+	char *e1;
+	char *e2;
+	assert_int_equal(ascii_ieq(a, b), strcasecmp(a, b) == 0);
+	for (size_t n = 0; n < 6; n++) {
+		assert_int_equal(ascii_ieqn(a, b, n), strncasecmp(a, b, n) == 0);
+	}
+	assert_int_equal(ascii_cspn(a, ".,|:"), strcspn(a, ".,|:"));
+	assert_int_equal(ascii_cspn(a, ""), strcspn(a, ""));
+	if (b[0] != '\0') {
+		assert_ptr_equal(ascii_strstr(a, b), strstr(a, b));
+	}
+	errno            = 0;
+	long long ll1    = ascii_strtoll(a, &e1);
+	int       errno1 = errno;
+	errno            = 0;
+	long long ll2    = strtoll(a, &e2, 10);
+	assert_int_equal(ll1, ll2);
+	assert_ptr_equal(e1, e2);
+	assert_int_equal(errno1, errno);
+	errno     = 0;
+	double d1 = ascii_strtod(a, &e1);
+	errno1    = errno;
+	errno     = 0;
+	double d2 = strtod(a, &e2);
+	assert_true(d1 == d2 || (isnan(d1) && isnan(d2)));
+	assert_int_equal(signbit(d1), signbit(d2));
+	assert_ptr_equal(e1, e2);
+	assert_int_equal(errno1, errno);
+	for (const char *p = a; *p != '\0'; p++) {
+		int c = (unsigned char)*p;
+		assert_int_equal(ascii_isdigit(c), isdigit(c) != 0);
+		assert_int_equal(ascii_isalpha(c), isalpha(c) != 0);
+		assert_int_equal(ascii_isalnum(c), isalnum(c) != 0);
+		assert_int_equal(ascii_isxdigit(c), isxdigit(c) != 0);
+		assert_int_equal(ascii_isspace(c), isspace(c) != 0);
+		assert_int_equal(ascii_lower(c), tolower(c));
+	}
+}
+
+static void test_ascii_helpers_match_libc(void **state)
+{
+	(void)state;
+	static const char *const fixed[] = { "", "0", "-0", "+0", "00012", "-12abc", "12.5", "1e3",
+		"0x1A", "inf", "-nan", " 42", "\t-7", "+", "-", "9223372036854775807",
+		"9223372036854775808", "-9223372036854775808", "-9223372036854775809",
+		"99999999999999999999999", "123456789012345", "1234567890123456", "TRUE", "true",
+		"Yes", "ON", "kB", "KB", "mb", "a.b.c", "x|y", "tcp://1.2.3.4:1883", "://",
+		"\x80\xff", "1.", ".5", "10s", "1MB" };
+	size_t                   n       = sizeof(fixed) / sizeof(fixed[0]);
+	for (size_t i = 0; i < n; i++) {
+		for (size_t j = 0; j < n; j++) {
+			check_ascii_against_libc(fixed[i], fixed[j]);
+		}
+	}
+	static const char alphabet[] = "0123456789+-.eExXaAbBfFzZ \t:/|,\x80\xe9";
+	srand(7);
+	for (int k = 0; k < 20000; k++) {
+		char   a[12];
+		char   b[4];
+		size_t la = (size_t)(rand() % 11);
+		size_t lb = 1 + (size_t)(rand() % 3);
+		for (size_t i = 0; i < la; i++) {
+			a[i] = alphabet[rand() % (int)(sizeof(alphabet) - 1)];
+		}
+		a[la] = '\0';
+		for (size_t i = 0; i < lb; i++) {
+			b[i] = alphabet[rand() % (int)(sizeof(alphabet) - 1)];
+		}
+		b[lb] = '\0';
+		check_ascii_against_libc(a, b);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_defaults),
 		cmocka_unit_test(test_schema_sane),
+		cmocka_unit_test(test_ascii_helpers_match_libc),
 		cmocka_unit_test_setup_teardown(test_types, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_many_errors_one_run, setup, teardown),

@@ -187,17 +187,31 @@ static void test_level_filter_skips_arguments(void **state)
 #endif
 }
 
+// Formats the UTC time t as the log does, to the second, into buf.
+static void utc_stamp(time_t t, char *buf, size_t len)
+{
+	struct tm tm;
+	gmtime_r(&t, &tm);
+	strftime(buf, len, "%Y-%m-%dT%H:%M:%S", &tm);
+}
+
 static void test_line_format(void **state)
 {
+	char before[32];
+	char after[32];
 	open_file_log(LOG_LEVEL_TRACE, 0, 0);
+	utc_stamp(time(NULL), before, sizeof(before));
 	log_write(LOG_LEVEL_WARN, "session", "client_id=%s peer=%s reason=%s", "abc", "1.2.3.4:5",
 	    "keepalive");
+	utc_stamp(time(NULL), after, sizeof(after));
 	log_write(LOG_LEVEL_INFO, "conf", "loaded");
 	log_write(LOG_LEVEL_ERROR, "store", "x=%d", 1);
 
 	char *s = slurp_in("nanomq.log");
 	assert_non_null(s);
 	assert_int_equal(count_lines(s), 3);
+	// The first line's time, to the second, is the UTC time of the call.
+	assert_true(strncmp(s, before, 19) == 0 || strncmp(s, after, 19) == 0);
 	const char *ts = "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\\.[0-9]{3}Z ";
 	char        re[256];
 	snprintf(re, sizeof(re), "%s%s", ts,
@@ -642,6 +656,42 @@ static void test_syslog_target_opens(void **state)
 	free(s);
 }
 
+// log_gmtime() agrees with libc's gmtime_r() on every field it fills: each
+// 37th day boundary from 1968 to 2101 (leap years, 2000, 2100), a second before
+// and after each, and a spread of times far before and after the epoch.
+static void test_gmtime_matches_libc(void **state)
+{
+	(void)state;
+	int64_t samples[4096];
+	size_t  n = 0;
+	for (int64_t d = -400; d < 48000; d += 37) { // 3,925 samples
+		assert_true(n + 3 + 8 <= 4096);
+		samples[n++] = d * 86400;
+		samples[n++] = d * 86400 - 1;
+		samples[n++] = d * 86400 + 86399;
+	}
+	const int64_t far[] = { -62135596800LL, -2208988800LL, 951782400LL, 951868799LL,
+		4107542400LL, 4107628800LL, 253402300799LL, 1795000000LL };
+	for (size_t i = 0; i < sizeof(far) / sizeof(far[0]); i++) {
+		samples[n++] = far[i];
+	}
+	for (size_t i = 0; i < n; i++) {
+		time_t    t = (time_t)samples[i];
+		struct tm want;
+		struct tm got;
+		assert_non_null(gmtime_r(&t, &want));
+		log_gmtime(samples[i], &got);
+		assert_int_equal(got.tm_year, want.tm_year);
+		assert_int_equal(got.tm_mon, want.tm_mon);
+		assert_int_equal(got.tm_mday, want.tm_mday);
+		assert_int_equal(got.tm_hour, want.tm_hour);
+		assert_int_equal(got.tm_min, want.tm_min);
+		assert_int_equal(got.tm_sec, want.tm_sec);
+		assert_int_equal(got.tm_wday, want.tm_wday);
+		assert_int_equal(got.tm_yday, want.tm_yday);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -669,6 +719,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_concurrent_writers, setup_dir, teardown_dir),
 		cmocka_unit_test_setup_teardown(test_uds_target, setup_dir, teardown_dir),
 		cmocka_unit_test_setup_teardown(test_syslog_target_opens, setup_dir, teardown_dir),
+		cmocka_unit_test(test_gmtime_matches_libc),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

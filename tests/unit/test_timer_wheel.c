@@ -374,7 +374,7 @@ static void test_far(void **state)
 	assert_true(timer_wheel_armed(tw, &hours.t));
 	assert_int_equal(timer_wheel_count(tw), 1);
 	timer_wheel_free(tw);
-	assert_null(hours.t.next); // disarmed
+	assert_null(hours.t.pprev); // disarmed
 	assert_int_equal(atomic_load(&hours.fired), 0);
 }
 
