@@ -37,9 +37,13 @@ trap 'pkill -P $$ 2>/dev/null || true; rm -rf "$tmp"' EXIT
 free_port() {
 	/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
+# Waits until something listens on TCP port $1, without connecting to it (a
+# connection would make the broker run its accept path and count that too).
 wait_port() {
-	for _ in $(seq 100); do
-		/usr/bin/python3 -c "import socket; socket.create_connection(('127.0.0.1', $1), 0.2)" 2>/dev/null && return 0
+	local hex
+	hex=$(printf ':%04X ' "$1")
+	for _ in $(seq 200); do
+		grep -q "$hex[0-9A-F:]* 0A " /proc/net/tcp /proc/net/tcp6 2>/dev/null && return 0
 		sleep 0.05
 	done
 	return 1
@@ -74,8 +78,8 @@ measure() {
 
 echo "broker VmRSS_kB RssAnon_kB RssFile_kB threads"
 for i in $(seq "$runs"); do
-	[ "$which" != mosquitto ] && measure nanomq
-	[ "$which" != nanomq ] && measure mosquitto
+	if [ "$which" != mosquitto ]; then measure nanomq; fi
+	if [ "$which" != nanomq ]; then measure mosquitto; fi
 done | tee "$tmp/all"
 /usr/bin/python3 - "$tmp/all" <<'EOF'
 import statistics, sys

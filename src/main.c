@@ -5,6 +5,7 @@
 // broker, the listeners, the command channel; then the main thread waits
 // for signals.
 #include <errno.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -530,6 +531,9 @@ static int run(const cli_args *args, nmq_conf *conf, const char *argv0, int read
 	    workq_size(srv.wq), srv.n_listeners);
 	daemon_ready(ready_fd, 0, NULL);
 	sd_notify_ready();
+	// Hand back what parsing the configuration used and freed (the file,
+	// the HOCON tree): it sits below the heap's trim threshold otherwise.
+	malloc_trim(0);
 
 	uint64_t wd_us = sd_notify_watchdog_interval_us();
 	for (;;) {
