@@ -169,6 +169,14 @@ void proto_accept(nmq_proto *p, nmq_conn *c);
 void nmq_session_deliver(nmq_session *s, nmq_msg *msg, uint8_t qos, bool retain,
     const uint32_t *sub_ids, uint32_t n_sub_ids);
 
+// Drops the messages queued for s (not those already sent and awaiting
+// their acknowledgement) that keep(arg, msg) refuses, e.g. after a reload
+// that took read access away. keep runs under the session lock and must
+// take no lock of the protocol layer. Counts the drops as drop_acl.
+// Returns the number dropped.
+size_t nmq_session_drop_queued(
+    nmq_session *s, bool (*keep)(void *arg, const nmq_msg *msg), void *arg);
+
 void        nmq_session_hold(nmq_session *s);
 void        nmq_session_release(nmq_session *s);
 bool        nmq_session_online(nmq_session *s);

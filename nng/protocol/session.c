@@ -189,6 +189,47 @@ static void ring_pop(out_ring *r)
 	}
 }
 
+// Removes (and releases) the entries of r that keep refuses, keeping the
+// others in order. Returns the number removed.
+static size_t ring_filter(out_ring *r, bool (*keep)(void *arg, const nmq_msg *msg), void *arg)
+{
+	uint32_t kept = 0;
+	size_t   gone = 0;
+	for (uint32_t i = 0; i < r->len; i++) {
+		out_entry e = r->v[(r->head + i) % r->cap];
+		if (keep(arg, e.msg)) {
+			r->v[(r->head + kept) % r->cap] = e;
+			kept++;
+		} else {
+			nmq_msg_release(e.msg);
+			gone++;
+		}
+	}
+	r->len = kept;
+	if (kept == 0) {
+		r->head = 0;
+		ring_trim(r);
+	}
+	return gone;
+}
+
+// Drops the queued messages keep refuses; see proto.h.
+size_t nmq_session_drop_queued(
+    nmq_session *s, bool (*keep)(void *arg, const nmq_msg *msg), void *arg)
+{
+	size_t gone = 0;
+	nmq_mutex_lock(&s->mtx);
+	if (!s->ended) {
+		gone = ring_filter(&s->q, keep, arg) + ring_filter(&s->q0, keep, arg);
+	}
+	nmq_mutex_unlock(&s->mtx);
+	if (gone > 0) {
+		atomic_fetch_add(&s->p->m.msgs_dropped, (long)gone);
+		atomic_fetch_add(&s->p->m.drop_acl, (long)gone);
+	}
+	return gone;
+}
+
 // Queues e (QoS 0 and QoS 1/2 apart); false when the session's queue bound
 // is reached.
 static bool queue_push(nmq_session *s, out_entry *e)

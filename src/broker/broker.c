@@ -9,15 +9,18 @@
 // filter can be denied to the client (acl_filter_may_deny); a delivery
 // through a stamp equal to the epoch needs no check. A reload bumps the
 // epoch (every stamp stale: checked) and then re-stamps every session
-// (restamp_all); a session resumed by another user or address is
-// re-stamped for it (ident_adopt, from client_status). Refusals are skipped silently, counted
-// and logged rate-limited; a shared group's copy goes to the next member
-// that may read it (topic_tree_match_stamped stand-ins).
+// (restamp_all), and drops the messages queued for each session that its
+// client may no longer read (drop_unreadable); a session resumed by another
+// user or address is re-stamped for it (ident_adopt, from client_status).
+// Refusals are skipped silently, counted and logged rate-limited; a shared
+// group's copy goes to the next member that may read it
+// (topic_tree_match_stamped stand-ins).
 //
 // Locks, in order: sess_subs.mtx -> slot stripe -> reg_mtx, and
 // sess_subs.mtx -> tree shard / auth_mtx. A delivery check takes only the
 // subscriber's slot stripe (to read its identity), never while holding
-// another broker lock.
+// another broker lock; drop_unreadable takes a session's protocol lock
+// (nmq_session_drop_queued) with no broker lock held.
 #include "src/broker/broker.h"
 
 #include <pthread.h>
@@ -369,6 +372,74 @@ static void restamp_all(nmq_broker *b)
 	log_debug("acl", "event=restamped sessions=%zu epoch=%u", sessions, epoch);
 }
 
+// One session's read access, for drop_unreadable().
+typedef struct queue_check {
+	const acl *acl;
+	acl_client client;
+} queue_check;
+
+// Returns true when the client of a queue_check may read the message's
+// topic.
+static bool queued_readable(void *arg, const nmq_msg *msg)
+{
+	const queue_check *qc = arg;
+	return acl_check_read(qc->acl, &qc->client, msg->topic, msg->topic_len) == ACL_ALLOW;
+}
+
+// After an ACL swap: drops what is queued for each session that its client
+// may no longer read, since it was checked against the old ACL when it was
+// queued (messages already sent stay in flight). One session at a time;
+// the registry lock is held only to step.
+static void drop_unreadable(nmq_broker *b)
+{
+	auth_ctx *a = auth_get(b, NULL, NULL, NULL);
+	if (!acl_enabled(auth_ctx_acl(a))) {
+		auth_ctx_release(a);
+		return;
+	}
+	size_t dropped = 0;
+	pthread_mutex_lock(&b->reg_mtx);
+	sess_subs *ss = b->reg_head;
+	if (ss != NULL) {
+		ss->refs++;
+	}
+	pthread_mutex_unlock(&b->reg_mtx);
+	while (ss != NULL) {
+		nmq_session *s  = NULL;
+		sess_ident  *id = NULL;
+		pthread_mutex_lock(&ss->mtx);
+		if (!ss->dead && ss->ident != NULL) {
+			s = ss->s;
+			nmq_session_hold(s);
+			id = ident_hold(ss->ident);
+		}
+		pthread_mutex_unlock(&ss->mtx);
+		if (s != NULL) {
+			queue_check qc = { auth_ctx_acl(a),
+				{ nmq_session_client_id(s), id->username, id->peer } };
+			size_t      n  = nmq_session_drop_queued(s, queued_readable, &qc);
+			if (n > 0) {
+				atomic_fetch_add(&b->acl_deliveries_denied, (long)n);
+				log_info("acl", "client_id=%s messages=%zu event=queued_dropped",
+				    nmq_session_client_id(s), n);
+			}
+			dropped += n;
+			ident_release(id);
+			nmq_session_release(s);
+		}
+		pthread_mutex_lock(&b->reg_mtx);
+		sess_subs *next = ss->next;
+		if (next != NULL) {
+			next->refs++;
+		}
+		pthread_mutex_unlock(&b->reg_mtx);
+		ss_put(b, ss);
+		ss = next;
+	}
+	auth_ctx_release(a);
+	log_debug("acl", "event=queues_checked dropped=%zu", dropped);
+}
+
 static void sess_hold(void *s)
 {
 	nmq_session_hold(s);
@@ -462,6 +533,7 @@ int broker_reconfigure(nmq_broker *b, const nmq_conf *conf, char *err, size_t er
 		auth_ctx_release(old);
 	}
 	restamp_all(b);
+	drop_unreadable(b);
 	return 0;
 }
 

@@ -17,7 +17,9 @@ With the rules below, bob may subscribe to a/# but must not read a/secret.
   one of them, a/public is still shared between both, nothing is lost or
   duplicated); a group in which no member may read it does not get it.
 - Reload (SIGHUP): removing the deny rule lets bob receive a/secret on his
-  existing subscription; adding it back stops that, without resubscribing.
+  existing subscription; adding it back stops that, without resubscribing,
+  and also drops the a/secret already queued for his offline session (and
+  nothing else).
 - A session is resumed only by its user: bob can resume alice's session
   neither live nor offline (CONNACK 0x85 / 0x02), and alice gets what was
   queued for her; a clean start by bob discards her session and gives him
@@ -431,6 +433,45 @@ class TestReloadAddsDeny(DeliveryCase):
         self.assertEqual(self.upto(shared, f), [("a/public", b"open", 1)])
         self.assertEqual(self.upto(alice, f), [("a/secret", b"after", 1),
                                                ("a/public", b"open", 1)])
+
+
+    # Messages queued for an offline session before the reload are checked
+    # against the new ACL too: bob does not get the a/secret that waited
+    # for him, but does get the a/public queued with it; alice, whom the
+    # new rule does not concern, gets both.
+    def test_reload_drops_queued_messages(self):
+        for v in VERSIONS:
+            with self.subTest(version=v):
+                self.write_acl(ACL_WITHOUT_DENY)
+                self.sighup()
+                kw = {"clean": False}
+                if v == 5:
+                    kw["props"] = {"SessionExpiryInterval": 300}
+                ids = {"bob": "q-bob-%d" % v, "alice": "q-alice-%d" % v}
+                pws = {"bob": "pb", "alice": "pa"}
+                for user in ("bob", "alice"):
+                    c = self.client(v, ids[user], user, pws[user], **kw)
+                    self.assertEqual(c.subscribe([("a/#", 1)]).codes, [1])
+                    c.disconnect()
+                    c.close()
+                time.sleep(0.2)
+                pub = self.client(v, "pub-q-%d" % v)
+                self.publish(pub, "a/secret", b"queued", 1)
+                self.publish(pub, "a/public", b"kept", 1)
+                self.write_acl(ACL_WITH_DENY)
+                self.sighup()
+                f = self.fence(pub)
+                want = {"bob": [("a/public", b"kept", 1)],
+                        "alice": [("a/secret", b"queued", 1), ("a/public", b"kept", 1)]}
+                for user in ("bob", "alice"):
+                    c = self.raw(version=v)
+                    ack = c.connect(ids[user], username=user, password=pws[user], **kw)
+                    self.assertEqual((ack.rc, ack.session_present), (0, True))
+                    self.assertEqual(self.upto(c, f), want[user], user)
+                    c.disconnect()
+                    c.close()
+                pub.disconnect()
+                pub.close()
 
 
 if __name__ == "__main__":
