@@ -8,10 +8,10 @@
 // subscription in the tree with the current ACL epoch when no topic of its
 // filter can be denied to the client (acl_filter_may_deny); a delivery
 // through a stamp equal to the epoch needs no check. A reload bumps the
-// epoch (every stamp stale: checked) and then re-stamps every session
-// (restamp_all), and drops the messages queued for each session that its
-// client may no longer read (drop_unreadable); a session resumed by another
-// user or address is re-stamped for it (ident_adopt, from client_status).
+// epoch (every stamp stale: checked), then re-stamps every session and
+// drops the messages queued for it that its client may no longer read
+// (acl_swapped); a session resumed by another user or address is
+// re-stamped for it (ident_adopt, from client_status).
 // Refusals are skipped silently, counted and logged rate-limited; a shared
 // group's copy goes to the next member that may read it
 // (topic_tree_match_stamped stand-ins).
@@ -19,7 +19,7 @@
 // Locks, in order: sess_subs.mtx -> slot stripe -> reg_mtx, and
 // sess_subs.mtx -> tree shard / auth_mtx. A delivery check takes only the
 // subscriber's slot stripe (to read its identity), never while holding
-// another broker lock; drop_unreadable takes a session's protocol lock
+// another broker lock; acl_swapped takes a session's protocol lock
 // (nmq_session_drop_queued) with no broker lock held.
 #include "src/broker/broker.h"
 
@@ -333,48 +333,9 @@ static void restamp_locked(nmq_broker *b, sess_subs *ss, const acl *a, uint32_t 
 	}
 }
 
-// After an ACL swap: re-stamps every session's subscriptions, one session
-// at a time (the registry lock is held only to step). Subscriptions made
-// meanwhile carry their own stamp; until a session is done, its stale
-// stamps make every delivery to it checked.
-static void restamp_all(nmq_broker *b)
-{
-	uint32_t  epoch;
-	auth_ctx *a = auth_get(b, NULL, NULL, &epoch);
-	if (!acl_enabled(auth_ctx_acl(a))) {
-		auth_ctx_release(a);
-		return;
-	}
-	size_t sessions = 0;
-	pthread_mutex_lock(&b->reg_mtx);
-	sess_subs *ss = b->reg_head;
-	if (ss != NULL) {
-		ss->refs++;
-	}
-	pthread_mutex_unlock(&b->reg_mtx);
-	while (ss != NULL) {
-		pthread_mutex_lock(&ss->mtx);
-		if (!ss->dead && ss->n > 0) {
-			restamp_locked(b, ss, auth_ctx_acl(a), epoch);
-			sessions++;
-		}
-		pthread_mutex_unlock(&ss->mtx);
-		pthread_mutex_lock(&b->reg_mtx);
-		sess_subs *next = ss->next;
-		if (next != NULL) {
-			next->refs++;
-		}
-		pthread_mutex_unlock(&b->reg_mtx);
-		ss_put(b, ss);
-		ss = next;
-	}
-	auth_ctx_release(a);
-	log_debug("acl", "event=restamped sessions=%zu epoch=%u", sessions, epoch);
-}
-
 // One session's read access, for drop_unreadable().
 typedef struct queue_check {
-	const acl *acl;
+	const acl *rules;
 	acl_client client;
 } queue_check;
 
@@ -383,21 +344,39 @@ typedef struct queue_check {
 static bool queued_readable(void *arg, const nmq_msg *msg)
 {
 	const queue_check *qc = arg;
-	return acl_check_read(qc->acl, &qc->client, msg->topic, msg->topic_len) == ACL_ALLOW;
+	return acl_check_read(qc->rules, &qc->client, msg->topic, msg->topic_len) == ACL_ALLOW;
 }
 
-// After an ACL swap: drops what is queued for each session that its client
-// may no longer read, since it was checked against the old ACL when it was
-// queued (messages already sent stay in flight). One session at a time;
-// the registry lock is held only to step.
-static void drop_unreadable(nmq_broker *b)
+// Drops what is queued for session s (identity id) that its client may not
+// read under rules. Returns the number dropped.
+static size_t drop_unreadable(nmq_broker *b, const acl *rules, nmq_session *s, const sess_ident *id)
 {
-	auth_ctx *a = auth_get(b, NULL, NULL, NULL);
+	queue_check qc = { rules, { nmq_session_client_id(s), id->username, id->peer } };
+	size_t      n  = nmq_session_drop_queued(s, queued_readable, &qc);
+	if (n > 0) {
+		atomic_fetch_add(&b->acl_deliveries_denied, (long)n);
+		log_info("acl", "client_id=%s messages=%zu event=queued_dropped",
+		    nmq_session_client_id(s), n);
+	}
+	return n;
+}
+
+// After an ACL swap, for every session, one at a time (the registry lock is
+// held only to step): re-stamps its subscriptions (subscriptions made
+// meanwhile carry their own stamp; until a session is done, its stale
+// stamps make every delivery to it checked), then drops what is queued for
+// it that its client may no longer read, since that was checked against
+// the old ACL when it was queued (messages already sent stay in flight).
+static void acl_swapped(nmq_broker *b)
+{
+	uint32_t  epoch;
+	auth_ctx *a = auth_get(b, NULL, NULL, &epoch);
 	if (!acl_enabled(auth_ctx_acl(a))) {
 		auth_ctx_release(a);
 		return;
 	}
-	size_t dropped = 0;
+	size_t sessions = 0;
+	size_t dropped  = 0;
 	pthread_mutex_lock(&b->reg_mtx);
 	sess_subs *ss = b->reg_head;
 	if (ss != NULL) {
@@ -408,6 +387,10 @@ static void drop_unreadable(nmq_broker *b)
 		nmq_session *s  = NULL;
 		sess_ident  *id = NULL;
 		pthread_mutex_lock(&ss->mtx);
+		if (!ss->dead && ss->n > 0) {
+			restamp_locked(b, ss, auth_ctx_acl(a), epoch);
+			sessions++;
+		}
 		if (!ss->dead && ss->ident != NULL) {
 			s = ss->s;
 			nmq_session_hold(s);
@@ -415,15 +398,8 @@ static void drop_unreadable(nmq_broker *b)
 		}
 		pthread_mutex_unlock(&ss->mtx);
 		if (s != NULL) {
-			queue_check qc = { auth_ctx_acl(a),
-				{ nmq_session_client_id(s), id->username, id->peer } };
-			size_t      n  = nmq_session_drop_queued(s, queued_readable, &qc);
-			if (n > 0) {
-				atomic_fetch_add(&b->acl_deliveries_denied, (long)n);
-				log_info("acl", "client_id=%s messages=%zu event=queued_dropped",
-				    nmq_session_client_id(s), n);
-			}
-			dropped += n;
+			// The session's protocol lock, with no broker lock held.
+			dropped += drop_unreadable(b, auth_ctx_acl(a), s, id);
 			ident_release(id);
 			nmq_session_release(s);
 		}
@@ -437,7 +413,8 @@ static void drop_unreadable(nmq_broker *b)
 		ss = next;
 	}
 	auth_ctx_release(a);
-	log_debug("acl", "event=queues_checked dropped=%zu", dropped);
+	log_debug("acl", "event=acl_swapped restamped=%zu dropped=%zu epoch=%u", sessions, dropped,
+	    epoch);
 }
 
 static void sess_hold(void *s)
@@ -523,7 +500,7 @@ int broker_reconfigure(nmq_broker *b, const nmq_conf *conf, char *err, size_t er
 	b->deny_disconnect = conf->auth_deny_action == CONF_DENY_DISCONNECT;
 	b->acl_active      = acl_enabled(auth_ctx_acl(a));
 	// A new epoch withdraws every proof made against the old ACL:
-	// deliveries are checked one by one until restamp_all() is through.
+	// deliveries are checked one by one until acl_swapped() is through.
 	uint32_t epoch = b->acl_epoch + 1;
 	b->acl_epoch   = epoch != 0 && epoch != STAMP_REFUSED ? epoch : 1;
 	pthread_mutex_unlock(&b->auth_mtx);
@@ -532,8 +509,7 @@ int broker_reconfigure(nmq_broker *b, const nmq_conf *conf, char *err, size_t er
 	if (old != NULL) {
 		auth_ctx_release(old);
 	}
-	restamp_all(b);
-	drop_unreadable(b);
+	acl_swapped(b);
 	return 0;
 }
 
