@@ -28,7 +28,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
 scenarios_all=(fanout_q0 fanout_q1 fanout_q0_20 fanout_q1_20 four_q0 four_q1 pairs_q1 shared_q1
-	idle_10k)
+	idle_10k startup)
 duration=10
 repeat=1
 brokers=nanomq,mosquitto
@@ -50,6 +50,7 @@ scenario_args() {
 	pairs_q1) echo "pubsub --pubs 1000 --subs 1000 -t bench/pair/%i -q 1 -I 0" ;;
 	shared_q1) echo "pubsub --pubs 1000 --subs 10 -t bench/sh/%i --sub-topic \$share/g/bench/sh/+ -q 1 -I 100" ;;
 	idle_10k) echo "conn -c 10000" ;;
+	startup) echo "startup" ;; # scripts/startup-rss.sh, not the generator
 	*) return 1 ;;
 	esac
 }
@@ -66,6 +67,7 @@ scenario_doc() {
 	pairs_q1) echo "1,000 publisher/subscriber pairs (own topic each), QoS 1, flat out" ;;
 	shared_q1) echo "1,000 publishers -> one 10-member shared subscription, QoS 1, 10 msg/s each" ;;
 	idle_10k) echo "10,000 idle connections: connections/s and broker memory per connection" ;;
+	startup) echo "memory 2 s after start on the default configuration (scripts/startup-rss.sh)" ;;
 	esac
 }
 
@@ -211,9 +213,32 @@ stop_broker() {
 	fi
 }
 
+# Measures broker $1's startup memory once (scripts/startup-rss.sh: the
+# default configuration for ours, a plain listener for mosquitto, nothing
+# connects); appends a JSON line, repetition $2.
+run_startup() {
+	local b=$1 rep=$2 line
+	echo "== startup on $b (run $rep)" >&2
+	line=$("$root/scripts/startup-rss.sh" -r 1 -b "$b" -n "$ours" 2>"$work/gen.err" |
+		awk -v b="$b" '$1 == b && NF == 5 {
+			printf "{\"vmrss_kb\":%d,\"rss_anon_kb\":%d,\"rss_file_kb\":%d,\"threads\":%d}",
+			    $2, $3, $4, $5 }') || true
+	if [ -z "$line" ]; then
+		echo "bench.sh: startup on $b produced no report:" >&2
+		tail -5 "$work/gen.err" >&2
+		return 0
+	fi
+	printf '{"scenario":"startup","broker":"%s","run":%d,"report":%s}\n' "$b" "$rep" "$line" \
+		>>"$results"
+}
+
 # Runs scenario $1 against broker $2, repetition $3; appends a JSON line.
 run_one() {
 	local s=$1 b=$2 rep=$3 port args line
+	if [ "$s" = startup ]; then
+		run_startup "$b" "$rep"
+		return 0
+	fi
 	port=$(free_port)
 	start_broker "$b" "$port" || return 0
 	read -r -a args <<<"$(scenario_args "$s")"
@@ -302,6 +327,19 @@ print("%-13s %-9s %11s %6s %9s %9s %9s %8s %9s %9s %5s %5s" % (
     "scenario", "broker", "deliv msg/s", "spread", "CPU s/M", "p50 ms", "p99 ms",
     "VmHWM MB", "lost", "tail", "gen%", "brk%"))
 for s in scen:
+    if s == "startup":
+        rss = {}
+        for b in ("nanomq", "mosquitto"):
+            if (s, b) in rows:
+                reps = rows[(s, b)]
+                rss[b] = med([r["vmrss_kb"] for r in reps]) / 1024
+                print("%-13s %-9s VmRSS %.2f MB (min %.2f, max %.2f), RssAnon %.2f MB, %d threads" % (
+                    s, b, rss[b], min(r["vmrss_kb"] for r in reps) / 1024,
+                    max(r["vmrss_kb"] for r in reps) / 1024,
+                    med([r["rss_anon_kb"] for r in reps]) / 1024, reps[0]["threads"]))
+        if len(rss) == 2:
+            print("%-13s %-9s VmRSS %s" % ("", "ours/mosq", ratio(rss["nanomq"], rss["mosquitto"])))
+        continue
     ms = {}
     for b in ("nanomq", "mosquitto"):
         if (s, b) not in rows:
