@@ -526,69 +526,73 @@ static bool ipv4_literal(const char *host, uint16_t port, struct sockaddr_in *sa
 	return true;
 }
 
+// Resolves the bind address host:port into sa (*salen bytes): an IPv4
+// literal directly, anything else (names, IPv6, an empty host) with
+// getaddrinfo(). Returns 0, or -1 with getaddrinfo()'s message in err.
+static int resolve_bind(const char *host, const char *port, struct sockaddr_storage *sa,
+    socklen_t *salen, char *err, size_t errlen)
+{
+	unsigned long pnum = 0;
+	const char   *pc   = port;
+	while (*pc >= '0' && *pc <= '9' && pnum <= 65535) {
+		pnum = pnum * 10 + (unsigned long)(*pc++ - '0');
+	}
+	if (pc != port && *pc == '\0' && pnum <= 65535
+	    && ipv4_literal(host, (uint16_t)pnum, (struct sockaddr_in *)sa)) {
+		*salen = sizeof(struct sockaddr_in);
+		return 0;
+	}
+	struct addrinfo  hints;
+	struct addrinfo *ai;
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family   = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags    = AI_PASSIVE | AI_NUMERICSERV;
+	int rv            = getaddrinfo(host[0] != '\0' ? host : NULL, port, &hints, &ai);
+	if (rv != 0) {
+		snprintf(err, errlen, "%s", gai_strerror(rv));
+		return -1;
+	}
+	memcpy(sa, ai->ai_addr, ai->ai_addrlen);
+	*salen = ai->ai_addrlen;
+	freeaddrinfo(ai);
+	return 0;
+}
+
 // Opens, binds and watches a tcp:// listening socket. Returns 0 or an NNG
 // error with a message in err.
 static int raw_listen(nmq_listener *l, char *err, size_t errlen)
 {
-	char             host[256];
-	char             port[16];
-	struct addrinfo  hints;
-	struct addrinfo *ai = NULL;
-	int              rv;
+	char                    host[256];
+	char                    port[16];
+	char                    why[128];
+	struct sockaddr_storage sa;
+	socklen_t               salen;
 	if (split_url(l->url, host, sizeof(host), port, sizeof(port), NULL, 0) != 0) {
 		snprintf(err, errlen, "%s: %s: expected %s://host:port", l->name, l->url,
 		    l->kind == KIND_WS ? "ws" : "tcp");
 		return NNG_EADDRINVAL;
 	}
-	struct sockaddr_in v4;
-	struct addrinfo    v4ai;
-	unsigned long      pnum = 0;
-	const char        *pc   = port;
-	while (*pc >= '0' && *pc <= '9' && pnum <= 65535) {
-		pnum = pnum * 10 + (unsigned long)(*pc++ - '0');
+	if (resolve_bind(host, port, &sa, &salen, why, sizeof(why)) != 0) {
+		snprintf(err, errlen, "%s: %s: %s", l->name, l->url, why);
+		return NNG_EADDRINVAL;
 	}
-	if (pc != port && *pc == '\0' && pnum <= 65535 && ipv4_literal(host, (uint16_t)pnum, &v4)) {
-		memset(&v4ai, 0, sizeof(v4ai));
-		v4ai.ai_family  = AF_INET;
-		v4ai.ai_addr    = (struct sockaddr *)&v4;
-		v4ai.ai_addrlen = sizeof(v4);
-		ai              = &v4ai;
-	} else {
-		memset(&hints, 0, sizeof(hints));
-		hints.ai_family   = AF_UNSPEC;
-		hints.ai_socktype = SOCK_STREAM;
-		hints.ai_flags    = AI_PASSIVE | AI_NUMERICSERV;
-		if ((rv = getaddrinfo(host[0] != '\0' ? host : NULL, port, &hints, &ai)) != 0) {
-			snprintf(err, errlen, "%s: %s: %s", l->name, l->url, gai_strerror(rv));
-			return NNG_EADDRINVAL;
-		}
-	}
-	l->lfd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	l->lfd = socket(sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (l->lfd < 0) {
 		snprintf(err, errlen, "%s: %s: socket: %s", l->name, l->url, strerror(errno));
-		if (ai != &v4ai) {
-			freeaddrinfo(ai);
-		}
 		return NNG_ENOMEM;
 	}
 	int one = 1;
 	setsockopt(l->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(l->lfd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(l->lfd, 1024) != 0) {
+	if (bind(l->lfd, (struct sockaddr *)&sa, salen) != 0 || listen(l->lfd, 1024) != 0) {
 		int e = errno;
 		snprintf(err, errlen, "%s: cannot listen on %s: %s", l->name, l->url, strerror(e));
-		if (ai != &v4ai) {
-			freeaddrinfo(ai);
-		}
 		return e == EADDRINUSE ? NNG_EADDRINUSE : NNG_EADDRINVAL;
 	}
-	if (ai != &v4ai) {
-		freeaddrinfo(ai);
-	}
-	struct sockaddr_storage ss;
-	socklen_t               sl = sizeof(ss);
-	if (getsockname(l->lfd, (struct sockaddr *)&ss, &sl) == 0) {
-		l->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
-		                                         : ((struct sockaddr_in *)&ss)->sin_port);
+	salen = sizeof(sa);
+	if (getsockname(l->lfd, (struct sockaddr *)&sa, &salen) == 0) {
+		l->port = ntohs(sa.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&sa)->sin6_port
+		                                         : ((struct sockaddr_in *)&sa)->sin_port);
 	}
 	l->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
 	if (l->tfd < 0) {
