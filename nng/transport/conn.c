@@ -1219,6 +1219,19 @@ static uint8_t *arena_reserve(nmq_conn *c, size_t n)
 	return b->arena + b->arena_len;
 }
 
+// Appends a segment for the next n arena bytes of b (room checked by the
+// caller) and counts them.
+static void arena_seg_add(txbuf *b, size_t n)
+{
+	tx_seg *s = &b->segs[b->nsegs++];
+	s->ref    = NULL;
+	s->p      = NULL;
+	s->off    = b->arena_len;
+	s->len    = n;
+	b->arena_len += n;
+	b->bytes += n;
+}
+
 // WebSocket: starts a data frame at the end of the fill buffer if the
 // connection is open and no frame is, with a header segment of WS_HDR_ROOM
 // arena bytes that ws_frame_finish fills in. Returns false on allocation
@@ -1233,14 +1246,8 @@ static bool ws_frame_begin(nmq_conn *c)
 	if (arena_reserve(c, WS_HDR_ROOM) == NULL || !txbuf_seg_room(b)) {
 		return false;
 	}
-	tx_seg *s = &b->segs[b->nsegs];
-	s->ref    = NULL;
-	s->p      = NULL;
-	s->off    = b->arena_len;
-	s->len    = WS_HDR_ROOM;
-	b->arena_len += WS_HDR_ROOM;
-	b->bytes += WS_HDR_ROOM;
-	w->hdr_seg     = b->nsegs++;
+	w->hdr_seg = b->nsegs;
+	arena_seg_add(b, WS_HDR_ROOM);
 	w->frame_open  = true;
 	w->frame_start = b->bytes;
 	return true;
@@ -1297,19 +1304,13 @@ void conn_tx_commit(nmq_conn *c, size_t n)
 	    && b->segs[b->nsegs - 1].off + b->segs[b->nsegs - 1].len == b->arena_len
 	    && !(c->ws != NULL && c->ws->frame_open && c->ws->hdr_seg == b->nsegs - 1)) {
 		b->segs[b->nsegs - 1].len += n;
+		b->arena_len += n;
+		b->bytes += n;
+	} else if (txbuf_seg_room(b)) {
+		arena_seg_add(b, n);
 	} else {
-		if (!txbuf_seg_room(b)) {
-			close_locked(c);
-			return;
-		}
-		tx_seg *s = &b->segs[b->nsegs++];
-		s->ref    = NULL;
-		s->p      = NULL;
-		s->off    = b->arena_len;
-		s->len    = n;
+		close_locked(c);
 	}
-	b->arena_len += n;
-	b->bytes += n;
 }
 
 // Queues bytes inside msg by reference.
