@@ -74,9 +74,17 @@ const conn_env *proto_conn_env(nmq_proto *p)
 
 void proto_count_drop(nmq_proto *p, atomic_long *why)
 {
-	atomic_fetch_add(&p->m.msgs_dropped, 1);
+	proto_count_drops(p, why, 1);
+}
+
+void proto_count_drops(nmq_proto *p, atomic_long *why, size_t n)
+{
+	if (n == 0) {
+		return;
+	}
+	atomic_fetch_add(&p->m.msgs_dropped, (long)n);
 	if (why != NULL) {
-		atomic_fetch_add(why, 1);
+		atomic_fetch_add(why, (long)n);
 	}
 }
 

@@ -195,8 +195,10 @@ nmq_session *proto_table_find(nmq_proto *p, const char *client_id);
 void         proto_table_insert(nmq_proto *p, nmq_session *s);
 void         proto_table_remove(nmq_proto *p, nmq_session *s);
 void         proto_count_drop(nmq_proto *p, atomic_long *why);
-bool         proto_links_add(nmq_proto *p, nmq_link *l); // false when stopping
-void         proto_links_remove(nmq_proto *p, nmq_link *l);
+// Counts n drops at once (total and why).
+void proto_count_drops(nmq_proto *p, atomic_long *why, size_t n);
+bool proto_links_add(nmq_proto *p, nmq_link *l); // false when stopping
+void proto_links_remove(nmq_proto *p, nmq_link *l);
 
 // session.c
 // owner: the user name of the creating CONNECT (owner_len bytes, no NUL

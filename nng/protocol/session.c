@@ -223,10 +223,7 @@ size_t nmq_session_drop_queued(
 		gone = ring_filter(&s->q, keep, arg) + ring_filter(&s->q0, keep, arg);
 	}
 	nmq_mutex_unlock(&s->mtx);
-	if (gone > 0) {
-		atomic_fetch_add(&s->p->m.msgs_dropped, (long)gone);
-		atomic_fetch_add(&s->p->m.drop_acl, (long)gone);
-	}
+	proto_count_drops(s->p, &s->p->m.drop_acl, gone);
 	return gone;
 }
 
