@@ -1,10 +1,12 @@
 // Locale-free ASCII helpers for the configuration and the command line, in
 // place of <ctype.h>, strcasecmp(), strncasecmp(), strcspn(), strstr(),
-// strtoll() and (for plain integers) strtod() on the startup path. Configuration words are ASCII
-// whatever the locale, and each of those libc functions lives apart from the rest of what the
-// broker calls (the C locale's case tables, SSE4.2 and EVEX variants, strtod's power tables): the
-// kernel maps a shared library in 64 KiB windows around every page touched, so each call made at
-// startup kept another 64 KiB of libc resident.
+// strtoll() and (for short decimals) strtod() on the startup path.
+// Configuration words are ASCII whatever the locale, and each of those libc
+// functions lives apart from the rest of what the broker calls (the C
+// locale's case tables, SSE4.2 and EVEX variants, strtod's power tables):
+// the kernel maps a shared library in 64 KiB windows around every page
+// touched, so each call made at startup kept another 64 KiB of libc
+// resident.
 #ifndef NMQ_CONF_ASCII_H
 #define NMQ_CONF_ASCII_H
 

@@ -152,8 +152,7 @@ static bool host_ok(const char *s, size_t n, bool v6)
 	}
 	for (size_t i = 0; i < n; i++) {
 		int c = (unsigned char)s[i];
-		if (v6 ? !(
-		        ascii_isxdigit(c) || c == ':' || c == '.' || c == '%' || ascii_isalnum(c))
+		if (v6 ? !(ascii_isalnum(c) || c == ':' || c == '.' || c == '%')
 		       : !(ascii_isalnum(c) || c == '.' || c == '-' || c == '_')) {
 			return false;
 		}

@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "src/conf/ascii.h"
 #include "src/conf/conf_int.h"

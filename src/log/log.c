@@ -48,17 +48,6 @@ static const char *const log_level_names[] = {
 	"fatal",
 };
 
-// The level field of a line, padded to five characters (no "%-5s": the
-// padding code of printf is one more 64 KiB window of libc at startup).
-static const char *const log_level_fields[] = {
-	" trace ",
-	" debug ",
-	" info  ",
-	" warn  ",
-	" error ",
-	" fatal ",
-};
-
 static const int log_syslog_prio[] = {
 	LOG_DEBUG,
 	LOG_DEBUG,
@@ -526,8 +515,10 @@ static int log_format_time(char *buf, size_t cap)
 	clock_gettime(CLOCK_REALTIME, &ts);
 	log_gmtime((int64_t)ts.tv_sec, &tm);
 	int year = tm.tm_year + 1900;
+	int ms   = (int)(ts.tv_nsec / 1000000);
 	if (year < 0 || year > 9999 || cap < 25) {
-		return snprintf(buf, cap, "%dZ", year);
+		return snprintf(buf, cap, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", year,
+		    tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
 	}
 	// Digits by hand: zero padding is printf's _IO_padn, one more 64 KiB
 	// window of libc resident from the first line logged.
@@ -542,13 +533,12 @@ static int log_format_time(char *buf, size_t cap)
 		*o++ = (char)('0' + field[i] / 10);
 		*o++ = (char)('0' + field[i] % 10);
 	}
-	int ms = (int)(ts.tv_nsec / 1000000);
-	*o++   = '.';
-	*o++   = (char)('0' + ms / 100);
-	*o++   = (char)('0' + ms / 10 % 10);
-	*o++   = (char)('0' + ms % 10);
-	*o++   = 'Z';
-	*o     = '\0';
+	*o++ = '.';
+	*o++ = (char)('0' + ms / 100);
+	*o++ = (char)('0' + ms / 10 % 10);
+	*o++ = (char)('0' + ms % 10);
+	*o++ = 'Z';
+	*o   = '\0';
 	return (int)(o - buf);
 }
 
@@ -576,9 +566,15 @@ void log_write(int level, const char *module, const char *fmt, ...)
 	}
 
 	// "<time> <level> " then the body "<module>: <message>".
-	int    tlen = log_format_time(line, cap);
-	int    head = snprintf(line + tlen, cap - (size_t)tlen, "%s", log_level_fields[level]);
-	size_t body = (size_t)tlen + (size_t)head;
+	int tlen = log_format_time(line, cap);
+	// The level padded to five characters by hand, not with "%-5s" (see
+	// log_format_time).
+	const char *name = log_level_names[level];
+	size_t      nl   = strlen(name);
+	size_t      body = (size_t)tlen + 7;
+	line[tlen]       = ' ';
+	memcpy(line + tlen + 1, name, nl);
+	memset(line + tlen + 1 + nl, ' ', 6 - nl);
 	int    mlen = snprintf(line + body, cap - body, "%.64s: ", module);
 	size_t msg  = body + (size_t)mlen;
 
