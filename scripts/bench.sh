@@ -110,7 +110,7 @@ if [ "$build" = 1 ] && [ -z "${NANOMQ_CLI_BIN:-}" ]; then
 			echo "bench.sh: our broker does not build; running mosquitto only" >&2
 	fi
 fi
-cli=${NANOMQ_CLI_BIN:-$bdir/src/nanomq_cli}
+cli=${NANOMQ_CLI_BIN:-$bdir/tools/nanomq_cli/nanomq_cli}
 ours=${NANOMQ_BIN:-$bdir/src/nanomq}
 [ -x "$cli" ] || { echo "bench.sh: no nanomq_cli at $cli" >&2; exit 1; }
 if [[ ",$brokers," == *,mosquitto,* ]] && ! command -v mosquitto >/dev/null; then

@@ -16,17 +16,17 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "nng/protocol/msg.h"
+#include "nng/core/msg.h"
 #include "nng/protocol/proto.h"
 #include "nng/transport/listener.h"
 #include "src/auth/auth_passwd.h"
 #include "src/broker/broker.h"
-#include "src/cli/args.h"
-#include "src/cli/ctl.h"
-#include "src/cli/daemon.h"
-#include "src/cli/ipc.h"
-#include "src/cli/pidfile.h"
-#include "src/cli/sd_notify.h"
+#include "src/daemon/args.h"
+#include "src/daemon/ctl.h"
+#include "src/daemon/daemon.h"
+#include "src/daemon/ipc.h"
+#include "src/daemon/pidfile.h"
+#include "src/daemon/sd_notify.h"
 #include "src/conf/conf.h"
 #include "src/log/log.h"
 

@@ -20,7 +20,7 @@
 #include <stdint.h>
 
 #include "nng/codec/mqtt_codec.h"
-#include "nng/protocol/msg.h"
+#include "nng/core/msg.h"
 #include "nng/protocol/timer_wheel.h"
 #include "nng/transport/conn.h"
 

@@ -6,7 +6,7 @@
 #include <pthread.h>
 
 #include "nng/protocol/proto.h"
-#include "nng/transport/nmq_mutex.h"
+#include "nng/core/nmq_mutex.h"
 
 #define SUBIDS_INLINE 4
 

@@ -16,7 +16,7 @@
 
 #include "nng/codec/mqtt_codec.h"
 #include "nng/codec/ws_codec.h"
-#include "nng/transport/nmq_mutex.h"
+#include "nng/core/nmq_mutex.h"
 
 #define RX_INIT     256
 #define RX_GROW_MAX (64 * 1024)

@@ -29,7 +29,7 @@
 
 #include <nng/nng.h>
 
-#include "nng/protocol/msg.h"
+#include "nng/core/msg.h"
 #include "nng/transport/workq.h"
 
 typedef struct nmq_conn nmq_conn;

@@ -3,7 +3,7 @@
 
 The test plays systemd: it binds an AF_UNIX datagram socket, passes it in
 NOTIFY_SOCKET (a path, or "@name" in the abstract namespace) and reads what
-the broker sends (compat.md 4.1, src/cli/sd_notify.h):
+the broker sends (compat.md 4.1, src/daemon/sd_notify.h):
 - READY=1 once, and only when the listener accepts connections;
 - RELOADING=1 with MONOTONIC_USEC=<now>, then READY=1, around a SIGHUP
   reload (also a failed one);

@@ -23,11 +23,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "src/cli/args.h"
-#include "src/cli/ctl.h"
-#include "src/cli/daemon.h"
-#include "src/cli/pidfile.h"
-#include "src/cli/sd_notify.h"
+#include "src/daemon/args.h"
+#include "src/daemon/ctl.h"
+#include "src/daemon/daemon.h"
+#include "src/daemon/pidfile.h"
+#include "src/daemon/sd_notify.h"
 
 static char tmpdir[64];
 

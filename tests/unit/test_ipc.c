@@ -1,4 +1,4 @@
-// Unit tests of src/cli/ipc: the command channel's server (NNG's rep0 wire
+// Unit tests of src/daemon/ipc: the command channel's server (NNG's rep0 wire
 // protocol without NNG, on its own thread, handler allowed to block) and
 // client (NNG req0 with a timeout), over real ipc:// sockets in a temporary
 // directory and tcp:// on loopback. The NNG client and raw NNG req0 sockets
@@ -31,7 +31,7 @@
 #include <nng/protocol/reqrep0/rep.h>
 #include <nng/protocol/reqrep0/req.h>
 
-#include "src/cli/ipc.h"
+#include "src/daemon/ipc.h"
 
 static char tmpdir[64];
 static char sock_path[128];

@@ -1,4 +1,4 @@
-// Unit tests of the 4-byte futex mutex (nng/transport/nmq_mutex.h): mutual
+// Unit tests of the 4-byte futex mutex (nng/core/nmq_mutex.h): mutual
 // exclusion under contention, trylock, and the wake-up of sleepers.
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,7 +12,7 @@
 #include <stdatomic.h>
 #include <time.h>
 
-#include "nng/transport/nmq_mutex.h"
+#include "nng/core/nmq_mutex.h"
 
 #define THREADS 4
 #define ROUNDS  200000

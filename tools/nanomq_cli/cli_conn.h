@@ -18,7 +18,7 @@
 #include <sys/socket.h>
 
 #include "nng/codec/mqtt_codec.h"
-#include "src/client/cli_loop.h"
+#include "tools/nanomq_cli/cli_loop.h"
 
 // Connection settings; shared read-only by many connections.
 typedef struct cli_conn_cfg {

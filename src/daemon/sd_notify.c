@@ -1,5 +1,5 @@
 // The systemd notify protocol over a unix datagram socket. See sd_notify.h.
-#include "src/cli/sd_notify.h"
+#include "src/daemon/sd_notify.h"
 
 #include <errno.h>
 #include <stdarg.h>

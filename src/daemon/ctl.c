@@ -1,5 +1,5 @@
 // `nanomq stop|restart|reload`: signals to the broker named by the pid file.
-#include "src/cli/ctl.h"
+#include "src/daemon/ctl.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -7,7 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "src/cli/pidfile.h"
+#include "src/daemon/pidfile.h"
 
 #define CTL_POLL_MS 50
 

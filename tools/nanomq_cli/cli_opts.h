@@ -12,7 +12,7 @@
 #include <stdio.h>
 
 #include "nng/codec/mqtt_codec.h"
-#include "src/client/cli_conn.h"
+#include "tools/nanomq_cli/cli_conn.h"
 
 enum cli_verb { CLI_PUB = 1, CLI_SUB, CLI_CONN, CLI_PUBSUB };
 

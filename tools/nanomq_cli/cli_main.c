@@ -2,10 +2,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "src/client/cli_client.h"
-#include "src/client/cli_opts.h"
+#include "tools/nanomq_cli/cli_client.h"
+#include "tools/nanomq_cli/cli_opts.h"
 #ifdef NMQ_BUILD_BENCH
-#include "src/client/bench.h"
+#include "tools/nanomq_cli/bench.h"
 #endif
 
 // Returns the exit code: 0 on success, 1 on failure, 2 on a usage error.

@@ -1,5 +1,5 @@
 // The contended paths of the futex mutex; see nmq_mutex.h.
-#include "nng/transport/nmq_mutex.h"
+#include "nng/core/nmq_mutex.h"
 
 #ifndef NMQ_MUTEX_PTHREAD
 #include <linux/futex.h>

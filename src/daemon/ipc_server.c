@@ -2,7 +2,7 @@
 // protocol of NNG's rep0 over ipc:// and tcp:// without NNG, so that serving
 // it starts none of NNG's threads. See ipc.h for the wire format and the
 // threading rules.
-#include "src/cli/ipc.h"
+#include "src/daemon/ipc.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -24,7 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "src/cli/ipc_int.h"
+#include "src/daemon/ipc_int.h"
 
 // How long a client may take to read its whole reply before it is dropped.
 #define IPC_SEND_TIMEOUT_MS 2000

@@ -1,5 +1,5 @@
 // The bench load generator; see bench.h.
-#include "src/client/bench.h"
+#include "tools/nanomq_cli/bench.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -9,8 +9,8 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "src/client/bench_stats.h"
-#include "src/client/cli_client.h"
+#include "tools/nanomq_cli/bench_stats.h"
+#include "tools/nanomq_cli/cli_client.h"
 
 enum { ROLE_SUB = 0, ROLE_PUB = 1, ROLE_CONN = 2, ROLES = 3 };
 

@@ -9,7 +9,7 @@
 #ifndef NMQ_CLIENT_BENCH_H
 #define NMQ_CLIENT_BENCH_H
 
-#include "src/client/cli_opts.h"
+#include "tools/nanomq_cli/cli_opts.h"
 
 // Runs a parsed bench command (or --selftest). Returns the exit code: 0 if
 // the run completed (even with losses: they are in the report), 1 if no

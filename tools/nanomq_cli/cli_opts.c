@@ -1,5 +1,5 @@
 // Command-line options of nanomq_cli; see cli_opts.h.
-#include "src/client/cli_opts.h"
+#include "tools/nanomq_cli/cli_opts.h"
 
 #include <errno.h>
 #include <getopt.h>

@@ -1,5 +1,5 @@
 // The pid file, locked with flock(2). See pidfile.h for the contract.
-#include "src/cli/pidfile.h"
+#include "src/daemon/pidfile.h"
 
 #include <errno.h>
 #include <fcntl.h>

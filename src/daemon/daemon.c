@@ -1,6 +1,6 @@
 // Detaching into the background with a startup report to the original
 // process. See daemon.h.
-#include "src/cli/daemon.h"
+#include "src/daemon/daemon.h"
 
 #include <errno.h>
 #include <fcntl.h>

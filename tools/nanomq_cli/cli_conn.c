@@ -1,5 +1,5 @@
 // One MQTT client connection over a non-blocking socket; see cli_conn.h.
-#include "src/client/cli_conn.h"
+#include "tools/nanomq_cli/cli_conn.h"
 
 #include <errno.h>
 #include <netinet/in.h>

@@ -1,5 +1,5 @@
 // The per-thread event loop of nanomq_cli; see cli_loop.h.
-#include "src/client/cli_loop.h"
+#include "tools/nanomq_cli/cli_loop.h"
 
 #include <errno.h>
 #include <stdio.h>

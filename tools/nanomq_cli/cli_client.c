@@ -1,5 +1,5 @@
 // The pub, sub and conn commands; see cli_client.h.
-#include "src/client/cli_client.h"
+#include "tools/nanomq_cli/cli_client.h"
 
 #include <errno.h>
 #include <pthread.h>

@@ -1,4 +1,4 @@
-#include "nng/protocol/msg.h"
+#include "nng/core/msg.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 // Receiver-side accounting for the bench tool; see bench_stats.h.
-#include "src/client/bench_stats.h"
+#include "tools/nanomq_cli/bench_stats.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 // The `nanomq` command line: one table of options, one loop over argv.
-#include "src/cli/args.h"
+#include "src/daemon/args.h"
 #include "src/conf/ascii.h"
 
 #include <errno.h>

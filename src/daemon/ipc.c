@@ -1,7 +1,7 @@
 // The command channel's client: the NNG req0 socket that `nanomq reload`
 // uses to reach the broker's server (ipc_server.c). See ipc.h for the wire
 // format.
-#include "src/cli/ipc.h"
+#include "src/daemon/ipc.h"
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -11,7 +11,7 @@
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
 
-#include "src/cli/ipc_int.h"
+#include "src/daemon/ipc_int.h"
 
 // Builds the request body for verb and path. Returns a malloc'ed buffer
 // with its length in *len, or NULL with a message in err.

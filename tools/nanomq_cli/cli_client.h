@@ -10,7 +10,7 @@
 #include <signal.h>
 #include <stdbool.h>
 
-#include "src/client/cli_opts.h"
+#include "tools/nanomq_cli/cli_opts.h"
 
 // Runs a parsed pub/sub/conn command. Returns the process exit code: 0 on
 // success, 1 if a client failed (refused, closed by the broker, not every
