@@ -21,13 +21,13 @@
 #include "nng/transport/listener.h"
 #include "src/auth/auth_passwd.h"
 #include "src/broker/broker.h"
+#include "src/conf/conf.h"
 #include "src/daemon/args.h"
 #include "src/daemon/ctl.h"
 #include "src/daemon/daemon.h"
 #include "src/daemon/ipc.h"
 #include "src/daemon/pidfile.h"
 #include "src/daemon/sd_notify.h"
-#include "src/conf/conf.h"
 #include "src/log/log.h"
 
 #define TIMER_TICK_MS    20

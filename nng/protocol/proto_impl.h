@@ -5,8 +5,8 @@
 
 #include <pthread.h>
 
-#include "nng/protocol/proto.h"
 #include "nng/core/nmq_mutex.h"
+#include "nng/protocol/proto.h"
 
 #define SUBIDS_INLINE 4
 
