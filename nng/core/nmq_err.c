@@ -1,6 +1,7 @@
 #include "nng/core/nmq_err.h"
 
 #include <errno.h>
+#include <stddef.h>
 
 static const char *const nmq_err_text[NMQ_ERR_COUNT_] = {
 	[NMQ_OK]        = "success",
