@@ -161,7 +161,7 @@ static int check_listener_files(const nmq_conf *conf)
 		listener_opts        lo;
 		listener_url(cl, url, sizeof(url));
 		listener_opts_from_conf(cl, url, &lo);
-		if (listener_tls_check(&lo, err, sizeof(err)) != 0) {
+		if (listener_tls_check(&lo, err, sizeof(err)) != NMQ_OK) {
 			fprintf(stderr, "nanomq: error: listeners.%s: %s\n", cl->name, err);
 			bad++;
 		}
@@ -178,10 +178,10 @@ static int start_listeners(server *srv, char *err, size_t errlen)
 		listener_opts        lo;
 		listener_url(cl, url, sizeof(url));
 		listener_opts_from_conf(cl, url, &lo);
-		int rv = listener_start(&srv->listeners[srv->n_listeners], &lo,
+		nmq_err e = listener_start(&srv->listeners[srv->n_listeners], &lo,
 		    proto_conn_env(srv->proto), (listener_accept_fn)proto_accept, srv->proto, err,
 		    errlen);
-		if (rv != 0) {
+		if (e != NMQ_OK) {
 			return -1;
 		}
 		srv->n_listeners++;
@@ -213,7 +213,7 @@ static void reload_listeners(server *srv, const nmq_conf *nc)
 		listener_opts lo;
 		char          err[512];
 		listener_opts_from_conf(cl, NULL, &lo);
-		if (listener_reload_tls(l, &lo, err, sizeof(err)) != 0) {
+		if (listener_reload_tls(l, &lo, err, sizeof(err)) != NMQ_OK) {
 			log_error("main", "listener=%s event=tls_reload_failed reason=\"%s\"",
 			    cl->name, err);
 		} else {

@@ -4,10 +4,12 @@
 // peer is acceptable.
 //
 // TLS runs on our own engine (tls_engine.h), registered at the first TLS
-// listener. WebSocket is our own (conn_set_websocket): ws:// on the plain
-// sockets of tcp://, wss:// on NNG's tls+tcp stream. Any Host header is
-// accepted; the request path must be the URL's path. See
-// docs/decisions/0001-tls-peer-identity.md and 0002-websocket.md.
+// listener, with the files read by tls_pem.h. WebSocket is our own
+// (conn_set_websocket): ws:// on the plain sockets of tcp://, wss:// on
+// NNG's tls+tcp stream. Any Host header is accepted; the request path must
+// be the URL's path. See docs/decisions/0001-tls-peer-identity.md and
+// 0002-websocket.md. Files: listener.c (common), listener_tcp.c (tcp://,
+// ws://), listener_tls.c (tls+tcp://, wss://), tls_pem.c (certificates).
 //
 // Threads: listener_start/stop/reload_tls are called from the main thread
 // (never from an NNG callback: stop waits for the accept callback). The
@@ -17,6 +19,7 @@
 #ifndef NMQ_LISTENER_H
 #define NMQ_LISTENER_H
 
+#include "nng/core/nmq_err.h"
 #include "nng/transport/conn.h"
 #include "nng/transport/tls_engine.h"
 
@@ -46,10 +49,12 @@ typedef struct listener_opts {
 	uint32_t max_connections;
 } listener_opts;
 
-// Starts listening. Returns 0, or an NNG error code with a message in err
-// that names the listener and, for a certificate problem, the file (e.g.
-// "ssl: keyfile /etc/k.pem: wrong key_password").
-int listener_start(nmq_listener **lp, const listener_opts *opts, const conn_env *env,
+// Starts listening. Returns NMQ_OK, or an error with a message in err that
+// names the listener and, for a certificate problem, the file (e.g. "ssl:
+// keyfile /etc/k.pem: wrong key_password"): NMQ_EINVAL for a bad URL or
+// setting, NMQ_EEXIST for an address in use, NMQ_ENOENT for a missing
+// file, NMQ_ETLS or NMQ_ENOTSUP for TLS, NMQ_ENOMEM, NMQ_EIO.
+nmq_err listener_start(nmq_listener **lp, const listener_opts *opts, const conn_env *env,
     listener_accept_fn fn, void *arg, char *err, size_t errlen);
 
 // Returns the bound TCP port (useful with port 0), or 0 if unknown.
@@ -64,20 +69,20 @@ void listener_stop(nmq_listener *l);
 
 // Checks that the TLS files of opts can be read and parsed, that the key
 // matches the certificate and opens with key_password, without opening any
-// socket (for `--test` and for validating a reload first). Returns 0, or an
-// NNG error with a message naming the file in err. Does nothing for tcp://
-// and ws:// URLs.
-int listener_tls_check(const listener_opts *opts, char *err, size_t errlen);
+// socket (for `--test` and for validating a reload first). Returns NMQ_OK,
+// or an error as in tls_pem_check with a message naming the file in err.
+// Does nothing for tcp:// and ws:// URLs.
+nmq_err listener_tls_check(const listener_opts *opts, char *err, size_t errlen);
 
 // Re-reads the certificate, key and CA files (and verify_peer /
 // fail_if_no_peer_cert) of a tls+tcp or wss listener for connections
 // accepted from now on; connections already open keep their session. The
-// listener's URL is not changed (a new bind needs a restart). Returns 0;
-// on error the listener keeps its previous configuration and err says why:
-// NNG_EINVAL for a listener without TLS, a file error as in
-// listener_start, or another NNG error if NNG refused the new
-// configuration, in which case the change needs a restart.
-int listener_reload_tls(nmq_listener *l, const listener_opts *opts, char *err, size_t errlen);
+// listener's URL is not changed (a new bind needs a restart). Returns
+// NMQ_OK; on error the listener keeps its previous configuration and err
+// says why: NMQ_EINVAL for a listener without TLS, a file error as in
+// listener_start, NMQ_ECLOSED for a stopped listener, or NMQ_ETLS if NNG
+// refused the new configuration, in which case the change needs a restart.
+nmq_err listener_reload_tls(nmq_listener *l, const listener_opts *opts, char *err, size_t errlen);
 
 // Decides, at CONNECT time, whether the TLS peer of c may proceed. Returns
 // true for a connection that did not come through a TLS listener, or

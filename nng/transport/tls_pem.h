@@ -1,0 +1,46 @@
+// Certificate and key files for our TLS engine: reads PEM files (bounded,
+// checked), verifies that the key opens with its password and matches the
+// certificate, and builds an nng_tls_config from them. Every failure names
+// the owner, the key and the file ("ssl: keyfile /etc/k.pem: wrong
+// key_password") so that a bad configuration is refused with a message a
+// user can act on.
+//
+// Threads: any thread that may block on file I/O (the main thread at
+// start-up, --test and reload); never an NNG callback or a worker.
+#ifndef NMQ_TLS_PEM_H
+#define NMQ_TLS_PEM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <nng/nng.h>
+#include <nng/supplemental/tls/tls.h>
+
+#include "nng/core/nmq_err.h"
+
+// The files of one TLS endpoint. Strings are borrowed for the call.
+typedef struct tls_pem_spec {
+	const char *name; // for messages, e.g. "ssl.default"
+	const char *certfile; // required
+	const char *keyfile; // required
+	const char *cacertfile; // optional; required with verify_peer
+	const char *key_password; // NULL: the key is not encrypted
+	bool        verify_peer; // ask for (and verify) the peer's certificate
+	bool        fail_if_no_peer_cert; // with verify_peer: refuse a peer without one
+} tls_pem_spec;
+
+// Reads and checks the files of s without building anything. Returns
+// NMQ_OK; NMQ_ENOENT if a file cannot be opened; NMQ_EINVAL for a missing
+// setting, an unreadable, oversized or malformed file, a wrong password or
+// a key that does not match the certificate; NMQ_ENOMEM. err says which.
+nmq_err tls_pem_check(const tls_pem_spec *s, char *err, size_t errlen);
+
+// Builds a TLS configuration in mode (server or client) on our engine from
+// the files of s, with the peer verification s asks for. Returns NMQ_OK
+// with *cfgp holding one reference (nng_tls_config_free), the errors of
+// tls_pem_check, NMQ_ENOTSUP if the TLS engine cannot be registered, or
+// NMQ_ETLS if the engine refused the material; err says which.
+nmq_err tls_pem_config_build(
+    const tls_pem_spec *s, nng_tls_mode mode, nng_tls_config **cfgp, char *err, size_t errlen);
+
+#endif // NMQ_TLS_PEM_H
