@@ -27,20 +27,20 @@ class ConnectCommon:
                           % (msg, a.rc, [hex(c) for c in codes]))
         return acks
 
-    # 3.1.1 [MQTT-3.2.2-1] / 5.0 [MQTT-3.2.2-2]: with Clean Session/Start = 1 the
+    # 3.1.1 [MQTT-3.2.2-1] / 5.0 [MQTT5-3.2.2-2]: with Clean Session/Start = 1 the
     # Server MUST set Session Present to 0 in a CONNACK with return code 0.
     def test_connect_clean_accepted(self):
         r = self.raw(self.V)
         ack = r.connect("c1", clean=True)
         self.assertEqual(ack.rc, 0)
         self.assertFalse(ack.session_present)
-        # 3.1.1 3.2.2.1 / 5.0 [MQTT-3.2.2-1]: bits 7-1 of the Connect
+        # 3.1.1 3.2.2.1 / 5.0 [MQTT5-3.2.2-1]: bits 7-1 of the Connect
         # Acknowledge Flags are reserved and 0.
         self.assertEqual(ack.ack_flags & 0xFE, 0)
 
-    # 3.1.1 [MQTT-3.1.0-1]/[MQTT-4.8.0-1] / 5.0 [MQTT-3.1.0-1]: the first
+    # 3.1.1 [MQTT-3.1.0-1]/[MQTT-4.8.0-1] / 5.0 [MQTT5-3.1.0-1]: the first
     # packet from the Client MUST be CONNECT; the Server closes the connection
-    # otherwise, and sends nothing (3.1.1 [MQTT-3.2.0-1] / 5.0 [MQTT-3.2.0-1]:
+    # otherwise, and sends nothing (3.1.1 [MQTT-3.2.0-1] / 5.0 [MQTT5-3.2.0-1]:
     # the first packet from the Server is a CONNACK).
     def test_first_packet_not_connect_closes(self):
         cases = {
@@ -56,7 +56,7 @@ class ConnectCommon:
                 self.assertEqual(pkts, [], "%s as first packet: the broker answered %r" % (name, pkts))
                 self.assertNotIn(PINGRESP, [p.type for p in pkts])
 
-    # 3.1.1 [MQTT-3.1.2-1] / 5.0 [MQTT-3.1.2-1]: an incorrect protocol name:
+    # 3.1.1 [MQTT-3.1.2-1] / 5.0 [MQTT5-3.1.2-1]: an incorrect protocol name:
     # the Server MAY disconnect, and MUST NOT continue processing the CONNECT
     # under this specification, so it never answers CONNACK 0.
     def test_bad_protocol_name(self):
@@ -65,7 +65,7 @@ class ConnectCommon:
         self.refused_or_closed(r, (0x01, 0x84, 0x81, 0x82), "protocol name MQTX")
 
     # 3.1.1 [MQTT-3.1.2-2]: unsupported protocol level -> CONNACK 0x01 and
-    # close.  5.0 [MQTT-3.1.2-2]: the Server MAY send CONNACK 0x84 and MUST
+    # close.  5.0 [MQTT5-3.1.2-2]: the Server MAY send CONNACK 0x84 and MUST
     # close.  Our contract: a CONNACK is sent (0x01, or 0x84 for a v5 client).
     def test_bad_protocol_level(self):
         # mosquitto takes 0x80|level as its bridge extension, so 0x85 is only
@@ -80,7 +80,7 @@ class ConnectCommon:
 
     # 3.1.1 [MQTT-3.1.2-3]: the reserved flag in Connect Flags MUST be 0, the
     # Server MUST disconnect otherwise ([MQTT-3.1.4-1]: without CONNACK).
-    # 5.0 [MQTT-3.1.2-3]: Malformed Packet (CONNACK 0x81 allowed before the
+    # 5.0 [MQTT5-3.1.2-3]: Malformed Packet (CONNACK 0x81 allowed before the
     # close, 4.13).
     def test_reserved_connect_flag_closes(self):
         r = self.raw(self.V)
@@ -88,7 +88,7 @@ class ConnectCommon:
         self.refused_or_closed(r, (0x81,) if self.V == 5 else (), "reserved connect flag")
 
     # 3.1.1 [MQTT-3.1.2-13]/[MQTT-3.1.2-14]/[MQTT-3.1.2-15], 5.0
-    # [MQTT-3.1.2-11]/[MQTT-3.1.2-12]/[MQTT-3.1.2-13]: Will QoS must be 0 when
+    # [MQTT5-3.1.2-11]/[MQTT5-3.1.2-12]/[MQTT5-3.1.2-13]: Will QoS must be 0 when
     # the Will Flag is 0 and never 3; Will Retain must be 0 when the Will Flag
     # is 0.  Violations are malformed: the connection is closed.
     def test_invalid_will_flags_close(self):
@@ -104,7 +104,7 @@ class ConnectCommon:
                 r.send_connect("wflags", flags=flags, will=will, version=self.V)
                 self.refused_or_closed(r, (0x81, 0x82) if self.V == 5 else (), name)
 
-    # 3.1.1 [MQTT-3.1.0-2] / 5.0 [MQTT-3.1.0-2]: a second CONNECT on a
+    # 3.1.1 [MQTT-3.1.0-2] / 5.0 [MQTT5-3.1.0-2]: a second CONNECT on a
     # connection is a protocol violation: the Server closes the connection
     # (5.0: DISCONNECT 0x82 Protocol Error, see 4.13).
     def test_second_connect_is_protocol_error(self):
@@ -116,7 +116,7 @@ class ConnectCommon:
         r2.pingreq()
         r2.expect(PINGRESP)
 
-    # 3.1.1 [MQTT-3.12.4-1] / 5.0 [MQTT-3.12.4-1]: the Server MUST send PINGRESP
+    # 3.1.1 [MQTT-3.12.4-1] / 5.0 [MQTT5-3.12.4-1]: the Server MUST send PINGRESP
     # in response to PINGREQ.
     def test_pingreq_pingresp(self):
         r = self.raw(self.V, "pinger")
@@ -126,7 +126,7 @@ class ConnectCommon:
             self.assertEqual(p.body, b"")
             self.assertEqual(p.flags, 0)
 
-    # 3.1.1 [MQTT-3.1.3-5] / 5.0 [MQTT-3.1.3-5]: client ids of 1 to 23
+    # 3.1.1 [MQTT-3.1.3-5] / 5.0 [MQTT5-3.1.3-5]: client ids of 1 to 23
     # characters from [0-9a-zA-Z] MUST be allowed; longer and other UTF-8
     # ids (allowed by this broker, like NanoMQ) work too and are distinct.
     def test_client_id_forms(self):
@@ -141,14 +141,14 @@ class ConnectCommon:
             self.assertTrue(r.is_open(0.1), "client id %r was disconnected" % cid)
 
     # paho client: plain connect/disconnect works, and a clean session has
-    # Session Present 0 (3.1.1 [MQTT-3.2.2-1], 5.0 [MQTT-3.2.2-2]).
+    # Session Present 0 (3.1.1 [MQTT-3.2.2-1], 5.0 [MQTT5-3.2.2-2]).
     def test_paho_connect(self):
         c = self.paho("paho1", self.V)
         self.assertEqual(c.connack_rc, 0)
         self.assertFalse(c.session_present)
         c.disconnect()
 
-    # 3.1.1 [MQTT-3.1.4-1] / 5.0 [MQTT-3.1.4-1]: a CONNECT that does not match
+    # 3.1.1 [MQTT-3.1.4-1] / 5.0 [MQTT5-3.1.4-1]: a CONNECT that does not match
     # the format (here: a Client Identifier that runs past the packet end) is
     # malformed and the Server MUST close the connection.
     def test_truncated_connect_closes(self):
@@ -224,7 +224,7 @@ class TestConnectV311(ConnectCommon, BrokerTestCase):
 class TestConnectV5(ConnectCommon, BrokerTestCase):
     V = 5
 
-    # 5.0 [MQTT-3.1.3-6]/[MQTT-3.1.3-7]: a zero-length ClientID gets a unique
+    # 5.0 [MQTT5-3.1.3-6]/[MQTT5-3.1.3-7]: a zero-length ClientID gets a unique
     # id assigned, returned as Assigned Client Identifier in CONNACK.
     def test_assigned_client_identifier(self):
         ids = []
@@ -237,7 +237,7 @@ class TestConnectV5(ConnectCommon, BrokerTestCase):
             ids.append(aid)
         self.assertNotEqual(ids[0], ids[1], "the two assigned client ids are equal")
 
-    # 5.0 [MQTT-3.1.3-7] with paho: the assigned id is visible to the client.
+    # 5.0 [MQTT5-3.1.3-7] with paho: the assigned id is visible to the client.
     def test_assigned_client_identifier_paho(self):
         c = self.paho("", 5)
         self.assertTrue(c.connack_props.get("AssignedClientIdentifier"))
@@ -266,7 +266,7 @@ class TestConnectV5(ConnectCommon, BrokerTestCase):
                                          ("SessionExpiryInterval", 20)])
         self.refused_or_closed(r, (0x81, 0x82), "Session Expiry Interval twice")
 
-    # 5.0 [MQTT-3.1.2-28]: with Request Response Information 0 the Server MUST
+    # 5.0 [MQTT5-3.1.2-28]: with Request Response Information 0 the Server MUST
     # NOT return Response Information.
     def test_no_response_information_unless_requested(self):
         r = self.raw(5)

@@ -26,7 +26,7 @@ class SubscribeCommon:
     V = 4
 
     # 3.1.1 [MQTT-3.8.4-1]/[MQTT-3.8.4-2]/[MQTT-3.8.4-5]/[MQTT-3.9.3-1] and
-    # 5.0 [MQTT-3.8.4-1]/[MQTT-3.8.4-2]/[MQTT-3.8.4-6]/[MQTT-3.9.3-1]: one
+    # 5.0 [MQTT5-3.8.4-1]/[MQTT5-3.8.4-2]/[MQTT5-3.8.4-6]/[MQTT5-3.9.3-1]: one
     # SUBACK with the same Packet Identifier and one code per filter, in order;
     # the broker supports QoS 2 so it grants what was asked.
     def test_suback_codes_in_order(self):
@@ -44,11 +44,11 @@ class SubscribeCommon:
         self.assertEqual(ack.codes, [i % 3 for i in range(60)])
 
     # 3.1.1 / 5.0 section 4.7: wildcard matching ('#' also matches the parent
-    # level: 3.1.1 [MQTT-4.7.1-2] / 5.0 [MQTT-4.7.1-1]; '+' matches exactly
-    # one level, possibly empty: 3.1.1 [MQTT-4.7.1-3] / 5.0 [MQTT-4.7.1-2];
-    # 3.1.1 [MQTT-3.3.2-3] / 5.0 [MQTT-3.3.2-3]: only matching topics are
+    # level: 3.1.1 [MQTT-4.7.1-2] / 5.0 [MQTT5-4.7.1-1]; '+' matches exactly
+    # one level, possibly empty: 3.1.1 [MQTT-4.7.1-3] / 5.0 [MQTT5-4.7.1-2];
+    # 3.1.1 [MQTT-3.3.2-3] / 5.0 [MQTT5-3.3.2-3]: only matching topics are
     # sent; topics are case sensitive and a leading '/' makes a distinct
-    # level, 4.7.3 / [MQTT-4.7.3-4]: no normalisation).
+    # level, 4.7.3 / [MQTT5-4.7.3-4]: no normalisation).
     def test_wildcard_matching(self):
         subs = {}
         for flt in MATCHES:
@@ -70,7 +70,7 @@ class SubscribeCommon:
             for m in c.received:
                 self.assertEqual(m.payload, m.topic.encode())
 
-    # 3.1.1 [MQTT-4.7.2-1] / 5.0 [MQTT-4.7.2-1]: filters starting with a
+    # 3.1.1 [MQTT-4.7.2-1] / 5.0 [MQTT5-4.7.2-1]: filters starting with a
     # wildcard do not match topic names starting with '$'.
     def test_dollar_topics_not_matched_by_leading_wildcards(self):
         hash_sub = self.paho("hash", self.V)
@@ -92,7 +92,7 @@ class SubscribeCommon:
         self.assertEqual([m.topic for m in hash_sub.received], ["plain/x"])
         self.assertEqual([m.topic for m in plus_sub.received], ["plain/x"])
 
-    # 3.1.1 [MQTT-3.8.4-3] / 5.0 [MQTT-3.8.4-3]: a SUBSCRIBE with a filter
+    # 3.1.1 [MQTT-3.8.4-3] / 5.0 [MQTT5-3.8.4-3]: a SUBSCRIBE with a filter
     # identical to an existing one replaces that subscription: one copy, at
     # the new QoS.
     def test_resubscribe_replaces(self):
@@ -108,7 +108,7 @@ class SubscribeCommon:
         c.expect_no_message()
 
     # 3.1.1 [MQTT-3.10.4-1]/[MQTT-3.10.4-2]/[MQTT-3.10.4-4] and 5.0
-    # [MQTT-3.10.4-1]/[MQTT-3.10.4-2]/[MQTT-3.10.4-4]/[MQTT-3.10.4-5]:
+    # [MQTT5-3.10.4-1]/[MQTT5-3.10.4-2]/[MQTT5-3.10.4-4]/[MQTT5-3.10.4-5]:
     # UNSUBSCRIBE deletes the exactly matching subscription, new messages
     # stop, UNSUBACK echoes the Packet Identifier.
     def test_unsubscribe_stops_delivery(self):
@@ -126,7 +126,7 @@ class SubscribeCommon:
         pub.publish("u/t", b"after", qos=1)
         r.expect_nothing(nmq.T_QUIET, types=(PUBLISH,))
 
-    # 3.1.1 [MQTT-3.10.4-3] / 5.0 [MQTT-3.10.4-3]: after UNSUBSCRIBE the
+    # 3.1.1 [MQTT-3.10.4-3] / 5.0 [MQTT5-3.10.4-3]: after UNSUBSCRIBE the
     # server completes the QoS 2 delivery it had started (PUBREL follows the
     # client's PUBREC).
     def test_unsubscribe_completes_inflight_qos2(self):
@@ -141,7 +141,7 @@ class SubscribeCommon:
         self.assertEqual(rel.pid, p.pid)
         r.send(nmq.ack_bytes(nmq.PUBCOMP, p.pid, version=self.V))
 
-    # 3.1.1 [MQTT-3.10.4-1] / 5.0 [MQTT-3.10.4-1]: filters are compared
+    # 3.1.1 [MQTT-3.10.4-1] / 5.0 [MQTT5-3.10.4-1]: filters are compared
     # character by character: unsubscribing "w/b" leaves "w/+" in place.
     def test_unsubscribe_is_literal(self):
         c = self.paho("lit", self.V)
@@ -151,7 +151,7 @@ class SubscribeCommon:
         pub.publish("w/b", b"still", qos=1)
         self.assertEqual(c.wait_messages(1)[0].payload, b"still")
 
-    # 3.1.1 [MQTT-3.10.4-5] / 5.0 [MQTT-3.10.4-5]/[MQTT-3.11.3-1]: UNSUBACK
+    # 3.1.1 [MQTT-3.10.4-5] / 5.0 [MQTT5-3.10.4-5]/[MQTT5-3.11.3-1]: UNSUBACK
     # even when nothing was deleted (5.0: one code per filter, 0x00 or 0x11
     # No subscription existed).
     def test_unsubscribe_unknown_gets_unsuback(self):
@@ -164,7 +164,7 @@ class SubscribeCommon:
                 self.assertIn(code, (0x00, 0x11))
 
     # 3.1.1 [MQTT-4.7.1-2]/[MQTT-4.7.1-3]/[MQTT-4.7.3-1] and 5.0
-    # [MQTT-4.7.1-1]/[MQTT-4.7.1-2]/[MQTT-4.7.3-1]: '#' must be last and alone
+    # [MQTT5-4.7.1-1]/[MQTT5-4.7.1-2]/[MQTT5-4.7.3-1]: '#' must be last and alone
     # in its level, '+' alone in its level, a filter is at least one
     # character.  The broker must not grant such a filter: 3.1.1 SUBACK 0x80
     # or close; 5.0 SUBACK >= 0x80 (0x8F Topic Filter invalid) or DISCONNECT
@@ -190,9 +190,9 @@ class SubscribeCommon:
                 r.close()
         self.assert_broker_healthy(by)
 
-    # SUBSCRIBE with a mix of valid and invalid filters: 5.0 [MQTT-3.8.4-6]:
+    # SUBSCRIBE with a mix of valid and invalid filters: 5.0 [MQTT5-3.8.4-6]:
     # one code per filter, and the valid filter keeps working.  A filter that
-    # breaks [MQTT-4.7.1-1] is not "correctly formed", so treating the packet
+    # breaks [MQTT5-4.7.1-1] is not "correctly formed", so treating the packet
     # as malformed and closing (5.0: after DISCONNECT 0x81/0x82/0x8F) is
     # accepted too.
     def test_mixed_valid_invalid_filters(self):
@@ -211,7 +211,7 @@ class SubscribeCommon:
         pub.publish("ok/t", b"fine", qos=1)
         self.assertEqual(r.expect(PUBLISH).payload, b"fine")
 
-    # $SYS: 3.1.1 [MQTT-4.7.2-1] / 5.0 [MQTT-4.7.2-1] and our contract 5.4:
+    # $SYS: 3.1.1 [MQTT-4.7.2-1] / 5.0 [MQTT5-4.7.2-1] and our contract 5.4:
     # the broker's own $SYS messages reach a "$SYS/#" subscriber but never a
     # "#" subscriber.
     def test_sys_topics_not_matched_by_hash(self):
@@ -240,7 +240,7 @@ class TestSubscribeV5(SubscribeCommon, BrokerTestCase):
     V = 5
     MOSQ_CONF = "sys_interval 1"
 
-    # 5.0 [MQTT-3.8.4-6] / [MQTT-3.9.3-1]: with 5.0 the SUBACK holds a reason
+    # 5.0 [MQTT5-3.8.4-6] / [MQTT5-3.9.3-1]: with 5.0 the SUBACK holds a reason
     # code per filter; the paho view of it matches the raw one.
     def test_paho_suback_reason_codes(self):
         c = self.paho("paho5", 5)

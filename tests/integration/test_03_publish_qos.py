@@ -19,7 +19,7 @@ class QosCommon:
             return {"clean": False, "props": {"SessionExpiryInterval": 60}}
         return {"clean": False}
 
-    # 3.1.1 [MQTT-3.8.4-6] / 5.0 [MQTT-3.8.4-8]: delivered QoS = min(published
+    # 3.1.1 [MQTT-3.8.4-6] / 5.0 [MQTT5-3.8.4-8]: delivered QoS = min(published
     # QoS, granted QoS), for all nine combinations.
     def test_qos_downgrade_matrix(self):
         subs = {}
@@ -36,7 +36,7 @@ class QosCommon:
                              sorted((b"q%d" % pq, min(pq, sq)) for pq in (0, 1, 2)),
                              "subscriber granted QoS %d" % sq)
 
-    # 3.1.1 [MQTT-4.6.0-5]/[MQTT-4.6.0-6], 5.0 [MQTT-4.6.0-5]/[MQTT-4.6.0-6]:
+    # 3.1.1 [MQTT-4.6.0-5]/[MQTT-4.6.0-6], 5.0 [MQTT5-4.6.0-5]/[MQTT5-4.6.0-6]:
     # messages on one topic at one QoS from one client arrive in order; QoS 1
     # and 2 arrive exactly once each (QoS 2) / at least once (QoS 1; over an
     # undisturbed connection the broker has no reason to duplicate).  QoS 0
@@ -59,8 +59,8 @@ class QosCommon:
                 self.assertTrue(all(m.qos == qos for m in got))
                 sub.expect_no_message(0.3)
 
-    # 3.1.1 [MQTT-4.3.2-2] + [MQTT-2.3.1-6] / 5.0 [MQTT-4.3.2-4] +
-    # [MQTT-2.2.1-5]: a QoS 1 PUBLISH gets a PUBACK with the same Packet
+    # 3.1.1 [MQTT-4.3.2-2] + [MQTT-2.3.1-6] / 5.0 [MQTT5-4.3.2-4] +
+    # [MQTT5-2.2.1-5]: a QoS 1 PUBLISH gets a PUBACK with the same Packet
     # Identifier.
     def test_inbound_qos1_puback(self):
         r = self.raw(self.V, "q1pub")
@@ -70,7 +70,7 @@ class QosCommon:
             if self.V == 5:
                 self.assertIn(ack.rc, (0x00, 0x10))
 
-    # 3.1.1 [MQTT-4.3.3-2] / 5.0 [MQTT-4.3.3-8]/[MQTT-4.3.3-11]: QoS 2
+    # 3.1.1 [MQTT-4.3.3-2] / 5.0 [MQTT5-4.3.3-8]/[MQTT5-4.3.3-11]: QoS 2
     # receiver answers PUBREC then PUBCOMP with the same identifier, and the
     # message reaches subscribers exactly once.
     def test_inbound_qos2_flow(self):
@@ -89,9 +89,9 @@ class QosCommon:
         self.assertEqual(sub.wait_messages(1)[0].payload, b"marker")
         sub.expect_no_message(0.3)
 
-    # 3.1.1 [MQTT-4.3.3-2] / 5.0 [MQTT-4.3.3-10]: until PUBREL, a PUBLISH
+    # 3.1.1 [MQTT-4.3.3-2] / 5.0 [MQTT5-4.3.3-10]: until PUBREL, a PUBLISH
     # with the same Packet Identifier (DUP=1) is answered with PUBREC and does
-    # NOT cause a duplicate delivery.  5.0 [MQTT-4.3.3-12] / 3.1.1
+    # NOT cause a duplicate delivery.  5.0 [MQTT5-4.3.3-12] / 3.1.1
     # [MQTT-4.3.3-2]: after PUBCOMP the same identifier is a new message.
     def test_inbound_qos2_duplicate_before_pubrel(self):
         sub = self.paho("dupsub", self.V)
@@ -112,7 +112,7 @@ class QosCommon:
         self.assertEqual([m.payload for m in got], [b"first", b"second"])
         sub.expect_no_message(0.5)
 
-    # 3.1.1 [MQTT-4.3.2-2] / 5.0 [MQTT-4.3.2-5]: after PUBACK a PUBLISH with
+    # 3.1.1 [MQTT-4.3.2-2] / 5.0 [MQTT5-4.3.2-5]: after PUBACK a PUBLISH with
     # the same identifier is a new message, whatever its DUP flag.
     def test_inbound_qos1_reused_pid_is_new_message(self):
         sub = self.paho("q1reuse-sub", self.V)
@@ -123,9 +123,9 @@ class QosCommon:
         got = sub.wait_messages(2)
         self.assertEqual([m.payload for m in got], [b"a", b"b"])
 
-    # 3.1.1 [MQTT-3.3.1-3] / 5.0 [MQTT-3.3.1-3]: the DUP flag is not
+    # 3.1.1 [MQTT-3.3.1-3] / 5.0 [MQTT5-3.3.1-3]: the DUP flag is not
     # propagated: a first delivery has DUP 0 even if the publisher set DUP 1.
-    # 3.1.1 [MQTT-3.3.1-2] / 5.0 [MQTT-3.3.1-2]: DUP is 0 for QoS 0.
+    # 3.1.1 [MQTT-3.3.1-2] / 5.0 [MQTT5-3.3.1-2]: DUP is 0 for QoS 0.
     def test_dup_flag_not_propagated(self):
         sub = self.raw(self.V, "dupflag-sub")
         sub.subscribe([("dupflag/#", 2)])
@@ -137,9 +137,9 @@ class QosCommon:
         for t in ("dupflag/0", "dupflag/1", "dupflag/2"):
             self.assertFalse(got[t].dup, "%s delivered with DUP=1" % t)
 
-    # 3.1.1 [MQTT-4.3.3-1] / 5.0 [MQTT-4.3.3-4]: outbound QoS 2: PUBLISH,
+    # 3.1.1 [MQTT-4.3.3-1] / 5.0 [MQTT5-4.3.3-4]: outbound QoS 2: PUBLISH,
     # PUBREC from the client, then PUBREL (flags 0010, 3.1.1 [MQTT-3.6.1-1] /
-    # 5.0 [MQTT-3.6.1-1]) with the same identifier, then PUBCOMP.
+    # 5.0 [MQTT5-3.6.1-1]) with the same identifier, then PUBCOMP.
     def test_outbound_qos2_flow(self):
         r = self.raw(self.V, "out2")
         r.subscribe([("out/q2", 2)])
@@ -156,7 +156,7 @@ class QosCommon:
         r.send(nmq.ack_bytes(PUBCOMP, p.pid, version=self.V))
         r.expect_nothing(0.3, types=(PUBLISH, PUBREL))
 
-    # 3.1.1 [MQTT-2.3.1-1]/[MQTT-2.3.1-4] / 5.0 [MQTT-2.2.1-4]: every QoS>0
+    # 3.1.1 [MQTT-2.3.1-1]/[MQTT-2.3.1-4] / 5.0 [MQTT5-2.2.1-4]: every QoS>0
     # PUBLISH from the server has a non-zero Packet Identifier that is not
     # in use by another unacknowledged message.
     def test_outbound_packet_ids_unique(self):
@@ -171,7 +171,7 @@ class QosCommon:
         self.assertEqual(len(set(pids)), 12, "packet ids reused while in flight: %r" % pids)
         self.assertEqual([p.payload for p in got], [b"%d" % i for i in range(12)])
 
-    # 3.1.1 [MQTT-3.3.5-1] / 5.0 [MQTT-3.3.4-2]: overlapping subscriptions of
+    # 3.1.1 [MQTT-3.3.5-1] / 5.0 [MQTT5-3.3.4-2]: overlapping subscriptions of
     # one client: delivery respects the maximum QoS of the matching
     # subscriptions (one copy, or one copy per subscription, are both allowed).
     def test_overlapping_subscriptions_max_qos(self):
@@ -202,9 +202,9 @@ class QosCommon:
         for i, pl in enumerate(payloads):
             self.assertEqual(got["bin/%d" % i], pl, "payload %d altered" % i)
 
-    # 3.1.1 [MQTT-4.7.3-4] / 5.0 [MQTT-4.7.3-4]: no normalisation of topic
+    # 3.1.1 [MQTT-4.7.3-4] / 5.0 [MQTT5-4.7.3-4]: no normalisation of topic
     # names: multi-byte UTF-8 and U+FEFF (3.1.1 [MQTT-1.5.3-3] / 5.0
-    # [MQTT-1.5.4-3]) pass through unchanged.
+    # [MQTT5-1.5.4-3]) pass through unchanged.
     def test_utf8_topics_unchanged(self):
         topics = ["caf\u00e9/\u6e29\u5ea6", "\ufeffbom/x", "sp ace/\U0001F600"]
         sub = self.paho("utf-sub", self.V)
@@ -216,7 +216,7 @@ class QosCommon:
         got = sorted(m.topic for m in sub.wait_messages(3))
         self.assertEqual(got, sorted(topics))
 
-    # 3.1.1 [MQTT-4.3.3-2] / 5.0 [MQTT-4.3.3-11]: a PUBREL is answered with
+    # 3.1.1 [MQTT-4.3.3-2] / 5.0 [MQTT5-4.3.3-11]: a PUBREL is answered with
     # PUBCOMP carrying the same identifier, also for an identifier the
     # broker does not know (5.0: reason 0x92 Packet Identifier not found, or
     # 0x00).
@@ -228,7 +228,7 @@ class QosCommon:
         if self.V == 5:
             self.assertIn(comp.rc, (0x00, 0x92))
 
-    # 3.1.1 [MQTT-4.5.0-1]/[MQTT-4.6.0-6] / 5.0 [MQTT-4.5.0-1]/[MQTT-4.6.0-5]:
+    # 3.1.1 [MQTT-4.5.0-1]/[MQTT-4.6.0-6] / 5.0 [MQTT5-4.5.0-1]/[MQTT5-4.6.0-5]:
     # fan-out: 30 subscribers each get every one of 60 QoS 1 messages, once,
     # in order.
     def test_fan_out(self):
@@ -248,7 +248,7 @@ class QosCommon:
         for c in subs:
             c.expect_no_message(0.05)
 
-    # 3.1.1 [MQTT-4.6.0-6] / 5.0 [MQTT-4.6.0-5]: order is kept per publishing
+    # 3.1.1 [MQTT-4.6.0-6] / 5.0 [MQTT5-4.6.0-5]: order is kept per publishing
     # client when several clients publish to one topic at the same time.
     def test_concurrent_publishers_order(self):
         sub = self.paho("cp-sub", self.V)
@@ -268,7 +268,7 @@ class QosCommon:
                                      "publisher %d, QoS %d" % (i, q))
         sub.expect_no_message(0.3)
 
-    # 3.1.1 [MQTT-4.7.3-3] / 5.0 [MQTT-4.7.3-3]: topic names may be up to
+    # 3.1.1 [MQTT-4.7.3-3] / 5.0 [MQTT5-4.7.3-3]: topic names may be up to
     # 65,535 bytes: a 30,000-byte topic with 101 levels is routed by '#', by
     # a '+' filter and by its exact name.
     def test_long_deep_topic(self):
@@ -285,7 +285,7 @@ class QosCommon:
             self.assertEqual((m.topic, m.payload), (topic, b"deep"), name)
 
     # 3.1.1 [MQTT-4.4.0-1]/[MQTT-3.3.1-1]/[MQTT-4.6.0-6], 5.0
-    # [MQTT-4.4.0-1]/[MQTT-3.3.1-1]/[MQTT-4.6.0-5]: on resuming a session the
+    # [MQTT5-4.4.0-1]/[MQTT5-3.3.1-1]/[MQTT5-4.6.0-5]: on resuming a session the
     # server resends the unacknowledged QoS 1 PUBLISH packets with their
     # original identifiers, DUP=1, in the original order.
     def test_resend_unacked_qos1_on_resume(self):
@@ -308,10 +308,10 @@ class QosCommon:
             r2.ack(p)
         r2.expect_nothing(0.5, types=(PUBLISH,))
 
-    # 3.1.1 [MQTT-4.4.0-1] / 5.0 [MQTT-4.4.0-1]: on resumption the server
+    # 3.1.1 [MQTT-4.4.0-1] / 5.0 [MQTT5-4.4.0-1]: on resumption the server
     # resends an unacknowledged PUBREL (for a QoS 2 message already PUBREC'd)
     # and the unacknowledged QoS 2 PUBLISH (DUP=1), with original identifiers;
-    # 3.1.1 [MQTT-4.3.3-1] / 5.0 [MQTT-4.3.3-6]: never the PUBLISH again once
+    # 3.1.1 [MQTT-4.3.3-1] / 5.0 [MQTT5-4.3.3-6]: never the PUBLISH again once
     # PUBREL was sent.
     def test_resend_pubrel_and_qos2_on_resume(self):
         r = self.raw(self.V, "resend2", **self.persistent_kw())
@@ -366,7 +366,7 @@ class TestQosV5(QosCommon, BrokerTestCase):
     CONF = "mqtt.retry_interval = 2s"
     MOSQ_CONF = MOSQ
 
-    # 5.0 [MQTT-4.4.0-1]: resending is required only on session resumption;
+    # 5.0 [MQTT5-4.4.0-1]: resending is required only on session resumption;
     # "Clients and Servers MUST NOT resend messages at any other time".  An
     # unacknowledged message is not resent on the live connection (we wait
     # 2.5 x retry_interval).

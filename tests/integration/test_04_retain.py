@@ -15,7 +15,7 @@ class RetainCommon:
         return pub
 
     # 3.1.1 [MQTT-3.3.1-5]/[MQTT-3.3.1-6]/[MQTT-3.3.1-8], 5.0
-    # [MQTT-3.3.1-5]/[MQTT-3.3.1-9] and 3.3.1.3: a retained message is
+    # [MQTT5-3.3.1-5]/[MQTT5-3.3.1-9] and 3.3.1.3: a retained message is
     # stored and sent, with RETAIN=1, to a later subscriber; at every QoS.
     def test_retained_delivered_on_subscribe(self):
         pub = self.paho("rp", self.V)
@@ -28,10 +28,10 @@ class RetainCommon:
         self.assertEqual([m.payload for m in got], [b"retained-0", b"retained-1", b"retained-2"])
         self.assertTrue(all(m.retain for m in got), "retained delivery without RETAIN=1: %r" % got)
         # 3.1.1 [MQTT-3.3.1-5] "and its QoS" / [MQTT-3.8.4-6], 5.0
-        # [MQTT-3.8.4-8]: delivered at min(stored QoS, granted QoS).
+        # [MQTT5-3.8.4-8]: delivered at min(stored QoS, granted QoS).
         self.assertEqual([m.qos for m in got], [0, 1, 2])
 
-    # 3.1.1 [MQTT-3.3.1-5] + [MQTT-3.8.4-6] / 5.0 [MQTT-3.8.4-8]: the stored
+    # 3.1.1 [MQTT-3.3.1-5] + [MQTT-3.8.4-6] / 5.0 [MQTT5-3.8.4-8]: the stored
     # QoS is downgraded to the granted QoS.
     def test_retained_qos_downgraded(self):
         self.retain("retq/t", b"q2", qos=2)
@@ -42,7 +42,7 @@ class RetainCommon:
         self.assertEqual(s0.wait_messages(1)[0].qos, 0)
         self.assertEqual(s1.wait_messages(1)[0].qos, 1)
 
-    # 3.1.1 [MQTT-3.3.1-5] / 5.0 [MQTT-3.3.1-5]: a new retained message
+    # 3.1.1 [MQTT-3.3.1-5] / 5.0 [MQTT5-3.3.1-5]: a new retained message
     # replaces the old one.
     def test_retained_replaced(self):
         pub = self.retain("rep/t", b"old")
@@ -52,7 +52,7 @@ class RetainCommon:
         self.assertEqual(sub.wait_messages(1)[0].payload, b"new")
         sub.expect_no_message()
 
-    # 3.1.1 [MQTT-3.3.1-10]/[MQTT-3.3.1-11] / 5.0 [MQTT-3.3.1-6]/[MQTT-3.3.1-7]:
+    # 3.1.1 [MQTT-3.3.1-10]/[MQTT-3.3.1-11] / 5.0 [MQTT5-3.3.1-6]/[MQTT5-3.3.1-7]:
     # an empty retained PUBLISH is forwarded normally to current subscribers
     # and removes the retained message; it is not stored itself.
     def test_empty_retained_clears(self):
@@ -67,7 +67,7 @@ class RetainCommon:
         late.subscribe("clr/#", 1)
         late.expect_no_message()
 
-    # 3.1.1 [MQTT-3.3.1-12] / 5.0 [MQTT-3.3.1-8]: a PUBLISH with RETAIN=0
+    # 3.1.1 [MQTT-3.3.1-12] / 5.0 [MQTT5-3.3.1-8]: a PUBLISH with RETAIN=0
     # neither replaces nor removes the retained message.
     def test_non_retained_does_not_replace(self):
         pub = self.retain("nr/t", b"kept")
@@ -78,7 +78,7 @@ class RetainCommon:
         self.assertEqual(sub.wait_messages(1)[0].payload, b"kept")
         sub.expect_no_message()
 
-    # 3.1.1 [MQTT-3.3.1-9] / 5.0 [MQTT-3.3.1-12] (Retain As Published = 0,
+    # 3.1.1 [MQTT-3.3.1-9] / 5.0 [MQTT5-3.3.1-12] (Retain As Published = 0,
     # the default): a retained PUBLISH forwarded to an established
     # subscription has RETAIN=0.
     def test_live_retained_forwarded_with_retain_0(self):
@@ -89,7 +89,7 @@ class RetainCommon:
         self.assertEqual(m.payload, b"now")
         self.assertFalse(m.retain, "RETAIN=1 on delivery to an established subscription")
 
-    # 3.1.1 [MQTT-3.3.1-6] / 5.0 [MQTT-3.3.1-9]: "the last retained message
+    # 3.1.1 [MQTT-3.3.1-6] / 5.0 [MQTT5-3.3.1-9]: "the last retained message
     # on each matching topic name" for a wildcard filter; none for topics
     # that do not match.
     def test_wildcard_gets_each_retained(self):
@@ -112,7 +112,7 @@ class RetainCommon:
         sub.subscribe("life/t", 1)
         self.assertEqual(sub.wait_messages(1)[0].payload, b"persisting")
 
-    # 3.1.1 [MQTT-3.8.4-3] / 5.0 [MQTT-3.8.4-4] (Retain Handling 0): on a
+    # 3.1.1 [MQTT-3.8.4-3] / 5.0 [MQTT5-3.8.4-4] (Retain Handling 0): on a
     # repeated SUBSCRIBE with an identical filter the retained messages are
     # sent again.
     def test_resubscribe_resends_retained(self):
@@ -144,7 +144,7 @@ class TestRetainV311(RetainCommon, BrokerTestCase):
 class TestRetainV5(RetainCommon, BrokerTestCase):
     V = 5
 
-    # 5.0 [MQTT-3.3.1-9]: Retain Handling 0 sends retained messages on every
+    # 5.0 [MQTT5-3.3.1-9]: Retain Handling 0 sends retained messages on every
     # subscribe, including a repeated one.
     def test_retain_handling_0(self):
         self.retain("rh0/t", b"r0")
@@ -154,7 +154,7 @@ class TestRetainV5(RetainCommon, BrokerTestCase):
         c.subscribe("rh0/t", 1, rh=0)
         self.assertEqual(c.wait_messages(1)[0].payload, b"r0")
 
-    # 5.0 [MQTT-3.3.1-10]: Retain Handling 1 sends retained messages only if
+    # 5.0 [MQTT5-3.3.1-10]: Retain Handling 1 sends retained messages only if
     # the subscription did not exist.
     def test_retain_handling_1(self):
         self.retain("rh1/t", b"r1")
@@ -164,7 +164,7 @@ class TestRetainV5(RetainCommon, BrokerTestCase):
         c.subscribe("rh1/t", 1, rh=1)
         c.expect_no_message()
 
-    # 5.0 [MQTT-3.3.1-11]: Retain Handling 2 never sends retained messages,
+    # 5.0 [MQTT5-3.3.1-11]: Retain Handling 2 never sends retained messages,
     # but live messages still flow.
     def test_retain_handling_2(self):
         pub = self.retain("rh2/t", b"r2")
@@ -175,7 +175,7 @@ class TestRetainV5(RetainCommon, BrokerTestCase):
         m = c.wait_messages(1)[0]
         self.assertEqual(m.payload, b"live")
 
-    # 5.0 [MQTT-3.3.1-12]/[MQTT-3.3.1-13]: Retain As Published 1 keeps the
+    # 5.0 [MQTT5-3.3.1-12]/[MQTT5-3.3.1-13]: Retain As Published 1 keeps the
     # publisher's RETAIN flag on forwarding; 0 clears it.
     def test_retain_as_published(self):
         rap1 = self.paho("rap1", 5)
@@ -198,7 +198,7 @@ class TestRetainV5(RetainCommon, BrokerTestCase):
         c.subscribe("rap0/t", 1, rap=False)
         self.assertTrue(c.wait_messages(1)[0].retain)
 
-    # 5.0 [MQTT-3.8.3-3]: No Local: messages are not forwarded to the
+    # 5.0 [MQTT5-3.8.3-3]: No Local: messages are not forwarded to the
     # connection (client id) that published them; other subscribers get them.
     def test_no_local(self):
         nl = self.paho("nolocal", 5)
@@ -218,7 +218,7 @@ class TestRetainV5(RetainCommon, BrokerTestCase):
         self.assertEqual(nl.wait_messages(1)[0].payload, b"echo")
         nl.expect_no_message(0.3)
 
-    # 5.0 [MQTT-3.3.2-17]/[MQTT-3.3.2-18]/[MQTT-3.3.2-20]: properties of a
+    # 5.0 [MQTT5-3.3.2-17]/[MQTT5-3.3.2-18]/[MQTT5-3.3.2-20]: properties of a
     # retained message are kept and sent when it is delivered on subscribe.
     def test_retained_properties_kept(self):
         ups = [("k1", "v1"), ("k2", "v2"), ("k1", "v3")]

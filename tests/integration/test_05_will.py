@@ -28,7 +28,7 @@ class WillCommon:
         self.assertEqual(ack.rc, 0)
         return r
 
-    # 3.1.1 [MQTT-3.1.2-8] / 5.0 [MQTT-3.1.2-8]: the Will Message is published
+    # 3.1.1 [MQTT-3.1.2-8] / 5.0 [MQTT5-3.1.2-8]: the Will Message is published
     # when the network connection closes without DISCONNECT (here a TCP RST),
     # with its topic, payload and QoS; exactly once.
     def test_will_on_abnormal_close(self):
@@ -59,7 +59,7 @@ class WillCommon:
         self.assertIsNotNone(m)
         self.assertEqual((m.topic, m.payload, m.qos), ("will/paho", b"pw", 2))
 
-    # 3.1.1 [MQTT-3.1.2-10]/[MQTT-3.14.4-3] / 5.0 [MQTT-3.1.2-10]/[MQTT-3.14.4-3]:
+    # 3.1.1 [MQTT-3.1.2-10]/[MQTT-3.14.4-3] / 5.0 [MQTT5-3.1.2-10]/[MQTT5-3.14.4-3]:
     # after a normal DISCONNECT the will is discarded, not published.
     def test_no_will_after_disconnect(self):
         obs = self.observer()
@@ -68,7 +68,7 @@ class WillCommon:
         r.expect_closed()
         obs.expect_no_message(WILL_QUIET)
 
-    # 3.1.1 [MQTT-3.1.2-17] / 5.0 [MQTT-3.1.2-15]: Will Retain 1 -> the will is
+    # 3.1.1 [MQTT-3.1.2-17] / 5.0 [MQTT5-3.1.2-15]: Will Retain 1 -> the will is
     # published as a retained message (a later subscriber gets it, RETAIN=1).
     def test_will_retain(self):
         r = self.will_client("retwill", topic="will/ret", payload=b"last", retain=True)
@@ -83,7 +83,7 @@ class WillCommon:
         self.assertEqual(lm.payload, b"last")
         self.assertTrue(lm.retain)
 
-    # 3.1.1 [MQTT-3.1.2-16] / 5.0 [MQTT-3.1.2-14]: Will Retain 0 -> published
+    # 3.1.1 [MQTT-3.1.2-16] / 5.0 [MQTT5-3.1.2-14]: Will Retain 0 -> published
     # as a non-retained message (nothing retained afterwards).
     def test_will_not_retained(self):
         obs = self.observer()
@@ -94,9 +94,9 @@ class WillCommon:
         late.subscribe("will/nret", 1)
         late.expect_no_message()
 
-    # 3.1.1 [MQTT-3.1.2-9]/[MQTT-3.1.2-14] / 5.0 [MQTT-3.1.2-12]: the Will QoS
+    # 3.1.1 [MQTT-3.1.2-9]/[MQTT-3.1.2-14] / 5.0 [MQTT5-3.1.2-12]: the Will QoS
     # is used when publishing the will (downgraded to the subscriber's grant,
-    # 3.1.1 [MQTT-3.8.4-6] / 5.0 [MQTT-3.8.4-8]).
+    # 3.1.1 [MQTT-3.8.4-6] / 5.0 [MQTT5-3.8.4-8]).
     def test_will_qos(self):
         for wq in (0, 1, 2):
             with self.subTest(will_qos=wq):
@@ -110,7 +110,7 @@ class WillCommon:
                 self.assertEqual(o1.wait_messages(1)[0].qos, min(wq, 1))
 
     # 3.1.1 3.1.2.5 ("the Server closes the Network Connection because of a
-    # protocol error") with [MQTT-3.1.2-8] / 5.0 [MQTT-3.1.2-8]: a client
+    # protocol error") with [MQTT-3.1.2-8] / 5.0 [MQTT5-3.1.2-8]: a client
     # disconnected for a malformed packet has its will published.
     def test_will_on_protocol_error(self):
         obs = self.observer()
@@ -140,7 +140,7 @@ class TestWillV311(WillCommon, BrokerTestCase):
 class TestWillV5(WillCommon, BrokerTestCase):
     V = 5
 
-    # 5.0 [MQTT-3.1.2-8]/[MQTT-3.1.2-10] and 3.14.2.1: DISCONNECT with reason
+    # 5.0 [MQTT5-3.1.2-8]/[MQTT5-3.1.2-10] and 3.14.2.1: DISCONNECT with reason
     # 0x04 (Disconnect with Will Message) publishes the will.
     def test_disconnect_0x04_sends_will(self):
         obs = self.observer()
@@ -151,7 +151,7 @@ class TestWillV5(WillCommon, BrokerTestCase):
         self.assertIsNotNone(m, "DISCONNECT 0x04 did not publish the will")
         self.assertEqual(m.payload, b"requested")
 
-    # 5.0 [MQTT-3.1.2-10]: DISCONNECT 0x00 (here explicit) discards the will.
+    # 5.0 [MQTT5-3.1.2-10]: DISCONNECT 0x00 (here explicit) discards the will.
     def test_disconnect_0x00_explicit_no_will(self):
         obs = self.observer()
         r = self.will_client("normal0")
@@ -159,7 +159,7 @@ class TestWillV5(WillCommon, BrokerTestCase):
         r.expect_closed()
         obs.expect_no_message(WILL_QUIET)
 
-    # 5.0 [MQTT-3.1.2-8] and 3.1.3.2.2: with a Will Delay Interval the will is
+    # 5.0 [MQTT5-3.1.2-8] and 3.1.3.2.2: with a Will Delay Interval the will is
     # published after the delay (not before), the session outliving it.
     def test_will_delay(self):
         obs = self.observer()
@@ -173,7 +173,7 @@ class TestWillV5(WillCommon, BrokerTestCase):
         self.assertGreaterEqual(dt, 1.8, "will published after %.2f s, before the 2 s delay" % dt)
         self.assertLess(dt, 4.5, "will published %.2f s after the close, delay was 2 s" % dt)
 
-    # 5.0 [MQTT-3.1.3-9]: if the client reconnects to its session before the
+    # 5.0 [MQTT5-3.1.3-9]: if the client reconnects to its session before the
     # Will Delay Interval has passed, the will is not sent.
     def test_will_delay_cancelled_by_reconnect(self):
         obs = self.observer()
@@ -183,7 +183,7 @@ class TestWillV5(WillCommon, BrokerTestCase):
         self.raw(5, "comeback", clean=False, props={"SessionExpiryInterval": 30})
         obs.expect_no_message(3.5)
 
-    # 5.0 [MQTT-3.1.2-8]: "either the Will Delay Interval has elapsed or the
+    # 5.0 [MQTT5-3.1.2-8]: "either the Will Delay Interval has elapsed or the
     # Session ends": with Session Expiry 0 the session ends at the close and
     # the will goes out at once despite a 30 s delay; with Session Expiry 1
     # it goes out after about 1 s.
@@ -207,7 +207,7 @@ class TestWillV5(WillCommon, BrokerTestCase):
                 self.assertTrue(lo <= dt <= hi, "will sent after %.2f s, expected %.1f..%.1f s"
                                 % (dt, lo, hi))
 
-    # 5.0 [MQTT-3.1.3-10] and 3.1.3.2: will properties (User Property in
+    # 5.0 [MQTT5-3.1.3-10] and 3.1.3.2: will properties (User Property in
     # order, Content Type, Response Topic, Correlation Data, Payload Format
     # Indicator) are sent with the will.
     def test_will_properties(self):
@@ -227,7 +227,7 @@ class TestWillV5(WillCommon, BrokerTestCase):
         self.assertEqual(m.props.get("PayloadFormatIndicator"), 1)
 
     # 5.0 3.1.3.2.4: the will's Message Expiry Interval is sent as the
-    # publication's expiry (minus the time waited, [MQTT-3.3.2-6]).
+    # publication's expiry (minus the time waited, [MQTT5-3.3.2-6]).
     def test_will_message_expiry_forwarded(self):
         obs = self.observer()
         r = self.will_client("expwill", will_props={"MessageExpiryInterval": 100})

@@ -28,7 +28,7 @@ class SessionCommon:
         return r
 
     # 3.1.1 [MQTT-3.1.2-4]/[MQTT-3.1.2-5]/[MQTT-3.2.2-2], 5.0
-    # [MQTT-3.1.2-5]/[MQTT-3.1.2-23]/[MQTT-3.2.2-3]/[MQTT-4.5.0-1]: a
+    # [MQTT5-3.1.2-5]/[MQTT5-3.1.2-23]/[MQTT5-3.2.2-3]/[MQTT5-4.5.0-1]: a
     # persistent session keeps its subscriptions and stores QoS 1 and 2
     # messages while the client is away; on return Session Present is 1 and
     # the messages arrive, in order per QoS.
@@ -54,7 +54,7 @@ class SessionCommon:
         p = r.expect(PUBLISH)
         self.assertEqual(p.payload, b"live")
 
-    # 3.1.1 [MQTT-4.6.0-6] / 5.0 [MQTT-4.6.0-5]: messages queued while away
+    # 3.1.1 [MQTT-4.6.0-6] / 5.0 [MQTT5-4.6.0-5]: messages queued while away
     # come before messages published after the return (same topic, QoS and
     # publisher).
     def test_queued_before_live(self):
@@ -70,7 +70,7 @@ class SessionCommon:
         got = r.expect_publishes(10, ack=True)
         self.assertEqual([p.payload for p in got], [b"%02d" % i for i in range(10)])
 
-    # 3.1.1 [MQTT-3.2.2-3] / 5.0 [MQTT-3.2.2-3]: Clean Session/Start 0 with no
+    # 3.1.1 [MQTT-3.2.2-3] / 5.0 [MQTT5-3.2.2-3]: Clean Session/Start 0 with no
     # stored session -> Session Present 0.
     def test_new_persistent_session_present_0(self):
         r = self.raw(self.V)
@@ -78,7 +78,7 @@ class SessionCommon:
         self.assertEqual(ack.rc, 0)
         self.assertFalse(ack.session_present)
 
-    # 3.1.1 [MQTT-3.1.2-6] / 5.0 [MQTT-3.1.2-4]: Clean Session/Start 1
+    # 3.1.1 [MQTT-3.1.2-6] / 5.0 [MQTT5-3.1.2-4]: Clean Session/Start 1
     # discards the stored session: no queued messages, no subscriptions,
     # and the state is not reused afterwards.
     def test_clean_discards_session(self):
@@ -113,7 +113,7 @@ class SessionCommon:
         r2.expect_nothing(nmq.T_QUIET, types=(PUBLISH,))
 
     # Our design: sessions are keyed by the full client id (3.1.1
-    # [MQTT-3.1.3-2] / 5.0 [MQTT-3.1.3-2]): long ids that differ only at the
+    # [MQTT-3.1.3-2] / 5.0 [MQTT5-3.1.3-2]): long ids that differ only at the
     # end are different sessions, connected side by side.
     def test_long_client_ids_distinct(self):
         base = "x" * 180
@@ -129,7 +129,7 @@ class SessionCommon:
         self.assertEqual(a.expect(PUBLISH).payload, b"A")
         self.assertEqual(b.expect(PUBLISH).payload, b"B")
 
-    # 3.1.1 [MQTT-3.1.2-5] / 5.0 [MQTT-4.5.0-1] with our bound
+    # 3.1.1 [MQTT-3.1.2-5] / 5.0 [MQTT5-4.5.0-1] with our bound
     # mqtt.max_mqueue_len = 10 (compat.md: when the limit is reached the NEW
     # message is dropped for that client): an offline session receives the
     # first 10 of 25 QoS 1 messages, and normal delivery resumes afterwards.
@@ -167,7 +167,7 @@ class TestSessionV5(SessionCommon, BrokerTestCase):
     CONF = "mqtt { max_mqueue_len = 10 }"
     MOSQ_CONF = "max_queued_messages 10"
 
-    # 5.0 [MQTT-3.1.2-23]/[MQTT-4.1.0-2]/[MQTT-3.2.2-3]: a session with Session
+    # 5.0 [MQTT5-3.1.2-23]/[MQTT5-4.1.0-2]/[MQTT5-3.2.2-3]: a session with Session
     # Expiry Interval 2 s is kept while the interval runs (Session Present 1,
     # queued messages delivered) and is gone after it (Session Present 0,
     # nothing delivered).
@@ -229,7 +229,7 @@ class TestSessionV5(SessionCommon, BrokerTestCase):
         ack = r2.connect("raise", clean=False)
         self.assertFalse(ack.session_present)
 
-    # 5.0 [MQTT-3.1.2-4]: Clean Start 1 discards a stored session even when
+    # 5.0 [MQTT5-3.1.2-4]: Clean Start 1 discards a stored session even when
     # it had a long expiry.
     def test_clean_start_discards_long_session(self):
         r = self.raw(5)

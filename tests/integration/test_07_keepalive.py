@@ -29,14 +29,14 @@ class KeepaliveTests(BrokerTestCase):
     CONF = "mqtt { keepalive_multiplier = 1.5, retry_interval = 30s }"
 
     def effective_keepalive(self, ack, asked):
-        # 5.0 [MQTT-3.2.2-21]/[MQTT-3.2.2-22]: a Server Keep Alive in CONNACK
+        # 5.0 [MQTT5-3.2.2-21]/[MQTT5-3.2.2-22]: a Server Keep Alive in CONNACK
         # replaces the client's value.
         return ack.props.get("ServerKeepAlive", asked)
 
-    # 3.1.1 [MQTT-3.1.2-24] / 5.0 [MQTT-3.1.2-22]: with Keep Alive 2 s and no
+    # 3.1.1 [MQTT-3.1.2-24] / 5.0 [MQTT5-3.1.2-22]: with Keep Alive 2 s and no
     # traffic the broker closes the connection after 1.5 x 2 = 3 s (we accept
     # 2.9 .. 4.2 s), and the will is published (3.1.1 3.1.2.5 / 5.0
-    # [MQTT-3.1.2-8]).  A v5 DISCONNECT, if sent, carries 0x8D.
+    # [MQTT5-3.1.2-8]).  A v5 DISCONNECT, if sent, carries 0x8D.
     def test_silent_client_disconnected_at_1_5x(self):
         obs = self.paho("ka-obs", 4)
         obs.subscribe("ka/will/#", 1)
@@ -74,7 +74,7 @@ class KeepaliveTests(BrokerTestCase):
         wills = sorted(m.topic for m in obs.wait_messages(2, timeout=3))
         self.assertEqual(wills, ["ka/will/4", "ka/will/5"])
 
-    # 3.1.1 [MQTT-3.12.4-1] / 5.0 [MQTT-3.12.4-1] and the keep alive rules:
+    # 3.1.1 [MQTT-3.12.4-1] / 5.0 [MQTT5-3.12.4-1] and the keep alive rules:
     # a client that sends PINGREQ every second (keepalive 2), or any other
     # packet every second, stays connected for 5 s; a client with Keep Alive
     # 0 (3.1.1 3.1.2.10 / 5.0 3.1.2.10: keep alive off) stays connected while
@@ -132,7 +132,7 @@ class KeepaliveMultiplierTests(BrokerTestCase):
 class ServerKeepAliveTests(BrokerTestCase):
     CONF = "mqtt { max_keepalive = 2, keepalive_multiplier = 1.5 }"
 
-    # 5.0 [MQTT-3.2.2-21]/[MQTT-3.2.2-22]: with Server Keep Alive in
+    # 5.0 [MQTT5-3.2.2-21]/[MQTT5-3.2.2-22]: with Server Keep Alive in
     # CONNACK the client must use the server's value; the broker enforces
     # it (mqtt.max_keepalive caps what a v5 client may ask for, 0 included).
     # 3.1.1 has no way to say so: those clients keep their own value.

@@ -13,7 +13,7 @@ class V5PropertyTests(BrokerTestCase):
     CONF = "mqtt { max_topic_alias = 7, max_awaiting_rel = 33, max_packet_size = 64KB }"
     MOSQ_CONF = "max_topic_alias 7\nmax_inflight_messages 33\nmax_packet_size 65536"
 
-    # 5.0 [MQTT-3.3.2-17]/[MQTT-3.3.2-18]: all User Properties are forwarded
+    # 5.0 [MQTT5-3.3.2-17]/[MQTT5-3.3.2-18]: all User Properties are forwarded
     # unaltered and in order (repeated keys and non-ASCII text included).
     def test_user_properties_forwarded_in_order(self):
         sub = self.paho("upsub", 5)
@@ -24,7 +24,7 @@ class V5PropertyTests(BrokerTestCase):
         m = sub.wait_messages(1)[0]
         self.assertEqual(m.props.get("UserProperty"), ups)
 
-    # 5.0 [MQTT-3.3.2-15]/[MQTT-3.3.2-16]/[MQTT-3.3.2-20]/[MQTT-3.3.2-4]:
+    # 5.0 [MQTT5-3.3.2-15]/[MQTT5-3.3.2-16]/[MQTT5-3.3.2-20]/[MQTT5-3.3.2-4]:
     # Response Topic, Correlation Data, Content Type and Payload Format
     # Indicator reach every subscriber unaltered (raw check of the wire).
     def test_publish_properties_forwarded(self):
@@ -45,7 +45,7 @@ class V5PropertyTests(BrokerTestCase):
 
     # 5.0 4.10 request / response: a responder uses the Response Topic and
     # Correlation Data it received to answer; the requester gets the answer
-    # with its Correlation Data ([MQTT-3.3.2-15]/[MQTT-3.3.2-16]).
+    # with its Correlation Data ([MQTT5-3.3.2-15]/[MQTT5-3.3.2-16]).
     def test_request_response_roundtrip(self):
         responder = self.paho("responder", 5)
         responder.subscribe("svc/req", 1)
@@ -59,7 +59,7 @@ class V5PropertyTests(BrokerTestCase):
         resp = requester.wait_messages(1)[0]
         self.assertEqual((resp.payload, resp.props.get("CorrelationData")), (b"pong", b"id-42"))
 
-    # 5.0 [MQTT-3.3.2-6]: the Message Expiry Interval forwarded is the
+    # 5.0 [MQTT5-3.3.2-6]: the Message Expiry Interval forwarded is the
     # received value minus the time waited in the server (online: ~0 s).
     def test_message_expiry_forwarded(self):
         sub = self.raw(5, "mesub")
@@ -71,7 +71,7 @@ class V5PropertyTests(BrokerTestCase):
         self.assertTrue(118 <= p1.props.get("MessageExpiryInterval", -1) <= 120, p1)
         self.assertNotIn("MessageExpiryInterval", p2.props)
 
-    # 5.0 [MQTT-3.3.2-5]/[MQTT-3.3.2-6]: messages queued for an offline
+    # 5.0 [MQTT5-3.3.2-5]/[MQTT5-3.3.2-6]: messages queued for an offline
     # session that expire before delivery are deleted; the others are sent
     # with the remaining interval.
     def test_expired_messages_not_delivered_to_queued_session(self):
@@ -95,7 +95,7 @@ class V5PropertyTests(BrokerTestCase):
         self.assertTrue(25 <= left <= 28, "remaining expiry %s, expected 30 minus the ~2.5 s waited" % left)
         r2.expect_nothing(0.5, types=(PUBLISH,))
 
-    # 5.0 3.3.2.3.3 and [MQTT-3.3.2-5]: an expired retained message is not
+    # 5.0 3.3.2.3.3 and [MQTT5-3.3.2-5]: an expired retained message is not
     # sent to a new subscriber; a live one is sent with its remaining time.
     def test_expired_retained_not_delivered(self):
         pub = self.paho("erpub", 5)
@@ -109,7 +109,7 @@ class V5PropertyTests(BrokerTestCase):
         self.assertTrue(55 <= m.props.get("MessageExpiryInterval", -1) <= 58, m)
         sub.expect_no_message()
 
-    # 5.0 [MQTT-3.3.4-3]/[MQTT-3.3.4-4]/[MQTT-3.3.4-5]: the Subscription
+    # 5.0 [MQTT5-3.3.4-3]/[MQTT5-3.3.4-4]/[MQTT5-3.3.4-5]: the Subscription
     # Identifiers of all matching subscriptions are sent (in one copy, or
     # each in its own copy); a subscription without an identifier adds none.
     def test_subscription_identifiers(self):
@@ -136,7 +136,7 @@ class V5PropertyTests(BrokerTestCase):
         self.assertEqual(len(hash_only), 1)
         self.assertNotIn("SubscriptionIdentifier", hash_only[0].props)
 
-    # 5.0 [MQTT-3.3.4-3] with [MQTT-3.8.4-3]: retained messages sent on
+    # 5.0 [MQTT5-3.3.4-3] with [MQTT5-3.8.4-3]: retained messages sent on
     # subscribe carry the identifier; replacing the subscription replaces it.
     def test_subscription_identifier_retained_and_replaced(self):
         pub = self.paho("sirpub", 5)

@@ -23,7 +23,7 @@ class TopicAliasTests(BrokerTestCase):
         self.assertEqual(ack.props.get("TopicAliasMaximum"), MAX_ALIAS)
         return r
 
-    # 5.0 [MQTT-3.3.2-12] and 3.3.2.3.4: the server accepts every alias from 1
+    # 5.0 [MQTT5-3.3.2-12] and 3.3.2.3.4: the server accepts every alias from 1
     # to its Topic Alias Maximum: a PUBLISH with topic + alias sets the
     # mapping, an empty topic + alias uses it, a new topic + alias remaps it.
     def test_client_to_broker_aliases(self):
@@ -42,7 +42,7 @@ class TopicAliasTests(BrokerTestCase):
         # Forwarded messages carry the real topic, never the publisher's alias.
         self.assertTrue(all(m.topic for m in self.sub.received))
 
-    # 5.0 [MQTT-3.2.2-17]/[MQTT-3.3.2-9] and 3.3.2.3.4: an alias above the
+    # 5.0 [MQTT5-3.2.2-17]/[MQTT5-3.3.2-9] and 3.3.2.3.4: an alias above the
     # server's Topic Alias Maximum is a Protocol Error answered with
     # DISCONNECT 0x94 (Topic Alias invalid); the broker stays healthy.
     def test_alias_above_maximum(self):
@@ -53,7 +53,7 @@ class TopicAliasTests(BrokerTestCase):
         self.sub.expect_no_message(0.3)
         self.assert_broker_healthy(by)
 
-    # 5.0 [MQTT-3.3.2-8]: Topic Alias 0 is not allowed.  The spec names 0x94
+    # 5.0 [MQTT5-3.3.2-8]: Topic Alias 0 is not allowed.  The spec names 0x94
     # only for aliases above the maximum, so 0x94, 0x82 (Protocol Error) and
     # 0x81 (Malformed, mosquitto's choice) are all accepted.
     def test_alias_zero(self):
@@ -76,7 +76,7 @@ class TopicAliasTests(BrokerTestCase):
         r.send(nmq.publish_bytes("", b"x", 1, pid=4, version=5))
         self.assert_closed(r, v5_codes=(0x82, 0x81), msg="empty topic, no alias")
 
-    # 5.0 [MQTT-3.3.2-7]: alias mappings do not carry over to a new network
+    # 5.0 [MQTT5-3.3.2-7]: alias mappings do not carry over to a new network
     # connection (same client id, session resumed).
     def test_alias_not_carried_to_next_connection(self):
         r = self.raw(5)
@@ -91,7 +91,7 @@ class TopicAliasTests(BrokerTestCase):
         self.assert_closed(r2, v5_codes=(0x82, 0x94), msg="alias from the previous connection")
         self.sub.expect_no_message(0.3)
 
-    # 5.0 [MQTT-3.1.2-26]/[MQTT-3.3.2-11]: the server never uses an alias
+    # 5.0 [MQTT5-3.1.2-26]/[MQTT5-3.3.2-11]: the server never uses an alias
     # above the client's Topic Alias Maximum; whatever aliases it uses must
     # resolve to the right topics (checked by the raw client's alias table).
     def test_broker_to_client_aliases_bounded(self):
@@ -111,7 +111,7 @@ class TopicAliasTests(BrokerTestCase):
             self.assertTrue(p.topic, "empty topic with an unknown alias: %r" % p)
             self.assertEqual(p.payload.decode().split("#")[0], p.topic)
 
-    # 5.0 [MQTT-3.1.2-27]: no Topic Alias Maximum from the client -> no
+    # 5.0 [MQTT5-3.1.2-27]: no Topic Alias Maximum from the client -> no
     # aliases at all from the server.
     def test_no_aliases_without_client_maximum(self):
         r = self.raw(5, "noalias")

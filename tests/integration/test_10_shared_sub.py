@@ -95,7 +95,7 @@ class SharedCommon:
         self.assertEqual(sorted(sum(self.drain(g2, n), [])), want)
         self.assertEqual(sorted(m.payload for m in plain.wait_messages(n)), want)
 
-    # 5.0 [MQTT-4.8.2-3]: the granted QoS of the member that gets a message
+    # 5.0 [MQTT5-4.8.2-3]: the granted QoS of the member that gets a message
     # is respected.
     def test_member_qos_respected(self):
         m0 = self.members(1, qos=0, prefix="q0-")[0]
@@ -108,7 +108,7 @@ class SharedCommon:
         self.assertTrue(all(m.qos == 0 for m in m0.received))
         self.assertTrue(all(m.qos == 2 for m in m2.received))
 
-    # [MQTT-4.8.2-1]/[MQTT-4.8.2-2] (5.0): "$share/" needs a non-empty share
+    # [MQTT5-4.8.2-1]/[MQTT5-4.8.2-2] (5.0): "$share/" needs a non-empty share
     # name without '/', '+', '#', followed by '/' and a filter.  Invalid
     # forms are not granted (SUBACK >= 0x80) or the connection is closed.
     def test_invalid_share_names(self):
@@ -130,7 +130,7 @@ class SharedCommon:
                     self.assertEqual(p.type, nmq.DISCONNECT, p)
                 r.close()
 
-    # 5.0 [MQTT-3.10.4-1]: unsubscribing "$share/g/sh/t" ends that membership.
+    # 5.0 [MQTT5-3.10.4-1]: unsubscribing "$share/g/sh/t" ends that membership.
     def test_unsubscribe_shared(self):
         a, b = self.members(2)
         b.unsubscribe("$share/g/sh/t")
@@ -148,7 +148,7 @@ class TestSharedV311(SharedCommon, BrokerTestCase):
 class TestSharedV5(SharedCommon, BrokerTestCase):
     V = 5
 
-    # 5.0 [MQTT-3.8.3-4]: No Local on a shared subscription is a Protocol
+    # 5.0 [MQTT5-3.8.3-4]: No Local on a shared subscription is a Protocol
     # Error (DISCONNECT 0x82).
     @skip_on_mosquitto("mosquitto 2.0.11 grants No Local on a shared subscription")
     def test_no_local_on_shared_is_protocol_error(self):

@@ -32,7 +32,7 @@ class ReceiveMaximumTests(BrokerTestCase):
         r.subscribe([(flt, qos)] + list(extra_filters))
         return r
 
-    # 5.0 [MQTT-3.3.4-9]/[MQTT-4.9.0-2]: with Receive Maximum 2 the server
+    # 5.0 [MQTT5-3.3.4-9]/[MQTT5-4.9.0-2]: with Receive Maximum 2 the server
     # has at most 2 unacknowledged QoS 1 PUBLISH packets in flight; each
     # PUBACK lets exactly one more go; in the end all messages arrive once,
     # in order.
@@ -85,7 +85,7 @@ class ReceiveMaximumTests(BrokerTestCase):
         self.assertEqual(d.payload, b"3")
         r.ack_full(d)
 
-    # 5.0 [MQTT-3.3.4-10]/[MQTT-4.9.0-3]: with the send quota at zero the
+    # 5.0 [MQTT5-3.3.4-10]/[MQTT5-4.9.0-3]: with the send quota at zero the
     # server still answers other packets (PINGREQ, SUBSCRIBE) and QoS 0
     # messages are not subject to the quota.
     def test_zero_quota_does_not_block_other_packets(self):
@@ -101,7 +101,7 @@ class ReceiveMaximumTests(BrokerTestCase):
         p = r.expect(PUBLISH, 3, topic="q0/t")
         self.assertEqual((p.payload, p.qos), (b"qos0", 0))
 
-    # 5.0 [MQTT-3.1.2-24]/[MQTT-3.1.2-25]: a message bigger than the client's
+    # 5.0 [MQTT5-3.1.2-24]/[MQTT5-3.1.2-25]: a message bigger than the client's
     # Maximum Packet Size is not sent to it (and does not block the flow);
     # smaller ones before and after are.
     def test_client_maximum_packet_size(self):

@@ -2,7 +2,7 @@
 """12: malformed input and protocol errors on raw sockets.
 
 For every case: the offending connection is closed (MQTT 5: after a
-DISCONNECT with the reason code the spec gives, 4.13 / [MQTT-4.13.1-1]; a
+DISCONNECT with the reason code the spec gives, 4.13 / [MQTT5-4.13.1-1]; a
 3.1.1 connection is just closed, 3.1.1 [MQTT-4.8.0-1]), while ANOTHER client
 that was connected before keeps receiving messages and the broker keeps
 accepting new connections.
@@ -76,8 +76,8 @@ class MalformedTests(BrokerTestCase):
         self.both(lambda v: b"\x30\xff\xff\xff\xff\x01" + b"\x00" * 16, (0x81, 0x95), "5-byte VBI")
 
     # 3.1.1 [MQTT-2.2.2-1]/[MQTT-2.2.2-2], [MQTT-3.6.1-1], [MQTT-3.8.1-1],
-    # [MQTT-3.10.1-1], [MQTT-3.14.1-1]; 5.0 [MQTT-2.1.3-1], [MQTT-3.6.1-1],
-    # [MQTT-3.8.1-1], [MQTT-3.10.1-1], [MQTT-3.14.1-1]: reserved fixed-header
+    # [MQTT-3.10.1-1], [MQTT-3.14.1-1]; 5.0 [MQTT5-2.1.3-1], [MQTT5-3.6.1-1],
+    # [MQTT5-3.8.1-1], [MQTT5-3.10.1-1], [MQTT5-3.14.1-1]: reserved fixed-header
     # flags with a wrong value are malformed.
     def test_reserved_flags(self):
         cases = {
@@ -100,7 +100,7 @@ class MalformedTests(BrokerTestCase):
     # 3.1.1 [MQTT-4.8.0-1] / 5.0 4.13: packets that only a server sends
     # (CONNACK, SUBACK, UNSUBACK, PINGRESP) coming from a client are protocol
     # errors; so is AUTH on a 3.1.1 connection or without an Authentication
-    # Method (5.0 [MQTT-4.12.0-7]).
+    # Method (5.0 [MQTT5-4.12.0-7]).
     def test_server_only_packets_from_client(self):
         cases = {
             "CONNACK": lambda v: packet(CONNACK, 0, b"\x00\x00" + (b"\x00" if v == 5 else b"")),
@@ -142,7 +142,7 @@ class MalformedTests(BrokerTestCase):
                 self.bad(5, data, MALFORMED, name)
 
     # 5.0 2.2.2.2 (a property given twice when it may appear once) and
-    # [MQTT-3.3.4-6] (a client PUBLISH must not carry a Subscription
+    # [MQTT5-3.3.4-6] (a client PUBLISH must not carry a Subscription
     # Identifier): Protocol Errors (0x82; 0x81 accepted).
     def test_property_protocol_errors(self):
         cases = {
@@ -156,7 +156,7 @@ class MalformedTests(BrokerTestCase):
                 self.bad(5, data, MALFORMED_OR_PROTO, name)
 
     # 3.1.1 [MQTT-1.5.3-1]/[MQTT-1.5.3-2]/[MQTT-4.7.3-2] and 5.0
-    # [MQTT-1.5.4-1]/[MQTT-1.5.4-2]/[MQTT-4.7.3-2]: ill-formed UTF-8
+    # [MQTT5-1.5.4-1]/[MQTT5-1.5.4-2]/[MQTT5-4.7.3-2]: ill-formed UTF-8
     # (overlong, surrogate, invalid byte) and U+0000 in a topic name or filter
     # make the packet malformed.
     def test_invalid_utf8(self):
@@ -174,7 +174,7 @@ class MalformedTests(BrokerTestCase):
                                             + u16(len(s)) + s + b"\x00"),
                       MALFORMED, "filter " + name)
 
-    # 3.1.1 [MQTT-3.3.2-2]/[MQTT-4.7.1-1] / 5.0 [MQTT-3.3.2-2]/[MQTT-4.7.0-1]:
+    # 3.1.1 [MQTT-3.3.2-2]/[MQTT-4.7.1-1] / 5.0 [MQTT5-3.3.2-2]/[MQTT5-4.7.0-1]:
     # a Topic Name must not contain wildcards.  5.0: 0x81/0x82 or 0x90 (Topic
     # Name invalid).
     def test_wildcard_in_publish_topic(self):
@@ -183,12 +183,12 @@ class MalformedTests(BrokerTestCase):
                 self.both(lambda v, t=topic, q=qos: nmq.publish_bytes(t, b"w", q, pid=1, version=v),
                           (0x81, 0x82, 0x90), "PUBLISH to %r at QoS %d" % (topic, qos))
 
-    # 3.1.1 [MQTT-3.3.1-4] / 5.0 [MQTT-3.3.1-4]: QoS 3 is malformed.
+    # 3.1.1 [MQTT-3.3.1-4] / 5.0 [MQTT5-3.3.1-4]: QoS 3 is malformed.
     def test_qos3_publish(self):
         self.both(lambda v: nmq.publish_bytes("a/b", b"x", flags=0x06, pid=1, version=v),
                   MALFORMED, "PUBLISH QoS 3")
 
-    # 3.1.1 [MQTT-2.3.1-1] / 5.0 [MQTT-2.2.1-3]: QoS>0 PUBLISH, SUBSCRIBE and
+    # 3.1.1 [MQTT-2.3.1-1] / 5.0 [MQTT5-2.2.1-3]: QoS>0 PUBLISH, SUBSCRIBE and
     # UNSUBSCRIBE need a non-zero Packet Identifier.
     def test_packet_id_zero(self):
         cases = {
@@ -200,7 +200,7 @@ class MalformedTests(BrokerTestCase):
         for name, build in cases.items():
             self.both(build, MALFORMED_OR_PROTO, name)
 
-    # 3.1.1 [MQTT-3.8.3-3]/[MQTT-3.10.3-2], 5.0 [MQTT-3.8.3-2]/[MQTT-3.10.2-2]:
+    # 3.1.1 [MQTT-3.8.3-3]/[MQTT-3.10.3-2], 5.0 [MQTT5-3.8.3-2]/[MQTT5-3.10.3-2]:
     # SUBSCRIBE and UNSUBSCRIBE need at least one topic filter.
     def test_empty_subscribe_unsubscribe(self):
         self.both(lambda v: packet(SUBSCRIBE, 2, u16(1) + (b"\x00" if v == 5 else b"")),
@@ -209,7 +209,7 @@ class MalformedTests(BrokerTestCase):
                   MALFORMED_OR_PROTO, "UNSUBSCRIBE without filters")
 
     # 3.1.1 [MQTT-3-8.3-4]: reserved bits of the requested QoS byte, or QoS 3,
-    # are malformed.  5.0 [MQTT-3.8.3-5]: reserved bits 6-7 are malformed
+    # are malformed.  5.0 [MQTT5-3.8.3-5]: reserved bits 6-7 are malformed
     # (0x81); 5.0 3.8.3.1: Maximum QoS 3 and Retain Handling 3 are Protocol
     # Errors (0x82; 0x81 accepted).
     def test_bad_subscription_options(self):
@@ -228,7 +228,7 @@ class MalformedTests(BrokerTestCase):
                      MALFORMED_OR_PROTO, "Retain Handling 3")
 
     # compat.md mqtt.max_packet_size (1 KB here) and 5.0 3.1.2.11.4 /
-    # [MQTT-3.2.2-15]: a packet above the broker's Maximum Packet Size gets
+    # [MQTT5-3.2.2-15]: a packet above the broker's Maximum Packet Size gets
     # DISCONNECT 0x95 (v5) or a close (3.1.1) -- also when only the header
     # announcing 200 MB has been sent (the limit is checked before the body
     # is read or allocated).
@@ -258,7 +258,7 @@ class MalformedTests(BrokerTestCase):
                         self.assertNotEqual(p.rc, 0)
                 self.assert_broker_healthy(self.by)
 
-    # Garbage instead of CONNECT (3.1.1 [MQTT-3.1.0-1] / 5.0 [MQTT-3.1.0-1]):
+    # Garbage instead of CONNECT (3.1.1 [MQTT-3.1.0-1] / 5.0 [MQTT5-3.1.0-1]):
     # an HTTP request, random bytes: closed without any answer.  (The HTTP
     # request is padded so that the "packet" it forms -- 'G' = type 4, 'E' =
     # Remaining Length 69 -- is complete; a broker may wait for a whole packet

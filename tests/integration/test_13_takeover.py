@@ -16,9 +16,9 @@ class TakeoverTests(BrokerTestCase):
         return self.assert_closed(old, v5_codes=(0x8E,), msg=msg, mosq_plain_close=True)
 
     # 3.1.1 [MQTT-3.1.4-2]: the existing client is disconnected; 5.0
-    # [MQTT-3.1.4-3]: it first gets DISCONNECT 0x8E (Session taken over).
+    # [MQTT5-3.1.4-3]: it first gets DISCONNECT 0x8E (Session taken over).
     # The new connection is accepted (3.1.1 [MQTT-3.1.4-4] / 5.0
-    # [MQTT-3.1.4-5]).  All four version combinations.
+    # [MQTT5-3.1.4-5]).  All four version combinations.
     def test_takeover_closes_old_connection(self):
         for old_v in (4, 5):
             for new_v in (4, 5):
@@ -43,7 +43,7 @@ class TakeoverTests(BrokerTestCase):
                     self.assertEqual(a.disconnect_rc, 0x8E)
                 self.assertFalse(b.disconnected.is_set())
 
-    # 3.1.1 [MQTT-3.1.2-4]/[MQTT-3.2.2-2] / 5.0 [MQTT-3.1.2-5]/[MQTT-3.2.2-3]:
+    # 3.1.1 [MQTT-3.1.2-4]/[MQTT-3.2.2-2] / 5.0 [MQTT5-3.1.2-5]/[MQTT5-3.2.2-3]:
     # taking over a persistent session (Clean 0) resumes it: Session Present
     # 1 and the subscriptions keep delivering to the new connection.
     def test_takeover_resumes_session(self):
@@ -64,7 +64,7 @@ class TakeoverTests(BrokerTestCase):
                 pub.publish("to/%d" % v, b"for-b", qos=1)
                 self.assertEqual(b.expect(PUBLISH).payload, b"for-b")
 
-    # 3.1.1 [MQTT-3.1.2-6] / 5.0 [MQTT-3.1.2-4]: taking over with Clean 1
+    # 3.1.1 [MQTT-3.1.2-6] / 5.0 [MQTT5-3.1.2-4]: taking over with Clean 1
     # discards the old session (no subscriptions, Session Present 0).
     def test_takeover_with_clean_discards(self):
         for v in (4, 5):
@@ -82,7 +82,7 @@ class TakeoverTests(BrokerTestCase):
                 pub.publish("tc/%d" % v, b"x", qos=1)
                 b.expect_nothing(nmq.T_QUIET, types=(PUBLISH,))
 
-    # 3.1.1 [MQTT-4.4.0-1] / 5.0 [MQTT-4.4.0-1]: a QoS 1 message in flight to
+    # 3.1.1 [MQTT-4.4.0-1] / 5.0 [MQTT5-4.4.0-1]: a QoS 1 message in flight to
     # the old connection is resent (DUP=1, same identifier) to the new one.
     def test_takeover_resends_inflight(self):
         for v in (4, 5):
@@ -101,7 +101,7 @@ class TakeoverTests(BrokerTestCase):
                 self.assertEqual((again.payload, again.pid, again.dup), (b"pending", p.pid, True))
                 b.ack(again)
 
-    # 3.1.1 [MQTT-3.1.2-8] / 5.0 [MQTT-3.1.2-8]: the old connection ends
+    # 3.1.1 [MQTT-3.1.2-8] / 5.0 [MQTT5-3.1.2-8]: the old connection ends
     # without DISCONNECT, so its will is published (5.0: no Will Delay here).
     def test_takeover_publishes_old_will(self):
         obs = self.paho("toobs", 4)
@@ -117,7 +117,7 @@ class TakeoverTests(BrokerTestCase):
                 self.assertIsNotNone(m, "v%d: the old connection's will was not published" % v)
                 self.assertEqual((m.topic, m.payload), ("tw/%d" % v, b"old-will"))
 
-    # 5.0 [MQTT-3.1.3-9]: with a Will Delay Interval, a takeover that resumes
+    # 5.0 [MQTT5-3.1.3-9]: with a Will Delay Interval, a takeover that resumes
     # the session (Clean Start 0) is a new connection to the session before
     # the delay has passed: the will is not sent.
     def test_takeover_with_will_delay_suppresses_will(self):

@@ -25,7 +25,7 @@ class MosquittoClientTests(BrokerTestCase):
         self.assertEqual(res.returncode, 0, "mosquitto_pub failed: %r" % res.stderr)
         return res
 
-    # 3.1.1 [MQTT-3.8.4-6] / 5.0 [MQTT-3.8.4-8]: delivered QoS = min(published,
+    # 3.1.1 [MQTT-3.8.4-6] / 5.0 [MQTT5-3.8.4-8]: delivered QoS = min(published,
     # granted), seen through mosquitto_sub's %q.
     def test_pub_sub_qos(self):
         for v in VERSIONS:
@@ -40,7 +40,7 @@ class MosquittoClientTests(BrokerTestCase):
                     self.assertEqual(got, sorted(("m%d" % pq, str(min(pq, sq))) for pq in (0, 1, 2)))
 
     # 3.1.1 [MQTT-3.3.1-5]/[MQTT-3.3.1-8]/[MQTT-3.3.1-10] and 5.0
-    # [MQTT-3.3.1-5]/[MQTT-3.3.1-6]: retained with -r, delivered with the
+    # [MQTT5-3.3.1-5]/[MQTT5-3.3.1-6]: retained with -r, delivered with the
     # retain flag; cleared by an empty retained message (-r -n).
     def test_retained(self):
         for v in VERSIONS:
@@ -54,7 +54,7 @@ class MosquittoClientTests(BrokerTestCase):
                 s2 = self.sub(t, v, qos=1)
                 s2.no_more(0.8)
 
-    # 3.1.1 [MQTT-4.6.0-6] / 5.0 [MQTT-4.6.0-5]: 100 lines published with
+    # 3.1.1 [MQTT-4.6.0-6] / 5.0 [MQTT5-4.6.0-5]: 100 lines published with
     # mosquitto_pub -l arrive once each, in order.
     def test_many_lines_in_order(self):
         for v in VERSIONS:
@@ -66,8 +66,8 @@ class MosquittoClientTests(BrokerTestCase):
                 self.assertEqual(s.get(100, timeout=10), ["line-%03d" % i for i in range(100)])
                 s.no_more(0.3)
 
-    # 5.0 [MQTT-3.3.2-4]/[MQTT-3.3.2-15]/[MQTT-3.3.2-16]/[MQTT-3.3.2-17]/
-    # [MQTT-3.3.2-18]/[MQTT-3.3.2-20]/[MQTT-3.3.2-6]: properties set with
+    # 5.0 [MQTT5-3.3.2-4]/[MQTT5-3.3.2-15]/[MQTT5-3.3.2-16]/[MQTT5-3.3.2-17]/
+    # [MQTT5-3.3.2-18]/[MQTT5-3.3.2-20]/[MQTT5-3.3.2-6]: properties set with
     # mosquitto_pub -D reach mosquitto_sub unchanged.
     def test_v5_properties_roundtrip(self):
         s = self.sub("mc/props", 5, qos=1, fmt="P=%P|C=%C|R=%R|D=%D|E=%E|F=%F")
@@ -85,7 +85,7 @@ class MosquittoClientTests(BrokerTestCase):
         self.assertEqual((f["C"], f["R"], f["D"], f["F"]), ("text/plain", "mc/reply", "corr-1", "1"))
         self.assertIn(f["E"], ("59", "60"))
 
-    # 3.1.1 [MQTT-3.1.2-8] / 5.0 [MQTT-3.1.2-8]: the will of a killed
+    # 3.1.1 [MQTT-3.1.2-8] / 5.0 [MQTT5-3.1.2-8]: the will of a killed
     # mosquitto_sub is published.
     def test_will_of_killed_client(self):
         for v in VERSIONS:
@@ -98,7 +98,7 @@ class MosquittoClientTests(BrokerTestCase):
                 doomed.proc.wait()
                 self.assertEqual(watcher.get(1)[0], "mc/will/%d|bye-%d" % (v, v))
 
-    # 3.1.1 [MQTT-3.1.2-4]/[MQTT-3.1.2-5] / 5.0 [MQTT-3.1.2-5]/[MQTT-3.1.2-23]:
+    # 3.1.1 [MQTT-3.1.2-4]/[MQTT-3.1.2-5] / 5.0 [MQTT5-3.1.2-5]/[MQTT5-3.1.2-23]:
     # mosquitto_sub -c keeps its session; QoS 1 messages published while it
     # is away are delivered when it comes back.
     def test_persistent_session(self):
@@ -154,7 +154,7 @@ class MosquittoClientTests(BrokerTestCase):
                 self.assertEqual(sorted(got), ["s%02d" % i for i in range(20)])
 
     # mosquitto_sub -E exits 0 once the SUBACK arrived (3.1.1 [MQTT-3.8.4-1] /
-    # 5.0 [MQTT-3.8.4-1]), also for several filters at once.
+    # 5.0 [MQTT5-3.8.4-1]), also for several filters at once.
     def test_subscribe_and_exit(self):
         for v in VERSIONS:
             with self.subTest(version=v):
