@@ -69,6 +69,11 @@ else()
   target_link_libraries(nmq_nng INTERFACE nng::nng)
 endif()
 
+if(ENABLE_SQLITE)
+  find_package(SQLite3 QUIET)
+  nmq_require(SQLite3_FOUND libsqlite3-dev)
+endif()
+
 if(BUILD_TESTS)
   find_package(cmocka CONFIG QUIET)
   if(cmocka_FOUND OR CMOCKA_LIBRARIES)

@@ -2,11 +2,12 @@
 # Installs the Debian packages that the build (and, with "test", the test
 # suite) needs, when any is missing. Sourced by run.sh and test.sh.
 nmq_install_deps() {
-	local pkgs=(build-essential cmake pkg-config libnng-dev libmbedtls-dev libcjson-dev)
+	local pkgs=(build-essential cmake pkg-config libnng-dev libmbedtls-dev libcjson-dev
+		libsqlite3-dev)
 	if [ "${1:-}" = test ]; then
 		pkgs+=(libcmocka-dev mosquitto mosquitto-clients libmosquitto-dev
 			python3-paho-mqtt python3-websockets clang libclang-rt-14-dev
-			clang-format openssl)
+			clang-format openssl sqlite3)
 	fi
 	local missing=()
 	for p in "${pkgs[@]}"; do

@@ -30,10 +30,13 @@ typedef struct nmq_msg {
 	uint32_t    expiry_interval; // seconds as published, 0 = none
 	uint64_t    expiry_at_ms; // nmq_clock_ms() deadline, 0 = never
 	uint64_t    origin_id; // session id of the publisher (no-local)
-	char       *topic;
-	uint8_t    *props; // props_len bytes, immediately followed by payload
-	uint8_t    *payload;
-	uint8_t     data[];
+	// The message's row in the durable store (src/store), 0 = none; read
+	// and written by the store thread only.
+	uint64_t store_id;
+	char    *topic;
+	uint8_t *props; // props_len bytes, immediately followed by payload
+	uint8_t *payload;
+	uint8_t  data[];
 } nmq_msg;
 
 // Allocates a message with room for the given sizes; fills topic, sets

@@ -1,0 +1,1077 @@
+// The durable store on SQLite: see store.h. This file holds the database
+// (schema, opening and recovery of bad files), the operation queue and the
+// store thread with its group commit; store_load.c reads the store back.
+#include "src/store/store.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "src/log/log.h"
+#include "src/store/store_int.h"
+
+// The SQL of each prepared statement, indexed by enum store_stmt.
+static const char *const stmt_sql[STMT_COUNT_] = {
+	[STMT_MSG_REF] = "UPDATE msgs SET refs = refs + 1 WHERE id = ?1",
+	[STMT_MSG_INSERT]
+	= "INSERT INTO msgs(refs, topic, qos, retain, expiry_interval,"
+	  " expiry_wall_ms, props, payload) VALUES (1, ?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+	[STMT_MSG_UNREF]       = "UPDATE msgs SET refs = refs - 1 WHERE id = ?1",
+	[STMT_MSG_GC]          = "DELETE FROM msgs WHERE id = ?1 AND refs <= 0",
+	[STMT_SESSION_GET]     = "SELECT will_msg FROM sessions WHERE cid = ?1",
+	[STMT_SESSION_PUT]     = "INSERT OR REPLACE INTO sessions(cid, username, expiry_s, proto,"
+	                         " offline_wall_ms, will_msg, will_delay_s)"
+	                         " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+	[STMT_SESSION_OFFLINE] = "UPDATE sessions SET offline_wall_ms = ?2 WHERE cid = ?1",
+	[STMT_SESSION_DEL]     = "DELETE FROM sessions WHERE cid = ?1",
+	[STMT_SUBS_DEL_ALL]    = "DELETE FROM subs WHERE cid = ?1",
+	[STMT_REL_DEL_ALL]     = "DELETE FROM rel WHERE cid = ?1",
+	[STMT_QUEUE_UNREF_ALL]
+	= "UPDATE msgs SET refs = refs -"
+	  " (SELECT COUNT(*) FROM queue q WHERE q.cid = ?1 AND q.msg_id = msgs.id)"
+	  " WHERE id IN (SELECT msg_id FROM queue WHERE cid = ?1)",
+	[STMT_QUEUE_GC_ALL]  = "DELETE FROM msgs WHERE refs <= 0 AND"
+	                       " id IN (SELECT msg_id FROM queue WHERE cid = ?1)",
+	[STMT_QUEUE_DEL_ALL] = "DELETE FROM queue WHERE cid = ?1",
+	[STMT_SUB_PUT]       = "INSERT OR REPLACE INTO subs(cid, filter, options, sub_id)"
+	                       " VALUES (?1, ?2, ?3, ?4)",
+	[STMT_SUB_DEL]       = "DELETE FROM subs WHERE cid = ?1 AND filter = ?2",
+	[STMT_QUEUE_PUT]     = "INSERT INTO queue(cid, seq, msg_id, qos, retain, state, packet_id,"
+	                       " sub_ids) VALUES (?1, ?2, ?3, ?4, ?5, 0, 0, ?6)",
+	[STMT_QUEUE_STATE]
+	= "UPDATE queue SET state = ?3, packet_id = ?4 WHERE cid = ?1 AND seq = ?2",
+	[STMT_QUEUE_DEL]    = "DELETE FROM queue WHERE cid = ?1 AND seq = ?2 RETURNING msg_id",
+	[STMT_QUEUE_OLDEST] = "SELECT id, cid, seq, msg_id FROM queue WHERE state = 0 ORDER BY id"
+	                      " LIMIT ?1",
+	[STMT_QUEUE_DEL_ID] = "DELETE FROM queue WHERE id = ?1",
+	[STMT_REL_PUT]      = "INSERT OR IGNORE INTO rel(cid, packet_id) VALUES (?1, ?2)",
+	[STMT_REL_DEL]      = "DELETE FROM rel WHERE cid = ?1 AND packet_id = ?2",
+	[STMT_RETAIN_GET]   = "SELECT msg_id FROM retained WHERE topic = ?1",
+	[STMT_RETAIN_PUT]   = "INSERT OR REPLACE INTO retained(topic, msg_id) VALUES (?1, ?2)",
+	[STMT_RETAIN_DEL]   = "DELETE FROM retained WHERE topic = ?1",
+	[STMT_QUEUE_READ]   = "SELECT q.seq, q.qos, q.retain, q.state, q.packet_id, q.sub_ids,"
+	                      " m.topic, m.qos, m.retain, m.expiry_interval, m.expiry_wall_ms,"
+	                      " m.props, m.payload, q.msg_id"
+	                      " FROM queue q JOIN msgs m ON m.id = q.msg_id"
+	                      " WHERE q.cid = ?1 AND q.seq > ?2 ORDER BY q.seq LIMIT ?3",
+	[STMT_BEGIN]        = "BEGIN IMMEDIATE",
+	[STMT_COMMIT]       = "COMMIT",
+	[STMT_ROLLBACK]     = "ROLLBACK",
+};
+
+static const char schema_sql[]
+    = "CREATE TABLE msgs(id INTEGER PRIMARY KEY, refs INTEGER NOT NULL, topic TEXT NOT NULL,"
+      " qos INTEGER NOT NULL, retain INTEGER NOT NULL, expiry_interval INTEGER NOT NULL,"
+      " expiry_wall_ms INTEGER NOT NULL, props BLOB, payload BLOB);"
+      "CREATE TABLE sessions(cid TEXT PRIMARY KEY, username TEXT, expiry_s INTEGER NOT NULL,"
+      " proto INTEGER NOT NULL, offline_wall_ms INTEGER NOT NULL, will_msg INTEGER,"
+      " will_delay_s INTEGER NOT NULL) WITHOUT ROWID;"
+      "CREATE TABLE subs(cid TEXT NOT NULL, filter TEXT NOT NULL, options INTEGER NOT NULL,"
+      " sub_id INTEGER NOT NULL, PRIMARY KEY(cid, filter)) WITHOUT ROWID;"
+      "CREATE TABLE queue(id INTEGER PRIMARY KEY, cid TEXT NOT NULL, seq INTEGER NOT NULL,"
+      " msg_id INTEGER NOT NULL, qos INTEGER NOT NULL, retain INTEGER NOT NULL,"
+      " state INTEGER NOT NULL, packet_id INTEGER NOT NULL, sub_ids BLOB, UNIQUE(cid, seq));"
+      "CREATE TABLE rel(cid TEXT NOT NULL, packet_id INTEGER NOT NULL,"
+      " PRIMARY KEY(cid, packet_id)) WITHOUT ROWID;"
+      "CREATE TABLE retained(topic TEXT PRIMARY KEY, msg_id INTEGER NOT NULL) WITHOUT ROWID;";
+
+// The tables a store of STORE_SCHEMA_VERSION must have.
+static const char *const schema_tables[]
+    = { "msgs", "sessions", "subs", "queue", "rel", "retained" };
+
+uint64_t store_wall_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+// ---------------------------------------------------------------------------
+// Opening: directories, bad files, schema.
+
+// Creates dir and its parents (mode 0700 for the ones created). Returns 0
+// or an errno value.
+static int mkdir_p(const char *dir)
+{
+	char   tmp[4096];
+	size_t n = strlen(dir);
+	if (n == 0 || n >= sizeof(tmp)) {
+		return ENAMETOOLONG;
+	}
+	memcpy(tmp, dir, n + 1);
+	for (size_t i = 1; i <= n; i++) {
+		if (tmp[i] == '/' || tmp[i] == '\0') {
+			char c = tmp[i];
+			tmp[i] = '\0';
+			if (mkdir(tmp, 0700) != 0 && errno != EEXIST) {
+				return errno;
+			}
+			tmp[i] = c;
+		}
+	}
+	struct stat st;
+	if (stat(dir, &st) != 0) {
+		return errno;
+	}
+	return S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+}
+
+// Counts what a readable but unusable database holds, for the log line
+// that says what was lost; "unreadable" when it cannot be counted.
+static void describe_loss(sqlite3 *db, char *out, size_t outlen)
+{
+	static const char *const what[] = { "sessions", "queue", "retained" };
+	size_t                   off    = 0;
+	out[0]                          = '\0';
+	for (size_t i = 0; i < sizeof(what) / sizeof(what[0]); i++) {
+		char sql[64];
+		snprintf(sql, sizeof(sql), "SELECT COUNT(*) FROM %s", what[i]);
+		sqlite3_stmt *st = NULL;
+		long long     n  = -1;
+		if (db != NULL && sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK
+		    && sqlite3_step(st) == SQLITE_ROW) {
+			n = sqlite3_column_int64(st, 0);
+		}
+		sqlite3_finalize(st);
+		if (n < 0) {
+			snprintf(out, outlen, "its contents are unreadable");
+			return;
+		}
+		off += (size_t)snprintf(out + off, off < outlen ? outlen - off : 0, "%s%s=%lld",
+		    i ? " " : "", i == 1 ? "queued_messages" : what[i], n);
+	}
+}
+
+// Renames path (and its -wal and -shm files) to path.damaged-<UTC time>.
+// Returns 0 or an errno value; fills moved_to.
+static int move_aside(const char *path, char *moved_to, size_t len)
+{
+	time_t    t = time(NULL);
+	struct tm tm;
+	gmtime_r(&t, &tm);
+	char stamp[32];
+	strftime(stamp, sizeof(stamp), "%Y%m%dT%H%M%SZ", &tm);
+	snprintf(moved_to, len, "%s.damaged-%s", path, stamp);
+	// Two damaged files within one second: add a counter.
+	for (int i = 1; access(moved_to, F_OK) == 0 && i < 100; i++) {
+		snprintf(moved_to, len, "%s.damaged-%s-%d", path, stamp, i);
+	}
+	if (rename(path, moved_to) != 0 && errno != ENOENT) {
+		return errno;
+	}
+	static const char *const side[] = { "-wal", "-shm" };
+	for (size_t i = 0; i < 2; i++) {
+		char from[4200], to[4300];
+		snprintf(from, sizeof(from), "%s%s", path, side[i]);
+		snprintf(to, sizeof(to), "%s%s", moved_to, side[i]);
+		if (rename(from, to) != 0 && errno != ENOENT) {
+			return errno;
+		}
+	}
+	return 0;
+}
+
+static int exec_int(sqlite3 *db, const char *sql, long long *out)
+{
+	sqlite3_stmt *st = NULL;
+	int           rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
+	if (rc == SQLITE_OK) {
+		rc = sqlite3_step(st);
+		if (rc == SQLITE_ROW) {
+			*out = sqlite3_column_int64(st, 0);
+			rc   = SQLITE_OK;
+		}
+	}
+	sqlite3_finalize(st);
+	return rc;
+}
+
+// Checks that db is a store this code can use. Returns NULL if it is (or
+// if it is a new, empty file), otherwise why not.
+static const char *check_db(sqlite3 *db, bool *fresh)
+{
+	long long app = 0, ver = 0, tables = 0;
+	*fresh = false;
+	// The first read of the header: garbage and zeroed files fail here.
+	if (exec_int(db, "PRAGMA application_id", &app) != SQLITE_OK
+	    || exec_int(db, "PRAGMA user_version", &ver) != SQLITE_OK
+	    || exec_int(db, "SELECT COUNT(*) FROM sqlite_schema", &tables) != SQLITE_OK) {
+		return "not a database";
+	}
+	if (app == 0 && ver == 0 && tables == 0) {
+		*fresh = true;
+		return NULL;
+	}
+	if (app != STORE_APP_ID) {
+		return "a database of another program";
+	}
+	if (ver != STORE_SCHEMA_VERSION) {
+		return ver > STORE_SCHEMA_VERSION ? "a newer schema version"
+		                                  : "an unknown schema version";
+	}
+	for (size_t i = 0; i < sizeof(schema_tables) / sizeof(schema_tables[0]); i++) {
+		char sql[128];
+		snprintf(sql, sizeof(sql),
+		    "SELECT COUNT(*) FROM sqlite_schema WHERE type = 'table' AND name = '%s'",
+		    schema_tables[i]);
+		long long n = 0;
+		if (exec_int(db, sql, &n) != SQLITE_OK || n != 1) {
+			return "missing tables";
+		}
+	}
+	// Truncated and partly overwritten files pass the header checks.
+	sqlite3_stmt *st  = NULL;
+	const char   *bad = NULL;
+	if (sqlite3_prepare_v2(db, "PRAGMA quick_check", -1, &st, NULL) != SQLITE_OK) {
+		bad = "damaged";
+	} else {
+		int rc = sqlite3_step(st);
+		if (rc != SQLITE_ROW
+		    || strcmp((const char *)sqlite3_column_text(st, 0), "ok") != 0) {
+			bad = "damaged";
+		}
+	}
+	sqlite3_finalize(st);
+	return bad;
+}
+
+static int apply_pragmas(sqlite3 *db, store_durability d)
+{
+	char sql[512];
+	snprintf(sql, sizeof(sql),
+	    "PRAGMA journal_mode = WAL;"
+	    "PRAGMA synchronous = %s;"
+	    // Checkpoint every ~4 MB of WAL and truncate the WAL file back to
+	    // at most 4 MB after a checkpoint, so it stays bounded on flash.
+	    "PRAGMA wal_autocheckpoint = 1000;"
+	    "PRAGMA journal_size_limit = 4194304;"
+	    // A small page cache: the store is written far more than read.
+	    "PRAGMA cache_size = -1024;"
+	    "PRAGMA temp_store = MEMORY;",
+	    d == STORE_DURABLE_FSYNC ? "FULL" : "NORMAL");
+	return sqlite3_exec(db, sql, NULL, NULL, NULL);
+}
+
+static int create_schema(sqlite3 *db)
+{
+	char sql[128];
+	int  rc = sqlite3_exec(db, "BEGIN", NULL, NULL, NULL);
+	if (rc == SQLITE_OK) {
+		rc = sqlite3_exec(db, schema_sql, NULL, NULL, NULL);
+	}
+	if (rc == SQLITE_OK) {
+		snprintf(sql, sizeof(sql), "PRAGMA application_id = %d; PRAGMA user_version = %d;",
+		    STORE_APP_ID, STORE_SCHEMA_VERSION);
+		rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
+	}
+	if (rc == SQLITE_OK) {
+		rc = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
+	} else {
+		sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+	}
+	return rc;
+}
+
+// Opens path, moving a bad file aside once. Returns the handle or NULL
+// with err filled.
+static sqlite3 *open_db(nmq_store *s, char *err, size_t errlen)
+{
+	for (int attempt = 0; attempt < 2; attempt++) {
+		sqlite3 *db = NULL;
+		int      rc = sqlite3_open_v2(
+		         s->path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
+		const char *bad   = NULL;
+		bool        fresh = false;
+		if (rc != SQLITE_OK) {
+			bad = "cannot be opened";
+		} else {
+			sqlite3_extended_result_codes(db, 1);
+			sqlite3_busy_timeout(db, 5000);
+			bad = check_db(db, &fresh);
+		}
+		if (bad == NULL) {
+			rc = apply_pragmas(db, s->opts.durability);
+			if (rc == SQLITE_OK && fresh) {
+				rc = create_schema(db);
+			}
+			if (rc == SQLITE_OK) {
+				return db;
+			}
+			bad = "cannot be initialised";
+		}
+		char loss[160];
+		describe_loss(fresh ? NULL : db, loss, sizeof(loss));
+		const char *why = db != NULL ? sqlite3_errmsg(db) : "out of memory";
+		if (attempt == 1 || (rc != SQLITE_OK && access(s->path, F_OK) != 0)) {
+			// Nothing to move aside, or a new file failed too.
+			snprintf(err, errlen, "store: %s: %s (%s)", s->path, bad, why);
+			sqlite3_close(db);
+			return NULL;
+		}
+		sqlite3_close(db);
+		char moved[4300];
+		int  e = move_aside(s->path, moved, sizeof(moved));
+		if (e != 0) {
+			snprintf(err, errlen, "store: %s is %s and cannot be moved aside: %s",
+			    s->path, bad, strerror(e));
+			return NULL;
+		}
+		log_error("store",
+		    "path=%s event=recovered reason=\"%s\" moved_to=%s lost=\"%s\": starting with "
+		    "an "
+		    "empty store",
+		    s->path, bad, moved, loss);
+		s->recovered = true;
+	}
+	return NULL;
+}
+
+// ---------------------------------------------------------------------------
+// Operations and the queue.
+
+static void op_free(store_op *op)
+{
+	nmq_msg_release(op->msg);
+	free(op);
+}
+
+// Allocates an operation with room for two strings and n sub ids.
+static store_op *op_new(
+    uint8_t kind, const char *s1, const char *s2, const uint32_t *ids, uint32_t n_ids)
+{
+	size_t    l1 = s1 ? strlen(s1) + 1 : 0, l2 = s2 ? strlen(s2) + 1 : 0;
+	size_t    idb = (size_t)n_ids * sizeof(uint32_t);
+	store_op *op  = calloc(1, sizeof(*op) + idb + l1 + l2);
+	if (op == NULL) {
+		return NULL;
+	}
+	op->kind    = kind;
+	char *p     = (char *)op->data;
+	op->sub_ids = n_ids ? (uint32_t *)(void *)p : NULL;
+	if (n_ids) {
+		memcpy(p, ids, idb);
+	}
+	op->n_sub_ids = n_ids;
+	p += idb;
+	if (s1) {
+		op->s1 = memcpy(p, s1, l1);
+		p += l1;
+	}
+	if (s2) {
+		op->s2 = memcpy(p, s2, l2);
+	}
+	return op;
+}
+
+// Queues op (ownership passes on NMQ_OK; freed otherwise).
+static nmq_err op_submit(nmq_store *s, store_op *op, store_done_fn done, void *arg)
+{
+	if (op == NULL) {
+		return NMQ_ENOMEM;
+	}
+	op->done = done;
+	op->arg  = arg;
+	pthread_mutex_lock(&s->mtx);
+	if (s->stopping) {
+		pthread_mutex_unlock(&s->mtx);
+		op_free(op);
+		return NMQ_ECLOSED;
+	}
+	if (s->pending >= s->opts.max_pending) {
+		pthread_mutex_unlock(&s->mtx);
+		op_free(op);
+		return NMQ_ELIMIT;
+	}
+	if (s->tail) {
+		s->tail->next = op;
+	} else {
+		s->head = op;
+	}
+	s->tail = op;
+	s->pending++;
+	pthread_cond_signal(&s->cv);
+	pthread_mutex_unlock(&s->mtx);
+	return NMQ_OK;
+}
+
+nmq_err store_session_put(nmq_store *s, const store_session *rec, store_done_fn done, void *arg)
+{
+	store_op *op = op_new(OP_SESSION_PUT, rec->client_id, rec->username, NULL, 0);
+	if (op != NULL) {
+		op->has_s2 = rec->username != NULL;
+		op->u32    = rec->expiry_s;
+		op->u32b   = rec->will_delay_s;
+		op->u64    = rec->offline_wall_ms;
+		op->qos    = rec->proto_ver;
+		if (rec->will_msg != NULL) {
+			nmq_msg_hold(rec->will_msg);
+			op->msg = rec->will_msg;
+		}
+	}
+	return op_submit(s, op, done, arg);
+}
+
+nmq_err store_session_del(nmq_store *s, const char *client_id, store_done_fn done, void *arg)
+{
+	return op_submit(s, op_new(OP_SESSION_DEL, client_id, NULL, NULL, 0), done, arg);
+}
+
+nmq_err store_session_offline(
+    nmq_store *s, const char *client_id, uint64_t wall_ms, store_done_fn done, void *arg)
+{
+	store_op *op = op_new(OP_SESSION_OFFLINE, client_id, NULL, NULL, 0);
+	if (op != NULL) {
+		op->u64 = wall_ms;
+	}
+	return op_submit(s, op, done, arg);
+}
+
+nmq_err store_sub_put(nmq_store *s, const store_sub *sub, store_done_fn done, void *arg)
+{
+	store_op *op = op_new(OP_SUB_PUT, sub->client_id, sub->filter, NULL, 0);
+	if (op != NULL) {
+		op->qos = sub->options;
+		op->u32 = sub->sub_id;
+	}
+	return op_submit(s, op, done, arg);
+}
+
+nmq_err store_sub_del(
+    nmq_store *s, const char *client_id, const char *filter, store_done_fn done, void *arg)
+{
+	return op_submit(s, op_new(OP_SUB_DEL, client_id, filter, NULL, 0), done, arg);
+}
+
+nmq_err store_queue_put(nmq_store *s, const char *client_id, uint64_t seq, nmq_msg *msg,
+    uint8_t qos, bool retain, const uint32_t *sub_ids, uint32_t n_sub_ids, store_done_fn done,
+    void *arg)
+{
+	store_op *op = op_new(OP_QUEUE_PUT, client_id, NULL, sub_ids, n_sub_ids);
+	if (op != NULL) {
+		nmq_msg_hold(msg);
+		op->msg    = msg;
+		op->u64    = seq;
+		op->qos    = qos;
+		op->retain = retain;
+	}
+	return op_submit(s, op, done, arg);
+}
+
+nmq_err store_queue_state(nmq_store *s, const char *client_id, uint64_t seq, uint8_t state,
+    uint16_t packet_id, store_done_fn done, void *arg)
+{
+	store_op *op = op_new(OP_QUEUE_STATE, client_id, NULL, NULL, 0);
+	if (op != NULL) {
+		op->u64   = seq;
+		op->state = state;
+		op->pid   = packet_id;
+	}
+	return op_submit(s, op, done, arg);
+}
+
+nmq_err store_queue_del(
+    nmq_store *s, const char *client_id, uint64_t seq, store_done_fn done, void *arg)
+{
+	store_op *op = op_new(OP_QUEUE_DEL, client_id, NULL, NULL, 0);
+	if (op != NULL) {
+		op->u64 = seq;
+	}
+	return op_submit(s, op, done, arg);
+}
+
+nmq_err store_rel_put(
+    nmq_store *s, const char *client_id, uint16_t packet_id, store_done_fn done, void *arg)
+{
+	store_op *op = op_new(OP_REL_PUT, client_id, NULL, NULL, 0);
+	if (op != NULL) {
+		op->pid = packet_id;
+	}
+	return op_submit(s, op, done, arg);
+}
+
+nmq_err store_rel_del(
+    nmq_store *s, const char *client_id, uint16_t packet_id, store_done_fn done, void *arg)
+{
+	store_op *op = op_new(OP_REL_DEL, client_id, NULL, NULL, 0);
+	if (op != NULL) {
+		op->pid = packet_id;
+	}
+	return op_submit(s, op, done, arg);
+}
+
+nmq_err store_retain_put(
+    nmq_store *s, const char *topic, nmq_msg *msg, store_done_fn done, void *arg)
+{
+	store_op *op = op_new(OP_RETAIN_PUT, topic, NULL, NULL, 0);
+	if (op != NULL && msg != NULL) {
+		nmq_msg_hold(msg);
+		op->msg = msg;
+	}
+	return op_submit(s, op, done, arg);
+}
+
+nmq_err store_sync(nmq_store *s, store_done_fn done, void *arg)
+{
+	return op_submit(s, op_new(OP_SYNC, NULL, NULL, NULL, 0), done, arg);
+}
+
+nmq_err store_queue_read(nmq_store *s, const char *client_id, uint64_t after_seq, uint32_t max,
+    void (*fn)(void *arg, const store_qmsg *q), store_done_fn done, void *arg)
+{
+	store_op *op = op_new(OP_QUEUE_READ, client_id, NULL, NULL, 0);
+	if (op != NULL) {
+		op->u64     = after_seq;
+		op->u32     = max;
+		op->read_fn = fn;
+	}
+	return op_submit(s, op, done, arg);
+}
+
+// ---------------------------------------------------------------------------
+// The store thread.
+
+// Returns the prepared statement i, reset and with its bindings cleared.
+sqlite3_stmt *store_stmt(nmq_store *s, enum store_stmt i)
+{
+	sqlite3_stmt *st = s->stmts[i];
+	sqlite3_reset(st);
+	sqlite3_clear_bindings(st);
+	return st;
+}
+
+// Runs a statement that returns no row. Returns the SQLite result code
+// (SQLITE_DONE on success).
+static int step_done(sqlite3_stmt *st)
+{
+	int rc = sqlite3_step(st);
+	sqlite3_reset(st);
+	return rc;
+}
+
+// Takes one reference to the row of m, inserting it if it has none (or if
+// the row it had was deleted since). Returns the row id, or 0 on error.
+static int64_t msg_ref(nmq_store *s, nmq_msg *m, uint64_t now_wall, uint64_t now_mono)
+{
+	if (m->store_id != 0) {
+		sqlite3_stmt *st = store_stmt(s, STMT_MSG_REF);
+		sqlite3_bind_int64(st, 1, (sqlite3_int64)m->store_id);
+		if (step_done(st) != SQLITE_DONE) {
+			return 0;
+		}
+		if (sqlite3_changes(s->db) == 1) {
+			return (int64_t)m->store_id;
+		}
+	}
+	sqlite3_stmt *st          = store_stmt(s, STMT_MSG_INSERT);
+	uint64_t      expiry_wall = 0;
+	if (m->expiry_at_ms != 0) {
+		expiry_wall
+		    = now_wall + (m->expiry_at_ms > now_mono ? m->expiry_at_ms - now_mono : 0);
+	}
+	sqlite3_bind_text(st, 1, m->topic, m->topic_len, SQLITE_STATIC);
+	sqlite3_bind_int(st, 2, m->qos);
+	sqlite3_bind_int(st, 3, m->retain);
+	sqlite3_bind_int64(st, 4, m->expiry_interval);
+	sqlite3_bind_int64(st, 5, (sqlite3_int64)expiry_wall);
+	sqlite3_bind_blob(st, 6, m->props, (int)m->props_len, SQLITE_STATIC);
+	sqlite3_bind_blob(st, 7, m->payload, (int)m->payload_len, SQLITE_STATIC);
+	if (step_done(st) != SQLITE_DONE) {
+		return 0;
+	}
+	int64_t id = sqlite3_last_insert_rowid(s->db);
+	// Remember the row for later references; undone if the batch fails.
+	if (s->batch_msgs_len == s->batch_msgs_cap) {
+		size_t    cap = s->batch_msgs_cap ? s->batch_msgs_cap * 2 : 64;
+		nmq_msg **v   = realloc(s->batch_msgs, cap * sizeof(*v));
+		if (v == NULL) {
+			return id; // the row is right; only the reuse is lost
+		}
+		s->batch_msgs     = v;
+		s->batch_msgs_cap = cap;
+	}
+	m->store_id                        = (uint64_t)id;
+	s->batch_msgs[s->batch_msgs_len++] = m;
+	return id;
+}
+
+// Drops one reference to message row id, deleting the row with the last.
+static int msg_unref(nmq_store *s, int64_t id)
+{
+	sqlite3_stmt *st = store_stmt(s, STMT_MSG_UNREF);
+	sqlite3_bind_int64(st, 1, id);
+	if (step_done(st) != SQLITE_DONE) {
+		return -1;
+	}
+	st = store_stmt(s, STMT_MSG_GC);
+	sqlite3_bind_int64(st, 1, id);
+	return step_done(st) == SQLITE_DONE ? 0 : -1;
+}
+
+// Deletes a session's queue, subscriptions, QoS 2 state and row (with its
+// will). Used by OP_SESSION_DEL and by expiry at load.
+int store_session_purge(nmq_store *s, const char *cid)
+{
+	static const enum store_stmt steps[] = { STMT_QUEUE_UNREF_ALL, STMT_QUEUE_GC_ALL,
+		STMT_QUEUE_DEL_ALL, STMT_SUBS_DEL_ALL, STMT_REL_DEL_ALL };
+	for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
+		sqlite3_stmt *st = store_stmt(s, steps[i]);
+		sqlite3_bind_text(st, 1, cid, -1, SQLITE_STATIC);
+		if (step_done(st) != SQLITE_DONE) {
+			return -1;
+		}
+		if (steps[i] == STMT_QUEUE_DEL_ALL) {
+			s->queued_rows -= (uint64_t)sqlite3_changes(s->db);
+		}
+	}
+	sqlite3_stmt *st = store_stmt(s, STMT_SESSION_GET);
+	sqlite3_bind_text(st, 1, cid, -1, SQLITE_STATIC);
+	int64_t will = 0;
+	int     rc   = sqlite3_step(st);
+	if (rc == SQLITE_ROW) {
+		will = sqlite3_column_int64(st, 0);
+	}
+	sqlite3_reset(st);
+	if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
+		return -1;
+	}
+	if (will != 0 && msg_unref(s, will) != 0) {
+		return -1;
+	}
+	st = store_stmt(s, STMT_SESSION_DEL);
+	sqlite3_bind_text(st, 1, cid, -1, SQLITE_STATIC);
+	return step_done(st) == SQLITE_DONE ? 0 : -1;
+}
+
+// Replaces the retained message of topic (msg NULL: clears it).
+static int retain_set(nmq_store *s, const char *topic, nmq_msg *msg, uint64_t wall, uint64_t mono)
+{
+	sqlite3_stmt *st = store_stmt(s, STMT_RETAIN_GET);
+	sqlite3_bind_text(st, 1, topic, -1, SQLITE_STATIC);
+	int64_t old = 0;
+	int     rc  = sqlite3_step(st);
+	if (rc == SQLITE_ROW) {
+		old = sqlite3_column_int64(st, 0);
+	}
+	sqlite3_reset(st);
+	if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
+		return -1;
+	}
+	if (old != 0 && msg_unref(s, old) != 0) {
+		return -1;
+	}
+	if (msg == NULL) {
+		st = store_stmt(s, STMT_RETAIN_DEL);
+		sqlite3_bind_text(st, 1, topic, -1, SQLITE_STATIC);
+		return step_done(st) == SQLITE_DONE ? 0 : -1;
+	}
+	int64_t id = msg_ref(s, msg, wall, mono);
+	if (id == 0) {
+		return -1;
+	}
+	st = store_stmt(s, STMT_RETAIN_PUT);
+	sqlite3_bind_text(st, 1, topic, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 2, id);
+	return step_done(st) == SQLITE_DONE ? 0 : -1;
+}
+
+// Applies one operation inside the open transaction. Returns 0, 1 if only
+// this operation failed (a constraint: it is answered NMQ_EINVAL and the
+// batch goes on), or -1 if the transaction must be rolled back.
+static int op_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
+{
+	sqlite3_stmt *st;
+	int           rc;
+	switch (op->kind) {
+	case OP_SESSION_PUT: {
+		// Keep the row's will reference right: drop the old one first.
+		st = store_stmt(s, STMT_SESSION_GET);
+		sqlite3_bind_text(st, 1, op->s1, -1, SQLITE_STATIC);
+		int64_t old = 0;
+		rc          = sqlite3_step(st);
+		if (rc == SQLITE_ROW) {
+			old = sqlite3_column_int64(st, 0);
+		}
+		sqlite3_reset(st);
+		if ((rc != SQLITE_ROW && rc != SQLITE_DONE)
+		    || (old != 0 && msg_unref(s, old) != 0)) {
+			return -1;
+		}
+		int64_t will = 0;
+		if (op->msg != NULL && (will = msg_ref(s, op->msg, wall, mono)) == 0) {
+			return -1;
+		}
+		st = store_stmt(s, STMT_SESSION_PUT);
+		sqlite3_bind_text(st, 1, op->s1, -1, SQLITE_STATIC);
+		if (op->has_s2) {
+			sqlite3_bind_text(st, 2, op->s2, -1, SQLITE_STATIC);
+		}
+		sqlite3_bind_int64(st, 3, op->u32);
+		sqlite3_bind_int(st, 4, op->qos);
+		sqlite3_bind_int64(st, 5, (sqlite3_int64)op->u64);
+		if (will != 0) {
+			sqlite3_bind_int64(st, 6, will);
+		}
+		sqlite3_bind_int64(st, 7, op->u32b);
+		return step_done(st) == SQLITE_DONE ? 0 : -1;
+	}
+	case OP_SESSION_DEL:
+		return store_session_purge(s, op->s1);
+	case OP_SESSION_OFFLINE:
+		st = store_stmt(s, STMT_SESSION_OFFLINE);
+		sqlite3_bind_text(st, 1, op->s1, -1, SQLITE_STATIC);
+		sqlite3_bind_int64(st, 2, (sqlite3_int64)op->u64);
+		return step_done(st) == SQLITE_DONE ? 0 : -1;
+	case OP_SUB_PUT:
+		st = store_stmt(s, STMT_SUB_PUT);
+		sqlite3_bind_text(st, 1, op->s1, -1, SQLITE_STATIC);
+		sqlite3_bind_text(st, 2, op->s2, -1, SQLITE_STATIC);
+		sqlite3_bind_int(st, 3, op->qos);
+		sqlite3_bind_int64(st, 4, op->u32);
+		return step_done(st) == SQLITE_DONE ? 0 : -1;
+	case OP_SUB_DEL:
+		st = store_stmt(s, STMT_SUB_DEL);
+		sqlite3_bind_text(st, 1, op->s1, -1, SQLITE_STATIC);
+		sqlite3_bind_text(st, 2, op->s2, -1, SQLITE_STATIC);
+		return step_done(st) == SQLITE_DONE ? 0 : -1;
+	case OP_QUEUE_PUT: {
+		int64_t id = msg_ref(s, op->msg, wall, mono);
+		if (id == 0) {
+			return -1;
+		}
+		st = store_stmt(s, STMT_QUEUE_PUT);
+		sqlite3_bind_text(st, 1, op->s1, -1, SQLITE_STATIC);
+		sqlite3_bind_int64(st, 2, (sqlite3_int64)op->u64);
+		sqlite3_bind_int64(st, 3, id);
+		sqlite3_bind_int(st, 4, op->qos);
+		sqlite3_bind_int(st, 5, op->retain);
+		if (op->n_sub_ids) {
+			sqlite3_bind_blob(st, 6, op->sub_ids,
+			    (int)(op->n_sub_ids * sizeof(uint32_t)), SQLITE_STATIC);
+		}
+		rc = step_done(st);
+		if (rc == SQLITE_DONE) {
+			s->queued_rows++;
+			return 0;
+		}
+		if ((rc & 0xff) == SQLITE_CONSTRAINT) {
+			// A seq stored twice: keep the first, give back the reference.
+			return msg_unref(s, id) == 0 ? 1 : -1;
+		}
+		return -1;
+	}
+	case OP_QUEUE_STATE:
+		st = store_stmt(s, STMT_QUEUE_STATE);
+		sqlite3_bind_text(st, 1, op->s1, -1, SQLITE_STATIC);
+		sqlite3_bind_int64(st, 2, (sqlite3_int64)op->u64);
+		sqlite3_bind_int(st, 3, op->state);
+		sqlite3_bind_int(st, 4, op->pid);
+		return step_done(st) == SQLITE_DONE ? 0 : -1;
+	case OP_QUEUE_DEL: {
+		st = store_stmt(s, STMT_QUEUE_DEL);
+		sqlite3_bind_text(st, 1, op->s1, -1, SQLITE_STATIC);
+		sqlite3_bind_int64(st, 2, (sqlite3_int64)op->u64);
+		int64_t id = 0;
+		rc         = sqlite3_step(st);
+		if (rc == SQLITE_ROW) {
+			id = sqlite3_column_int64(st, 0);
+			rc = sqlite3_step(st);
+		}
+		sqlite3_reset(st);
+		if (rc != SQLITE_DONE) {
+			return -1;
+		}
+		if (id != 0) {
+			s->queued_rows--;
+			return msg_unref(s, id);
+		}
+		return 0;
+	}
+	case OP_REL_PUT:
+	case OP_REL_DEL:
+		st = store_stmt(s, op->kind == OP_REL_PUT ? STMT_REL_PUT : STMT_REL_DEL);
+		sqlite3_bind_text(st, 1, op->s1, -1, SQLITE_STATIC);
+		sqlite3_bind_int(st, 2, op->pid);
+		return step_done(st) == SQLITE_DONE ? 0 : -1;
+	case OP_RETAIN_PUT:
+		return retain_set(s, op->s1, op->msg, wall, mono);
+	case OP_QUEUE_READ:
+		return store_queue_read_apply(s, op, wall, mono);
+	case OP_SYNC:
+	default:
+		return 0;
+	}
+}
+
+// Past max_queued: deletes the oldest queued (not yet sent) rows. Records
+// them for the evicted callback after the commit.
+static int evict(nmq_store *s)
+{
+	if (s->opts.max_queued == 0 || s->queued_rows <= s->opts.max_queued) {
+		return 0;
+	}
+	uint64_t      n  = s->queued_rows - s->opts.max_queued;
+	sqlite3_stmt *st = store_stmt(s, STMT_QUEUE_OLDEST);
+	sqlite3_bind_int64(st, 1, (sqlite3_int64)n);
+	int rc;
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		if (s->evict_len == s->evict_cap) {
+			size_t       cap = s->evict_cap ? s->evict_cap * 2 : 16;
+			store_evict *v   = realloc(s->evicts, cap * sizeof(*v));
+			if (v == NULL) {
+				break;
+			}
+			s->evicts    = v;
+			s->evict_cap = cap;
+		}
+		store_evict *e = &s->evicts[s->evict_len++];
+		e->row         = sqlite3_column_int64(st, 0);
+		snprintf(e->cid, sizeof(e->cid), "%s", (const char *)sqlite3_column_text(st, 1));
+		e->cid_full = (size_t)sqlite3_column_bytes(st, 1) < sizeof(e->cid)
+		    ? NULL
+		    : strdup((const char *)sqlite3_column_text(st, 1));
+		e->seq      = (uint64_t)sqlite3_column_int64(st, 2);
+		e->msg_id   = sqlite3_column_int64(st, 3);
+	}
+	sqlite3_reset(st);
+	if (rc != SQLITE_DONE && rc != SQLITE_ROW) {
+		return -1;
+	}
+	for (size_t i = 0; i < s->evict_len; i++) {
+		st = store_stmt(s, STMT_QUEUE_DEL_ID);
+		sqlite3_bind_int64(st, 1, s->evicts[i].row);
+		if (step_done(st) != SQLITE_DONE || msg_unref(s, s->evicts[i].msg_id) != 0) {
+			return -1;
+		}
+		s->queued_rows--;
+	}
+	return 0;
+}
+
+static void evicts_clear(nmq_store *s, bool report)
+{
+	for (size_t i = 0; i < s->evict_len; i++) {
+		store_evict *e   = &s->evicts[i];
+		const char  *cid = e->cid_full ? e->cid_full : e->cid;
+		if (report) {
+			atomic_fetch_add(&s->evicted, 1);
+			log_warn_rl("store",
+			    "client_id=%s seq=%llu event=evicted reason=disk_cache_size limit=%llu",
+			    cid, (unsigned long long)e->seq,
+			    (unsigned long long)s->opts.max_queued);
+			if (s->opts.evicted != NULL) {
+				s->opts.evicted(s->opts.evicted_arg, cid, e->seq);
+			}
+		}
+		free(e->cid_full);
+	}
+	s->evict_len = 0;
+}
+
+// Applies a batch in one transaction and answers every operation.
+static void run_batch(nmq_store *s, store_op *batch)
+{
+	uint64_t wall = store_wall_ms(), mono = store_mono_ms();
+	uint64_t rows_before = s->queued_rows;
+	int      rc          = step_done(store_stmt(s, STMT_BEGIN));
+	bool     ok          = rc == SQLITE_DONE;
+	size_t   n           = 0;
+	for (store_op *op = batch; ok && op != NULL; op = op->next, n++) {
+		int r = op_apply(s, op, wall, mono);
+		if (r < 0) {
+			ok = false;
+		}
+		op->result = r == 0 ? NMQ_OK : NMQ_EINVAL;
+	}
+	if (ok) {
+		ok = evict(s) == 0;
+	}
+	if (ok) {
+		ok = step_done(store_stmt(s, STMT_COMMIT)) == SQLITE_DONE;
+	}
+	if (!ok) {
+		log_error("store", "path=%s event=commit_failed ops=%zu error=\"%s\"", s->path, n,
+		    sqlite3_errmsg(s->db));
+		if (!sqlite3_get_autocommit(s->db)) {
+			step_done(store_stmt(s, STMT_ROLLBACK));
+		}
+		// Nothing of the batch is stored: forget the rows it created.
+		for (size_t i = 0; i < s->batch_msgs_len; i++) {
+			s->batch_msgs[i]->store_id = 0;
+		}
+		s->queued_rows = rows_before;
+	}
+	s->batch_msgs_len = 0;
+	evicts_clear(s, ok);
+	atomic_store(&s->queued_rows_pub, s->queued_rows);
+	// Counters first: a completion may be what a reader of them waits for.
+	uint64_t nops = 0;
+	for (store_op *op = batch; op != NULL; op = op->next) {
+		nops++;
+	}
+	if (ok) {
+		atomic_fetch_add(&s->commits, 1);
+		atomic_fetch_add(&s->ops, nops);
+	} else {
+		atomic_fetch_add(&s->failed, nops);
+	}
+	while (batch != NULL) {
+		store_op *op = batch;
+		batch        = op->next;
+		if (op->done != NULL) {
+			op->done(op->arg, ok ? op->result : NMQ_EIO);
+		}
+		op_free(op);
+	}
+}
+
+static void *store_thread(void *arg)
+{
+	nmq_store *s = arg;
+	pthread_setname_np(pthread_self(), "nmq:store");
+	pthread_mutex_lock(&s->mtx);
+	for (;;) {
+		while (s->head == NULL && !s->stopping) {
+			pthread_cond_wait(&s->cv, &s->mtx);
+		}
+		if (s->head == NULL) {
+			break;
+		}
+		// Everything waiting, up to flush_max: one transaction, one sync.
+		store_op *batch = s->head, *last = s->head;
+		uint32_t  n = 1;
+		while (last->next != NULL && n < s->opts.flush_max) {
+			last = last->next;
+			n++;
+		}
+		s->head    = last->next;
+		last->next = NULL;
+		if (s->head == NULL) {
+			s->tail = NULL;
+		}
+		s->pending -= n;
+		pthread_mutex_unlock(&s->mtx);
+		run_batch(s, batch);
+		pthread_mutex_lock(&s->mtx);
+	}
+	pthread_mutex_unlock(&s->mtx);
+	return NULL;
+}
+
+// ---------------------------------------------------------------------------
+// Open and close.
+
+nmq_err store_open(nmq_store **sp, const store_opts *opts, char *err, size_t errlen)
+{
+	*sp          = NULL;
+	nmq_store *s = calloc(1, sizeof(*s));
+	if (s == NULL) {
+		snprintf(err, errlen, "store: out of memory");
+		return NMQ_ENOMEM;
+	}
+	s->opts = *opts;
+	if (s->opts.flush_max == 0) {
+		s->opts.flush_max = 1;
+	}
+	if (s->opts.max_pending == 0) {
+		s->opts.max_pending = 65536;
+	}
+	const char *dir  = opts->dir && opts->dir[0] ? opts->dir : ".";
+	const char *file = opts->file && opts->file[0] ? opts->file : "nanomq.db";
+	int         e    = mkdir_p(dir);
+	if (e != 0) {
+		snprintf(err, errlen, "store: directory %s: %s", dir, strerror(e));
+		free(s);
+		return NMQ_EIO;
+	}
+	snprintf(s->path, sizeof(s->path), "%s/%s", dir, file);
+	s->db = open_db(s, err, errlen);
+	if (s->db == NULL) {
+		free(s);
+		return NMQ_EIO;
+	}
+	for (int i = 0; i < STMT_COUNT_; i++) {
+		if (sqlite3_prepare_v3(
+		        s->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &s->stmts[i], NULL)
+		    != SQLITE_OK) {
+			snprintf(err, errlen, "store: %s: %s", s->path, sqlite3_errmsg(s->db));
+			store_db_close(s);
+			free(s);
+			return NMQ_EIO;
+		}
+	}
+	long long rows = 0;
+	exec_int(s->db, "SELECT COUNT(*) FROM queue", &rows);
+	s->queued_rows = (uint64_t)rows;
+	atomic_store(&s->queued_rows_pub, s->queued_rows);
+	pthread_mutex_init(&s->mtx, NULL);
+	pthread_cond_init(&s->cv, NULL);
+	if (pthread_create(&s->thread, NULL, store_thread, s) != 0) {
+		snprintf(err, errlen, "store: cannot start its thread");
+		store_db_close(s);
+		pthread_mutex_destroy(&s->mtx);
+		pthread_cond_destroy(&s->cv);
+		free(s);
+		return NMQ_EIO;
+	}
+	log_info("store", "path=%s event=opened durability=%s queued_messages=%llu%s", s->path,
+	    opts->durability == STORE_DURABLE_FSYNC ? "fsync" : "os", (unsigned long long)rows,
+	    s->recovered ? " recovered=true" : "");
+	*sp = s;
+	return NMQ_OK;
+}
+
+void store_db_close(nmq_store *s)
+{
+	for (int i = 0; i < STMT_COUNT_; i++) {
+		sqlite3_finalize(s->stmts[i]);
+		s->stmts[i] = NULL;
+	}
+	// The last connection to close checkpoints and removes the WAL.
+	sqlite3_close(s->db);
+	s->db = NULL;
+}
+
+void store_close(nmq_store *s)
+{
+	if (s == NULL) {
+		return;
+	}
+	pthread_mutex_lock(&s->mtx);
+	s->stopping = true;
+	pthread_cond_signal(&s->cv);
+	pthread_mutex_unlock(&s->mtx);
+	pthread_join(s->thread, NULL);
+	store_db_close(s);
+	pthread_mutex_destroy(&s->mtx);
+	pthread_cond_destroy(&s->cv);
+	free(s->batch_msgs);
+	free(s->evicts);
+	free(s);
+}
+
+void store_stats_get(nmq_store *s, store_stats *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->commits     = atomic_load(&s->commits);
+	out->ops         = atomic_load(&s->ops);
+	out->failed      = atomic_load(&s->failed);
+	out->evicted     = atomic_load(&s->evicted);
+	out->expired     = atomic_load(&s->expired);
+	out->queued_rows = atomic_load(&s->queued_rows_pub);
+	pthread_mutex_lock(&s->mtx);
+	out->pending = s->pending;
+	pthread_mutex_unlock(&s->mtx);
+	out->recovered = s->recovered;
+}
+
+const char *store_path(const nmq_store *s)
+{
+	return s->path;
+}

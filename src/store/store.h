@@ -1,0 +1,206 @@
+// The durable store: what must survive a restart, a kill -9 and a power
+// cut, in one SQLite database (WAL mode) written by a thread of its own.
+//
+// What is kept: persistent sessions (client id, user, expiry, will and will
+// delay), their subscriptions, the QoS 1/2 messages queued or in flight for
+// them (with packet id and state), inbound QoS 2 packet ids awaiting
+// PUBREL, and retained messages. A message body is written once however
+// many queues hold it (messages table, reference counted by the rows that
+// point at it).
+//
+// Writes are operations queued by any thread (store_*_put/del: they never
+// touch the disk and never block on it). The store thread takes everything
+// queued, up to opts.flush_max operations, applies it in one transaction and
+// commits: one fsync serves the whole group. Each operation may carry a
+// completion (store_done_fn) that runs on the store thread after that
+// commit, which is how "acknowledge only when durable" is built: the caller
+// sends PUBACK/PUBREC from the completion (posting to its own thread; a
+// completion must not block). Operations are applied in the order they
+// were queued.
+//
+// Opening never fails on a bad file: a database that cannot be read, is
+// damaged, belongs to another program or has an unknown schema version is
+// moved aside (renamed with a timestamp, with its -wal and -shm files),
+// the loss is logged at error, and an empty store is created in its place.
+//
+// Threads: store_open, store_load and store_close run on the main thread
+// (before the workers start, or after they stopped); the put/del functions
+// on any thread; completions and the evicted callback on the store thread.
+#ifndef NMQ_STORE_H
+#define NMQ_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nng/core/msg.h"
+#include "nng/core/nmq_err.h"
+
+typedef struct nmq_store nmq_store;
+
+typedef enum store_durability {
+	// synchronous=FULL: the WAL is fsynced at every group commit; a commit
+	// survives a power cut.
+	STORE_DURABLE_FSYNC = 0,
+	// synchronous=NORMAL: committed data is in the OS's buffers; it
+	// survives a crash or kill -9 of the broker, not a power cut.
+	STORE_DURABLE_OS,
+} store_durability;
+
+typedef struct store_opts {
+	const char      *dir; // directory of the database, created if missing
+	const char      *file; // file name in dir; NULL = "nanomq.db"
+	store_durability durability;
+	uint32_t         flush_max; // largest group commit, in operations (>= 1)
+	// Most queued message rows kept (sqlite.disk_cache_size); past it the
+	// oldest queued message is evicted. 0 = no bound.
+	uint64_t max_queued;
+	// Operations waiting for the store thread; a put beyond it fails with
+	// NMQ_ELIMIT. 0 = 65536.
+	uint32_t max_pending;
+	// Called on the store thread for every queued message evicted by
+	// max_queued (may be NULL).
+	void (*evicted)(void *arg, const char *client_id, uint64_t seq);
+	void *evicted_arg;
+} store_opts;
+
+// Runs on the store thread once the transaction holding the operation has
+// committed (NMQ_OK) or failed (NMQ_EIO: the operation is not stored; the
+// error was logged). Must not block.
+typedef void (*store_done_fn)(void *arg, nmq_err err);
+
+// A persistent session. Strings are NUL-terminated; will_msg may be NULL.
+typedef struct store_session {
+	const char *client_id;
+	const char *username; // NULL: none
+	uint32_t    expiry_s; // session expiry interval; UINT32_MAX = never
+	uint8_t     proto_ver;
+	// Wall-clock ms (CLOCK_REALTIME) when the client went offline, 0 while
+	// online. A session whose expiry passed while the broker was down is
+	// dropped at load.
+	uint64_t offline_wall_ms;
+	nmq_msg *will_msg; // the will (topic, properties, payload, QoS, retain)
+	uint32_t will_delay_s;
+} store_session;
+
+// Subscription options as stored (the SUBSCRIBE options byte of MQTT 5:
+// QoS in bits 0-1, no local 2, retain as published 3, retain handling 4-5).
+typedef struct store_sub {
+	const char *client_id;
+	const char *filter; // as subscribed, "$share/g/f" included
+	uint8_t     options;
+	uint32_t    sub_id; // 0 = none
+} store_sub;
+
+// Outbound message states, as the session keeps them.
+enum store_qstate {
+	STORE_Q_QUEUED   = 0, // not sent yet
+	STORE_Q_SENT     = 1, // PUBLISH sent, awaiting PUBACK / PUBREC
+	STORE_Q_RELEASED = 2, // PUBREC received, PUBREL sent, awaiting PUBCOMP
+};
+
+// One queued or in-flight outbound message of a session, in load order.
+typedef struct store_qmsg {
+	const char     *client_id;
+	uint64_t        seq; // the session's arrival order
+	nmq_msg        *msg; // borrowed during the callback (hold to keep)
+	uint8_t         qos;
+	bool            retain;
+	uint8_t         state; // enum store_qstate
+	uint16_t        packet_id; // 0 while queued
+	uint32_t        n_sub_ids;
+	const uint32_t *sub_ids;
+} store_qmsg;
+
+// Opens (creating if needed) the database in opts->dir and starts the
+// store thread. Returns NMQ_OK; NMQ_EIO with a message in err if the
+// directory or a new database cannot be created (a damaged database is
+// moved aside instead, see above); NMQ_ENOMEM.
+nmq_err store_open(nmq_store **sp, const store_opts *opts, char *err, size_t errlen);
+// Commits everything queued (completions run), stops the thread, closes
+// the database (checkpointing the WAL) and frees s.
+void store_close(nmq_store *s);
+
+// Operations. Each returns NMQ_OK when queued (done, if not NULL, will be
+// called exactly once), NMQ_ELIMIT when max_pending operations are
+// waiting, NMQ_ENOMEM, or NMQ_ECLOSED after store_close began (done is not
+// called when an error is returned). Strings and arrays are copied; a
+// message is held until it is written.
+nmq_err store_session_put(nmq_store *s, const store_session *rec, store_done_fn done, void *arg);
+// Deletes a session with its subscriptions, queue and QoS 2 state.
+nmq_err store_session_del(nmq_store *s, const char *client_id, store_done_fn done, void *arg);
+// Records that the session went offline (wall_ms) or came back (0).
+nmq_err store_session_offline(
+    nmq_store *s, const char *client_id, uint64_t wall_ms, store_done_fn done, void *arg);
+nmq_err store_sub_put(nmq_store *s, const store_sub *sub, store_done_fn done, void *arg);
+nmq_err store_sub_del(
+    nmq_store *s, const char *client_id, const char *filter, store_done_fn done, void *arg);
+// Queues msg for client_id at seq (unique per session).
+nmq_err store_queue_put(nmq_store *s, const char *client_id, uint64_t seq, nmq_msg *msg,
+    uint8_t qos, bool retain, const uint32_t *sub_ids, uint32_t n_sub_ids, store_done_fn done,
+    void *arg);
+// Records the state and packet id of a queued message.
+nmq_err store_queue_state(nmq_store *s, const char *client_id, uint64_t seq, uint8_t state,
+    uint16_t packet_id, store_done_fn done, void *arg);
+// Removes a queued message (acknowledged, expired or dropped).
+nmq_err store_queue_del(
+    nmq_store *s, const char *client_id, uint64_t seq, store_done_fn done, void *arg);
+// Inbound QoS 2 packet ids awaiting PUBREL.
+nmq_err store_rel_put(
+    nmq_store *s, const char *client_id, uint16_t packet_id, store_done_fn done, void *arg);
+nmq_err store_rel_del(
+    nmq_store *s, const char *client_id, uint16_t packet_id, store_done_fn done, void *arg);
+// Sets (msg != NULL) or clears (msg == NULL) the retained message of topic.
+nmq_err store_retain_put(
+    nmq_store *s, const char *topic, nmq_msg *msg, store_done_fn done, void *arg);
+// A barrier: done runs after everything queued before it has committed.
+nmq_err store_sync(nmq_store *s, store_done_fn done, void *arg);
+
+// Reads a session's queue lazily (for a client coming back), on the store
+// thread after everything queued before it: fn is called for each stored
+// message of client_id with seq > after_seq, in seq order, at most max
+// (0 = all) of them, then done (NMQ_OK, or NMQ_EIO if the read failed).
+// Messages whose expiry passed are skipped and deleted. fn and done run
+// on the store thread and must not block.
+nmq_err store_queue_read(nmq_store *s, const char *client_id, uint64_t after_seq, uint32_t max,
+    void (*fn)(void *arg, const store_qmsg *q), store_done_fn done, void *arg);
+
+// What store_load hands back; any callback may be NULL. Pointers are valid
+// during the callback only (hold a message to keep it). Sessions come
+// first, then subscriptions, QoS 2 state, queued messages (by session, in
+// seq order) and retained messages.
+typedef struct store_load_ops {
+	void (*session)(void *arg, const store_session *rec);
+	void (*sub)(void *arg, const store_sub *sub);
+	void (*rel)(void *arg, const char *client_id, uint16_t packet_id);
+	void (*qmsg)(void *arg, const store_qmsg *q);
+	void (*retained)(void *arg, nmq_msg *msg);
+} store_load_ops;
+
+// Reads the store back, on the calling thread (startup, before traffic);
+// queued messages only if ops->qmsg is set (otherwise they stay on disk
+// until store_queue_read asks for them).
+// now_wall_ms is the wall clock used to drop what expired while the broker
+// was down: sessions whose expiry passed (with their state) and messages
+// whose Message Expiry passed; both are deleted from the file and counted
+// in the stats. Message expiry deadlines are converted to nmq_clock_ms().
+// Returns NMQ_OK, NMQ_ENOMEM, or NMQ_EIO (logged).
+nmq_err store_load(nmq_store *s, uint64_t now_wall_ms, const store_load_ops *ops, void *arg);
+
+typedef struct store_stats {
+	uint64_t commits; // transactions committed
+	uint64_t ops; // operations applied
+	uint64_t failed; // operations whose transaction failed
+	uint64_t evicted; // queued messages evicted by max_queued
+	uint64_t expired; // sessions and messages dropped at load as expired
+	uint64_t queued_rows; // queued message rows now
+	uint64_t pending; // operations waiting for the store thread
+	bool     recovered; // a bad file was moved aside at open
+} store_stats;
+
+void store_stats_get(nmq_store *s, store_stats *out);
+
+// The path of the database file.
+const char *store_path(const nmq_store *s);
+
+#endif // NMQ_STORE_H

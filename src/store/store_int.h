@@ -1,0 +1,135 @@
+// Private to src/store: the store object, its operations and statements.
+#ifndef NMQ_STORE_INT_H
+#define NMQ_STORE_INT_H
+
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdatomic.h>
+
+#include "nng/protocol/timer_wheel.h"
+#include "src/store/store.h"
+
+// PRAGMA application_id of our files ("NMQS") and the schema version
+// (PRAGMA user_version) this code reads and writes. A migration from an
+// older version goes where check_db() compares them.
+#define STORE_APP_ID         0x4E4D5153
+#define STORE_SCHEMA_VERSION 1
+
+enum store_op_kind {
+	OP_SESSION_PUT,
+	OP_SESSION_DEL,
+	OP_SESSION_OFFLINE,
+	OP_SUB_PUT,
+	OP_SUB_DEL,
+	OP_QUEUE_PUT,
+	OP_QUEUE_STATE,
+	OP_QUEUE_DEL,
+	OP_REL_PUT,
+	OP_REL_DEL,
+	OP_RETAIN_PUT,
+	OP_QUEUE_READ,
+	OP_SYNC,
+};
+
+// One queued operation: one allocation, strings and sub ids behind it.
+typedef struct store_op {
+	struct store_op *next;
+	store_done_fn    done;
+	void            *arg;
+	void (*read_fn)(void *arg, const store_qmsg *q); // OP_QUEUE_READ
+	nmq_msg  *msg; // held
+	char     *s1; // client id or topic
+	char     *s2; // filter or user name
+	uint32_t *sub_ids;
+	uint64_t  u64; // seq, wall-clock ms
+	uint32_t  u32; // expiry, sub id, read max
+	uint32_t  u32b; // will delay
+	uint32_t  n_sub_ids;
+	nmq_err   result;
+	uint16_t  pid;
+	uint8_t   kind;
+	uint8_t   qos; // QoS, options, protocol version
+	uint8_t   state;
+	bool      retain;
+	bool      has_s2;
+	uint64_t  data[]; // aligned storage for sub ids, then strings
+} store_op;
+
+enum store_stmt {
+	STMT_MSG_REF,
+	STMT_MSG_INSERT,
+	STMT_MSG_UNREF,
+	STMT_MSG_GC,
+	STMT_SESSION_GET,
+	STMT_SESSION_PUT,
+	STMT_SESSION_OFFLINE,
+	STMT_SESSION_DEL,
+	STMT_SUBS_DEL_ALL,
+	STMT_REL_DEL_ALL,
+	STMT_QUEUE_UNREF_ALL,
+	STMT_QUEUE_GC_ALL,
+	STMT_QUEUE_DEL_ALL,
+	STMT_SUB_PUT,
+	STMT_SUB_DEL,
+	STMT_QUEUE_PUT,
+	STMT_QUEUE_STATE,
+	STMT_QUEUE_DEL,
+	STMT_QUEUE_OLDEST,
+	STMT_QUEUE_DEL_ID,
+	STMT_REL_PUT,
+	STMT_REL_DEL,
+	STMT_RETAIN_GET,
+	STMT_RETAIN_PUT,
+	STMT_RETAIN_DEL,
+	STMT_QUEUE_READ,
+	STMT_BEGIN,
+	STMT_COMMIT,
+	STMT_ROLLBACK,
+	STMT_COUNT_
+};
+
+// A queued message evicted in the running batch, reported after commit.
+typedef struct store_evict {
+	int64_t  row;
+	int64_t  msg_id;
+	uint64_t seq;
+	char     cid[64];
+	char    *cid_full; // when the client id does not fit in cid
+} store_evict;
+
+struct nmq_store {
+	store_opts    opts;
+	char          path[4096];
+	sqlite3      *db; // the store thread's (the main thread's before it starts)
+	sqlite3_stmt *stmts[STMT_COUNT_];
+	pthread_t     thread;
+	bool          recovered;
+
+	pthread_mutex_t mtx; // guards the queue below
+	pthread_cond_t  cv;
+	store_op       *head, *tail;
+	uint32_t        pending;
+	bool            stopping;
+
+	// Store thread only.
+	uint64_t     queued_rows;
+	nmq_msg    **batch_msgs; // messages given a row in the running batch
+	size_t       batch_msgs_len, batch_msgs_cap;
+	store_evict *evicts;
+	size_t       evict_len, evict_cap;
+
+	_Atomic uint64_t commits, ops, failed, evicted, expired, queued_rows_pub;
+};
+
+uint64_t               store_wall_ms(void);
+static inline uint64_t store_mono_ms(void)
+{
+	return nmq_clock_ms();
+}
+sqlite3_stmt *store_stmt(nmq_store *s, enum store_stmt i);
+int           store_session_purge(nmq_store *s, const char *cid);
+void          store_db_close(nmq_store *s);
+// store_load.c: runs OP_QUEUE_READ inside the batch's transaction.
+int store_queue_read_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono);
+
+#endif // NMQ_STORE_INT_H

@@ -1,0 +1,546 @@
+// Reading the durable store back: everything at startup (store_load), and
+// one session's queue on demand (OP_QUEUE_READ on the store thread).
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "src/log/log.h"
+#include "src/store/store_int.h"
+
+// Builds a message from the columns topic, qos, retain, expiry_interval,
+// expiry_wall_ms, props, payload starting at col. Returns NULL when out of
+// memory.
+static nmq_msg *msg_from_row(sqlite3_stmt *st, int col, int64_t id, uint64_t wall, uint64_t mono)
+{
+	const char *topic = (const char *)sqlite3_column_text(st, col);
+	int         tlen  = sqlite3_column_bytes(st, col);
+	const void *props = sqlite3_column_blob(st, col + 5);
+	int         plen  = sqlite3_column_bytes(st, col + 5);
+	const void *pay   = sqlite3_column_blob(st, col + 6);
+	int         len   = sqlite3_column_bytes(st, col + 6);
+	nmq_msg    *m = nmq_msg_alloc(topic ? topic : "", (size_t)tlen, (size_t)plen, (size_t)len);
+	if (m == NULL) {
+		return NULL;
+	}
+	if (plen > 0) {
+		memcpy(m->props, props, (size_t)plen);
+	}
+	if (len > 0) {
+		memcpy(m->payload, pay, (size_t)len);
+	}
+	m->qos             = (uint8_t)sqlite3_column_int(st, col + 1);
+	m->retain          = sqlite3_column_int(st, col + 2) != 0;
+	m->expiry_interval = (uint32_t)sqlite3_column_int64(st, col + 3);
+	uint64_t exp_wall  = (uint64_t)sqlite3_column_int64(st, col + 4);
+	if (exp_wall != 0) {
+		m->expiry_at_ms = mono + (exp_wall > wall ? exp_wall - wall : 0);
+	}
+	m->store_id = (uint64_t)id;
+	return m;
+}
+
+static int exec(nmq_store *s, const char *sql)
+{
+	return sqlite3_exec(s->db, sql, NULL, NULL, NULL) == SQLITE_OK ? 0 : -1;
+}
+
+// Deletes the queue rows with the given ids and drops their message
+// references. ids holds pairs (queue row, message row).
+static int delete_rows(nmq_store *s, const int64_t *ids, size_t pairs)
+{
+	sqlite3_stmt *del = NULL, *unref = NULL, *gc = NULL;
+	int           rc = 0;
+	if (sqlite3_prepare_v2(s->db, "DELETE FROM queue WHERE id = ?1", -1, &del, NULL)
+	        != SQLITE_OK
+	    || sqlite3_prepare_v2(
+	           s->db, "UPDATE msgs SET refs = refs - 1 WHERE id = ?1", -1, &unref, NULL)
+	        != SQLITE_OK
+	    || sqlite3_prepare_v2(
+	           s->db, "DELETE FROM msgs WHERE id = ?1 AND refs <= 0", -1, &gc, NULL)
+	        != SQLITE_OK) {
+		rc = -1;
+	}
+	for (size_t i = 0; rc == 0 && i < pairs; i++) {
+		sqlite3_bind_int64(del, 1, ids[2 * i]);
+		sqlite3_bind_int64(unref, 1, ids[2 * i + 1]);
+		sqlite3_bind_int64(gc, 1, ids[2 * i + 1]);
+		if (sqlite3_step(del) != SQLITE_DONE || sqlite3_step(unref) != SQLITE_DONE
+		    || sqlite3_step(gc) != SQLITE_DONE) {
+			rc = -1;
+		}
+		sqlite3_reset(del);
+		sqlite3_reset(unref);
+		sqlite3_reset(gc);
+		if (rc == 0) {
+			s->queued_rows--;
+		}
+	}
+	sqlite3_finalize(del);
+	sqlite3_finalize(unref);
+	sqlite3_finalize(gc);
+	return rc;
+}
+
+// Collects (queue row, message row) pairs of the rows sql selects (bound
+// with now at ?1). Returns the number of pairs, or -1.
+static long collect_pairs(nmq_store *s, const char *sql, uint64_t now, int64_t **out)
+{
+	sqlite3_stmt *st = NULL;
+	*out             = NULL;
+	if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK) {
+		return -1;
+	}
+	sqlite3_bind_int64(st, 1, (sqlite3_int64)now);
+	size_t   n = 0, cap = 0;
+	int64_t *v = NULL;
+	int      rc;
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		if (n == cap) {
+			cap         = cap ? cap * 2 : 64;
+			int64_t *nv = realloc(v, cap * 2 * sizeof(*v));
+			if (nv == NULL) {
+				rc = SQLITE_NOMEM;
+				break;
+			}
+			v = nv;
+		}
+		v[2 * n]     = sqlite3_column_int64(st, 0);
+		v[2 * n + 1] = sqlite3_column_int64(st, 1);
+		n++;
+	}
+	sqlite3_finalize(st);
+	if (rc != SQLITE_DONE) {
+		free(v);
+		return -1;
+	}
+	*out = v;
+	return (long)n;
+}
+
+// Deletes what expired while the broker was down: sessions past their
+// expiry (with all their state) and queued or retained messages past
+// their Message Expiry. Returns 0 or -1.
+static int drop_expired(nmq_store *s, uint64_t now)
+{
+	sqlite3_stmt *st = NULL;
+	if (sqlite3_prepare_v2(s->db,
+	        "SELECT cid FROM sessions WHERE offline_wall_ms > 0 AND expiry_s < 4294967295"
+	        " AND offline_wall_ms + expiry_s * 1000 <= ?1",
+	        -1, &st, NULL)
+	    != SQLITE_OK) {
+		return -1;
+	}
+	sqlite3_bind_int64(st, 1, (sqlite3_int64)now);
+	char **cids = NULL;
+	size_t n = 0, cap = 0;
+	int    rc;
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		if (n == cap) {
+			cap       = cap ? cap * 2 : 16;
+			char **nv = realloc(cids, cap * sizeof(*nv));
+			if (nv == NULL) {
+				rc = SQLITE_NOMEM;
+				break;
+			}
+			cids = nv;
+		}
+		if ((cids[n] = strdup((const char *)sqlite3_column_text(st, 0))) == NULL) {
+			rc = SQLITE_NOMEM;
+			break;
+		}
+		n++;
+	}
+	sqlite3_finalize(st);
+	int ret = rc == SQLITE_DONE ? 0 : -1;
+	for (size_t i = 0; i < n; i++) {
+		if (ret == 0 && store_session_purge(s, cids[i]) != 0) {
+			ret = -1;
+		}
+		if (ret == 0) {
+			log_info("store", "client_id=%s event=session_expired_offline", cids[i]);
+		}
+		free(cids[i]);
+	}
+	free(cids);
+	if (ret != 0) {
+		return -1;
+	}
+	atomic_fetch_add(&s->expired, n);
+
+	int64_t *pairs = NULL;
+	long     np    = collect_pairs(s,
+	           "SELECT q.id, q.msg_id FROM queue q JOIN msgs m ON m.id = q.msg_id"
+	                  " WHERE m.expiry_wall_ms != 0 AND m.expiry_wall_ms <= ?1",
+	           now, &pairs);
+	if (np < 0 || delete_rows(s, pairs, (size_t)np) != 0) {
+		free(pairs);
+		return -1;
+	}
+	free(pairs);
+	atomic_fetch_add(&s->expired, (uint64_t)np);
+
+	// Retained messages past their expiry.
+	if (sqlite3_prepare_v2(s->db,
+	        "SELECT r.topic, r.msg_id FROM retained r JOIN msgs m ON m.id = r.msg_id"
+	        " WHERE m.expiry_wall_ms != 0 AND m.expiry_wall_ms <= ?1",
+	        -1, &st, NULL)
+	    != SQLITE_OK) {
+		return -1;
+	}
+	sqlite3_bind_int64(st, 1, (sqlite3_int64)now);
+	long nr = 0;
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		nr++;
+	}
+	sqlite3_finalize(st);
+	if (rc != SQLITE_DONE) {
+		return -1;
+	}
+	if (nr > 0) {
+		char sql[512];
+		snprintf(sql, sizeof(sql),
+		    "CREATE TEMP TABLE gone AS SELECT r.topic, r.msg_id FROM retained r JOIN msgs m"
+		    " ON m.id = r.msg_id WHERE m.expiry_wall_ms != 0 AND m.expiry_wall_ms <= %llu;"
+		    "DELETE FROM retained WHERE topic IN (SELECT topic FROM gone);"
+		    "UPDATE msgs SET refs = refs - (SELECT COUNT(*) FROM gone g WHERE g.msg_id ="
+		    " msgs.id) WHERE id IN (SELECT msg_id FROM gone);"
+		    "DELETE FROM msgs WHERE refs <= 0 AND id IN (SELECT msg_id FROM gone);"
+		    "DROP TABLE gone;",
+		    (unsigned long long)now);
+		if (exec(s, sql) != 0) {
+			return -1;
+		}
+		atomic_fetch_add(&s->expired, (uint64_t)nr);
+	}
+	return 0;
+}
+
+// A map from message row to the message built for it, so that a message
+// queued for many sessions is one allocation after a load too.
+typedef struct msg_cache {
+	int64_t  *ids;
+	nmq_msg **msgs;
+	size_t    cap, len;
+} msg_cache;
+
+static nmq_msg *cache_get(msg_cache *c, int64_t id)
+{
+	if (c->cap == 0) {
+		return NULL;
+	}
+	for (size_t i = (size_t)id * 0x9E3779B97F4A7C15ull & (c->cap - 1); c->ids[i] != 0;
+	     i        = (i + 1) & (c->cap - 1)) {
+		if (c->ids[i] == id) {
+			return c->msgs[i];
+		}
+	}
+	return NULL;
+}
+
+// Takes over the caller's reference to m. Returns false (the caller keeps
+// it) when out of memory: only the sharing is lost.
+static bool cache_put(msg_cache *c, int64_t id, nmq_msg *m)
+{
+	if ((c->len + 1) * 2 > c->cap) {
+		size_t    cap  = c->cap ? c->cap * 2 : 256;
+		int64_t  *ids  = calloc(cap, sizeof(*ids));
+		nmq_msg **msgs = calloc(cap, sizeof(*msgs));
+		if (ids == NULL || msgs == NULL) {
+			free(ids);
+			free(msgs);
+			return false;
+		}
+		for (size_t i = 0; i < c->cap; i++) {
+			if (c->ids[i] != 0) {
+				size_t j = (size_t)c->ids[i] * 0x9E3779B97F4A7C15ull & (cap - 1);
+				while (ids[j] != 0) {
+					j = (j + 1) & (cap - 1);
+				}
+				ids[j]  = c->ids[i];
+				msgs[j] = c->msgs[i];
+			}
+		}
+		free(c->ids);
+		free(c->msgs);
+		c->ids  = ids;
+		c->msgs = msgs;
+		c->cap  = cap;
+	}
+	size_t i = (size_t)id * 0x9E3779B97F4A7C15ull & (c->cap - 1);
+	while (c->ids[i] != 0) {
+		i = (i + 1) & (c->cap - 1);
+	}
+	c->ids[i]  = id;
+	c->msgs[i] = m;
+	c->len++;
+	return true;
+}
+
+static void cache_free(msg_cache *c)
+{
+	for (size_t i = 0; i < c->cap; i++) {
+		if (c->ids[i] != 0) {
+			nmq_msg_release(c->msgs[i]);
+		}
+	}
+	free(c->ids);
+	free(c->msgs);
+}
+
+// Fills q from a row of STMT_QUEUE_READ-shaped columns: seq, qos, retain,
+// state, packet_id, sub_ids, then the message's columns at 6, its id at 13.
+static void qmsg_from_row(sqlite3_stmt *st, const char *cid, nmq_msg *m, store_qmsg *q)
+{
+	q->client_id = cid;
+	q->seq       = (uint64_t)sqlite3_column_int64(st, 0);
+	q->qos       = (uint8_t)sqlite3_column_int(st, 1);
+	q->retain    = sqlite3_column_int(st, 2) != 0;
+	q->state     = (uint8_t)sqlite3_column_int(st, 3);
+	q->packet_id = (uint16_t)sqlite3_column_int(st, 4);
+	q->n_sub_ids = (uint32_t)((size_t)sqlite3_column_bytes(st, 5) / sizeof(uint32_t));
+	q->sub_ids   = q->n_sub_ids ? sqlite3_column_blob(st, 5) : NULL;
+	q->msg       = m;
+}
+
+static const char load_queue_sql[]
+    = "SELECT q.seq, q.qos, q.retain, q.state, q.packet_id, q.sub_ids, m.topic, m.qos, m.retain,"
+      " m.expiry_interval, m.expiry_wall_ms, m.props, m.payload, q.msg_id, q.cid"
+      " FROM queue q JOIN msgs m ON m.id = q.msg_id ORDER BY q.cid, q.seq";
+
+static int load_rows(
+    nmq_store *s, const store_load_ops *ops, void *arg, uint64_t wall, uint64_t mono)
+{
+	sqlite3_stmt *st = NULL;
+	int           rc = SQLITE_DONE;
+	if (ops->session != NULL) {
+		if (sqlite3_prepare_v2(s->db,
+		        "SELECT s.cid, s.username, s.expiry_s, s.proto, s.offline_wall_ms,"
+		        " s.will_delay_s, m.topic, m.qos, m.retain, m.expiry_interval,"
+		        " m.expiry_wall_ms, m.props, m.payload, s.will_msg"
+		        " FROM sessions s LEFT JOIN msgs m ON m.id = s.will_msg",
+		        -1, &st, NULL)
+		    != SQLITE_OK) {
+			return -1;
+		}
+		while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+			store_session rec = {
+				.client_id       = (const char *)sqlite3_column_text(st, 0),
+				.username        = (const char *)sqlite3_column_text(st, 1),
+				.expiry_s        = (uint32_t)sqlite3_column_int64(st, 2),
+				.proto_ver       = (uint8_t)sqlite3_column_int(st, 3),
+				.offline_wall_ms = (uint64_t)sqlite3_column_int64(st, 4),
+				.will_delay_s    = (uint32_t)sqlite3_column_int64(st, 5),
+			};
+			if (sqlite3_column_type(st, 13) != SQLITE_NULL) {
+				rec.will_msg
+				    = msg_from_row(st, 6, sqlite3_column_int64(st, 13), wall, mono);
+				if (rec.will_msg == NULL) {
+					rc = SQLITE_NOMEM;
+					break;
+				}
+			}
+			ops->session(arg, &rec);
+			nmq_msg_release(rec.will_msg);
+		}
+		sqlite3_finalize(st);
+		if (rc != SQLITE_DONE) {
+			return -1;
+		}
+	}
+	if (ops->sub != NULL) {
+		if (sqlite3_prepare_v2(
+		        s->db, "SELECT cid, filter, options, sub_id FROM subs", -1, &st, NULL)
+		    != SQLITE_OK) {
+			return -1;
+		}
+		while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+			store_sub sub = {
+				.client_id = (const char *)sqlite3_column_text(st, 0),
+				.filter    = (const char *)sqlite3_column_text(st, 1),
+				.options   = (uint8_t)sqlite3_column_int(st, 2),
+				.sub_id    = (uint32_t)sqlite3_column_int64(st, 3),
+			};
+			ops->sub(arg, &sub);
+		}
+		sqlite3_finalize(st);
+		if (rc != SQLITE_DONE) {
+			return -1;
+		}
+	}
+	if (ops->rel != NULL) {
+		if (sqlite3_prepare_v2(s->db, "SELECT cid, packet_id FROM rel", -1, &st, NULL)
+		    != SQLITE_OK) {
+			return -1;
+		}
+		while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+			ops->rel(arg, (const char *)sqlite3_column_text(st, 0),
+			    (uint16_t)sqlite3_column_int(st, 1));
+		}
+		sqlite3_finalize(st);
+		if (rc != SQLITE_DONE) {
+			return -1;
+		}
+	}
+	if (ops->qmsg != NULL) {
+		msg_cache cache = { 0 };
+		if (sqlite3_prepare_v2(s->db, load_queue_sql, -1, &st, NULL) != SQLITE_OK) {
+			return -1;
+		}
+		while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+			int64_t  id    = sqlite3_column_int64(st, 13);
+			nmq_msg *m     = cache_get(&cache, id);
+			bool     owned = false;
+			if (m == NULL) {
+				if ((m = msg_from_row(st, 6, id, wall, mono)) == NULL) {
+					rc = SQLITE_NOMEM;
+					break;
+				}
+				owned = !cache_put(&cache, id, m);
+			}
+			store_qmsg q;
+			qmsg_from_row(st, (const char *)sqlite3_column_text(st, 14), m, &q);
+			ops->qmsg(arg, &q);
+			if (owned) {
+				nmq_msg_release(m);
+			}
+		}
+		sqlite3_finalize(st);
+		cache_free(&cache);
+		if (rc != SQLITE_DONE) {
+			return -1;
+		}
+	}
+	if (ops->retained != NULL) {
+		if (sqlite3_prepare_v2(s->db,
+		        "SELECT m.topic, m.qos, m.retain, m.expiry_interval, m.expiry_wall_ms, "
+		        "m.props,"
+		        " m.payload, r.msg_id FROM retained r JOIN msgs m ON m.id = r.msg_id",
+		        -1, &st, NULL)
+		    != SQLITE_OK) {
+			return -1;
+		}
+		while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+			nmq_msg *m = msg_from_row(st, 0, sqlite3_column_int64(st, 7), wall, mono);
+			if (m == NULL) {
+				rc = SQLITE_NOMEM;
+				break;
+			}
+			ops->retained(arg, m);
+			nmq_msg_release(m);
+		}
+		sqlite3_finalize(st);
+		if (rc != SQLITE_DONE) {
+			return -1;
+		}
+	}
+	return 0;
+}
+
+nmq_err store_load(nmq_store *s, uint64_t now_wall_ms, const store_load_ops *ops, void *arg)
+{
+	// The store thread is idle (nothing was queued yet), but take its
+	// place formally: wait for it to be idle and keep it so.
+	pthread_mutex_lock(&s->mtx);
+	bool idle = s->head == NULL;
+	pthread_mutex_unlock(&s->mtx);
+	if (!idle) {
+		log_error("store", "store_load called after operations were queued");
+		return NMQ_EINVAL;
+	}
+	uint64_t mono = store_mono_ms();
+	if (exec(s, "BEGIN IMMEDIATE") != 0) {
+		goto fail;
+	}
+	if (drop_expired(s, now_wall_ms) != 0) {
+		exec(s, "ROLLBACK");
+		goto fail;
+	}
+	if (exec(s, "COMMIT") != 0) {
+		exec(s, "ROLLBACK");
+		goto fail;
+	}
+	atomic_store(&s->queued_rows_pub, s->queued_rows);
+	if (load_rows(s, ops, arg, now_wall_ms, mono) != 0) {
+		goto fail;
+	}
+	return NMQ_OK;
+fail:
+	log_error(
+	    "store", "path=%s event=load_failed error=\"%s\"", s->path, sqlite3_errmsg(s->db));
+	return NMQ_EIO;
+}
+
+int store_queue_read_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
+{
+	sqlite3_stmt *st = store_stmt(s, STMT_QUEUE_READ);
+	sqlite3_bind_text(st, 1, op->s1, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 2, (sqlite3_int64)op->u64);
+	sqlite3_bind_int64(st, 3, op->u32 ? (sqlite3_int64)op->u32 : -1);
+	int64_t *gone  = NULL;
+	size_t   ngone = 0, cap = 0;
+	int      rc;
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		int64_t  id       = sqlite3_column_int64(st, 13);
+		uint64_t exp_wall = (uint64_t)sqlite3_column_int64(st, 10);
+		if (exp_wall != 0 && exp_wall <= wall) {
+			// Expired while stored: delete after the read.
+			if (ngone == cap) {
+				cap         = cap ? cap * 2 : 16;
+				int64_t *nv = realloc(gone, cap * 2 * sizeof(*nv));
+				if (nv == NULL) {
+					rc = SQLITE_NOMEM;
+					break;
+				}
+				gone = nv;
+			}
+			gone[2 * ngone]     = (int64_t)sqlite3_column_int64(st, 0); // seq
+			gone[2 * ngone + 1] = id;
+			ngone++;
+			continue;
+		}
+		nmq_msg *m = msg_from_row(st, 6, id, wall, mono);
+		if (m == NULL) {
+			rc = SQLITE_NOMEM;
+			break;
+		}
+		store_qmsg q;
+		qmsg_from_row(st, op->s1, m, &q);
+		if (op->read_fn != NULL) {
+			op->read_fn(op->arg, &q);
+		}
+		nmq_msg_release(m);
+	}
+	sqlite3_reset(st);
+	int ret = rc == SQLITE_DONE ? 0 : -1;
+	for (size_t i = 0; ret == 0 && i < ngone; i++) {
+		sqlite3_stmt *d = store_stmt(s, STMT_QUEUE_DEL);
+		sqlite3_bind_text(d, 1, op->s1, -1, SQLITE_STATIC);
+		sqlite3_bind_int64(d, 2, gone[2 * i]);
+		int r = sqlite3_step(d);
+		while (r == SQLITE_ROW) {
+			r = sqlite3_step(d);
+		}
+		sqlite3_reset(d);
+		if (r != SQLITE_DONE) {
+			ret = -1;
+			break;
+		}
+		s->queued_rows--;
+		sqlite3_stmt *u = store_stmt(s, STMT_MSG_UNREF);
+		sqlite3_bind_int64(u, 1, gone[2 * i + 1]);
+		sqlite3_stmt *g = NULL;
+		if (sqlite3_step(u) != SQLITE_DONE) {
+			ret = -1;
+		}
+		sqlite3_reset(u);
+		g = store_stmt(s, STMT_MSG_GC);
+		sqlite3_bind_int64(g, 1, gone[2 * i + 1]);
+		if (ret == 0 && sqlite3_step(g) != SQLITE_DONE) {
+			ret = -1;
+		}
+		sqlite3_reset(g);
+		atomic_fetch_add(&s->expired, 1);
+	}
+	free(gone);
+	return ret;
+}

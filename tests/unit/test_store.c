@@ -1,0 +1,772 @@
+// Unit tests of the durable store (src/store) on real SQLite files in
+// temporary directories: round trips, group-commit completions, reference
+// counting of shared message rows, eviction, expiry at load, lazy queue
+// reads, every kind of bad file, and kill -9 of a writer at random moments.
+#include <dirent.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <setjmp.h>
+
+#include <cmocka.h>
+
+#include "nng/protocol/timer_wheel.h"
+#include "src/store/store.h"
+
+static char tmpdir[256];
+
+static int setup(void **state)
+{
+	snprintf(tmpdir, sizeof(tmpdir), "/tmp/nmq-store-XXXXXX");
+	assert_non_null(mkdtemp(tmpdir));
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	DIR *d = opendir(tmpdir);
+	if (d != NULL) {
+		struct dirent *e;
+		while ((e = readdir(d)) != NULL) {
+			if (e->d_name[0] != '.') {
+				char p[600];
+				snprintf(p, sizeof(p), "%s/%s", tmpdir, e->d_name);
+				unlink(p);
+			}
+		}
+		closedir(d);
+	}
+	rmdir(tmpdir);
+	return 0;
+}
+
+static nmq_store *open_store(uint64_t max_queued)
+{
+	store_opts o = {
+		.dir        = tmpdir,
+		.durability = STORE_DURABLE_OS,
+		.flush_max  = 100,
+		.max_queued = max_queued,
+	};
+	nmq_store *s = NULL;
+	char       err[256];
+	assert_int_equal(store_open(&s, &o, err, sizeof(err)), NMQ_OK);
+	return s;
+}
+
+static nmq_msg *mk_msg(const char *topic, const char *payload, uint8_t qos, const char *props)
+{
+	size_t   pl = props ? strlen(props) : 0;
+	nmq_msg *m  = nmq_msg_alloc(topic, strlen(topic), pl, strlen(payload));
+	assert_non_null(m);
+	if (pl > 0) {
+		memcpy(m->props, props, pl);
+	}
+	memcpy(m->payload, payload, strlen(payload));
+	m->qos = qos;
+	return m;
+}
+
+// A completion that records its result and counts calls.
+typedef struct waiter {
+	pthread_mutex_t mtx;
+	pthread_cond_t  cv;
+	int             calls;
+	int             errors;
+	int             order[64];
+} waiter;
+
+static waiter W = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, { 0 } };
+
+static void on_done(void *arg, nmq_err err)
+{
+	pthread_mutex_lock(&W.mtx);
+	if (W.calls < 64) {
+		W.order[W.calls] = (int)(intptr_t)arg;
+	}
+	W.calls++;
+	W.errors += err != NMQ_OK;
+	pthread_cond_broadcast(&W.cv);
+	pthread_mutex_unlock(&W.mtx);
+}
+
+static void waiter_reset(void)
+{
+	pthread_mutex_lock(&W.mtx);
+	W.calls  = 0;
+	W.errors = 0;
+	pthread_mutex_unlock(&W.mtx);
+}
+
+static void wait_calls(int n)
+{
+	pthread_mutex_lock(&W.mtx);
+	while (W.calls < n) {
+		pthread_cond_wait(&W.cv, &W.mtx);
+	}
+	pthread_mutex_unlock(&W.mtx);
+}
+
+static void sync_store(nmq_store *s)
+{
+	waiter_reset();
+	assert_int_equal(store_sync(s, on_done, NULL), NMQ_OK);
+	wait_calls(1);
+}
+
+// Counts rows of a table through a second connection, as a reader that
+// did not take part would see them (so only committed rows count).
+static long long count_rows(const char *table)
+{
+	char path[512], sql[128];
+	snprintf(path, sizeof(path), "%s/nanomq.db", tmpdir);
+	snprintf(sql, sizeof(sql), "SELECT COUNT(*) FROM %s", table);
+	sqlite3 *db = NULL;
+	assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+	sqlite3_stmt *st = NULL;
+	assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+	assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+	long long n = sqlite3_column_int64(st, 0);
+	sqlite3_finalize(st);
+	sqlite3_close(db);
+	return n;
+}
+
+// What store_load handed back.
+typedef struct loaded {
+	int      sessions, subs, rels, qmsgs, retained;
+	char     sess_cid[8][32];
+	char     sess_user[8][32];
+	uint32_t sess_expiry[8];
+	char     will_topic[8][32];
+	char     sub_filter[8][32];
+	uint8_t  sub_opts[8];
+	uint32_t sub_id[8];
+	uint16_t rel_pid[8];
+	char     q_cid[32][32];
+	uint64_t q_seq[32];
+	char     q_payload[32][32];
+	uint8_t  q_state[32];
+	uint16_t q_pid[32];
+	uint32_t q_subid[32];
+	nmq_msg *q_msg[32];
+	char     ret_topic[8][32];
+	char     ret_payload[8][32];
+} loaded;
+
+static void on_session(void *arg, const store_session *r)
+{
+	loaded *l = arg;
+	int     i = l->sessions++;
+	snprintf(l->sess_cid[i], 32, "%s", r->client_id);
+	snprintf(l->sess_user[i], 32, "%s", r->username ? r->username : "(none)");
+	l->sess_expiry[i] = r->expiry_s;
+	snprintf(l->will_topic[i], 32, "%s", r->will_msg ? r->will_msg->topic : "");
+}
+
+static void on_sub(void *arg, const store_sub *sub)
+{
+	loaded *l = arg;
+	int     i = l->subs++;
+	snprintf(l->sub_filter[i], 32, "%s", sub->filter);
+	l->sub_opts[i] = sub->options;
+	l->sub_id[i]   = sub->sub_id;
+}
+
+static void on_rel(void *arg, const char *cid, uint16_t pid)
+{
+	loaded *l             = arg;
+	l->rel_pid[l->rels++] = pid;
+}
+
+static void on_qmsg(void *arg, const store_qmsg *q)
+{
+	loaded *l = arg;
+	int     i = l->qmsgs++;
+	snprintf(l->q_cid[i], 32, "%s", q->client_id);
+	l->q_seq[i] = q->seq;
+	snprintf(l->q_payload[i], 32, "%.*s", (int)q->msg->payload_len, (char *)q->msg->payload);
+	l->q_state[i] = q->state;
+	l->q_pid[i]   = q->packet_id;
+	l->q_subid[i] = q->n_sub_ids ? q->sub_ids[0] : 0;
+	nmq_msg_hold(q->msg);
+	l->q_msg[i] = q->msg;
+}
+
+static void on_retained(void *arg, nmq_msg *m)
+{
+	loaded *l = arg;
+	int     i = l->retained++;
+	snprintf(l->ret_topic[i], 32, "%s", m->topic);
+	snprintf(l->ret_payload[i], 32, "%.*s", (int)m->payload_len, (char *)m->payload);
+}
+
+static const store_load_ops load_all = { on_session, on_sub, on_rel, on_qmsg, on_retained };
+
+static void loaded_free(loaded *l)
+{
+	for (int i = 0; i < l->qmsgs; i++) {
+		nmq_msg_release(l->q_msg[i]);
+	}
+}
+
+// Everything a persistent session has survives a close and reopen; a
+// message queued for two sessions is one row and one allocation.
+static void test_round_trip(void **state)
+{
+	nmq_store *s    = open_store(0);
+	nmq_msg   *will = mk_msg("will/a", "gone", 1, NULL);
+	nmq_msg   *m1   = mk_msg("t/1", "one", 1, "\x01\x01");
+	nmq_msg   *m2   = mk_msg("t/2", "two", 2, NULL);
+	nmq_msg   *ret  = mk_msg("r/x", "kept", 1, NULL);
+	ret->retain     = true;
+	uint32_t ids[]  = { 7 };
+
+	store_session a = { .client_id = "a",
+		.username              = "alice",
+		.expiry_s              = 3600,
+		.proto_ver             = 5,
+		.will_msg              = will,
+		.will_delay_s          = 3 };
+	store_session b = { .client_id = "b", .expiry_s = UINT32_MAX, .proto_ver = 4 };
+	assert_int_equal(store_session_put(s, &a, NULL, NULL), NMQ_OK);
+	assert_int_equal(store_session_put(s, &b, NULL, NULL), NMQ_OK);
+	store_sub sub = { .client_id = "a", .filter = "t/#", .options = 0x06, .sub_id = 7 };
+	assert_int_equal(store_sub_put(s, &sub, NULL, NULL), NMQ_OK);
+	assert_int_equal(store_rel_put(s, "a", 42, NULL, NULL), NMQ_OK);
+	assert_int_equal(store_queue_put(s, "a", 1, m1, 1, false, ids, 1, NULL, NULL), NMQ_OK);
+	assert_int_equal(store_queue_put(s, "b", 1, m1, 1, false, NULL, 0, NULL, NULL), NMQ_OK);
+	assert_int_equal(store_queue_put(s, "a", 2, m2, 2, false, NULL, 0, NULL, NULL), NMQ_OK);
+	assert_int_equal(store_queue_state(s, "a", 2, STORE_Q_SENT, 9, NULL, NULL), NMQ_OK);
+	assert_int_equal(store_retain_put(s, "r/x", ret, NULL, NULL), NMQ_OK);
+	sync_store(s);
+	// m1 is one row for both queues; will, m2 and the retained one more.
+	assert_int_equal(count_rows("msgs"), 4);
+	store_close(s);
+	nmq_msg_release(will);
+	nmq_msg_release(m1);
+	nmq_msg_release(m2);
+	nmq_msg_release(ret);
+
+	s        = open_store(0);
+	loaded l = { 0 };
+	assert_int_equal(store_load(s, (uint64_t)time(NULL) * 1000, &load_all, &l), NMQ_OK);
+	assert_int_equal(l.sessions, 2);
+	int ia = strcmp(l.sess_cid[0], "a") == 0 ? 0 : 1;
+	assert_string_equal(l.sess_cid[ia], "a");
+	assert_string_equal(l.sess_user[ia], "alice");
+	assert_int_equal(l.sess_expiry[ia], 3600);
+	assert_string_equal(l.will_topic[ia], "will/a");
+	assert_string_equal(l.sess_user[1 - ia], "(none)");
+	assert_int_equal(l.sess_expiry[1 - ia], UINT32_MAX);
+	assert_int_equal(l.subs, 1);
+	assert_string_equal(l.sub_filter[0], "t/#");
+	assert_int_equal(l.sub_opts[0], 0x06);
+	assert_int_equal(l.sub_id[0], 7);
+	assert_int_equal(l.rels, 1);
+	assert_int_equal(l.rel_pid[0], 42);
+	assert_int_equal(l.qmsgs, 3);
+	// Ordered by client id, then seq.
+	assert_string_equal(l.q_cid[0], "a");
+	assert_int_equal(l.q_seq[0], 1);
+	assert_string_equal(l.q_payload[0], "one");
+	assert_int_equal(l.q_subid[0], 7);
+	assert_int_equal(l.q_seq[1], 2);
+	assert_string_equal(l.q_payload[1], "two");
+	assert_int_equal(l.q_state[1], STORE_Q_SENT);
+	assert_int_equal(l.q_pid[1], 9);
+	assert_string_equal(l.q_cid[2], "b");
+	assert_string_equal(l.q_payload[2], "one");
+	// The shared row came back as one message.
+	assert_ptr_equal(l.q_msg[0], l.q_msg[2]);
+	assert_int_equal(l.q_msg[0]->props_len, 2);
+	assert_memory_equal(l.q_msg[0]->props, "\x01\x01", 2);
+	assert_int_equal(l.retained, 1);
+	assert_string_equal(l.ret_topic[0], "r/x");
+	assert_string_equal(l.ret_payload[0], "kept");
+	loaded_free(&l);
+	store_close(s);
+}
+
+// Completions run in queue order, after the commit: when one runs, a
+// second connection already sees the row.
+typedef struct seen {
+	nmq_store *s;
+	long long  rows_at_done;
+} seen;
+
+static void on_done_count(void *arg, nmq_err err)
+{
+	seen *x         = arg;
+	x->rows_at_done = count_rows("queue");
+	on_done((void *)(intptr_t)1, err);
+}
+
+static void test_completion_after_commit(void **state)
+{
+	nmq_store *s = open_store(0);
+	nmq_msg   *m = mk_msg("t", "p", 1, NULL);
+	waiter_reset();
+	for (int i = 0; i < 20; i++) {
+		assert_int_equal(store_queue_put(s, "c", (uint64_t)i + 1, m, 1, false, NULL, 0,
+		                     on_done, (void *)(intptr_t)(i + 1)),
+		    NMQ_OK);
+	}
+	seen x = { s, -1 };
+	assert_int_equal(
+	    store_queue_put(s, "c", 100, m, 1, false, NULL, 0, on_done_count, &x), NMQ_OK);
+	wait_calls(21);
+	assert_int_equal(W.errors, 0);
+	for (int i = 0; i < 20; i++) {
+		assert_int_equal(W.order[i], i + 1);
+	}
+	assert_int_equal(x.rows_at_done, 21);
+	store_stats st;
+	store_stats_get(s, &st);
+	assert_int_equal(st.queued_rows, 21);
+	assert_true(st.commits >= 1);
+	// A duplicate seq is refused alone; the batch commits.
+	waiter_reset();
+	assert_int_equal(store_queue_put(s, "c", 5, m, 1, false, NULL, 0, on_done, NULL), NMQ_OK);
+	assert_int_equal(store_queue_put(s, "c", 101, m, 1, false, NULL, 0, on_done, NULL), NMQ_OK);
+	wait_calls(2);
+	assert_int_equal(W.errors, 1);
+	assert_int_equal(count_rows("queue"), 22);
+	nmq_msg_release(m);
+	store_close(s);
+}
+
+// Rows of messages go away with their last reference: acks, a session's
+// end and a cleared retained message leave no orphan.
+static void test_reference_counting(void **state)
+{
+	nmq_store    *s    = open_store(0);
+	nmq_msg      *m    = mk_msg("t", "p", 1, NULL);
+	nmq_msg      *will = mk_msg("w", "x", 0, NULL);
+	store_session a    = { .client_id = "a", .expiry_s = 60, .will_msg = will };
+	store_session b    = { .client_id = "b", .expiry_s = 60 };
+	store_session_put(s, &a, NULL, NULL);
+	store_session_put(s, &b, NULL, NULL);
+	store_queue_put(s, "a", 1, m, 1, false, NULL, 0, NULL, NULL);
+	store_queue_put(s, "b", 1, m, 1, false, NULL, 0, NULL, NULL);
+	store_queue_put(s, "b", 2, m, 1, false, NULL, 0, NULL, NULL);
+	store_retain_put(s, "t", m, NULL, NULL);
+	sync_store(s);
+	assert_int_equal(count_rows("msgs"), 2);
+	store_queue_del(s, "b", 1, NULL, NULL);
+	store_session_del(s, "a", NULL, NULL);
+	sync_store(s);
+	assert_int_equal(count_rows("msgs"), 1); // still queued for b, retained
+	assert_int_equal(count_rows("sessions"), 1);
+	store_queue_del(s, "b", 2, NULL, NULL);
+	sync_store(s);
+	assert_int_equal(count_rows("msgs"), 1); // retained
+	store_retain_put(s, "t", NULL, NULL, NULL);
+	sync_store(s);
+	assert_int_equal(count_rows("msgs"), 0);
+	assert_int_equal(count_rows("retained"), 0);
+	// A message whose row was deleted is stored again when queued again.
+	store_queue_put(s, "b", 3, m, 1, false, NULL, 0, NULL, NULL);
+	sync_store(s);
+	assert_int_equal(count_rows("msgs"), 1);
+	store_close(s);
+	s        = open_store(0);
+	loaded l = { 0 };
+	assert_int_equal(store_load(s, (uint64_t)time(NULL) * 1000, &load_all, &l), NMQ_OK);
+	assert_int_equal(l.qmsgs, 1);
+	assert_string_equal(l.q_payload[0], "p");
+	loaded_free(&l);
+	store_close(s);
+	nmq_msg_release(m);
+	nmq_msg_release(will);
+}
+
+static uint64_t evicted_seqs[16];
+static int      n_evicted;
+
+static void on_evicted(void *arg, const char *cid, uint64_t seq)
+{
+	evicted_seqs[n_evicted++] = seq;
+}
+
+// Past max_queued, the oldest queued messages are evicted and reported.
+static void test_eviction(void **state)
+{
+	store_opts o = { .dir = tmpdir, .flush_max = 1, .max_queued = 5, .evicted = on_evicted };
+	nmq_store *s = NULL;
+	char       err[256];
+	assert_int_equal(store_open(&s, &o, err, sizeof(err)), NMQ_OK);
+	nmq_msg *m = mk_msg("t", "p", 1, NULL);
+	n_evicted  = 0;
+	for (uint64_t i = 1; i <= 8; i++) {
+		assert_int_equal(
+		    store_queue_put(s, "c", i, m, 1, false, NULL, 0, NULL, NULL), NMQ_OK);
+	}
+	sync_store(s);
+	assert_int_equal(n_evicted, 3);
+	assert_int_equal(evicted_seqs[0], 1);
+	assert_int_equal(evicted_seqs[1], 2);
+	assert_int_equal(evicted_seqs[2], 3);
+	store_stats st;
+	store_stats_get(s, &st);
+	assert_int_equal(st.evicted, 3);
+	assert_int_equal(st.queued_rows, 5);
+	assert_int_equal(count_rows("queue"), 5);
+	nmq_msg_release(m);
+	store_close(s);
+}
+
+// What expired while the broker was down is gone at load, by wall clock.
+static void test_expiry_at_load(void **state)
+{
+	nmq_store *s       = open_store(0);
+	uint64_t   now     = (uint64_t)time(NULL) * 1000;
+	nmq_msg   *m       = mk_msg("t", "short", 1, NULL);
+	nmq_msg   *keep    = mk_msg("t", "long", 1, NULL);
+	m->expiry_at_ms    = nmq_clock_ms() + 2000; // 2 s from now
+	m->expiry_interval = 2;
+	store_session gone = { .client_id = "gone", .expiry_s = 10, .offline_wall_ms = now - 1000 };
+	store_session stay = { .client_id = "stay", .expiry_s = 100000, .offline_wall_ms = now };
+	store_session_put(s, &gone, NULL, NULL);
+	store_session_put(s, &stay, NULL, NULL);
+	store_queue_put(s, "gone", 1, keep, 1, false, NULL, 0, NULL, NULL);
+	store_queue_put(s, "stay", 1, m, 1, false, NULL, 0, NULL, NULL);
+	store_queue_put(s, "stay", 2, keep, 1, false, NULL, 0, NULL, NULL);
+	store_retain_put(s, "t", m, NULL, NULL);
+	sync_store(s);
+	store_close(s);
+
+	// Load "20 s later": "gone" (expiry 10 s, offline since 1 s before)
+	// expired, and so did the 2 s message and the retained copy of it.
+	s        = open_store(0);
+	loaded l = { 0 };
+	assert_int_equal(store_load(s, now + 20000, &load_all, &l), NMQ_OK);
+	assert_int_equal(l.sessions, 1);
+	assert_string_equal(l.sess_cid[0], "stay");
+	assert_int_equal(l.qmsgs, 1);
+	assert_string_equal(l.q_payload[0], "long");
+	assert_int_equal(l.retained, 0);
+	store_stats st;
+	store_stats_get(s, &st);
+	assert_int_equal(st.expired, 3); // a session, a queued and a retained message
+	loaded_free(&l);
+	store_close(s);
+	assert_int_equal(count_rows("msgs"), 1);
+	nmq_msg_release(m);
+	nmq_msg_release(keep);
+}
+
+typedef struct reader {
+	uint64_t seqs[16];
+	int      n;
+} reader;
+
+static void on_read(void *arg, const store_qmsg *q)
+{
+	reader *r       = arg;
+	r->seqs[r->n++] = q->seq;
+}
+
+static reader R;
+
+static void on_read_done(void *arg, nmq_err err)
+{
+	on_done(arg, err);
+}
+
+// A session's queue is read on demand, in seq order, from a given point.
+static void test_lazy_read(void **state)
+{
+	nmq_store *s = open_store(0);
+	nmq_msg   *m = mk_msg("t", "p", 1, NULL);
+	for (uint64_t i = 1; i <= 6; i++) {
+		store_queue_put(s, i % 2 ? "odd" : "even", i, m, 1, false, NULL, 0, NULL, NULL);
+	}
+	memset(&R, 0, sizeof(R));
+	waiter_reset();
+	assert_int_equal(store_queue_read(s, "odd", 1, 0, on_read, on_read_done, &R), NMQ_OK);
+	wait_calls(1);
+	assert_int_equal(R.n, 2);
+	assert_int_equal(R.seqs[0], 3);
+	assert_int_equal(R.seqs[1], 5);
+	memset(&R, 0, sizeof(R));
+	waiter_reset();
+	assert_int_equal(store_queue_read(s, "even", 0, 2, on_read, on_read_done, &R), NMQ_OK);
+	wait_calls(1);
+	assert_int_equal(R.n, 2);
+	assert_int_equal(R.seqs[0], 2);
+	assert_int_equal(R.seqs[1], 4);
+	nmq_msg_release(m);
+	store_close(s);
+}
+
+// Writes a valid store holding one session, then damages it with fn.
+static void make_store_with_session(void)
+{
+	nmq_store    *s = open_store(0);
+	store_session a = { .client_id = "lost", .expiry_s = 60 };
+	store_session_put(s, &a, NULL, NULL);
+	sync_store(s);
+	store_close(s);
+}
+
+static int count_damaged(void)
+{
+	int            n = 0;
+	DIR           *d = opendir(tmpdir);
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL) {
+		if (strstr(e->d_name, "nanomq.db.damaged-") != NULL
+		    && strstr(e->d_name, "-wal") == NULL && strstr(e->d_name, "-shm") == NULL) {
+			n++;
+		}
+	}
+	closedir(d);
+	return n;
+}
+
+static void expect_recovered(int damaged_before)
+{
+	nmq_store  *s = open_store(0);
+	store_stats st;
+	store_stats_get(s, &st);
+	assert_true(st.recovered);
+	assert_int_equal(count_damaged(), damaged_before + 1);
+	loaded l = { 0 };
+	assert_int_equal(store_load(s, (uint64_t)time(NULL) * 1000, &load_all, &l), NMQ_OK);
+	assert_int_equal(l.sessions, 0);
+	// The new store works.
+	store_session a = { .client_id = "new", .expiry_s = 60 };
+	assert_int_equal(store_session_put(s, &a, NULL, NULL), NMQ_OK);
+	sync_store(s);
+	store_close(s);
+	assert_int_equal(count_rows("sessions"), 1);
+}
+
+static void write_file(const char *path, const void *data, size_t len)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, data, len), (ssize_t)len);
+	close(fd);
+}
+
+static void db_path(char *p, size_t n)
+{
+	snprintf(p, n, "%s/nanomq.db", tmpdir);
+}
+
+static void test_bad_truncated(void **state)
+{
+	make_store_with_session();
+	char p[512];
+	db_path(p, sizeof(p));
+	struct stat st;
+	assert_int_equal(stat(p, &st), 0);
+	assert_true(st.st_size > 4096);
+	assert_int_equal(truncate(p, st.st_size / 2 + 100), 0);
+	expect_recovered(0);
+}
+
+static void test_bad_zeroed(void **state)
+{
+	make_store_with_session();
+	char p[512];
+	db_path(p, sizeof(p));
+	static char zeros[16384];
+	write_file(p, zeros, sizeof(zeros));
+	expect_recovered(0);
+}
+
+static void test_bad_garbage(void **state)
+{
+	char p[512];
+	db_path(p, sizeof(p));
+	char junk[8192];
+	for (size_t i = 0; i < sizeof(junk); i++) {
+		junk[i] = (char)(i * 7919 % 251);
+	}
+	write_file(p, junk, sizeof(junk));
+	expect_recovered(0);
+}
+
+static void test_bad_foreign_and_version(void **state)
+{
+	char p[512];
+	db_path(p, sizeof(p));
+	sqlite3 *db = NULL;
+	assert_int_equal(sqlite3_open(p, &db), SQLITE_OK);
+	assert_int_equal(
+	    sqlite3_exec(db, "CREATE TABLE photos(id INTEGER, data BLOB)", NULL, NULL, NULL),
+	    SQLITE_OK);
+	sqlite3_close(db);
+	expect_recovered(0);
+
+	// A store of a newer schema version.
+	assert_int_equal(sqlite3_open(p, &db), SQLITE_OK);
+	assert_int_equal(sqlite3_exec(db, "PRAGMA user_version = 99", NULL, NULL, NULL), SQLITE_OK);
+	sqlite3_close(db);
+	expect_recovered(1);
+
+	// A damaged page in the middle of a valid store.
+	unlink(p);
+	make_store_with_session();
+	int fd = open(p, O_WRONLY);
+	assert_true(fd >= 0);
+	char junk[4096];
+	memset(junk, 0xA5, sizeof(junk));
+	assert_int_equal(pwrite(fd, junk, sizeof(junk), 4096), (ssize_t)sizeof(junk));
+	close(fd);
+	expect_recovered(2);
+}
+
+// A completion that blocks the store thread until released, so that the
+// queue fills up.
+static sem_t gate;
+
+static void on_done_block(void *arg, nmq_err err)
+{
+	sem_wait(&gate);
+}
+
+static void test_pending_bound(void **state)
+{
+	store_opts o = { .dir = tmpdir, .flush_max = 1, .max_pending = 4 };
+	nmq_store *s = NULL;
+	char       err[256];
+	assert_int_equal(store_open(&s, &o, err, sizeof(err)), NMQ_OK);
+	sem_init(&gate, 0, 0);
+	assert_int_equal(store_sync(s, on_done_block, NULL), NMQ_OK);
+	// Wait until the thread took it (and is blocked in it).
+	store_stats st;
+	do {
+		usleep(1000);
+		store_stats_get(s, &st);
+	} while (st.pending != 0);
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(store_rel_put(s, "c", (uint16_t)(i + 1), NULL, NULL), NMQ_OK);
+	}
+	assert_int_equal(store_rel_put(s, "c", 99, NULL, NULL), NMQ_ELIMIT);
+	sem_post(&gate);
+	store_close(s);
+	sem_destroy(&gate);
+	assert_int_equal(count_rows("rel"), 4);
+}
+
+// kill -9 of a process that writes at random moments: every message whose
+// completion ran (where the broker would send its PUBACK) is in the file
+// afterwards, and the file opens without recovery.
+static int ack_fd = -1;
+
+static void on_done_ack(void *arg, nmq_err err)
+{
+	uint64_t seq = (uint64_t)(uintptr_t)arg;
+	if (err == NMQ_OK && write(ack_fd, &seq, sizeof(seq)) != (ssize_t)sizeof(seq)) {
+		_exit(3);
+	}
+}
+
+static void child_writer(const char *cid)
+{
+	store_opts o = { .dir = tmpdir, .durability = STORE_DURABLE_OS, .flush_max = 50 };
+	nmq_store *s = NULL;
+	char       err[256];
+	if (store_open(&s, &o, err, sizeof(err)) != NMQ_OK) {
+		_exit(2);
+	}
+	nmq_msg *m = mk_msg("t", "payload", 1, NULL);
+	for (uint64_t i = 1;; i++) {
+		while (store_queue_put(
+		           s, cid, i, m, 1, false, NULL, 0, on_done_ack, (void *)(uintptr_t)i)
+		    == NMQ_ELIMIT) {
+			usleep(100);
+		}
+	}
+}
+
+static void test_kill9_acked_survive(void **state)
+{
+	srand((unsigned)time(NULL));
+	for (int round = 0; round < 8; round++) {
+		char cid[32];
+		snprintf(cid, sizeof(cid), "round%d", round);
+		int fds[2];
+		assert_int_equal(pipe(fds), 0);
+		pid_t pid = fork();
+		assert_true(pid >= 0);
+		if (pid == 0) {
+			close(fds[0]);
+			ack_fd = fds[1];
+			child_writer(cid);
+		}
+		close(fds[1]);
+		usleep((useconds_t)(30000 + rand() % 120000));
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		// Every ack written before the kill counts: the broker would
+		// have sent it.
+		uint64_t seq, last = 0;
+		while (read(fds[0], &seq, sizeof(seq)) == (ssize_t)sizeof(seq)) {
+			assert_int_equal(seq, last + 1); // acks come in queue order
+			last = seq;
+		}
+		close(fds[0]);
+		assert_true(last > 0);
+
+		nmq_store  *s = open_store(0);
+		store_stats st;
+		store_stats_get(s, &st);
+		assert_false(st.recovered);
+		memset(&R, 0, sizeof(R));
+		store_close(s);
+		// Every acked seq of this round is stored, in order, no gap.
+		char path[512], sql[160];
+		snprintf(path, sizeof(path), "%s/nanomq.db", tmpdir);
+		snprintf(
+		    sql, sizeof(sql), "SELECT seq FROM queue WHERE cid = '%s' ORDER BY seq", cid);
+		sqlite3 *db = NULL;
+		assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+		sqlite3_stmt *q = NULL;
+		assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &q, NULL), SQLITE_OK);
+		uint64_t expect = 1;
+		while (sqlite3_step(q) == SQLITE_ROW) {
+			assert_int_equal((uint64_t)sqlite3_column_int64(q, 0), expect);
+			expect++;
+		}
+		sqlite3_finalize(q);
+		sqlite3_close(db);
+		assert_true(expect - 1 >= last);
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_completion_after_commit, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_reference_counting, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_eviction, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_expiry_at_load, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_lazy_read, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_bad_truncated, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_bad_zeroed, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_bad_garbage, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_bad_foreign_and_version, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pending_bound, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_kill9_acked_survive, setup, teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
