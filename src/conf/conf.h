@@ -185,7 +185,10 @@ void conf_errors_add(conf_errors *errs, bool is_error, const char *fmt, ...)
 bool conf_errors_failed(const conf_errors *errs);
 
 // Command-line overrides, applied last. A field left at its zero value
-// (NULL, -1 for ints as set by conf_cli_init) is not set.
+// (NULL, -1 for ints as set by conf_cli_init) is not set. The fields that
+// set one configuration key are bound to their option by the schema row of
+// that key (conf_option_next); the others (files, --url, --log_file,
+// --log_stdout, --log_syslog) are read by conf_load itself.
 typedef struct conf_cli {
 	const char *conf_path; // --conf
 	const char *old_conf_path; // --old_conf
@@ -206,7 +209,35 @@ typedef struct conf_cli {
 	const char *log_file;
 	int         log_stdout; // -1 unset, 0/1
 	int         log_syslog; // -1 unset, 0/1
+	const char *cmd_ipc_url; // --cmd_ipc_url
 } conf_cli;
+
+// A command-line option that sets one configuration key, as its schema row
+// spells it. The value goes into the conf_cli field at `field`: an int for
+// CONF_OPT_FLAG (1 when given) and CONF_OPT_INT, a const char * for
+// CONF_OPT_STR and CONF_OPT_WORD.
+enum conf_opt_kind {
+	CONF_OPT_FLAG = 0, // no value
+	CONF_OPT_INT, // a decimal integer in [min, max]
+	CONF_OPT_STR, // a non-empty string
+	CONF_OPT_WORD, // one of `words` ('|' separated)
+};
+
+typedef struct conf_option {
+	const char *name; // long name, without "--"
+	char        letter; // short name, or 0
+	int         kind; // enum conf_opt_kind
+	const char *arg; // placeholder for --help ("<n>"), NULL for a flag
+	const char *key; // the configuration key it sets
+	const char *words; // CONF_OPT_WORD: the allowed words
+	int         min, max; // CONF_OPT_INT: the key's range, clamped to int
+	size_t      field; // offsetof the value in conf_cli
+} conf_option;
+
+// Fills *o with the next option after position *it (start with *it = 0)
+// and advances *it. Returns false, leaving *o alone, after the last one.
+// Any thread; the table is constant.
+bool conf_option_next(size_t *it, conf_option *o);
 
 // Sets every field of cli to "not set": NULL pointers, -1 integers, no
 // URLs.

@@ -11,68 +11,30 @@
 #include "src/conf/ascii.h"
 #include "src/conf/conf_int.h"
 
+// The variables that do not set one key of the schema (the others are
+// named by their schema row, conf_key.env).
 enum env_how {
-	ENV_KEY = 0, // the value of a key, in file syntax
-	ENV_LIST, // comma-separated words -> array
-	ENV_HTTP_URL,
-	ENV_PID,
-	ENV_PATH,
+	ENV_PATH = 0, // the configuration file, read by conf_load
+	ENV_PID, // the pid file
+	ENV_HTTP_URL, // http_server.ip_addr and .port together
 	ENV_IGNORED,
 };
 
 typedef struct env_var {
 	const char *name;
-	const char *key;
 	int         how;
 } env_var;
 
-static const env_var env_vars[] = {
-	{ "NANOMQ_CONF_PATH", NULL, ENV_PATH },
-	{ "NANOMQ_PID_FILE", NULL, ENV_PID },
-	{ "NANOMQ_BROKER_URL", "listeners.tcp.bind", ENV_KEY },
-	{ "NANOMQ_TCP_ENABLE", "listeners.tcp.enable", ENV_KEY },
-	{ "NANOMQ_DAEMON", "system.daemon", ENV_KEY },
-	{ "NANOMQ_PARALLEL", "system.parallel", ENV_KEY },
-	{ "NANOMQ_NUM_TASKQ_THREAD", "system.num_taskq_thread", ENV_KEY },
-	{ "NANOMQ_MAX_TASKQ_THREAD", "system.max_taskq_thread", ENV_KEY },
-	{ "NANOMQ_PROPERTY_SIZE", "mqtt.property_size", ENV_KEY },
-	{ "NANOMQ_MAX_PACKET_SIZE", "mqtt.max_packet_size", ENV_KEY },
-	{ "NANOMQ_CLIENT_MAX_PACKET_SIZE", "mqtt.client_max_packet_size", ENV_KEY },
-	{ "NANOMQ_MSQ_LEN", "mqtt.max_mqueue_len", ENV_KEY },
-	{ "NANOMQ_QOS_DURATION", "mqtt.retry_interval", ENV_KEY },
-	{ "NANOMQ_ALLOW_ANONYMOUS", "auth.allow_anonymous", ENV_KEY },
-	{ "NANOMQ_WEBSOCKET_ENABLE", "listeners.ws.enable", ENV_KEY },
-	{ "NANOMQ_WEBSOCKET_URL", "listeners.ws.bind", ENV_KEY },
-	{ "NANOMQ_WEBSOCKET_TLS_ENABLE", "listeners.wss.enable", ENV_KEY },
-	{ "NANOMQ_WEBSOCKET_TLS_URL", "listeners.wss.bind", ENV_KEY },
-	{ "NANOMQ_TLS_ENABLE", "listeners.ssl.enable", ENV_KEY },
-	{ "NANOMQ_TLS_URL", "listeners.ssl.bind", ENV_KEY },
-	{ "NANOMQ_TLS_CA_CERT_PATH", "listeners.ssl.cacertfile", ENV_KEY },
-	{ "NANOMQ_TLS_CERT_PATH", "listeners.ssl.certfile", ENV_KEY },
-	{ "NANOMQ_TLS_KEY_PATH", "listeners.ssl.keyfile", ENV_KEY },
-	{ "NANOMQ_TLS_KEY_PASSWORD", "listeners.ssl.key_password", ENV_KEY },
-	{ "NANOMQ_TLS_VERIFY_PEER", "listeners.ssl.verify_peer", ENV_KEY },
-	{ "NANOMQ_TLS_FAIL_IF_NO_PEER_CERT", "listeners.ssl.fail_if_no_peer_cert", ENV_KEY },
-	{ "NANOMQ_HTTP_SERVER_ENABLE", "http_server.enable", ENV_KEY },
-	{ "NANOMQ_HTTP_SERVER_URL", "http_server.ip_addr", ENV_HTTP_URL },
-	{ "NANOMQ_HTTP_SERVER_PORT", "http_server.port", ENV_KEY },
-	{ "NANOMQ_HTTP_SERVER_PARALLEL", "http_server.limit_conn", ENV_KEY },
-	{ "NANOMQ_HTTP_SERVER_USERNAME", "http_server.username", ENV_KEY },
-	{ "NANOMQ_HTTP_SERVER_PASSWORD", "http_server.password", ENV_KEY },
-	{ "NANOMQ_HTTP_SERVER_AUTH_TYPE", "http_server.auth_type", ENV_KEY },
-	{ "NANOMQ_HTTP_SERVER_JWT_PUBLIC_KEYFILE", "http_server.jwt.public.keyfile", ENV_KEY },
-	{ "NANOMQ_HTTP_SERVER_JWT_PRIVATE_KEYFILE", NULL, ENV_IGNORED },
-	{ "NANOMQ_LOG_LEVEL", "log.level", ENV_KEY },
-	{ "NANOMQ_LOG_TO", "log.to", ENV_LIST },
-	{ "NANOMQ_LOG_UDS_ADDR", "log.uds_addr", ENV_KEY },
-	{ "NANOMQ_LOG_DIR", "log.dir", ENV_KEY },
-	{ "NANOMQ_LOG_FILE", "log.file", ENV_KEY },
-	{ "NANOMQ_LOG_ROTATION_SIZE", "log.rotation.size", ENV_KEY },
-	{ "NANOMQ_LOG_ROTATION_COUNT", "log.rotation.count", ENV_KEY },
-	{ "NANOMQ_VIN", NULL, ENV_IGNORED },
-	{ "NANOMQ_MSG_PERSISTENCE", NULL, ENV_IGNORED },
-	{ "NANOMQ_EXCHANGER_URL", NULL, ENV_IGNORED },
+static const env_var env_other[] = {
+	{ "NANOMQ_CONF_PATH", ENV_PATH },
+	{ "NANOMQ_PID_FILE", ENV_PID },
+	{ "NANOMQ_HTTP_SERVER_URL", ENV_HTTP_URL },
+	{ "NANOMQ_VIN", ENV_IGNORED },
+	{ "NANOMQ_MSG_PERSISTENCE", ENV_IGNORED },
+	{ "NANOMQ_EXCHANGER_URL", ENV_IGNORED },
 };
+
+#define N_ENV_OTHER (sizeof(env_other) / sizeof(env_other[0]))
 
 // Sections that an overlay may create: created only by settings other
 // than their switch, they stay disabled (a key file given on the command
@@ -165,22 +127,33 @@ static int env_http_url(hocon_doc *doc, const char *value, int origin, conf_erro
 	return 0;
 }
 
-// Writes the NANOMQ_* variables into the tree; NANOMQ_PID_FILE goes
-// straight into conf.
+// Returns the origin for variable name, or -1 after reporting an error.
+static int env_origin(hocon_doc *doc, const char *name, conf_errors *errs)
+{
+	char buf[96];
+	int  origin;
+
+	snprintf(buf, sizeof(buf), "environment variable %s", name);
+	if ((origin = hocon_origin_add(doc, buf)) < 0) {
+		conf_errors_add(errs, true, "%s: out of memory", name);
+	}
+	return origin;
+}
+
+// Writes the NANOMQ_* variables into the tree: first those of env_other
+// (NANOMQ_PID_FILE goes straight into conf), then those of the schema, so
+// that NANOMQ_HTTP_SERVER_PORT wins over the port of NANOMQ_HTTP_SERVER_URL.
 void conf_env_apply(hocon_doc *doc, nmq_conf *conf, conf_errors *errs)
 {
 	bool had[N_SWITCHED];
 	int  origin = -1;
-	char name[96];
 
 	switched_before(doc, had);
-	for (size_t i = 0; i < sizeof(env_vars) / sizeof(env_vars[0]); i++) {
-		const env_var *e     = &env_vars[i];
+	for (size_t i = 0; i < N_ENV_OTHER; i++) {
+		const env_var *e     = &env_other[i];
 		const char    *value = getenv(e->name);
-		cJSON         *v;
 
-		if (value == NULL || value[0] == '\0' || e->how == ENV_PATH
-		    || e->how == ENV_IGNORED) {
+		if (value == NULL || value[0] == '\0') {
 			continue;
 		}
 		if (e->how == ENV_PID) {
@@ -191,20 +164,27 @@ void conf_env_apply(hocon_doc *doc, nmq_conf *conf, conf_errors *errs)
 			}
 			free(conf->pid_file);
 			conf->pid_file = copy;
+		} else if (e->how == ENV_HTTP_URL) {
+			if ((origin = env_origin(doc, e->name, errs)) < 0) {
+				return;
+			}
+			env_http_url(doc, value, origin, errs);
+		}
+	}
+	for (size_t i = 0; i < conf_schema_len; i++) {
+		const conf_key *k = &conf_schema[i];
+		const char     *value;
+		cJSON          *v;
+
+		if (k->env == NULL || (value = getenv(k->env)) == NULL || value[0] == '\0') {
 			continue;
 		}
-		snprintf(name, sizeof(name), "environment variable %s", e->name);
-		if ((origin = hocon_origin_add(doc, name)) < 0) {
-			conf_errors_add(errs, true, "%s: out of memory", e->name);
+		if ((origin = env_origin(doc, k->env, errs)) < 0) {
 			return;
 		}
-		if (e->how == ENV_HTTP_URL) {
-			env_http_url(doc, value, origin, errs);
-			continue;
-		}
-		v = e->how == ENV_LIST ? split_list(value) : cJSON_CreateString(value);
-		if (hocon_set_path(doc, e->key, v, origin, 0, HOCON_LOC_LOOSE) == NULL) {
-			conf_errors_add(errs, true, "%s: out of memory", e->name);
+		v = k->type == CONF_T_FLAGS ? split_list(value) : cJSON_CreateString(value);
+		if (hocon_set_path(doc, k->path, v, origin, 0, HOCON_LOC_LOOSE) == NULL) {
+			conf_errors_add(errs, true, "%s: out of memory", k->env);
 		}
 	}
 	if (origin >= 0) {
@@ -216,30 +196,30 @@ void conf_env_apply(hocon_doc *doc, nmq_conf *conf, conf_errors *errs)
 int conf_env_markdown(FILE *out)
 {
 	fprintf(out, "| variable | key |\n|---|---|\n");
-	for (size_t i = 0; i < sizeof(env_vars) / sizeof(env_vars[0]); i++) {
-		const env_var *e = &env_vars[i];
+	for (size_t i = 0; i < N_ENV_OTHER; i++) {
+		const env_var *e = &env_other[i];
 		switch (e->how) {
 		case ENV_PATH:
 			fprintf(out, "| `%s` | the configuration file |\n", e->name);
 			break;
 		case ENV_PID:
-			fprintf(out, "| `%s` | the pid file (default `%s`) |\n", e->name,
-			    CONF_PID_FILE_DEFAULT);
-			break;
-		case ENV_IGNORED:
-			fprintf(out, "| `%s` | accepted and ignored |\n", e->name);
+			fprintf(out, "| `%s` | the pid file (see `nanomq start`) |\n", e->name);
 			break;
 		case ENV_HTTP_URL:
 			fprintf(out,
 			    "| `%s` | `http_server.ip_addr` and `.port` (`[http://]host:port`) |\n",
 			    e->name);
 			break;
-		case ENV_LIST:
-			fprintf(out, "| `%s` | `%s` (comma-separated) |\n", e->name, e->key);
-			break;
 		default:
-			fprintf(out, "| `%s` | `%s` |\n", e->name, e->key);
+			fprintf(out, "| `%s` | accepted and ignored |\n", e->name);
 			break;
+		}
+	}
+	for (size_t i = 0; i < conf_schema_len; i++) {
+		const conf_key *k = &conf_schema[i];
+		if (k->env != NULL) {
+			fprintf(out, "| `%s` | `%s`%s |\n", k->env, k->path,
+			    k->type == CONF_T_FLAGS ? " (comma-separated)" : "");
 		}
 	}
 	return ferror(out) ? -1 : 0;
@@ -248,23 +228,21 @@ int conf_env_markdown(FILE *out)
 // ---------------------------------------------------------------------------
 // Command line.
 
-// Sets fields of cli to "not set".
+// Sets fields of cli to "not set": NULL strings, and -1 for the integers
+// of the options of the schema and for --log_stdout and --log_syslog.
 void conf_cli_init(conf_cli *cli)
 {
+	conf_option o;
+	size_t      it = 0;
+
 	memset(cli, 0, sizeof(*cli));
-	cli->daemon           = -1;
-	cli->num_taskq_thread = -1;
-	cli->max_taskq_thread = -1;
-	cli->parallel         = -1;
-	cli->property_size    = -1;
-	cli->msq_len          = -1;
-	cli->qos_duration     = -1;
-	cli->http_enable      = -1;
-	cli->http_port        = -1;
-	cli->verify           = -1;
-	cli->fail             = -1;
-	cli->log_stdout       = -1;
-	cli->log_syslog       = -1;
+	while (conf_option_next(&it, &o)) {
+		if (o.kind == CONF_OPT_FLAG || o.kind == CONF_OPT_INT) {
+			*(int *)(void *)((char *)cli + o.field) = -1;
+		}
+	}
+	cli->log_stdout = -1;
+	cli->log_syslog = -1;
 }
 
 // Returns the origin index for a command-line option, or -1.
@@ -442,6 +420,34 @@ static void cli_str(
 	}
 }
 
+// Writes the options of the schema that were given into the tree.
+static void cli_options(hocon_doc *doc, const conf_cli *cli, conf_errors *errs)
+{
+	conf_option o;
+	size_t      it = 0;
+	char        opt[48];
+
+	while (conf_option_next(&it, &o)) {
+		const char *field = (const char *)cli + o.field;
+		snprintf(opt, sizeof(opt), "--%s", o.name);
+		switch (o.kind) {
+		case CONF_OPT_FLAG: {
+			int v = *(const int *)(const void *)field;
+			if (v == 0 || v == 1) {
+				cli_set(doc, errs, opt, o.key, cJSON_CreateBool(v));
+			}
+			break;
+		}
+		case CONF_OPT_INT:
+			cli_int(doc, errs, opt, o.key, *(const int *)(const void *)field);
+			break;
+		default:
+			cli_str(doc, errs, opt, o.key, *(const char *const *)(const void *)field);
+			break;
+		}
+	}
+}
+
 // Writes the command-line overrides into the tree.
 void conf_cli_apply(hocon_doc *doc, const conf_cli *cli, conf_errors *errs)
 {
@@ -453,32 +459,7 @@ void conf_cli_apply(hocon_doc *doc, const conf_cli *cli, conf_errors *errs)
 	}
 	switched_before(doc, had);
 	cli_urls(doc, cli, errs);
-	if (cli->daemon == 1) {
-		cli_set(doc, errs, "-d", "system.daemon", cJSON_CreateTrue());
-	}
-	cli_int(doc, errs, "--tq_thread", "system.num_taskq_thread", cli->num_taskq_thread);
-	cli_int(doc, errs, "--max_tq_thread", "system.max_taskq_thread", cli->max_taskq_thread);
-	cli_int(doc, errs, "--parallel", "system.parallel", cli->parallel);
-	cli_int(doc, errs, "--property_size", "mqtt.property_size", cli->property_size);
-	cli_int(doc, errs, "--msq_len", "mqtt.max_mqueue_len", cli->msq_len);
-	cli_int(doc, errs, "--qos_duration", "mqtt.retry_interval", cli->qos_duration);
-	if (cli->http_enable == 1) {
-		cli_set(doc, errs, "--http", "http_server.enable", cJSON_CreateTrue());
-	}
-	cli_int(doc, errs, "--port", "http_server.port", cli->http_port);
-	cli_str(doc, errs, "--cacert", "listeners.ssl.cacertfile", cli->cacert);
-	cli_str(doc, errs, "--cert", "listeners.ssl.certfile", cli->cert);
-	cli_str(doc, errs, "--key", "listeners.ssl.keyfile", cli->key);
-	cli_str(doc, errs, "--keypass", "listeners.ssl.key_password", cli->keypass);
-	if (cli->verify == 0 || cli->verify == 1) {
-		cli_set(doc, errs, "--verify", "listeners.ssl.verify_peer",
-		    cJSON_CreateBool(cli->verify));
-	}
-	if (cli->fail == 0 || cli->fail == 1) {
-		cli_set(doc, errs, "--fail", "listeners.ssl.fail_if_no_peer_cert",
-		    cJSON_CreateBool(cli->fail));
-	}
-	cli_str(doc, errs, "--log_level", "log.level", cli->log_level);
+	cli_options(doc, cli, errs);
 	if (cli->log_file != NULL) {
 		const char *slash = strrchr(cli->log_file, '/');
 		if (slash != NULL) {

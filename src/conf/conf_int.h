@@ -71,6 +71,15 @@ enum conf_status {
 #define CONF_F_TLSFILE     0x40 // listener TLS setting (inherited, reloadable)
 #define CONF_F_READABLE    0x80 // names a file that must be readable
 
+// How the value of a legacy flat key (--old_conf) converts; the rest follows
+// from the type of the key (a list of words for CONF_T_FLAGS).
+enum conf_flat_how {
+	CONF_FLAT_SAME = 0, // the value as written
+	CONF_FLAT_KB, // a bare number is kilobytes
+	CONF_FLAT_MILLI, // an integer in thousandths (1250 = 1.25)
+	CONF_FLAT_LIST, // comma-separated words (implied by CONF_T_FLAGS)
+};
+
 typedef struct conf_key {
 	const char *path; // dotted key path
 	uint8_t     type; // enum conf_type
@@ -88,6 +97,16 @@ typedef struct conf_key {
 	const char *alias; // full path of an alias, or NULL
 	size_t      off; // offsetof the field in its base struct
 	const char *help; // one line
+	// The other spellings of this key, each written only here:
+	const char *env; // NANOMQ_* variable that sets it, or NULL
+	const char *flat; // legacy flat key, or NULL; on a section, ending in
+	                  // '.', a prefix that maps onto the section's keys
+	uint8_t     flat_how; // enum conf_flat_how
+	const char *flat_note; // shown in the flat table of the docs
+	const char *opt; // long command-line option (without "--"), or NULL
+	char        opt_letter; // short option, or 0
+	const char *opt_arg; // placeholder in --help; NULL: from the type
+	size_t      opt_field; // offsetof the field in conf_cli
 } conf_key;
 
 extern const conf_key conf_schema[];

@@ -11,83 +11,60 @@
 #include "src/conf/ascii.h"
 #include "src/conf/conf_int.h"
 
-enum old_how {
-	OLD_KEY = 0, // same value, new key
-	OLD_KB, // a bare number is kilobytes
-	OLD_MILLI, // an integer in thousandths
-	OLD_LIST, // comma-separated words
-	OLD_PREFIX, // flat is a prefix, replaced by key
-};
-
-typedef struct old_map {
+// Flat keys of NanoMQ's flat format that have no HOCON key: accepted
+// without a warning and without effect. (Every other flat key is named by
+// the schema row of its HOCON key, conf_key.flat.)
+static const struct {
 	const char *flat;
-	const char *key;
-	int         how;
 	const char *note;
-} old_map;
-
-static const old_map old_keys[] = {
-	{ "url", "listeners.tcp.bind", OLD_KEY, "`nmq-tcp://` scheme stripped" },
-	{ "daemon", "system.daemon", OLD_KEY, NULL },
-	{ "num_taskq_thread", "system.num_taskq_thread", OLD_KEY, NULL },
-	{ "max_taskq_thread", "system.max_taskq_thread", OLD_KEY, NULL },
-	{ "parallel", "system.parallel", OLD_KEY, NULL },
-	{ "property_size", "mqtt.property_size", OLD_KEY, NULL },
-	{ "msq_len", "mqtt.max_mqueue_len", OLD_KEY, NULL },
-	{ "qos_duration", "mqtt.retry_interval", OLD_KEY, "seconds" },
-	{ "allow_anonymous", "auth.allow_anonymous", OLD_KEY, NULL },
-	{ "max_packet_size", "mqtt.max_packet_size", OLD_KB, "a bare number is KB" },
-	{ "client_max_packet_size", "mqtt.client_max_packet_size", OLD_KB, "a bare number is KB" },
-	{ "keepalive_backoff", "mqtt.keepalive_multiplier", OLD_MILLI,
-	    "integer in thousandths (1250 = 1.25)" },
-	{ "acl_enable", "auth.acl.enable", OLD_KEY, NULL },
-	{ "acl_nomatch", "auth.no_match", OLD_KEY, NULL },
-	{ "acl_deny_action", "auth.deny_action", OLD_KEY, NULL },
-	{ "enable_acl_cache", "auth.cache.enable", OLD_KEY, NULL },
-	{ "acl_cache_max_size", "auth.cache.max_size", OLD_KEY, NULL },
-	{ "acl_cache_ttl", "auth.cache.ttl", OLD_KEY, NULL },
-	{ "tls.enable", "listeners.ssl.enable", OLD_KEY, NULL },
-	{ "tls.url", "listeners.ssl.bind", OLD_KEY, NULL },
-	{ "tls.keyfile", "listeners.ssl.keyfile", OLD_KEY, NULL },
-	{ "tls.certfile", "listeners.ssl.certfile", OLD_KEY, NULL },
-	{ "tls.cacertfile", "listeners.ssl.cacertfile", OLD_KEY, NULL },
-	{ "tls.key_password", "listeners.ssl.key_password", OLD_KEY, NULL },
-	{ "tls.verify_peer", "listeners.ssl.verify_peer", OLD_KEY, NULL },
-	{ "tls.fail_if_no_peer_cert", "listeners.ssl.fail_if_no_peer_cert", OLD_KEY, NULL },
-	{ "websocket.enable", "listeners.ws.enable", OLD_KEY, NULL },
-	{ "websocket.url", "listeners.ws.bind", OLD_KEY, NULL },
-	{ "websocket.tls_url", "listeners.wss.bind", OLD_KEY,
-	    "enabled when `tls.enable` and `websocket.enable` are true" },
-	{ "http_server.enable", "http_server.enable", OLD_KEY, NULL },
-	{ "http_server.port", "http_server.port", OLD_KEY, NULL },
-	{ "http_server.parallel", "http_server.limit_conn", OLD_KEY, NULL },
-	{ "http_server.username", "http_server.username", OLD_KEY, NULL },
-	{ "http_server.password", "http_server.password", OLD_KEY, NULL },
-	{ "http_server.auth_type", "http_server.auth_type", OLD_KEY, NULL },
-	{ "http_server.jwt.", "http_server.jwt.", OLD_PREFIX, NULL },
-	{ "log.to", "log.to", OLD_LIST, "comma-separated" },
-	{ "log.", "log.", OLD_PREFIX, NULL },
-	{ "sqlite.", "sqlite.", OLD_PREFIX, NULL },
-	{ "auth.http.", "auth.http_auth.", OLD_PREFIX, NULL },
-	{ "web.hook.", "webhook.", OLD_PREFIX, NULL },
-	{ "bridge.mqtt.", "bridges.mqtt.", OLD_PREFIX, NULL },
-	{ "bridge.sqlite.", "bridges.mqtt.cache.", OLD_PREFIX, NULL },
+} old_noop[] = {
+	{ "auth_enable",
+	    "accepted, no effect: authentication follows `allow_anonymous` and the password "
+	    "list" },
 };
 
-#define N_OLD (sizeof(old_keys) / sizeof(old_keys[0]))
+#define N_NOOP (sizeof(old_noop) / sizeof(old_noop[0]))
 
-// Returns the mapping of a flat key, or NULL.
-static const old_map *old_find(const char *flat)
+// Returns true when the flat name of k is a prefix (it ends with '.').
+static bool is_prefix(const conf_key *k)
 {
-	for (size_t i = 0; i < N_OLD; i++) {
-		const old_map *m = &old_keys[i];
-		if (m->how == OLD_PREFIX ? strncmp(flat, m->flat, strlen(m->flat)) == 0
-		            && flat[strlen(m->flat)] != '\0'
-		                         : strcmp(flat, m->flat) == 0) {
-			return m;
+	size_t n = k->flat != NULL ? strlen(k->flat) : 0;
+
+	return n > 0 && k->flat[n - 1] == '.';
+}
+
+// Returns the schema row of a flat key (an exact name first, then the
+// longest prefix followed by something), or NULL.
+static const conf_key *old_find(const char *flat)
+{
+	const conf_key *best = NULL;
+
+	for (size_t i = 0; i < conf_schema_len; i++) {
+		const conf_key *k = &conf_schema[i];
+		if (k->flat != NULL && !is_prefix(k) && strcmp(flat, k->flat) == 0) {
+			return k;
 		}
 	}
-	return NULL;
+	for (size_t i = 0; i < conf_schema_len; i++) {
+		const conf_key *k = &conf_schema[i];
+		size_t          n = k->flat != NULL ? strlen(k->flat) : 0;
+		if (is_prefix(k) && strncmp(flat, k->flat, n) == 0 && flat[n] != '\0'
+		    && (best == NULL || n > strlen(best->flat))) {
+			best = k;
+		}
+	}
+	return best;
+}
+
+// Returns true when flat is a flat key accepted without effect.
+static bool old_is_noop(const char *flat)
+{
+	for (size_t i = 0; i < N_NOOP; i++) {
+		if (strcmp(flat, old_noop[i].flat) == 0) {
+			return true;
+		}
+	}
+	return false;
 }
 
 // Trims white space at both ends of s in place and returns it.
@@ -145,14 +122,16 @@ static char *slurp(const char *path, char *why, size_t whylen)
 static int old_line(
     hocon_doc *doc, conf_errors *errs, const char *path, int origin, int line, char *text)
 {
-	char          *eq = strchr(text, '=');
-	char          *key;
-	char          *value;
-	const old_map *m;
-	char           hkey[400];
-	char           buf[64];
-	cJSON         *v = NULL;
-	size_t         vl;
+	char           *eq = strchr(text, '=');
+	char           *key;
+	char           *value;
+	const conf_key *m;
+	const conf_key *target;
+	int             how;
+	char            hkey[400];
+	char            buf[64];
+	cJSON          *v = NULL;
+	size_t          vl;
 
 	if (eq == NULL) {
 		conf_errors_add(errs, true, "%s:%d: expected key=value", path, line);
@@ -171,20 +150,27 @@ static int old_line(
 		return -1;
 	}
 	if ((m = old_find(key)) == NULL) {
-		conf_errors_add(
-		    errs, false, "%s:%d: %.200s: unknown flat key; ignored", path, line, key);
+		if (!old_is_noop(key)) {
+			conf_errors_add(errs, false, "%s:%d: %.200s: unknown flat key; ignored",
+			    path, line, key);
+		}
 		return 0;
 	}
 	if (value[0] == '\0') {
 		return 0; // empty: keep the default
 	}
-	if (m->how == OLD_PREFIX) {
-		snprintf(hkey, sizeof(hkey), "%s%.300s", m->key, key + strlen(m->flat));
+	if (is_prefix(m)) {
+		snprintf(hkey, sizeof(hkey), "%s.%.300s", m->path, key + strlen(m->flat));
+		target = conf_schema_find(hkey, NULL);
 	} else {
-		snprintf(hkey, sizeof(hkey), "%s", m->key);
+		snprintf(hkey, sizeof(hkey), "%s", m->path);
+		target = m;
 	}
-	switch (m->how) {
-	case OLD_KB:
+	how = target == NULL               ? CONF_FLAT_SAME
+	    : target->type == CONF_T_FLAGS ? CONF_FLAT_LIST
+	                                   : target->flat_how;
+	switch (how) {
+	case CONF_FLAT_KB:
 		if (strspn(value, "0123456789") == strlen(value) && strlen(value) < 20) {
 			snprintf(buf, sizeof(buf), "%sKB", value);
 			v = cJSON_CreateString(buf);
@@ -192,7 +178,7 @@ static int old_line(
 			v = cJSON_CreateString(value);
 		}
 		break;
-	case OLD_MILLI: {
+	case CONF_FLAT_MILLI: {
 		char *end;
 		long  n = strtol(value, &end, 10);
 		if (end == value || *end != '\0' || n < 0 || n > 1000000) {
@@ -205,7 +191,7 @@ static int old_line(
 		v = cJSON_CreateNumber((double)n / 1000);
 		break;
 	}
-	case OLD_LIST:
+	case CONF_FLAT_LIST:
 		v = cJSON_CreateArray();
 		for (char *w = value; v != NULL;) {
 			char *comma = strchr(w, ',');
@@ -301,10 +287,23 @@ int conf_old_read(hocon_doc *doc, const char *path, conf_errors *errs)
 int conf_old_markdown(FILE *out)
 {
 	fprintf(out, "| flat key | HOCON key | note |\n|---|---|---|\n");
-	for (size_t i = 0; i < N_OLD; i++) {
-		const old_map *m = &old_keys[i];
-		fprintf(out, "| `%s%s` | `%s%s` | %s |\n", m->flat, m->how == OLD_PREFIX ? "*" : "",
-		    m->key, m->how == OLD_PREFIX ? "*" : "", m->note != NULL ? m->note : "");
+	for (size_t i = 0; i < conf_schema_len; i++) {
+		const conf_key *k = &conf_schema[i];
+		const char     *note;
+		if (k->flat == NULL) {
+			continue;
+		}
+		note = k->flat_note != NULL   ? k->flat_note
+		    : k->type == CONF_T_FLAGS ? "comma-separated"
+		                              : "";
+		if (is_prefix(k)) {
+			fprintf(out, "| `%s*` | `%s.*` | %s |\n", k->flat, k->path, note);
+		} else {
+			fprintf(out, "| `%s` | `%s` | %s |\n", k->flat, k->path, note);
+		}
+	}
+	for (size_t i = 0; i < N_NOOP; i++) {
+		fprintf(out, "| `%s` | none | %s |\n", old_noop[i].flat, old_noop[i].note);
 	}
 	return ferror(out) ? -1 : 0;
 }

@@ -3,6 +3,7 @@
 // alias, help text, the nmq_conf field it fills and whether it is
 // supported. Parsing, validation, defaults, reload and docs/config.md are
 // all driven by this table.
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -12,10 +13,13 @@
 #define CF(f) .base = CONF_BASE_CONF, .off = offsetof(nmq_conf, f)
 #define LF(f) .base = CONF_BASE_LISTENER, .off = offsetof(conf_listener, f)
 
+// A command-line option that sets the key (field: the conf_cli member).
+#define OPT(letter, name, field)                                                                   \
+	.opt = name, .opt_letter = letter, .opt_field = offsetof(conf_cli, field)
+
 #define MB256  268435456.0
 #define U32MAX 4294967295.0
 
-// The TLS keys of an ssl or wss listener.
 // clang-format off
 #define MAXCONN_KEY(kind) \
 	{ .path = "listeners." kind ".max_connections", .type = CONF_T_INT, \
@@ -23,52 +27,89 @@
 	    .help = "Most connections open on this listener at once (0 = no limit; extension). " \
 	        "A CONNECT beyond it gets CONNACK 0x97 (3.1.1: 0x03) and is counted." }
 
-#define TLS_KEYS(kind, inherit) \
-	{ .path = "listeners." kind ".keyfile", .type = CONF_T_STR, .store = CONF_ST_STR, \
+// The TLS keys of an ssl or wss listener. O names a family of macros
+// O##_<key> giving the other spellings of each key (empty for wss).
+#define TLS_KEYS(kind, inherit, O) \
+	{ .path = "listeners." kind ".keyfile", O##_keyfile .type = CONF_T_STR, .store = CONF_ST_STR, \
 	    LF(keyfile), .reload = true, .flags = CONF_F_TLSFILE | CONF_F_READABLE, \
 	    .def_doc = inherit, \
 	    .help = "PEM private key file. Required; must be readable at startup." }, \
-	{ .path = "listeners." kind ".certfile", .type = CONF_T_STR, .store = CONF_ST_STR, \
+	{ .path = "listeners." kind ".certfile", O##_certfile .type = CONF_T_STR, .store = CONF_ST_STR, \
 	    LF(certfile), .reload = true, .flags = CONF_F_TLSFILE | CONF_F_READABLE, \
 	    .def_doc = inherit, \
 	    .help = "PEM certificate chain file. Required; must be readable at startup." }, \
-	{ .path = "listeners." kind ".cacertfile", .type = CONF_T_STR, .store = CONF_ST_STR, \
+	{ .path = "listeners." kind ".cacertfile", O##_cacertfile .type = CONF_T_STR, .store = CONF_ST_STR, \
 	    LF(cacertfile), .reload = true, .flags = CONF_F_TLSFILE | CONF_F_READABLE, \
 	    .def_doc = inherit, .help = "PEM CA certificates used to verify client certificates." }, \
-	{ .path = "listeners." kind ".key_password", .type = CONF_T_STR, .store = CONF_ST_STR, \
+	{ .path = "listeners." kind ".key_password", O##_key_password .type = CONF_T_STR, .store = CONF_ST_STR, \
 	    LF(key_password), .reload = true, .flags = CONF_F_TLSFILE | CONF_F_SECRET, \
 	    .def_doc = inherit, .help = "Passphrase of an encrypted private key." }, \
-	{ .path = "listeners." kind ".verify_peer", .type = CONF_T_BOOL, .store = CONF_ST_BOOL, \
+	{ .path = "listeners." kind ".verify_peer", O##_verify_peer .type = CONF_T_BOOL, .store = CONF_ST_BOOL, \
 	    LF(verify_peer), .flags = CONF_F_TLSFILE, .def = "false", .def_doc = inherit, \
 	    .help = "Ask each client for a certificate and verify it against cacertfile." }, \
-	{ .path = "listeners." kind ".fail_if_no_peer_cert", .type = CONF_T_BOOL, \
+	{ .path = "listeners." kind ".fail_if_no_peer_cert", O##_fail_if_no_peer_cert .type = CONF_T_BOOL, \
 	    .store = CONF_ST_BOOL, LF(fail_if_no_peer_cert), .flags = CONF_F_TLSFILE, \
 	    .def = "false", .def_doc = inherit, \
 	    .help = "With verify_peer: refuse a client that sends no certificate." }
+
+#define SSL_keyfile \
+	.env = "NANOMQ_TLS_KEY_PATH", .flat = "tls.keyfile", OPT(0, "key", key),
+#define SSL_certfile \
+	.env = "NANOMQ_TLS_CERT_PATH", .flat = "tls.certfile", OPT('E', "cert", cert),
+#define SSL_cacertfile \
+	.env = "NANOMQ_TLS_CA_CERT_PATH", .flat = "tls.cacertfile", OPT(0, "cacert", cacert),
+#define SSL_key_password \
+	.env = "NANOMQ_TLS_KEY_PASSWORD", .flat = "tls.key_password", \
+	OPT(0, "keypass", keypass), .opt_arg = "<pass>",
+#define SSL_verify_peer \
+	.env = "NANOMQ_TLS_VERIFY_PEER", .flat = "tls.verify_peer", OPT(0, "verify", verify),
+#define SSL_fail_if_no_peer_cert \
+	.env = "NANOMQ_TLS_FAIL_IF_NO_PEER_CERT", .flat = "tls.fail_if_no_peer_cert", \
+	OPT(0, "fail", fail),
+#define WSS_keyfile
+#define WSS_certfile
+#define WSS_cacertfile
+#define WSS_key_password
+#define WSS_verify_peer
+#define WSS_fail_if_no_peer_cert
 
 const conf_key conf_schema[] = {
 	// ------------------------------------------------------------- system
 	{ .path = "system", .type = CONF_T_SECTION,
 	    .help = "The process: daemon mode, threads, work contexts and the command channel. "
 	        "Every change needs a restart." },
-	{ .path = "system.daemon", .type = CONF_T_BOOL, .store = CONF_ST_BOOL, CF(daemon),
+	{ .path = "system.daemon",
+	    .env = "NANOMQ_DAEMON", .flat = "daemon", OPT('d', "daemon", daemon),
+	    .type = CONF_T_BOOL, .store = CONF_ST_BOOL, CF(daemon),
 	    .def = "false",
 	    .help = "After validation, fork to the background and detach (also -d). Without it "
 	        "the broker stays in the foreground, which is the systemd mode." },
-	{ .path = "system.num_taskq_thread", .type = CONF_T_INT, .store = CONF_ST_INT,
+	{ .path = "system.num_taskq_thread",
+	    .env = "NANOMQ_NUM_TASKQ_THREAD", .flat = "num_taskq_thread",
+	    OPT('t', "tq_thread", num_taskq_thread),
+	    .type = CONF_T_INT, .store = CONF_ST_INT,
 	    CF(num_taskq_thread), .def = "0", .def_doc = "0 (= one per usable CPU core)", .min = 0, .max = 256,
 	    .help = "Worker event loops when `parallel` is 0 (each worker is one work context)." },
-	{ .path = "system.max_taskq_thread", .type = CONF_T_INT, .store = CONF_ST_INT,
+	{ .path = "system.max_taskq_thread",
+	    .env = "NANOMQ_MAX_TASKQ_THREAD", .flat = "max_taskq_thread",
+	    OPT('T', "max_tq_thread", max_taskq_thread),
+	    .type = CONF_T_INT, .store = CONF_ST_INT,
 	    CF(max_taskq_thread), .def = "0", .def_doc = "0 (= num_taskq_thread)", .min = 0, .max = 256,
 	    .help = "Upper bound on the worker threads." },
-	{ .path = "system.parallel", .type = CONF_T_INT, .store = CONF_ST_INT, CF(parallel),
+	{ .path = "system.parallel",
+	    .env = "NANOMQ_PARALLEL", .flat = "parallel", OPT('n', "parallel", parallel),
+	    .type = CONF_T_INT, .store = CONF_ST_INT, CF(parallel),
 	    .def = CONF_XSTR(NMQ_PARALLEL_DEFAULT), .def_doc = "CMake `PARALLEL` (0 = one per usable CPU core)",
 	    .min = 0, .max = 65535,
 	    .help = "Number of work contexts: worker event loops that serve connections and route messages (correct behaviour: one per core by default, not two)." },
-	{ .path = "system.enable_ipc_internal", .type = CONF_T_BOOL, .store = CONF_ST_BOOL,
+	{ .path = "system.enable_ipc_internal",
+	    .flat = "enable_ipc_internal",
+	    .type = CONF_T_BOOL, .store = CONF_ST_BOOL,
 	    CF(enable_ipc_internal), .def = "true",
 	    .help = "Serve the command channel that `nanomq reload` uses." },
-	{ .path = "system.cmd_ipc_url", .type = CONF_T_STR, .store = CONF_ST_STR, CF(cmd_ipc_url),
+	{ .path = "system.cmd_ipc_url",
+	    .env = "NANOMQ_CMD_IPC_URL", OPT(0, "cmd_ipc_url", cmd_ipc_url), .opt_arg = "<url>",
+	    .type = CONF_T_STR, .store = CONF_ST_STR, CF(cmd_ipc_url),
 	    .def = "ipc:///tmp/nanomq_cmd.ipc", .help = "Address of the command channel." },
 	{ .path = "system.hook_ipc_url", .type = CONF_T_STR, .store = CONF_ST_STR, CF(hook_ipc_url),
 	    .status = CONF_S_NOEFFECT, .def = "ipc:///tmp/nanomq_hook.ipc",
@@ -77,16 +118,24 @@ const conf_key conf_schema[] = {
 	// --------------------------------------------------------------- mqtt
 	{ .path = "mqtt", .type = CONF_T_SECTION, .reload = true,
 	    .help = "MQTT protocol limits and timers. A reload applies every change." },
-	{ .path = "mqtt.max_packet_size", .type = CONF_T_SIZE, .store = CONF_ST_U32,
+	{ .path = "mqtt.max_packet_size",
+	    .env = "NANOMQ_MAX_PACKET_SIZE", .flat = "max_packet_size", .flat_how = CONF_FLAT_KB,
+	    .flat_note = "a bare number is KB",
+	    .type = CONF_T_SIZE, .store = CONF_ST_U32,
 	    CF(max_packet_size), .reload = true, .def = "10MB", .min = 1, .max = MB256,
 	    .help = "Largest packet accepted on any listener, checked before the body is read; "
 	        "advertised as Maximum Packet Size to v5 clients." },
-	{ .path = "mqtt.client_max_packet_size", .type = CONF_T_SIZE, .store = CONF_ST_U32,
+	{ .path = "mqtt.client_max_packet_size",
+	    .env = "NANOMQ_CLIENT_MAX_PACKET_SIZE", .flat = "client_max_packet_size",
+	    .flat_how = CONF_FLAT_KB, .flat_note = "a bare number is KB",
+	    .type = CONF_T_SIZE, .store = CONF_ST_U32,
 	    CF(client_max_packet_size), .reload = true, .def = "10MB", .def_doc = "= max_packet_size",
 	    .min = 1, .max = MB256,
 	    .help = "Largest packet sent to a client that announced no Maximum Packet Size; "
 	        "bigger messages are not sent to it and counted as dropped." },
-	{ .path = "mqtt.max_mqueue_len", .type = CONF_T_INT, .store = CONF_ST_U32,
+	{ .path = "mqtt.max_mqueue_len",
+	    .env = "NANOMQ_MSQ_LEN", .flat = "msq_len", OPT('S', "msq_len", msq_len),
+	    .type = CONF_T_INT, .store = CONF_ST_U32,
 	    CF(max_mqueue_len), .reload = true, .def = CONF_XSTR(NMQ_MSQ_LEN_DEFAULT),
 	    .def_doc = "CMake `MSQ_LEN` (2048)", .min = 1, .max = U32MAX, .alias = "mqtt.msq_len",
 	    .help = "Messages waiting per client behind the inflight window; when full, new "
@@ -106,11 +155,17 @@ const conf_key conf_schema[] = {
 	{ .path = "mqtt.await_rel_timeout", .type = CONF_T_DUR_S, .store = CONF_ST_U32,
 	    CF(await_rel_timeout_s), .reload = true, .def = "300s", .min = 1, .max = U32MAX,
 	    .help = "Inbound QoS 2 state left without a PUBREL this long is discarded." },
-	{ .path = "mqtt.retry_interval", .type = CONF_T_DUR_S, .store = CONF_ST_U32,
+	{ .path = "mqtt.retry_interval",
+	    .env = "NANOMQ_QOS_DURATION", .flat = "qos_duration", .flat_note = "seconds",
+	    OPT('D', "qos_duration", qos_duration),
+	    .type = CONF_T_DUR_S, .store = CONF_ST_U32,
 	    CF(retry_interval_s), .reload = true, .def = "10s", .min = 1, .max = 86400,
 	    .alias = "mqtt.qos_duration",
 	    .help = "Resend interval of unacknowledged QoS 1/2 messages to v3.1.1 clients." },
-	{ .path = "mqtt.keepalive_multiplier", .type = CONF_T_FLOAT, .store = CONF_ST_DOUBLE,
+	{ .path = "mqtt.keepalive_multiplier",
+	    .flat = "keepalive_backoff", .flat_how = CONF_FLAT_MILLI,
+	    .flat_note = "integer in thousandths (1250 = 1.25)",
+	    .type = CONF_T_FLOAT, .store = CONF_ST_DOUBLE,
 	    CF(keepalive_multiplier), .reload = true, .flags = CONF_F_MIN_EXCL | CONF_F_MILLI_ALIAS,
 	    .def = "1.5", .min = 0.5, .max = 10, .warn_below = 1.0, .alias = "mqtt.keepalive_backoff",
 	    .help = "A client is disconnected after keepalive x multiplier without traffic. "
@@ -150,7 +205,10 @@ const conf_key conf_schema[] = {
 	        "is not queued for an offline session and a retained message is not stored (each "
 	        "counted and logged), and a publisher whose message finds the broker over the cap "
 	        "is paused (at most 1 s at a time) until usage is under 7/8 of it." },
-	{ .path = "mqtt.property_size", .type = CONF_T_INT, .store = CONF_ST_U32, CF(property_size),
+	{ .path = "mqtt.property_size",
+	    .env = "NANOMQ_PROPERTY_SIZE", .flat = "property_size",
+	    OPT('s', "property_size", property_size),
+	    .type = CONF_T_INT, .store = CONF_ST_U32, CF(property_size),
 	    .reload = true, .status = CONF_S_NOEFFECT, .def = "32", .min = 0, .max = MB256,
 	    .help = "Accepted for compatibility; properties are bounded by max_packet_size." },
 	{ .path = "mqtt.batch_resend", .type = CONF_T_BOOL, .store = CONF_ST_BOOL, CF(batch_resend),
@@ -167,32 +225,49 @@ const conf_key conf_schema[] = {
 	        "`tcp://` are tolerated. Adding or removing a listener or changing a bind "
 	        "needs a restart; a reload applies new TLS files to new connections." },
 	{ .path = "listeners.tcp", .type = CONF_T_SECTION, .help = "Plain MQTT over TCP." },
-	{ .path = "listeners.tcp.enable", .type = CONF_T_BOOL, .flags = CONF_F_ENABLE,
+	{ .path = "listeners.tcp.enable",
+	    .env = "NANOMQ_TCP_ENABLE",
+	    .type = CONF_T_BOOL, .flags = CONF_F_ENABLE,
 	    .def = "true", .help = "`false` disables this listener." },
-	{ .path = "listeners.tcp.bind", .type = CONF_T_STR, .store = CONF_ST_STR, LF(bind),
+	{ .path = "listeners.tcp.bind",
+	    .env = "NANOMQ_BROKER_URL", .flat = "url", .flat_note = "`nmq-tcp://` scheme stripped",
+	    .type = CONF_T_STR, .store = CONF_ST_STR, LF(bind),
 	    .flags = CONF_F_BIND, .def = "0.0.0.0:1883", .help = "Address and port." },
 	MAXCONN_KEY("tcp"),
 	{ .path = "listeners.ssl", .type = CONF_T_SECTION, .help = "MQTT over TLS." },
-	{ .path = "listeners.ssl.enable", .type = CONF_T_BOOL, .flags = CONF_F_ENABLE,
+	{ .path = "listeners.ssl.enable",
+	    .env = "NANOMQ_TLS_ENABLE", .flat = "tls.enable",
+	    .type = CONF_T_BOOL, .flags = CONF_F_ENABLE,
 	    .def = "true", .help = "`false` disables this listener." },
-	{ .path = "listeners.ssl.bind", .type = CONF_T_STR, .store = CONF_ST_STR, LF(bind),
+	{ .path = "listeners.ssl.bind",
+	    .env = "NANOMQ_TLS_URL", .flat = "tls.url",
+	    .type = CONF_T_STR, .store = CONF_ST_STR, LF(bind),
 	    .flags = CONF_F_BIND, .def = "0.0.0.0:8883", .help = "Address and port." },
-	TLS_KEYS("ssl", NULL),
+	TLS_KEYS("ssl", NULL, SSL),
 	MAXCONN_KEY("ssl"),
 	{ .path = "listeners.ws", .type = CONF_T_SECTION, .help = "MQTT over WebSocket." },
-	{ .path = "listeners.ws.enable", .type = CONF_T_BOOL, .flags = CONF_F_ENABLE, .def = "true",
+	{ .path = "listeners.ws.enable",
+	    .env = "NANOMQ_WEBSOCKET_ENABLE", .flat = "websocket.enable",
+	    .type = CONF_T_BOOL, .flags = CONF_F_ENABLE, .def = "true",
 	    .help = "`false` disables this listener." },
-	{ .path = "listeners.ws.bind", .type = CONF_T_STR, .store = CONF_ST_STR, LF(bind),
+	{ .path = "listeners.ws.bind",
+	    .env = "NANOMQ_WEBSOCKET_URL", .flat = "websocket.url",
+	    .type = CONF_T_STR, .store = CONF_ST_STR, LF(bind),
 	    .flags = CONF_F_BIND, .def = "0.0.0.0:8083/mqtt",
 	    .help = "Address, port and the required URL path." },
 	MAXCONN_KEY("ws"),
 	{ .path = "listeners.wss", .type = CONF_T_SECTION, .help = "MQTT over secure WebSocket." },
-	{ .path = "listeners.wss.enable", .type = CONF_T_BOOL, .flags = CONF_F_ENABLE,
+	{ .path = "listeners.wss.enable",
+	    .env = "NANOMQ_WEBSOCKET_TLS_ENABLE",
+	    .type = CONF_T_BOOL, .flags = CONF_F_ENABLE,
 	    .def = "true", .help = "`false` disables this listener." },
-	{ .path = "listeners.wss.bind", .type = CONF_T_STR, .store = CONF_ST_STR, LF(bind),
+	{ .path = "listeners.wss.bind",
+	    .env = "NANOMQ_WEBSOCKET_TLS_URL", .flat = "websocket.tls_url",
+	    .flat_note = "enabled when `tls.enable` and `websocket.enable` are true",
+	    .type = CONF_T_STR, .store = CONF_ST_STR, LF(bind),
 	    .flags = CONF_F_BIND, .def = "0.0.0.0:8086/mqtt",
 	    .help = "Address, port and the required URL path." },
-	TLS_KEYS("wss", "from `listeners.ssl`"),
+	TLS_KEYS("wss", "from `listeners.ssl`", WSS),
 	MAXCONN_KEY("wss"),
 	{ .path = "listeners.quic", .type = CONF_T_SECTION, .status = CONF_S_UNSUPPORTED,
 	    .help = "MQTT over QUIC." },
@@ -201,53 +276,87 @@ const conf_key conf_schema[] = {
 	{ .path = "http_server", .type = CONF_T_SECTION,
 	    .help = "The REST API (`/api/v4`). The section being present enables it. Every "
 	        "change needs a restart." },
-	{ .path = "http_server.enable", .type = CONF_T_BOOL, .store = CONF_ST_BOOL, CF(http_enable),
+	{ .path = "http_server.enable",
+	    .env = "NANOMQ_HTTP_SERVER_ENABLE", .flat = "http_server.enable",
+	    OPT(0, "http", http_enable),
+	    .type = CONF_T_BOOL, .store = CONF_ST_BOOL, CF(http_enable),
 	    .def_doc = "true (when the section is present)",
 	    .help = "`false` keeps the section but turns the API off." },
-	{ .path = "http_server.port", .type = CONF_T_INT, .store = CONF_ST_INT, CF(http_port),
-	    .def = "8081", .min = 0, .max = 65535, .help = "TCP port." },
+	{ .path = "http_server.port",
+	    .env = "NANOMQ_HTTP_SERVER_PORT", .flat = "http_server.port",
+	    OPT('p', "port", http_port),
+	    .type = CONF_T_INT, .store = CONF_ST_INT, CF(http_port),
+	    .def = "8081", .min = 1, .max = 65535, .help = "TCP port." },
 	{ .path = "http_server.ip_addr", .type = CONF_T_STR, .store = CONF_ST_STR, CF(http_ip_addr),
 	    .def = "0.0.0.0", .help = "Bind address; quotes are optional." },
-	{ .path = "http_server.limit_conn", .type = CONF_T_INT, .store = CONF_ST_INT,
+	{ .path = "http_server.limit_conn",
+	    .env = "NANOMQ_HTTP_SERVER_PARALLEL", .flat = "http_server.parallel",
+	    .type = CONF_T_INT, .store = CONF_ST_INT,
 	    CF(http_limit_conn), .def = "32", .min = 1, .max = 65535, .alias = "http_server.parallel",
 	    .help = "Requests handled at the same time; others wait." },
 	{ .path = "http_server.max_body", .type = CONF_T_SIZE, .store = CONF_ST_U32,
 	    CF(http_max_body), .def = "1MB", .min = 1, .max = MB256,
 	    .help = "Largest request body; a bigger one gets HTTP 400, code 108." },
-	{ .path = "http_server.username", .type = CONF_T_STR, .store = CONF_ST_STR,
+	{ .path = "http_server.username",
+	    .env = "NANOMQ_HTTP_SERVER_USERNAME", .flat = "http_server.username",
+	    .type = CONF_T_STR, .store = CONF_ST_STR,
 	    CF(http_username), .help = "Basic-auth user name." },
-	{ .path = "http_server.password", .type = CONF_T_STR, .store = CONF_ST_STR,
+	{ .path = "http_server.password",
+	    .env = "NANOMQ_HTTP_SERVER_PASSWORD", .flat = "http_server.password",
+	    .type = CONF_T_STR, .store = CONF_ST_STR,
 	    CF(http_password), .flags = CONF_F_SECRET, .help = "Basic-auth password." },
-	{ .path = "http_server.auth_type", .type = CONF_T_ENUM, .store = CONF_ST_INT,
+	{ .path = "http_server.auth_type",
+	    .env = "NANOMQ_HTTP_SERVER_AUTH_TYPE", .flat = "http_server.auth_type",
+	    .type = CONF_T_ENUM, .store = CONF_ST_INT,
 	    CF(http_auth_type), .def = "basic", .words = "basic|jwt|no_auth",
 	    .help = "How requests authenticate: Basic, RS256 JWT bearer token, or not at all." },
-	{ .path = "http_server.jwt.public.keyfile", .type = CONF_T_STR, .store = CONF_ST_STR,
+	{ .path = "http_server.jwt.public.keyfile",
+	    .env = "NANOMQ_HTTP_SERVER_JWT_PUBLIC_KEYFILE",
+	    .flat = "http_server.jwt.public.keyfile",
+	    .type = CONF_T_STR, .store = CONF_ST_STR,
 	    CF(http_jwt_public_keyfile), .flags = CONF_F_READABLE,
 	    .help = "RS256 public key (PEM). Required when auth_type = jwt." },
-	{ .path = "http_server.jwt.private.keyfile", .type = CONF_T_STR, .status = CONF_S_NOEFFECT,
+	{ .path = "http_server.jwt.private.keyfile",
+	    .env = "NANOMQ_HTTP_SERVER_JWT_PRIVATE_KEYFILE",
+	    .flat = "http_server.jwt.private.keyfile",
+	    .type = CONF_T_STR, .status = CONF_S_NOEFFECT,
 	    .help = "Accepted and ignored." },
 
 	// ---------------------------------------------------------------- log
-	{ .path = "log", .type = CONF_T_SECTION, .reload = true,
+	{ .path = "log", .flat = "log.", .type = CONF_T_SECTION, .reload = true,
 	    .help = "Where log lines go and how verbose they are. A reload applies every change." },
-	{ .path = "log.to", .type = CONF_T_FLAGS, .store = CONF_ST_INT, CF(log_to), .reload = true,
+	{ .path = "log.to",
+	    .env = "NANOMQ_LOG_TO",
+	    .type = CONF_T_FLAGS, .store = CONF_ST_INT, CF(log_to), .reload = true,
 	    .def = "console", .def_doc = "[console]", .words = "console|file|syslog|uds",
 	    .help = "Targets: a list such as `[file, console]`, or a single word." },
-	{ .path = "log.level", .type = CONF_T_ENUM, .store = CONF_ST_INT, CF(log_level),
+	{ .path = "log.level",
+	    .env = "NANOMQ_LOG_LEVEL", OPT(0, "log_level", log_level), .opt_arg = "<level>",
+	    .type = CONF_T_ENUM, .store = CONF_ST_INT, CF(log_level),
 	    .reload = true, .def = "warn", .words = "trace|debug|info|warn|error|fatal",
 	    .help = "Lowest level written." },
-	{ .path = "log.dir", .type = CONF_T_STR, .store = CONF_ST_STR, CF(log_dir), .reload = true,
+	{ .path = "log.dir",
+	    .env = "NANOMQ_LOG_DIR",
+	    .type = CONF_T_STR, .store = CONF_ST_STR, CF(log_dir), .reload = true,
 	    .def = ".", .def_doc = "`.` (working directory)",
 	    .help = "Directory of the log file (target `file`)." },
-	{ .path = "log.file", .type = CONF_T_STR, .store = CONF_ST_STR, CF(log_file),
+	{ .path = "log.file",
+	    .env = "NANOMQ_LOG_FILE",
+	    .type = CONF_T_STR, .store = CONF_ST_STR, CF(log_file),
 	    .reload = true, .def = "nanomq.log", .help = "Name of the log file." },
-	{ .path = "log.rotation.size", .type = CONF_T_SIZE, .store = CONF_ST_U64,
+	{ .path = "log.rotation.size",
+	    .env = "NANOMQ_LOG_ROTATION_SIZE",
+	    .type = CONF_T_SIZE, .store = CONF_ST_U64,
 	    CF(log_rotation_size), .reload = true, .def = "10MB", .min = 1024, .max = 1099511627776.0,
 	    .help = "Rotate when the file would grow past this size." },
-	{ .path = "log.rotation.count", .type = CONF_T_INT, .store = CONF_ST_INT,
+	{ .path = "log.rotation.count",
+	    .env = "NANOMQ_LOG_ROTATION_COUNT",
+	    .type = CONF_T_INT, .store = CONF_ST_INT,
 	    CF(log_rotation_count), .reload = true, .def = "5", .min = 0, .max = 1000,
 	    .help = "Rotated files kept (nanomq.log.1 ... .N); the oldest is deleted." },
-	{ .path = "log.uds_addr", .type = CONF_T_STR, .store = CONF_ST_STR, CF(log_uds_addr),
+	{ .path = "log.uds_addr",
+	    .env = "NANOMQ_LOG_UDS_ADDR",
+	    .type = CONF_T_STR, .store = CONF_ST_STR, CF(log_uds_addr),
 	    .reload = true,
 	    .help = "Unix datagram socket receiving syslog-formatted lines (target `uds`)." },
 
@@ -255,23 +364,31 @@ const conf_key conf_schema[] = {
 	{ .path = "auth", .type = CONF_T_SECTION, .reload = true,
 	    .help = "Client authentication and authorisation. A reload applies every change, "
 	        "including the included password and ACL files, and flushes the ACL cache." },
-	{ .path = "auth.allow_anonymous", .type = CONF_T_BOOL, .store = CONF_ST_BOOL,
+	{ .path = "auth.allow_anonymous",
+	    .env = "NANOMQ_ALLOW_ANONYMOUS", .flat = "allow_anonymous",
+	    .type = CONF_T_BOOL, .store = CONF_ST_BOOL,
 	    CF(allow_anonymous), .reload = true, .def = "true",
 	    .help = "Accept clients without a username or with an unlisted one; a listed user "
 	        "with a wrong password is always refused." },
-	{ .path = "auth.no_match", .type = CONF_T_ENUM, .store = CONF_ST_INT, CF(auth_no_match),
+	{ .path = "auth.no_match",
+	    .flat = "acl_nomatch",
+	    .type = CONF_T_ENUM, .store = CONF_ST_INT, CF(auth_no_match),
 	    .reload = true, .def = "allow", .words = "allow|deny",
 	    .help = "ACL result when no rule matches." },
-	{ .path = "auth.deny_action", .type = CONF_T_ENUM, .store = CONF_ST_INT,
+	{ .path = "auth.deny_action", .flat = "acl_deny_action", .type = CONF_T_ENUM, .store = CONF_ST_INT,
 	    CF(auth_deny_action), .reload = true, .def = "ignore", .words = "ignore|disconnect",
 	    .help = "After an ACL denial: only refuse the operation, or also disconnect." },
-	{ .path = "auth.cache.enable", .type = CONF_T_BOOL, .store = CONF_ST_BOOL,
+	{ .path = "auth.cache.enable",
+	    .flat = "enable_acl_cache",
+	    .type = CONF_T_BOOL, .store = CONF_ST_BOOL,
 	    CF(auth_cache_enable), .reload = true, .def = "true",
 	    .help = "Cache ACL decisions per client." },
-	{ .path = "auth.cache.max_size", .type = CONF_T_INT, .store = CONF_ST_INT,
+	{ .path = "auth.cache.max_size",
+	    .flat = "acl_cache_max_size",
+	    .type = CONF_T_INT, .store = CONF_ST_INT,
 	    CF(auth_cache_max_size), .reload = true, .def = "32", .min = 0, .max = 1000000,
 	    .help = "Cached decisions per client." },
-	{ .path = "auth.cache.ttl", .type = CONF_T_DUR_S, .store = CONF_ST_U32,
+	{ .path = "auth.cache.ttl", .flat = "acl_cache_ttl", .type = CONF_T_DUR_S, .store = CONF_ST_U32,
 	    CF(auth_cache_ttl_s), .reload = true, .def = "1m", .min = 0, .max = U32MAX,
 	    .help = "Lifetime of a cached decision." },
 	{ .path = "auth.password", .type = CONF_T_OBJECT, .reload = true,
@@ -279,21 +396,25 @@ const conf_key conf_schema[] = {
 	        "`$7$...` (PBKDF2-SHA512) and `$6$...` (SHA-512) values are hashes." },
 	{ .path = "auth.acl", .type = CONF_T_OBJECT, .reload = true,
 	    .help = "ACL, usually `{include \"/etc/nanomq_acl.conf\"}`." },
-	{ .path = "auth.acl.enable", .type = CONF_T_BOOL, .reload = true, .def = "true",
+	{ .path = "auth.acl.enable",
+	    .flat = "acl_enable",
+	    .type = CONF_T_BOOL, .reload = true, .def = "true",
 	    .help = "`false` keeps the rules but does not apply them." },
 	{ .path = "auth.acl.rules", .type = CONF_T_ARRAY, .reload = true,
 	    .help = "Rules, first match wins: `{permit = allow|deny, username, clientid, ipaddr, "
 	        "ipaddrs, and, or, action = publish|subscribe|pubsub, topics = [...]}`." },
-	{ .path = "auth.http_auth", .type = CONF_T_SECTION, .status = CONF_S_NOT_YET,
+	{ .path = "auth.http_auth", .flat = "auth.http.", .type = CONF_T_SECTION, .status = CONF_S_NOT_YET,
 	    .help = "HTTP authentication and ACL callouts." },
 
 	// ------------------------------------- recognised, not supported yet
-	{ .path = "sqlite", .type = CONF_T_SECTION, .status = CONF_S_NOT_YET,
+	{ .path = "sqlite", .flat = "sqlite.", .type = CONF_T_SECTION, .status = CONF_S_NOT_YET,
 	    .help = "SQLite persistence of sessions and messages." },
-	{ .path = "webhook", .type = CONF_T_SECTION, .status = CONF_S_NOT_YET,
+	{ .path = "webhook", .flat = "web.hook.", .type = CONF_T_SECTION, .status = CONF_S_NOT_YET,
 	    .help = "HTTP POST of broker events." },
-	{ .path = "bridges.mqtt", .type = CONF_T_SECTION, .status = CONF_S_NOT_YET,
+	{ .path = "bridges.mqtt", .flat = "bridge.mqtt.", .type = CONF_T_SECTION, .status = CONF_S_NOT_YET,
 	    .help = "MQTT bridges to other brokers, and their offline cache." },
+	{ .path = "bridges.mqtt.cache", .flat = "bridge.sqlite.", .type = CONF_T_SECTION,
+	    .status = CONF_S_NOT_YET, .help = "The offline cache shared by the MQTT bridges." },
 	{ .path = "preset", .type = CONF_T_SECTION, .status = CONF_S_NOT_YET,
 	    .help = "Persistent sessions created at startup." },
 
@@ -345,6 +466,60 @@ bool conf_schema_is_prefix(const char *path)
 		const char *a = conf_schema[i].alias;
 		if ((strncmp(p, path, n) == 0 && p[n] == '.')
 		    || (a != NULL && strncmp(a, path, n) == 0 && a[n] == '.')) {
+			return true;
+		}
+	}
+	return false;
+}
+
+// Fills *o from the schema row k, which has an option.
+static void option_of(const conf_key *k, conf_option *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->name   = k->opt;
+	o->letter = k->opt_letter;
+	o->key    = k->path;
+	o->field  = k->opt_field;
+	o->arg    = k->opt_arg;
+	switch (k->type) {
+	case CONF_T_BOOL:
+		o->kind = CONF_OPT_FLAG;
+		return;
+	case CONF_T_ENUM:
+		o->kind  = CONF_OPT_WORD;
+		o->words = k->words;
+		if (o->arg == NULL) {
+			o->arg = "<word>";
+		}
+		return;
+	case CONF_T_STR:
+		o->kind = CONF_OPT_STR;
+		if (o->arg == NULL) {
+			o->arg = (k->flags & CONF_F_READABLE) ? "<file>" : "<value>";
+		}
+		return;
+	default: // integers, and durations or sizes given as bare numbers
+		o->kind = CONF_OPT_INT;
+		o->min  = 0;
+		o->max  = INT_MAX;
+		if (k->min < k->max) {
+			o->min = k->min > 0 ? (int)k->min : 0;
+			o->min += o->min < k->min; // rounded up
+			o->max = k->max < INT_MAX ? (int)k->max : INT_MAX;
+		}
+		if (o->arg == NULL) {
+			o->arg = "<n>";
+		}
+		return;
+	}
+}
+
+// Returns the next schema row with a command-line option.
+bool conf_option_next(size_t *it, conf_option *o)
+{
+	for (; *it < conf_schema_len; (*it)++) {
+		if (conf_schema[*it].opt != NULL) {
+			option_of(&conf_schema[(*it)++], o);
 			return true;
 		}
 	}
@@ -532,6 +707,27 @@ int conf_schema_markdown(FILE *out)
 	    "names the variable. An empty variable counts as unset.\n\n");
 	if (conf_env_markdown(out) != 0) {
 		return -1;
+	}
+	fprintf(out,
+	    "\n## Command-line options\n\n"
+	    "`nanomq start|restart|reload` take these options; each sets one key and "
+	    "overrides the file and the environment. `nanomq --help` lists the others "
+	    "(`--conf`, `--old_conf`, `--url`, `--log_file`, `--log_stdout`, `--log_syslog`, "
+	    "`--test`).\n\n"
+	    "| option | key |\n|---|---|\n");
+	{
+		conf_option o;
+		size_t      it = 0;
+		while (conf_option_next(&it, &o)) {
+			char shortname[8] = "";
+			if (o.letter != 0) {
+				snprintf(shortname, sizeof(shortname), "-%c, ", o.letter);
+			}
+			fprintf(out, "| `%s--%s%s%s` | `%s`%s |\n", shortname, o.name,
+			    o.kind == CONF_OPT_FLAG ? "" : " ",
+			    o.kind == CONF_OPT_FLAG ? "" : o.arg, o.key,
+			    o.kind == CONF_OPT_FLAG ? " = true" : "");
+		}
 	}
 	fprintf(out,
 	    "\n## Legacy flat format (`--old_conf`)\n\n"

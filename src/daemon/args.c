@@ -8,19 +8,20 @@
 #include <string.h>
 #include <strings.h>
 
-#include "src/log/log.h"
-
 #ifndef NMQ_VERSION
 #define NMQ_VERSION "unknown"
 #endif
 
+// The options that do not set one configuration key. Those that do are
+// spelled by the schema row of their key (conf_option_next), so that a key,
+// its NANOMQ_* variable, its flat name and its option are written once.
 enum cli_opt_kind {
-	OPT_FLAG, // no value; sets an int field to 1
-	OPT_INT, // decimal integer in [min, max]
-	OPT_STR, // non-empty string
-	OPT_BOOL, // true|false (also 1|0), sets an int field to 1 or 0
+	OPT_FLAG = CONF_OPT_FLAG, // no value; sets an int field to 1
+	OPT_INT  = CONF_OPT_INT, // decimal integer in [min, max]
+	OPT_STR  = CONF_OPT_STR, // non-empty string
+	OPT_WORD = CONF_OPT_WORD, // one of the words of the key
+	OPT_BOOL = 16, // true|false (also 1|0), sets an int field to 1 or 0
 	OPT_URL, // listener URL, appended to urls[]
-	OPT_LEVEL, // log level word
 	OPT_TEST, // --test
 	OPT_HELP, // -h, --help
 	OPT_VERSION,
@@ -31,58 +32,97 @@ typedef struct cli_option {
 	char        letter; // short name, 0 if none
 	int         kind; // enum cli_opt_kind
 	size_t      field; // offset of the field in conf_cli
-	int         min, max;
 	const char *arg; // placeholder shown by cli_usage, NULL for flags
 	const char *help; // one line for cli_usage
 } cli_option;
 
 #define F(member) offsetof(conf_cli, member)
 
-static const cli_option cli_options[] = {
-	{ "conf", 0, OPT_STR, F(conf_path), 0, 0, "<file>", "configuration file (HOCON)" },
-	{ "old_conf", 0, OPT_STR, F(old_conf_path), 0, 0, "<file>",
+// Shown before the options of the schema.
+static const cli_option cli_head[] = {
+	{ "conf", 0, OPT_STR, F(conf_path), "<file>", "configuration file (HOCON)" },
+	{ "old_conf", 0, OPT_STR, F(old_conf_path), "<file>",
 	    "configuration file in the legacy flat format" },
-	{ "url", 0, OPT_URL, 0, 0, 0, "<url>",
+	{ "url", 0, OPT_URL, 0, "<url>",
 	    "listener URL: nmq-tcp://, tls+nmq-tcp://, nmq-ws://, nmq-wss:// (repeatable)" },
-	{ "daemon", 'd', OPT_FLAG, F(daemon), 0, 0, NULL, "run in the background" },
-	{ "tq_thread", 't', OPT_INT, F(num_taskq_thread), 0, INT_MAX, "<n>",
-	    "worker threads (system.num_taskq_thread, 0 = automatic)" },
-	{ "max_tq_thread", 'T', OPT_INT, F(max_taskq_thread), 0, INT_MAX, "<n>",
-	    "upper bound on worker threads (system.max_taskq_thread)" },
-	{ "parallel", 'n', OPT_INT, F(parallel), 0, INT_MAX, "<n>",
-	    "work contexts (system.parallel, 0 = automatic)" },
-	{ "property_size", 's', OPT_INT, F(property_size), 0, INT_MAX, "<n>",
-	    "mqtt.property_size" },
-	{ "msq_len", 'S', OPT_INT, F(msq_len), 1, INT_MAX, "<n>",
-	    "per-client queue length (mqtt.max_mqueue_len)" },
-	{ "qos_duration", 'D', OPT_INT, F(qos_duration), 0, INT_MAX, "<n>",
-	    "QoS retry interval in seconds (mqtt.retry_interval)" },
-	{ "http", 0, OPT_FLAG, F(http_enable), 0, 0, NULL, "enable the REST server" },
-	{ "port", 'p', OPT_INT, F(http_port), 1, 65535, "<n>",
-	    "REST server port (http_server.port)" },
-	{ "cacert", 0, OPT_STR, F(cacert), 0, 0, "<file>", "TLS CA certificate (listeners.ssl)" },
-	{ "cert", 'E', OPT_STR, F(cert), 0, 0, "<file>", "TLS certificate (listeners.ssl)" },
-	{ "key", 0, OPT_STR, F(key), 0, 0, "<file>", "TLS private key (listeners.ssl)" },
-	{ "keypass", 0, OPT_STR, F(keypass), 0, 0, "<pass>", "TLS private key password" },
-	{ "verify", 0, OPT_FLAG, F(verify), 0, 0, NULL, "verify client certificates" },
-	{ "fail", 0, OPT_FLAG, F(fail), 0, 0, NULL, "reject clients without a certificate" },
-	{ "log_level", 0, OPT_LEVEL, F(log_level), 0, 0, "<level>",
-	    "trace, debug, info, warn, error or fatal" },
-	{ "log_file", 0, OPT_STR, F(log_file), 0, 0, "<path>",
-	    "log to this file (adds file to log.to)" },
-	{ "log_stdout", 0, OPT_BOOL, F(log_stdout), 0, 0, "<true|false>",
+};
+
+// Shown after the options of the schema.
+static const cli_option cli_tail[] = {
+	{ "log_file", 0, OPT_STR, F(log_file), "<path>",
+	    "log to this file (log.dir, log.file; adds file to log.to)" },
+	{ "log_stdout", 0, OPT_BOOL, F(log_stdout), "<true|false>",
 	    "add console to log.to, or remove it" },
-	{ "log_syslog", 0, OPT_BOOL, F(log_syslog), 0, 0, "<true|false>",
+	{ "log_syslog", 0, OPT_BOOL, F(log_syslog), "<true|false>",
 	    "add syslog to log.to, or remove it" },
-	{ "test", 0, OPT_TEST, 0, 0, 0, NULL, "with start: validate the configuration and exit" },
-	{ "help", 'h', OPT_HELP, 0, 0, 0, NULL, "print this help" },
-	{ "version", 'v', OPT_VERSION, 0, 0, 0, NULL, "print the version" },
+	{ "test", 0, OPT_TEST, 0, NULL, "with start: validate the configuration and exit" },
+	{ "help", 'h', OPT_HELP, 0, NULL, "print this help" },
+	{ "version", 'v', OPT_VERSION, 0, NULL, "print the version" },
 };
 
 #undef F
 
-#define CLI_N_OPTIONS (sizeof(cli_options) / sizeof(cli_options[0]))
-#define CLI_MAX_URLS  (sizeof(((conf_cli *)0)->urls) / sizeof(((conf_cli *)0)->urls[0]))
+// One option as the parser sees it: from one of the tables above, or from
+// the schema (then `key` names the configuration key).
+typedef struct cli_opt {
+	cli_option  o;
+	const char *key; // schema options: the key set
+	const char *words; // OPT_WORD: allowed words, '|' separated
+	int         min, max; // OPT_INT
+} cli_opt;
+
+// Fills *out from a table entry. Returns out.
+static cli_opt *from_table(const cli_option *o, cli_opt *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->o = *o;
+	return out;
+}
+
+// Fills *out from an option of the schema. Returns out.
+static cli_opt *from_schema(const conf_option *c, cli_opt *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->o.name   = c->name;
+	out->o.letter = c->letter;
+	out->o.kind   = c->kind;
+	out->o.field  = c->field;
+	out->o.arg    = c->kind == CONF_OPT_FLAG ? NULL : c->arg;
+	out->key      = c->key;
+	out->words    = c->words;
+	out->min      = c->min;
+	out->max      = c->max;
+	return out;
+}
+
+// Walks every option in the order of --help: *it starts at 0. Fills *out
+// and returns true, or returns false after the last.
+static bool cli_each(size_t *it, size_t *sub, cli_opt *out)
+{
+	conf_option c;
+	size_t      nh = sizeof(cli_head) / sizeof(cli_head[0]);
+	size_t      nt = sizeof(cli_tail) / sizeof(cli_tail[0]);
+
+	if (*it < nh) {
+		from_table(&cli_head[(*it)++], out);
+		return true;
+	}
+	if (*it == nh) {
+		if (conf_option_next(sub, &c)) {
+			from_schema(&c, out);
+			return true;
+		}
+		(*it)++;
+	}
+	if (*it - nh - 1 < nt) {
+		from_table(&cli_tail[*it - nh - 1], out);
+		(*it)++;
+		return true;
+	}
+	return false;
+}
+
+#define CLI_MAX_URLS (sizeof(((conf_cli *)0)->urls) / sizeof(((conf_cli *)0)->urls[0]))
 
 static const char *const cli_verbs[] = { "", "start", "stop", "restart", "reload" };
 
@@ -107,17 +147,19 @@ const char *cli_verb_name(int verb)
 }
 
 // Finds an option by long name (name[0..len)) or, when len is 0, by the
-// letter. Returns the table entry, or NULL when there is none.
-static const cli_option *cli_find(const char *name, size_t len, char letter)
+// letter. Returns true and fills *out, or false when there is none.
+static bool cli_find(const char *name, size_t len, char letter, cli_opt *out)
 {
-	for (size_t i = 0; i < CLI_N_OPTIONS; i++) {
-		const cli_option *o = &cli_options[i];
+	size_t it = 0, sub = 0;
+
+	while (cli_each(&it, &sub, out)) {
+		const cli_option *o = &out->o;
 		if (len == 0 ? (letter != 0 && o->letter == letter)
 		             : (strlen(o->name) == len && strncmp(o->name, name, len) == 0)) {
-			return o;
+			return true;
 		}
 	}
-	return NULL;
+	return false;
 }
 
 // Writes "-x/--name" or "--name" for o into buf. Returns buf.
@@ -132,7 +174,8 @@ static const char *cli_opt_label(const cli_option *o, char *buf, size_t len)
 }
 
 // Parses s as a decimal integer in [min, max] with nothing around it.
-// Returns 0 and stores it in *out, or -1 when s is not such a number.
+// Returns 0 and stores it in *out, -1 when s is not a non-negative decimal
+// number, or -2 when it is one outside [min, max].
 static int cli_parse_int(const char *s, int min, int max, int *out)
 {
 	char *end;
@@ -141,8 +184,11 @@ static int cli_parse_int(const char *s, int min, int max, int *out)
 	}
 	errno  = 0;
 	long v = strtol(s, &end, 10);
-	if (errno != 0 || *end != '\0' || v < min || v > max) {
+	if (*end != '\0') {
 		return -1;
+	}
+	if (errno != 0 || v < min || v > max) {
+		return -2;
 	}
 	*out = (int)v;
 	return 0;
@@ -173,12 +219,28 @@ static bool cli_url_ok(const char *url)
 	return false;
 }
 
-// Stores the value of option o into args. Returns 0, or -1 with a message
-// in err when the value is not valid for o.
-static int cli_apply(cli_args *args, const cli_option *o, const char *val, char *err, size_t errlen)
+// Returns true when val is one of the '|' separated words.
+static bool cli_word_ok(const char *words, const char *val)
 {
-	char  label[40];
-	char *field = (char *)&args->cli + o->field;
+	size_t n = strlen(val);
+
+	for (const char *w = words; w != NULL && *w != '\0';) {
+		size_t wl = strcspn(w, "|");
+		if (wl == n && strncmp(w, val, n) == 0) {
+			return true;
+		}
+		w += wl + (w[wl] == '|');
+	}
+	return false;
+}
+
+// Stores the value of option c into args. Returns 0, or -1 with a message
+// in err when the value is not valid for c.
+static int cli_apply(cli_args *args, const cli_opt *c, const char *val, char *err, size_t errlen)
+{
+	const cli_option *o = &c->o;
+	char              label[40];
+	char             *field = (char *)&args->cli + o->field;
 
 	cli_opt_label(o, label, sizeof(label));
 	switch (o->kind) {
@@ -190,15 +252,15 @@ static int cli_apply(cli_args *args, const cli_option *o, const char *val, char 
 		return 0;
 	case OPT_INT: {
 		int v;
-		if (cli_parse_int(val, o->min, o->max, &v) != 0) {
-			if (o->max == INT_MAX) {
-				snprintf(err, errlen, "option %s: '%s' is not an integer >= %d",
-				    label, val, o->min);
-			} else {
-				snprintf(err, errlen,
-				    "option %s: '%s' is not an integer from %d to %d", label, val,
-				    o->min, o->max);
-			}
+		int r = cli_parse_int(val, c->min, c->max, &v);
+		if (r == -2 && c->max < INT_MAX) {
+			snprintf(err, errlen, "option %s: '%s' is not an integer from %d to %d",
+			    label, val, c->min, c->max);
+			return -1;
+		}
+		if (r != 0) {
+			snprintf(err, errlen, "option %s: '%s' is not an integer >= %d", label, val,
+			    c->min);
 			return -1;
 		}
 		*(int *)(void *)field = v;
@@ -213,12 +275,20 @@ static int cli_apply(cli_args *args, const cli_option *o, const char *val, char 
 		*(int *)(void *)field = b;
 		return 0;
 	}
-	case OPT_LEVEL:
-		if (log_level_parse(val) < 0) {
-			snprintf(err, errlen,
-			    "option %s: unknown level '%s' (trace, debug, info, warn, error, "
-			    "fatal)",
-			    label, val);
+	case OPT_WORD:
+		if (!cli_word_ok(c->words, val)) {
+			// "<level>" names the thing: "unknown level 'x' (a, b)"
+			size_t an = o->arg != NULL ? strlen(o->arg) : 0;
+			char   words[160];
+			size_t n = 0;
+			for (const char *w = c->words; *w != '\0' && n + 4 < sizeof(words);) {
+				size_t wl = strcspn(w, "|");
+				n += (size_t)snprintf(words + n, sizeof(words) - n, "%s%.*s",
+				    n > 0 ? ", " : "", (int)wl, w);
+				w += wl + (w[wl] == '|');
+			}
+			snprintf(err, errlen, "option %s: unknown %.*s '%s' (%s)", label,
+			    an > 2 ? (int)an - 2 : 5, an > 2 ? o->arg + 1 : "value", val, words);
 			return -1;
 		}
 		*(const char **)(void *)field = val;
@@ -252,7 +322,7 @@ static int cli_apply(cli_args *args, const cli_option *o, const char *val, char 
 static bool cli_takes_value(const cli_option *o)
 {
 	return o->kind == OPT_INT || o->kind == OPT_STR || o->kind == OPT_BOOL || o->kind == OPT_URL
-	    || o->kind == OPT_LEVEL;
+	    || o->kind == OPT_WORD;
 }
 
 // Walks argv once: the first bare word is the verb, everything else an
@@ -269,6 +339,8 @@ int cli_args_parse(cli_args *args, int argc, char *const argv[], char *err, size
 		const char       *a   = argv[i];
 		const char       *val = NULL; // attached value ("--x=v", "-xv")
 		const cli_option *o;
+		cli_opt           found;
+		bool              known;
 		char              label[40];
 
 		if (a[0] != '-') {
@@ -294,18 +366,19 @@ int cli_args_parse(cli_args *args, int argc, char *const argv[], char *err, size
 		if (a[1] == '-' && a[2] != '\0') {
 			const char *eq = strchr(a + 2, '=');
 			size_t      n  = eq != NULL ? (size_t)(eq - (a + 2)) : strlen(a + 2);
-			o              = n > 0 ? cli_find(a + 2, n, 0) : NULL;
+			known          = n > 0 && cli_find(a + 2, n, 0, &found);
 			val            = eq != NULL ? eq + 1 : NULL;
 		} else if (a[1] != '-' && a[1] != '\0') {
-			o   = cli_find(NULL, 0, a[1]);
-			val = a[2] != '\0' ? a + 2 : NULL;
+			known = cli_find(NULL, 0, a[1], &found);
+			val   = a[2] != '\0' ? a + 2 : NULL;
 		} else {
-			o = NULL;
+			known = false;
 		}
-		if (o == NULL) {
+		if (!known) {
 			snprintf(err, errlen, "unknown option '%s' (see nanomq --help)", a);
 			return -1;
 		}
+		o = &found.o;
 		cli_opt_label(o, label, sizeof(label));
 		if (o->kind == OPT_HELP) {
 			args->help = true;
@@ -327,7 +400,7 @@ int cli_args_parse(cli_args *args, int argc, char *const argv[], char *err, size
 			}
 			val = argv[++i];
 		}
-		if (cli_apply(args, o, val, err, errlen) != 0) {
+		if (cli_apply(args, &found, val, err, errlen) != 0) {
 			return -1;
 		}
 	}
@@ -361,9 +434,12 @@ void cli_usage(FILE *f)
 	    "           reload it\n"
 	    "\n"
 	    "Options (they override the configuration file and NANOMQ_* variables):\n");
-	for (size_t i = 0; i < CLI_N_OPTIONS; i++) {
-		const cli_option *o = &cli_options[i];
+	size_t  it = 0, sub = 0;
+	cli_opt c;
+	while (cli_each(&it, &sub, &c)) {
+		const cli_option *o = &c.o;
 		char              lhs[64];
+		char              help[96];
 		int               n;
 		if (o->letter != 0) {
 			n = snprintf(lhs, sizeof(lhs), "-%c, --%s", o->letter, o->name);
@@ -373,7 +449,11 @@ void cli_usage(FILE *f)
 		if (o->arg != NULL && n > 0 && (size_t)n < sizeof(lhs)) {
 			snprintf(lhs + n, sizeof(lhs) - (size_t)n, " %s", o->arg);
 		}
-		fprintf(f, "  %-30s %s\n", lhs, o->help);
+		if (c.key != NULL) {
+			snprintf(help, sizeof(help), "%s %s",
+			    o->kind == OPT_FLAG ? "turn on" : "set", c.key);
+		}
+		fprintf(f, "  %-30s %s\n", lhs, c.key != NULL ? help : o->help);
 	}
 	fprintf(f,
 	    "\n"

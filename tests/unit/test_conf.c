@@ -283,6 +283,89 @@ static void test_schema_sane(void **state)
 	}
 }
 
+// Every other spelling of a key (variable, flat name, option) is unique
+// and reaches that key: each is given a value and conf_load must store it.
+static void test_spellings(void **state)
+{
+	conf_option o;
+	size_t      it = 0, n_opts = 0;
+	const char *names[128];
+	char        letters[128];
+	(void)state;
+	for (size_t i = 0; i < conf_schema_len; i++) {
+		const conf_key *a = &conf_schema[i];
+		for (size_t j = i + 1; j < conf_schema_len; j++) {
+			const conf_key *b = &conf_schema[j];
+			if (a->env != NULL && b->env != NULL && strcmp(a->env, b->env) == 0) {
+				fail_msg("%s and %s share %s", a->path, b->path, a->env);
+			}
+			if (a->flat != NULL && b->flat != NULL && strcmp(a->flat, b->flat) == 0) {
+				fail_msg("%s and %s share flat %s", a->path, b->path, a->flat);
+			}
+		}
+		if (a->env != NULL) {
+			assert_int_equal(strncmp(a->env, "NANOMQ_", 7), 0);
+			assert_true(a->type != CONF_T_SECTION);
+		}
+		if (a->flat != NULL && a->flat[strlen(a->flat) - 1] == '.') {
+			assert_int_equal(a->type, CONF_T_SECTION); // prefixes name sections
+		}
+	}
+	while (conf_option_next(&it, &o)) {
+		const conf_key *k = conf_schema_find(o.key, NULL);
+		assert_non_null(k);
+		assert_ptr_equal(k->opt, o.name);
+		assert_true(o.field >= offsetof(conf_cli, daemon) && o.field < sizeof(conf_cli));
+		for (size_t j = 0; j < n_opts; j++) {
+			if (strcmp(names[j], o.name) == 0
+			    || (o.letter != 0 && letters[j] == o.letter)) {
+				fail_msg("option --%s is given twice", o.name);
+			}
+		}
+		names[n_opts]     = o.name;
+		letters[n_opts++] = o.letter;
+		assert_true(o.kind != CONF_OPT_INT || o.min <= o.max);
+	}
+	assert_true(n_opts >= 17);
+}
+
+// The keys NanoMQ's flat files carry without a meaning of their own, and
+// the command channel's variable and option.
+static void test_new_spellings(void **state)
+{
+	nmq_conf    c;
+	conf_errors errs;
+	conf_cli    cli;
+	char        p[256];
+	(void)state;
+	snprintf(p, sizeof(p), "%s",
+	    write_file("flat.conf", "enable_ipc_internal=false\nauth_enable=false\n"));
+	conf_cli_init(&cli);
+	cli.old_conf_path = p;
+	assert_int_equal(conf_load(&c, &cli, NULL, &errs), 0);
+	dump(&errs);
+	assert_int_equal(errs.n_warnings, 0);
+	assert_false(c.enable_ipc_internal);
+	conf_free(&c);
+	conf_errors_free(&errs);
+
+	snprintf(
+	    p, sizeof(p), "%s", write_file("ipc.conf", "system.cmd_ipc_url = \"ipc:///tmp/f\"\n"));
+	conf_cli_init(&cli);
+	cli.conf_path = p;
+	setenv("NANOMQ_CMD_IPC_URL", "ipc:///tmp/e", 1);
+	assert_int_equal(conf_load(&c, &cli, NULL, &errs), 0);
+	assert_string_equal(c.cmd_ipc_url, "ipc:///tmp/e");
+	conf_free(&c);
+	conf_errors_free(&errs);
+	cli.cmd_ipc_url = "ipc:///tmp/o";
+	assert_int_equal(conf_load(&c, &cli, NULL, &errs), 0);
+	assert_string_equal(c.cmd_ipc_url, "ipc:///tmp/o");
+	conf_free(&c);
+	conf_errors_free(&errs);
+	unsetenv("NANOMQ_CMD_IPC_URL");
+}
+
 // ----------------------------------------------------------------- types
 
 static void test_types(void **state)
@@ -1267,6 +1350,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_defaults),
 		cmocka_unit_test(test_schema_sane),
+		cmocka_unit_test(test_spellings),
+		cmocka_unit_test_setup_teardown(test_new_spellings, setup, teardown),
 		cmocka_unit_test(test_ascii_helpers_match_libc),
 		cmocka_unit_test_setup_teardown(test_types, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
