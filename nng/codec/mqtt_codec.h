@@ -408,11 +408,44 @@ bool mqtt_utf8_valid(const uint8_t *s, size_t len);
 // A topic name for PUBLISH: valid UTF-8, at least one byte, no '+' or '#'.
 bool mqtt_topic_name_valid(const uint8_t *s, size_t len);
 
-// A topic filter for SUBSCRIBE/UNSUBSCRIBE: valid UTF-8, at least one byte,
-// '+' alone in its level, '#' alone in the last level. A shared subscription
-// "$share/<group>/<filter>" needs a non-empty group without '+', '#' or '/'
-// and a non-empty filter.
+// A topic filter for SUBSCRIBE/UNSUBSCRIBE: valid UTF-8, 1 to 65535 bytes,
+// '+' alone in its level, '#' alone in the last level. A filter starting
+// with "$share/" must be a well-formed shared subscription (see
+// mqtt_share_split) whose inner filter is itself valid by these rules (so
+// "$share/g/$share/x" is not, and stripping the prefix always leaves a
+// valid filter). False means malformed: "", "#/a", "a+", "$share/g",
+// "$share/g/", "$share//a", "$share/g+/a". Whether a valid filter is
+// allowed (limits, ACL, No Local on a shared one) is the caller's business.
+// The only topic filter validator: the codec, the protocol, the topic tree,
+// the retained store and the ACL all use it.
 bool mqtt_topic_filter_valid(const uint8_t *s, size_t len);
+
+// What mqtt_share_split() found.
+typedef enum mqtt_share_kind {
+	MQTT_SHARE_NONE, // no "$share/" prefix: a plain filter
+	MQTT_SHARE_OK, // "$share/<group>/<filter>", both parts non-empty
+	MQTT_SHARE_MALFORMED, // "$share/" prefix, but no '/' after the group, an
+	                      // empty group or filter, or '+' / '#' in the group
+} mqtt_share_kind;
+
+// The parts of a filter as received: group (NULL and 0 when not shared)
+// and the filter the subscription matches with (the whole input when not
+// shared). Slices of the input, not NUL-terminated.
+typedef struct mqtt_share {
+	const uint8_t *group;
+	size_t         glen;
+	const uint8_t *filter;
+	size_t         flen;
+} mqtt_share;
+
+// The only parser of the "$share/" prefix [MQTT-4.8.2]. Returns
+// MQTT_SHARE_NONE (out set to no group and the whole input),
+// MQTT_SHARE_OK (out set to the group and the inner filter) or
+// MQTT_SHARE_MALFORMED (out untouched). The prefix is case-sensitive and
+// must be followed by '/': "$share" and "$sharex/a" are plain filters. The
+// inner filter is not validated here (mqtt_topic_filter_valid does both).
+// out may be NULL. Pure; any thread.
+mqtt_share_kind mqtt_share_split(const uint8_t *s, size_t len, mqtt_share *out);
 
 // ---------------------------------------------------------------------------
 // Encoding. Each returns the bytes written to buf, or 0 if it would not fit

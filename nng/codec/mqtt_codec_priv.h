@@ -185,9 +185,6 @@ int mqtt_props_decode_ctx(mqtt_rd *r, int ctx, mqtt_props *out);
 // Sets w->err if a property is not allowed there or a value is invalid.
 void mqtt_props_write_ctx(mqtt_wr *w, int ctx, const mqtt_props *props);
 
-// True if prefix "$share/" starts the filter.
-bool mqtt_filter_is_shared(const uint8_t *s, size_t len);
-
 // Validates a SUBSCRIBE payload for the version and counts its entries.
 // Returns 0 or an mqtt_reason.
 int mqtt_sub_list_check(const uint8_t *p, size_t len, uint8_t proto, uint32_t *count);

@@ -302,7 +302,8 @@ int mqtt_sub_list_check(const uint8_t *p, size_t len, uint8_t proto, uint32_t *c
 			if ((o & 0x03) == 3 || ((o >> 4) & 0x3) == 3) {
 				return PROTOCOL;
 			}
-			if ((o & 0x04) != 0 && mqtt_filter_is_shared(f.p, f.len)) {
+			if ((o & 0x04) != 0
+			    && mqtt_share_split(f.p, f.len, NULL) != MQTT_SHARE_NONE) {
 				return PROTOCOL;
 			}
 		} else if ((o & 0xFC) != 0 || (o & 0x03) == 3) {

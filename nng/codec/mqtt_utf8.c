@@ -74,11 +74,36 @@ bool mqtt_topic_name_valid(const uint8_t *s, size_t len)
 	return mqtt_utf8_valid(s, len);
 }
 
-// Returns true if the filter begins with the shared subscription prefix
-// "$share/", false otherwise.
-bool mqtt_filter_is_shared(const uint8_t *s, size_t len)
+// Splits "$share/<group>/<filter>" (see the header). The inner filter is
+// not validated here.
+mqtt_share_kind mqtt_share_split(const uint8_t *s, size_t len, mqtt_share *out)
 {
-	return len >= 7 && memcmp(s, "$share/", 7) == 0;
+	static const char pfx[] = "$share/";
+	const size_t      plen  = sizeof(pfx) - 1;
+
+	if (s == NULL || len < plen || memcmp(s, pfx, plen) != 0) {
+		if (out != NULL) {
+			*out = (mqtt_share) { NULL, 0, s, len };
+		}
+		return MQTT_SHARE_NONE;
+	}
+	const uint8_t *group = s + plen;
+	size_t         rest  = len - plen;
+	const uint8_t *slash = memchr(group, '/', rest);
+	if (slash == NULL || slash == group) {
+		return MQTT_SHARE_MALFORMED;
+	}
+	size_t glen = (size_t)(slash - group);
+	if (memchr(group, '+', glen) != NULL || memchr(group, '#', glen) != NULL) {
+		return MQTT_SHARE_MALFORMED;
+	}
+	if (rest - glen - 1 == 0) {
+		return MQTT_SHARE_MALFORMED;
+	}
+	if (out != NULL) {
+		*out = (mqtt_share) { group, glen, slash + 1, rest - glen - 1 };
+	}
+	return MQTT_SHARE_OK;
 }
 
 // Returns true if s[0..len) is a structurally valid non-shared filter: '+'
@@ -110,24 +135,22 @@ static bool filter_levels_valid(const uint8_t *s, size_t len)
 // otherwise.
 bool mqtt_topic_filter_valid(const uint8_t *s, size_t len)
 {
+	mqtt_share sh;
+
 	if (len == 0 || len > 0xFFFF || s == NULL || !mqtt_utf8_valid(s, len)) {
 		return false;
 	}
-	if (mqtt_filter_is_shared(s, len)) {
-		const uint8_t *group = s + 7;
-		size_t         rest  = len - 7;
-		const uint8_t *slash = memchr(group, '/', rest);
-		size_t         glen;
-
-		if (slash == NULL) {
+	// Strip every "$share/<group>/" so that what a caller gets from
+	// mqtt_share_split() is itself a valid filter.
+	for (;;) {
+		mqtt_share_kind k = mqtt_share_split(s, len, &sh);
+		if (k == MQTT_SHARE_MALFORMED) {
 			return false;
 		}
-		glen = (size_t)(slash - group);
-		if (glen == 0 || memchr(group, '+', glen) != NULL
-		    || memchr(group, '#', glen) != NULL) {
-			return false;
+		if (k == MQTT_SHARE_NONE) {
+			return filter_levels_valid(s, len);
 		}
-		return filter_levels_valid(slash + 1, rest - glen - 1);
+		s   = sh.filter;
+		len = sh.flen;
 	}
-	return filter_levels_valid(s, len);
 }

@@ -52,7 +52,7 @@ int handle_subscribe(nmq_link *l, const mqtt_packet *pk)
 			codes[i++] = l->ver == MQTT_PROTO_V5 ? MQTT_RC_TOPIC_FILTER_INVALID : 0x80;
 			continue;
 		}
-		bool shared = f.len > 7 && memcmp(f.p, "$share/", 7) == 0;
+		bool shared = mqtt_share_split(f.p, f.len, NULL) == MQTT_SHARE_OK;
 		if (shared && o.no_local && l->ver == MQTT_PROTO_V5) {
 			// [MQTT-3.8.3-4]
 			free(codes);

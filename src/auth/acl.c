@@ -10,6 +10,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "nng/codec/mqtt_codec.h"
 #include "src/topic/topic_tree.h"
 
 // An address range: the first `prefix` bits of addr. IPv4 is kept as
@@ -375,7 +376,8 @@ static int parse_topic(acl_topic *t, const char *s, size_t ri, char *err, size_t
 		s++;
 		len--;
 	}
-	if (len == 0 || len > 65535 || (!t->literal && !topic_filter_valid(s, len))) {
+	if (len == 0 || len > 65535
+	    || (!t->literal && !mqtt_topic_filter_valid((const uint8_t *)s, len))) {
 		set_err(err, errlen, ri, "\"%s\" is not a valid topic filter", shown(s, b));
 		return -1;
 	}
@@ -606,7 +608,8 @@ bool acl_filter_covers(const char *rule, size_t flen, const char *req, size_t rl
 	size_t rp = 0;
 	size_t qp = 0;
 
-	if (!topic_filter_valid(rule, flen) || !topic_filter_valid(req, rlen)) {
+	if (!mqtt_topic_filter_valid((const uint8_t *)rule, flen)
+	    || !mqtt_topic_filter_valid((const uint8_t *)req, rlen)) {
 		return false;
 	}
 	// A topic is never empty, so "#" matches exactly what "+/#" matches,
@@ -821,6 +824,21 @@ static int rule_topic_match(const acl_rule *r, const acl_client *who, int action
 	return 0;
 }
 
+// Validates a filter as requested (mqtt_topic_filter_valid) and strips a
+// "$share/<group>/" prefix in place. Returns false if it is not valid.
+static bool strip_share(const char **filter, size_t *len)
+{
+	mqtt_share sh;
+
+	if (!mqtt_topic_filter_valid((const uint8_t *)*filter, *len)) {
+		return false;
+	}
+	(void)mqtt_share_split((const uint8_t *)*filter, *len, &sh);
+	*filter = (const char *)sh.filter;
+	*len    = sh.flen;
+	return true;
+}
+
 // Returns the decision of the first rule of a that matches the validated
 // topic (or filter, without $share prefix) for action, or ACL_NOMATCH.
 static int first_match(
@@ -868,15 +886,11 @@ int acl_match(const acl *a, const acl_client *who, int action, const char *topic
 		return ACL_DENY;
 	}
 	if (action == ACL_PUBLISH) {
-		if (!topic_name_valid(topic, len)) {
+		if (!mqtt_topic_name_valid((const uint8_t *)topic, len)) {
 			return ACL_DENY;
 		}
 	} else if (action == ACL_SUBSCRIBE) {
-		if (len >= 7 && memcmp(topic, "$share/", 7) == 0
-		    && !topic_filter_share_split(topic, len, NULL, NULL, &topic, &len)) {
-			return ACL_DENY;
-		}
-		if (!topic_filter_valid(topic, len)) {
+		if (!strip_share(&topic, &len)) {
 			return ACL_DENY;
 		}
 	} else {
@@ -910,7 +924,7 @@ int acl_check_read(const acl *a, const acl_client *who, const char *topic, size_
 	if (who == NULL) {
 		who = &nobody;
 	}
-	if (topic == NULL || len == 0 || !topic_name_valid(topic, len)) {
+	if (topic == NULL || len == 0 || !mqtt_topic_name_valid((const uint8_t *)topic, len)) {
 		return ACL_DENY;
 	}
 	// A name is a filter without wildcards: acl_filter_covers() of a rule
@@ -926,7 +940,8 @@ bool acl_filters_overlap(const char *x, size_t xlen, const char *y, size_t ylen)
 	size_t yp     = 0;
 	bool   empty0 = false; // the first level can only be empty
 
-	if (!topic_filter_valid(x, xlen) || !topic_filter_valid(y, ylen)) {
+	if (!mqtt_topic_filter_valid((const uint8_t *)x, xlen)
+	    || !mqtt_topic_filter_valid((const uint8_t *)y, ylen)) {
 		return false;
 	}
 	for (size_t level = 0;; level++) {
@@ -999,7 +1014,8 @@ static int rule_filter_relation(
 			fl = (size_t)n;
 		}
 		if (t->literal) {
-			if (!topic_name_valid(f, fl) || !topic_filter_match(filter, len, f, fl)) {
+			if (!mqtt_topic_name_valid((const uint8_t *)f, fl)
+			    || !topic_filter_match(filter, len, f, fl)) {
 				continue;
 			}
 			if (fl == len && memcmp(f, filter, len) == 0) {
@@ -1032,11 +1048,7 @@ bool acl_filter_may_deny(const acl *a, const acl_client *who, const char *filter
 	if (filter == NULL || len == 0) {
 		return true;
 	}
-	if (len >= 7 && memcmp(filter, "$share/", 7) == 0
-	    && !topic_filter_share_split(filter, len, NULL, NULL, &filter, &len)) {
-		return true;
-	}
-	if (!topic_filter_valid(filter, len)) {
+	if (!strip_share(&filter, &len)) {
 		return true;
 	}
 	// Names no rule decides fall through to no_match. Rules are taken in

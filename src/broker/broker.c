@@ -1049,7 +1049,7 @@ static void b_subscribed(void *app, nmq_session *s, const char *filter, size_t l
     const proto_sub_opts *opts, bool existed)
 {
 	nmq_broker *b = app;
-	if (len > 7 && memcmp(filter, "$share/", 7) == 0) {
+	if (mqtt_share_split((const uint8_t *)filter, len, NULL) != MQTT_SHARE_NONE) {
 		return;
 	}
 	if (opts->retain_handling == 2 || (opts->retain_handling == 1 && existed)) {

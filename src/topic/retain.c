@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "src/topic/topic_tree.h"
+#include "nng/codec/mqtt_codec.h"
 
 #define RT_EDGES_MIN   16
 #define RT_STACK_LOCAL 32
@@ -293,7 +293,7 @@ int retain_set(retain_store *rs, const char *topic, size_t len, void *msg)
 	void *old = NULL;
 	int   rv  = 0;
 
-	if (!topic_name_valid(topic, len)) {
+	if (!mqtt_topic_name_valid((const uint8_t *)topic, len)) {
 		if (msg != NULL) {
 			rs->ops.release(msg);
 		}
@@ -364,7 +364,7 @@ static int collect(const retain_store *rs, void ***v, size_t *n, size_t *cap, vo
 int retain_match(
     retain_store *rs, const char *filter, size_t len, void (*cb)(void *arg, void *msg), void *arg)
 {
-	if (!topic_filter_valid(filter, len)) {
+	if (!mqtt_topic_filter_valid((const uint8_t *)filter, len)) {
 		return 0;
 	}
 	rt_frame  local[RT_STACK_LOCAL];

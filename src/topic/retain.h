@@ -38,7 +38,7 @@ void retain_free(retain_store *rs);
 // Stores msg under topic (replacing any previous one); msg == NULL clears the
 // topic. Returns 0 or -1 on allocation failure (the reference is released).
 // Also returns -1 (releasing msg) if the topic is not a valid topic name
-// (empty, NUL, '+' or '#'; see topic_name_valid). Clearing a topic that has
+// (mqtt_topic_name_valid: empty, bad UTF-8, NUL, '+' or '#'). Clearing a topic that has
 // no message returns 0. The replaced message is released after the lock is
 // dropped.
 int retain_set(retain_store *rs, const char *topic, size_t len, void *msg);
@@ -47,8 +47,9 @@ int retain_set(retain_store *rs, const char *topic, size_t len, void *msg);
 // cb owns that reference. No lock is held while cb runs (results are
 // collected first). Returns the number of messages passed, or -1 on
 // allocation failure (then cb was not called and nothing stays held).
-// `filter` is a real filter (strip "$share/<group>/" first); an invalid
-// filter matches nothing and returns 0. Messages come in no particular
+// `filter` is a plain filter (the broker skips shared ones); an invalid
+// filter (mqtt_topic_filter_valid) matches nothing and returns 0. A
+// "$share/" prefix is not stripped here. Messages come in no particular
 // order.
 int retain_match(
     retain_store *rs, const char *filter, size_t len, void (*cb)(void *arg, void *msg), void *arg);

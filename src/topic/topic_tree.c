@@ -32,6 +32,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "nng/codec/mqtt_codec.h"
+
 #define TT_SHARD_BITS         5
 #define TT_SHARDS             (1u << TT_SHARD_BITS)
 #define TT_WILD               TT_SHARDS // index of the wildcard shard
@@ -147,46 +149,9 @@ static bool is_wild(const char *lvl, size_t len, char c)
 	return len == 1 && lvl[0] == c;
 }
 
-bool topic_filter_valid(const char *filter, size_t len)
-{
-	if (filter == NULL || len == 0 || memchr(filter, '\0', len) != NULL) {
-		return false;
-	}
-	size_t pos = 0;
-	for (;;) {
-		size_t      end  = level_end(filter, len, pos);
-		const char *lvl  = filter + pos;
-		size_t      llen = end - pos;
-		bool        wild = memchr(lvl, '+', llen) != NULL || memchr(lvl, '#', llen) != NULL;
-		if (wild && llen != 1) {
-			return false;
-		}
-		if (llen == 1 && lvl[0] == '#' && end != len) {
-			return false;
-		}
-		if (end == len) {
-			return true;
-		}
-		pos = end + 1;
-	}
-}
-
-bool topic_name_valid(const char *topic, size_t len)
-{
-	if (topic == NULL || len == 0) {
-		return false;
-	}
-	for (size_t i = 0; i < len; i++) {
-		if (topic[i] == '\0' || topic[i] == '+' || topic[i] == '#') {
-			return false;
-		}
-	}
-	return true;
-}
-
 bool topic_filter_match(const char *filter, size_t flen, const char *topic, size_t tlen)
 {
-	if (!topic_filter_valid(filter, flen) || topic == NULL || tlen == 0) {
+	if (!mqtt_topic_filter_valid((const uint8_t *)filter, flen) || topic == NULL || tlen == 0) {
 		return false;
 	}
 	if (topic[0] == '$' && (filter[0] == '+' || filter[0] == '#')) {
@@ -218,48 +183,23 @@ bool topic_filter_match(const char *filter, size_t flen, const char *topic, size
 	}
 }
 
-bool topic_filter_share_split(const char *filter, size_t len, const char **group, size_t *glen,
+// Validates a filter as received and splits off a "$share/<group>/"
+// prefix (mqtt_share_split): *group is NULL for a plain filter. Returns
+// false if the filter is not valid (mqtt_topic_filter_valid).
+static bool filter_parse(const char *filter, size_t len, const char **group, size_t *glen,
     const char **real, size_t *rlen)
 {
-	static const char pfx[] = "$share/";
-	const size_t      plen  = sizeof(pfx) - 1;
+	mqtt_share sh;
 
-	if (filter == NULL || len <= plen || memcmp(filter, pfx, plen) != 0) {
+	if (!mqtt_topic_filter_valid((const uint8_t *)filter, len)) {
 		return false;
 	}
-	const char *g     = filter + plen;
-	size_t      rest  = len - plen;
-	const char *slash = memchr(g, '/', rest);
-	if (slash == NULL || slash == g) {
-		return false;
-	}
-	size_t gl = (size_t)(slash - g);
-	if (memchr(g, '+', gl) != NULL || memchr(g, '#', gl) != NULL) {
-		return false;
-	}
-	size_t rl = rest - gl - 1;
-	if (rl == 0) {
-		return false;
-	}
-	if (group != NULL) {
-		*group = g;
-	}
-	if (glen != NULL) {
-		*glen = gl;
-	}
-	if (real != NULL) {
-		*real = slash + 1;
-	}
-	if (rlen != NULL) {
-		*rlen = rl;
-	}
+	(void)mqtt_share_split((const uint8_t *)filter, len, &sh);
+	*group = (const char *)sh.group;
+	*glen  = sh.glen;
+	*real  = (const char *)sh.filter;
+	*rlen  = sh.flen;
 	return true;
-}
-
-// Returns true if the filter carries the "$share/" prefix (well formed or not).
-static bool has_share_prefix(const char *filter, size_t len)
-{
-	return len >= 7 && memcmp(filter, "$share/", 7) == 0;
 }
 
 // ---------------------------------------------------------------------------
@@ -869,11 +809,11 @@ void topic_tree_free(topic_tree *t)
 int topic_tree_insert(topic_tree *t, const char *filter, size_t len, void *sub,
     const topic_sub_opts *opts, bool *existed)
 {
-	static const topic_sub_opts zero  = { 0 };
-	const char                 *group = NULL;
-	size_t                      glen  = 0;
-	const char                 *real  = filter;
-	size_t                      rlen  = len;
+	static const topic_sub_opts zero = { 0 };
+	const char                 *group;
+	size_t                      glen;
+	const char                 *real;
+	size_t                      rlen;
 
 	if (existed != NULL) {
 		*existed = false;
@@ -881,14 +821,7 @@ int topic_tree_insert(topic_tree *t, const char *filter, size_t len, void *sub,
 	if (opts == NULL) {
 		opts = &zero;
 	}
-	if (filter == NULL) {
-		return -1;
-	}
-	if (has_share_prefix(filter, len)
-	    && !topic_filter_share_split(filter, len, &group, &glen, &real, &rlen)) {
-		return -1;
-	}
-	if (!topic_filter_valid(real, rlen)) {
+	if (!filter_parse(filter, len, &group, &glen, &real, &rlen)) {
 		return -1;
 	}
 
@@ -953,19 +886,12 @@ fail:
 
 int topic_tree_remove(topic_tree *t, const char *filter, size_t len, void *sub)
 {
-	const char *group = NULL;
-	size_t      glen  = 0;
-	const char *real  = filter;
-	size_t      rlen  = len;
+	const char *group;
+	size_t      glen;
+	const char *real;
+	size_t      rlen;
 
-	if (filter == NULL) {
-		return -1;
-	}
-	if (has_share_prefix(filter, len)
-	    && !topic_filter_share_split(filter, len, &group, &glen, &real, &rlen)) {
-		return -1;
-	}
-	if (!topic_filter_valid(real, rlen)) {
+	if (!filter_parse(filter, len, &group, &glen, &real, &rlen)) {
 		return -1;
 	}
 

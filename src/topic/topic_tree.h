@@ -148,24 +148,9 @@ void topic_tree_walk(topic_tree *t, topic_tree_walk_cb cb, void *arg);
 // True if the topic name matches the (non-shared) filter, with the rules of
 // the tree: '+' one level, '#' zero or more trailing levels ("a/#" matches
 // "a"), empty levels are levels, a first-level wildcard does not match a
-// topic starting with '$'. False if the filter is invalid or the topic empty.
+// topic starting with '$'. False if the filter is invalid
+// (mqtt_topic_filter_valid) or the topic empty. A "$share/" prefix is not
+// stripped here.
 bool topic_filter_match(const char *filter, size_t flen, const char *topic, size_t tlen);
-
-// If filter is "$share/<group>/<f>", sets group/real filter and returns true.
-// Returns false if the filter does not start with "$share/", or if the group
-// is empty or holds '+' or '#', or if <f> is missing or empty; the outputs
-// are then untouched. Any output pointer may be NULL. <f> itself is not
-// validated (see topic_filter_valid).
-bool topic_filter_share_split(const char *filter, size_t len, const char **group, size_t *glen,
-    const char **real, size_t *rlen);
-
-// True if the (non-shared) filter is well formed: at least one byte, no NUL,
-// '+' and '#' only as a whole level, '#' only as the last level. UTF-8 is
-// not checked here (the codec does that).
-bool topic_filter_valid(const char *filter, size_t len);
-
-// True if the topic name is well formed for PUBLISH: at least one byte, no
-// NUL, no '+' or '#'. UTF-8 is not checked here.
-bool topic_name_valid(const char *topic, size_t len);
 
 #endif // NMQ_TOPIC_TREE_H

@@ -24,6 +24,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "nng/codec/mqtt_codec.h"
 #include "src/auth/acl.h"
 #include "src/auth/acl_cache.h"
 #include "src/auth/password.h"
@@ -115,7 +116,7 @@ static void run_queries(const acl *a, const auth_password_db *db, bool checks_ok
 			size_t rl = strlen(r);
 			size_t fl = strlen(f);
 			size_t tl = strlen(t);
-			if (topic_filter_valid(r, rl)) {
+			if (mqtt_topic_filter_valid((const uint8_t *)r, rl)) {
 				CHECK(acl_filter_covers(r, rl, r, rl));
 			}
 			if (acl_filter_covers(r, rl, f, fl) && topic_filter_match(f, fl, t, tl)) {

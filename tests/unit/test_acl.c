@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nng/codec/mqtt_codec.h"
 #include "src/auth/acl.h"
 #include "src/auth/acl_cache.h"
 #include "src/conf/conf.h"
@@ -194,12 +195,12 @@ static void test_covers_exact(void **state)
 	size_t                   nvalid = 0;
 
 	for (size_t i = 0; i < nf; i++) {
-		if (!topic_filter_valid(f[i], strlen(f[i]))) {
+		if (!mqtt_topic_filter_valid((const uint8_t *)f[i], strlen(f[i]))) {
 			continue;
 		}
 		nvalid++;
 		for (size_t j = 0; j < nf; j++) {
-			if (!topic_filter_valid(f[j], strlen(f[j]))) {
+			if (!mqtt_topic_filter_valid((const uint8_t *)f[j], strlen(f[j]))) {
 				continue;
 			}
 			bool        cov     = covers(f[i], f[j]);
@@ -1006,11 +1007,11 @@ static void test_overlap_exact(void **state)
 		}
 	}
 	for (size_t i = 0; i < nf; i++) {
-		if (!topic_filter_valid(f[i], strlen(f[i]))) {
+		if (!mqtt_topic_filter_valid((const uint8_t *)f[i], strlen(f[i]))) {
 			continue;
 		}
 		for (size_t j = 0; j < nf; j++) {
-			if (!topic_filter_valid(f[j], strlen(f[j]))) {
+			if (!mqtt_topic_filter_valid((const uint8_t *)f[j], strlen(f[j]))) {
 				continue;
 			}
 			const char *witness = NULL;
@@ -1224,7 +1225,7 @@ static void test_may_deny_sound(void **state)
 				}
 				for (size_t i = 0; i < nf; i++) {
 					size_t fl = strlen(f[i]);
-					if (!topic_filter_valid(f[i], fl)) {
+					if (!mqtt_topic_filter_valid((const uint8_t *)f[i], fl)) {
 						continue;
 					}
 					if (may_deny(a, c, f[i])) {

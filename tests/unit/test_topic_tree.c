@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "nng/codec/mqtt_codec.h"
 #include "src/topic/topic_tree.h"
 
 // ---------------------------------------------------------------------------
@@ -142,6 +143,34 @@ static bool ref_match(const char *f, const char *topic)
 
 // ---------------------------------------------------------------------------
 
+// The codec's validators and "$share/" splitter, on C strings.
+static bool fvalid(const char *f, size_t len)
+{
+	return mqtt_topic_filter_valid((const uint8_t *)f, len);
+}
+
+static bool nvalid(const char *t, size_t len)
+{
+	return mqtt_topic_name_valid((const uint8_t *)t, len);
+}
+
+// Returns true if f is a well-formed shared filter; sets the group (NULL
+// when not shared) and the inner filter (the whole when not shared),
+// leaving them alone when malformed.
+static bool share_split(const char *f, const char **g, size_t *gl, const char **r, size_t *rl)
+{
+	mqtt_share      sh;
+	mqtt_share_kind k = mqtt_share_split((const uint8_t *)f, strlen(f), &sh);
+	if (k == MQTT_SHARE_MALFORMED) {
+		return false;
+	}
+	*g  = (const char *)sh.group;
+	*gl = sh.glen;
+	*r  = (const char *)sh.filter;
+	*rl = sh.flen;
+	return k == MQTT_SHARE_OK;
+}
+
 static void test_filter_valid(void **state)
 {
 	static const char *good[] = { "a", "#", "+", "/", "//", "a/", "/a", "a//b", "+/+", "a/+/b",
@@ -150,21 +179,21 @@ static void test_filter_valid(void **state)
 	static const char *bad[]  = { "", "a#", "#a", "a/#/b", "a+", "+a", "a/b+/c", "##", "++",
 		 "#/", "#/a", "a/++", "a/#/#" };
 	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
-		assert_true(topic_filter_valid(good[i], strlen(good[i])));
+		assert_true(fvalid(good[i], strlen(good[i])));
 	}
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		assert_false(topic_filter_valid(bad[i], strlen(bad[i])));
+		assert_false(fvalid(bad[i], strlen(bad[i])));
 	}
-	assert_false(topic_filter_valid("a\0b", 3));
-	assert_false(topic_filter_valid(NULL, 0));
+	assert_false(fvalid("a\0b", 3));
+	assert_false(fvalid(NULL, 0));
 
-	assert_true(topic_name_valid("a/b", 3));
-	assert_true(topic_name_valid("/", 1));
-	assert_true(topic_name_valid("$SYS/x", 6));
-	assert_false(topic_name_valid("", 0));
-	assert_false(topic_name_valid("a/+", 3));
-	assert_false(topic_name_valid("a/#", 3));
-	assert_false(topic_name_valid("a\0", 2));
+	assert_true(nvalid("a/b", 3));
+	assert_true(nvalid("/", 1));
+	assert_true(nvalid("$SYS/x", 6));
+	assert_false(nvalid("", 0));
+	assert_false(nvalid("a/+", 3));
+	assert_false(nvalid("a/#", 3));
+	assert_false(nvalid("a\0", 2));
 }
 
 static void test_share_split(void **state)
@@ -174,29 +203,47 @@ static void test_share_split(void **state)
 	size_t      gl;
 	size_t      rl;
 	const char *f = "$share/grp/a/b/#";
-	assert_true(topic_filter_share_split(f, strlen(f), &g, &gl, &r, &rl));
+	assert_true(share_split(f, &g, &gl, &r, &rl));
 	assert_int_equal(gl, 3);
 	assert_memory_equal(g, "grp", 3);
 	assert_int_equal(rl, 5);
 	assert_memory_equal(r, "a/b/#", 5);
 
 	f = "$share/g/#";
-	assert_true(topic_filter_share_split(f, strlen(f), NULL, NULL, &r, &rl));
+	assert_true(share_split(f, &g, &gl, &r, &rl));
 	assert_int_equal(rl, 1);
 	assert_int_equal(r[0], '#');
 
 	f = "$share/g//";
-	assert_true(topic_filter_share_split(f, strlen(f), &g, &gl, &r, &rl));
+	assert_true(share_split(f, &g, &gl, &r, &rl));
 	assert_int_equal(rl, 1);
 
-	static const char *no[] = { "$share", "$share/", "$share/g", "$share/g/", "$share//a",
-		"$share/g+/a", "$share/#/a", "$share/a#b/c", "share/g/a", "$SHARE/g/a",
-		"a/$share/g/b", "$sharex/g/a" };
-	for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++) {
+	// Malformed: the prefix is there, the rest is not.
+	static const char *bad[] = { "$share/", "$share/g", "$share/g/", "$share//a", "$share/g+/a",
+		"$share/#/a", "$share/a#b/c" };
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		g = NULL;
-		assert_false(topic_filter_share_split(no[i], strlen(no[i]), &g, &gl, &r, &rl));
+		assert_int_equal(mqtt_share_split((const uint8_t *)bad[i], strlen(bad[i]), NULL),
+		    MQTT_SHARE_MALFORMED);
+		assert_false(share_split(bad[i], &g, &gl, &r, &rl));
 		assert_null(g);
+		assert_false(fvalid(bad[i], strlen(bad[i])));
 	}
+	// Plain filters: no group, the whole filter.
+	static const char *no[]
+	    = { "$share", "share/g/a", "$SHARE/g/a", "a/$share/g/b", "$sharex/g/a" };
+	for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++) {
+		mqtt_share sh;
+		assert_int_equal(
+		    mqtt_share_split((const uint8_t *)no[i], strlen(no[i]), &sh), MQTT_SHARE_NONE);
+		assert_null(sh.group);
+		assert_ptr_equal(sh.filter, no[i]);
+		assert_int_equal(sh.flen, strlen(no[i]));
+	}
+	// The inner filter must itself be valid once the prefix is stripped.
+	assert_false(fvalid("$share/g/a/#/b", 14));
+	assert_false(fvalid("$share/g/$share/x", 17));
+	assert_true(fvalid("$share/g/$share/h/x", 19));
 }
 
 // Expected results written out by hand: the anchor for the semantics.
@@ -357,10 +404,11 @@ static void test_match_cross(void **state)
 		for (size_t i = 0; i < nf; i++) {
 			const char *real = fpool[i];
 			size_t      rl;
-			bool        shared = topic_filter_share_split(
-			           fpool[i], strlen(fpool[i]), NULL, NULL, &real, &rl);
-			bool valid  = topic_filter_valid(fpool[i], strlen(fpool[i])) || shared;
-			bool expect = valid && ref_match(real, tpool[j]);
+			const char *g;
+			size_t      gl;
+			bool        shared = share_split(fpool[i], &g, &gl, &real, &rl);
+			bool        valid  = fvalid(fpool[i], strlen(fpool[i]));
+			bool        expect = valid && ref_match(real, tpool[j]);
 			assert_int_equal(valid && fm(real, tpool[j]), expect);
 			size_t found = 0;
 			for (size_t k = 0; k < mv.n; k++) {
