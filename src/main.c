@@ -98,6 +98,22 @@ static void print_conf_errors(const conf_errors *errs)
 	}
 }
 
+// Writes into buf the warning owed when conf enables the REST API, which
+// this broker does not serve yet: the section is checked like any other,
+// but nothing listens on its port. Returns buf, or NULL when there is
+// nothing to say.
+static const char *http_server_note(const nmq_conf *conf, char *buf, size_t len)
+{
+	if (!conf->http_enable) {
+		return NULL;
+	}
+	snprintf(buf, len,
+	    "http_server: the REST API is not supported yet; the section is checked but "
+	    "nothing listens on %s:%d",
+	    conf->http_ip_addr != NULL ? conf->http_ip_addr : "0.0.0.0", conf->http_port);
+	return buf;
+}
+
 // Logs collected configuration problems (after the log is open) and, when
 // report is not NULL, writes them there too, one "warning: " or "error: "
 // line each, for `nanomq reload`.
@@ -755,6 +771,7 @@ int main(int argc, char **argv)
 
 	nmq_conf    conf;
 	conf_errors errs;
+	char        note[160];
 	int         rc        = conf_load(&conf, &args.cli, argv[0], &errs);
 	bool        reloading = args.verb == CLI_VERB_RELOAD && !args.test;
 	if (rc != 0 && reloading) {
@@ -763,6 +780,9 @@ int main(int argc, char **argv)
 	}
 	print_conf_errors(&errs);
 	conf_errors_free(&errs);
+	if (rc == 0 && http_server_note(&conf, note, sizeof(note)) != NULL) {
+		fprintf(stderr, "nanomq: warning: %s\n", note);
+	}
 	if (rc != 0) {
 		if (!reloading) {
 			fprintf(stderr, "nanomq: configuration has errors; not starting\n");
@@ -822,6 +842,9 @@ int main(int argc, char **argv)
 		pidfile_release(&pf);
 		conf_free(&conf);
 		return 1;
+	}
+	if (http_server_note(&conf, note, sizeof(note)) != NULL) {
+		log_warn("conf", "%s", note);
 	}
 	rc = run(&args, &conf, argv[0], ready_fd, &pf);
 	log_close();

@@ -300,7 +300,13 @@ static void check_after(conf_ctx *ctx)
 		    c->max_taskq_thread, c->num_taskq_thread);
 	}
 	if (c->http_enable) {
-		check_readable(ctx, "http_server.jwt.public.keyfile", c->http_jwt_public_keyfile);
+		// A file is checked only when the setting that uses it is on:
+		// NanoMQ's own file names a JWT key that does not exist next to
+		// auth_type = basic.
+		if (c->http_auth_type == CONF_HTTP_AUTH_JWT) {
+			check_readable(
+			    ctx, "http_server.jwt.public.keyfile", c->http_jwt_public_keyfile);
+		}
 		if (c->http_auth_type == CONF_HTTP_AUTH_JWT && c->http_jwt_public_keyfile == NULL) {
 			conf_key_msg(ctx, true, node_at(ctx, "http_server.auth_type"),
 			    "http_server.jwt.public.keyfile", "required when auth_type = jwt");

@@ -275,7 +275,8 @@ const conf_key conf_schema[] = {
 	// -------------------------------------------------------- http_server
 	{ .path = "http_server", .type = CONF_T_SECTION,
 	    .help = "The REST API (`/api/v4`). The section being present enables it. Every "
-	        "change needs a restart." },
+	        "change needs a restart. Not supported yet: the keys are checked and the "
+	        "broker warns at startup that nothing listens." },
 	{ .path = "http_server.enable",
 	    .env = "NANOMQ_HTTP_SERVER_ENABLE", .flat = "http_server.enable",
 	    OPT(0, "http", http_enable),

@@ -650,6 +650,18 @@ static void test_http_server(void **state)
 	assert_false(c.http_enable);
 	conf_free(&c);
 
+	// The JWT key file is checked only when JWT is in use (NanoMQ's own
+	// file names a missing one next to auth_type = basic).
+	load_ok("http_server {\n auth_type = basic\n username = a\n password = b\n"
+	        " jwt { public.keyfile = \"/nonexistent/jwtRS256.key.pub\" }\n}\n",
+	    &c, 0);
+	assert_string_equal(c.http_jwt_public_keyfile, "/nonexistent/jwtRS256.key.pub");
+	conf_free(&c);
+	load_ok("http_server { enable = false, auth_type = jwt, jwt.public.keyfile = "
+	        "/nonexistent/k }\n",
+	    &c, 0);
+	conf_free(&c);
+
 	load_warn("http_server.jwt.private.keyfile = x\nhttp_server.auth_type = no_auth\n"
 	          "zzz = 1\n",
 	    "t.conf:3: zzz: unknown key; ignored");
