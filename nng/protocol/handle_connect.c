@@ -6,6 +6,7 @@
 
 #include "nng/codec/mqtt_publish_out.h"
 #include "nng/protocol/proto_impl.h"
+#include "nng/transport/listener.h"
 #include "src/log/log.h"
 
 // Maps an MQTT 5 CONNACK reason to the nearest 3.1.1 return code.
@@ -204,10 +205,15 @@ int handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 		info.password     = c->password.p;
 		info.password_len = c->password.len;
 	}
-	info.peer      = conn_peer(l->conn);
-	info.proto_ver = c->proto_level;
-	info.conn      = l->conn;
-	uint8_t arc    = p->ops->authenticate(p->app, &info);
+	char          cn[256];
+	nmq_listener *ln         = conn_tag(l->conn);
+	info.peer                = conn_peer(l->conn);
+	info.proto_ver           = c->proto_level;
+	info.listener            = ln != NULL ? listener_name(ln) : "";
+	info.tls_peer_ok         = listener_conn_authorized(l->conn, cn, sizeof(cn));
+	info.tls_cn              = cn;
+	info.listener_over_limit = listener_conn_over_limit(l->conn);
+	uint8_t arc              = p->ops->authenticate(p->app, &info);
 	if (arc == 0 && proto_lim(p)->max_connections > 0
 	    && (uint64_t)atomic_load(&p->m.connections) >= proto_lim(p)->max_connections) {
 		// mqtt.max_connections: one more client would pass the limit.

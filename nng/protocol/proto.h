@@ -55,7 +55,10 @@ typedef struct proto_limits {
 	uint64_t max_message_memory;
 } proto_limits;
 
-// What the application learns of a connecting client.
+// What the application learns of a connecting client: plain facts, valid
+// during the callback. The protocol layer asks the transport (the
+// listener that accepted the connection) so that the application never
+// handles a transport object.
 typedef struct proto_client_info {
 	const char    *client_id;
 	const uint8_t *username; // NULL if absent
@@ -63,8 +66,15 @@ typedef struct proto_client_info {
 	const uint8_t *password; // NULL if absent
 	uint32_t       password_len;
 	const char    *peer;
+	const char    *listener; // the accepting listener's name; "" if none
+	const char    *tls_cn; // common name of a verified TLS peer; "" if none
 	uint8_t        proto_ver;
-	nmq_conn      *conn;
+	// false: a TLS listener with verify_peer, and the client presented no
+	// certificate that verified (or none while fail_if_no_peer_cert).
+	bool tls_peer_ok;
+	// The accepting listener has more connections open than its
+	// max_connections allows (this one included).
+	bool listener_over_limit;
 } proto_client_info;
 
 // Who is acting: the client of the connection that sent a PUBLISH or

@@ -29,7 +29,6 @@
 #include <string.h>
 #include <sys/time.h>
 
-#include "nng/transport/listener.h"
 #include "src/auth/auth.h"
 #include "src/log/log.h"
 
@@ -624,19 +623,19 @@ static uint8_t b_authenticate(void *app, const proto_client_info *info)
 {
 	nmq_broker *b = app;
 	bool        anon;
-	char        cn[256];
-	if (info->conn != NULL && !listener_conn_authorized(info->conn, cn, sizeof(cn))) {
+	if (!info->tls_peer_ok) {
 		// A TLS listener with verify_peer and no verified certificate.
 		log_info("auth", "client_id=%s peer=%s event=refused reason=tls_peer_not_verified",
 		    info->client_id, info->peer);
 		return MQTT_RC_NOT_AUTHORIZED;
 	}
-	if (info->conn != NULL && listener_conn_over_limit(info->conn)) {
+	if (info->listener_over_limit) {
 		// listeners.<name>.max_connections reached.
 		atomic_fetch_add(&proto_metrics_get(b->proto)->refused_connections, 1);
 		log_info("auth",
-		    "client_id=%s peer=%s event=refused reason=listener_max_connections",
-		    info->client_id, info->peer);
+		    "client_id=%s peer=%s listener=%s event=refused "
+		    "reason=listener_max_connections",
+		    info->client_id, info->peer, info->listener);
 		return MQTT_RC_QUOTA_EXCEEDED;
 	}
 	auth_ctx *a  = auth_get(b, &anon, NULL, NULL);
