@@ -251,6 +251,7 @@ class TestConnectV5(ConnectCommon, BrokerTestCase):
 
     # 5.0 3.1.2.11.3 and 3.1.2.11.4: a Receive Maximum of 0 or a Maximum Packet
     # Size of 0 is a Protocol Error: CONNACK >= 0x80 (0x82 or 0x81) or close.
+    # [MQTT5-3.1.4-1]/[MQTT5-3.2.2-7].
     def test_zero_receive_maximum_or_packet_size_refused(self):
         for name in ("ReceiveMaximum", "MaximumPacketSize"):
             with self.subTest(prop=name):
@@ -260,6 +261,7 @@ class TestConnectV5(ConnectCommon, BrokerTestCase):
 
     # 5.0 2.2.2.2: a property that may appear once (Session Expiry Interval)
     # given twice is a Protocol Error.
+    # [MQTT5-3.1.4-1]/[MQTT5-3.2.2-7].
     def test_duplicate_connect_property_refused(self):
         r = self.raw(5)
         r.send_connect("dupprop", props=[("SessionExpiryInterval", 10),

@@ -37,6 +37,7 @@ class SubscribeCommon:
         self.assertEqual(ack.codes, [2, 0, 1, 1, 0])
 
     # Same, with many filters in one SUBSCRIBE.
+    # 3.1.1 [MQTT-3.8.4-4]/[MQTT-3.8.4-5] / 5.0 [MQTT5-3.8.4-5]/[MQTT5-3.8.4-6].
     def test_suback_many_filters(self):
         r = self.raw(self.V, "many")
         filters = [("m/%d" % i, i % 3) for i in range(60)]

@@ -102,7 +102,7 @@ class RetainCommon:
         self.assertEqual(got, ["w/a", "w/b", "w/c/d"])
         sub.expect_no_message()
 
-    # 3.1.1 [MQTT-3.1.2.7]: retained messages are not session state and
+    # 3.1.1 [MQTT-3.1.2-7]: retained messages are not session state and
     # survive the end of the publisher's session.
     def test_retained_outlives_publisher_session(self):
         pub = self.paho("shortlived", self.V, clean=True)

@@ -42,6 +42,7 @@ class WillCommon:
         obs.expect_no_message(WILL_QUIET)
 
     # Same for an orderly TCP close (FIN) without DISCONNECT.
+    # 3.1.1 [MQTT-3.1.2-8] / 5.0 [MQTT5-3.1.2-8].
     def test_will_on_close_without_disconnect(self):
         obs = self.observer()
         r = self.will_client("fin", payload=b"fin")
@@ -123,6 +124,7 @@ class WillCommon:
 
     # The will of one client does not leak to another: two clients with
     # wills, only the one that dies has its will published.
+    # 3.1.1 [MQTT-3.1.2-8] / 5.0 [MQTT5-3.1.2-8]: only on the connection that closed.
     def test_only_dead_clients_will(self):
         obs = self.observer()
         a = self.will_client("alive", topic="will/alive", payload=b"A")

@@ -192,6 +192,7 @@ class TestSessionV5(SessionCommon, BrokerTestCase):
 
     # 5.0 3.1.2.11.2: Session Expiry Interval absent = 0: the session ends
     # with the connection, even with Clean Start 0.
+    # [MQTT5-4.1.0-2]/[MQTT5-3.2.2-3].
     def test_session_expiry_absent_means_zero(self):
         r = self.raw(5)
         r.connect("noexpiry", clean=False)
@@ -204,6 +205,7 @@ class TestSessionV5(SessionCommon, BrokerTestCase):
 
     # 5.0 3.14.2.2.2: the Session Expiry Interval sent on DISCONNECT replaces
     # the one from CONNECT; 0 ends the session at the disconnect.
+    # [MQTT5-4.1.0-2].
     def test_disconnect_sets_session_expiry_zero(self):
         r = self.raw(5)
         r.connect("shorten", clean=False, props={"SessionExpiryInterval": 300})
@@ -217,6 +219,7 @@ class TestSessionV5(SessionCommon, BrokerTestCase):
     # 5.0 3.14.2.2.2: a non-zero Session Expiry Interval on DISCONNECT after
     # a CONNECT with 0 is a Protocol Error: the broker answers DISCONNECT
     # 0x82 (or closes) and the session does not survive.
+    # [MQTT5-4.13.1-1].
     def test_disconnect_cannot_raise_zero_expiry(self):
         r = self.raw(5)
         r.connect("raise", clean=False)

@@ -72,6 +72,7 @@ class MalformedTests(BrokerTestCase):
     # 3.1.1 2.2.3 / 5.0 1.5.5: a Remaining Length has at most 4 bytes; a 5th
     # continuation byte makes the packet malformed (5.0: 0x81; 0x95 accepted
     # for a broker that stops at the size limit first).
+    # 3.1.1 [MQTT-4.8.0-1] / 5.0 [MQTT5-4.13.1-1].
     def test_vbi_over_4_bytes(self):
         self.both(lambda v: b"\x30\xff\xff\xff\xff\x01" + b"\x00" * 16, (0x81, 0x95), "5-byte VBI")
 
@@ -93,6 +94,7 @@ class MalformedTests(BrokerTestCase):
             self.both(build, MALFORMED, name)
 
     # 3.1.1 2.2.1 / 5.0 2.1.2: packet type 0 is reserved (forbidden).
+    # 3.1.1 [MQTT-4.8.0-1] / 5.0 [MQTT5-4.13.1-1].
     def test_reserved_packet_type(self):
         self.both(lambda v: b"\x00\x00", MALFORMED_OR_PROTO, "packet type 0")
         self.both(lambda v: b"\x00\x02ab", MALFORMED_OR_PROTO, "packet type 0 with body")
@@ -115,6 +117,7 @@ class MalformedTests(BrokerTestCase):
     # Remaining Length that does not match the contents: fields running past
     # the end of the packet, or bytes where none may be (5.0 1.5 / 2.1.4;
     # 3.1.1 2.2.3): malformed.
+    # 3.1.1 [MQTT-4.8.0-1] / 5.0 [MQTT5-4.13.1-1].
     def test_wrong_remaining_length(self):
         cases = {
             "PINGREQ with a body": lambda v: packet(PINGREQ, 0, b"\x00"),
@@ -131,6 +134,7 @@ class MalformedTests(BrokerTestCase):
 
     # 5.0 2.2.2: a Property Length running past the packet, and an unknown
     # property identifier, are malformed.
+    # [MQTT5-4.13.1-1].
     def test_bad_properties(self):
         cases = {
             "property length past end": packet(PUBLISH, 0, mstr("a/b") + vbi(100) + b"\x01\x01"),

@@ -339,11 +339,13 @@ class WebSocket(WsCase):
         c.send_frame(nmq.connect_bytes("v31-offer"))
         self.assertEqual(c.expect(CONNACK).rc, 0)
 
+    # 3.1.1 [MQTT-6.0.0-4] / 5.0 [MQTT5-6.0.0-4]: the server selects "mqtt".
     def test_subprotocol_mqtt_echoed(self):
         c = self.ws(protocol="mqtt")
         self.assertEqual(c.status, 101)
         self.assertEqual(c.headers.get("sec-websocket-protocol"), "mqtt")
 
+    # 3.1.1 [MQTT-6.0.0-2] / 5.0 [MQTT5-6.0.0-2]: packets need not align with frames.
     def test_connect_split_across_three_frames(self):
         for v in (4, 5):
             with self.subTest(version=v):
@@ -362,12 +364,14 @@ class WebSocket(WsCase):
         c.send_frame(data[9:], opcode=0, fin=True)
         self.assertEqual(c.expect(CONNACK).rc, 0)
 
+    # [MQTT-6.0.0-2]: several packets in one frame.
     def test_three_pingreq_in_one_frame(self):
         c = self.ws_connected("pings")
         c.send_frame(nmq.packet(PINGREQ, 0, b"") * 3)
         for i in range(3):
             c.expect(PINGRESP)
 
+    # [MQTT-6.0.0-2]: packets straddling frame boundaries.
     def test_packets_straddling_frames(self):
         sub = self.ws_connected("straddle-sub")
         sub.send_frame(nmq.subscribe_bytes([("st/#", 0)], 1))
@@ -396,6 +400,7 @@ class WebSocket(WsCase):
         c.send_frame(nmq.packet(PINGREQ, 0, b""))
         c.expect(PINGRESP)
 
+    # [MQTT-6.0.0-1]: the server sends packets in binary frames.
     def test_server_frames_are_binary(self):
         c = self.ws_connected("binary")
         c.send_frame(nmq.packet(PINGREQ, 0, b""))
@@ -403,6 +408,7 @@ class WebSocket(WsCase):
         self.assertTrue(c.opcodes and all(op == 2 for op in c.opcodes),
                         "server frame opcodes %r, expected only binary (2)" % c.opcodes)
 
+    # [MQTT-6.0.0-1]: a text frame makes the server close the connection.
     def test_text_frame_closes_only_that_connection(self):
         watcher = self.bystander()
         c = self.ws_connected("texter")
@@ -563,6 +569,7 @@ class WebSocket(WsCase):
             for s in (idle, partial, garbage, plain):
                 s.close()
 
+    # [MQTT-6.0.0-4]: "mqtt" is the subprotocol selected from a list.
     def test_comma_separated_offer_picks_the_first_mqtt(self):
         c = self.ws(protocol="mqtt, mqttv3.1")
         self.assertEqual(c.status, 101)

@@ -269,6 +269,9 @@ class ConnectMatrix:
             ("user name case matters", "Alice", "secret", OK if anon else BAD),
         ]
 
+    # 3.1.1 [MQTT-3.1.4-4]/[MQTT-3.2.2-5] / 5.0 [MQTT5-3.1.4-2]/[MQTT5-3.1.4-5]/
+    # [MQTT5-3.2.2-7]/[MQTT5-3.2.2-8]: accepted CONNECTs get code 0; failed
+    # authentication gets its refusal code (0x04/0x05, 0x86/0x87) and a close.
     def test_raw(self):
         n = 0
         for v in VERSIONS:
@@ -407,6 +410,7 @@ class TestAclPublish(AuthCase):
 
     # v5: denied QoS 1 -> PUBACK 0x87, QoS 2 -> PUBREC 0x87, QoS 0 dropped;
     # nothing denied reaches a subscriber; the client stays connected.
+    # [MQTT5-3.4.2-1]/[MQTT5-3.5.2-1]: the denial is a PUBACK / PUBREC reason code (0x87).
     def test_v5_raw_codes(self):
         mon = self.monitor()
         r = self.raw_ok(5, "p5")
@@ -440,6 +444,7 @@ class TestAclPublish(AuthCase):
         self.assertEqual([m.payload for m in got], [b"good"])
 
     # v3: QoS 1 / 2 get their normal ack flow; the message is dropped.
+    # [MQTT-3.3.5-2]: an unauthorised PUBLISH is acknowledged normally.
     def test_v3_raw_normal_acks_but_dropped(self):
         mon = self.monitor(version=4)
         r = self.raw_ok(4, "p3")
@@ -694,6 +699,8 @@ class TestAclSubscribe(AuthCase):
 
     # One SUBSCRIBE with allowed and denied filters: each filter gets its own
     # code, the granted ones work, the denied one receives nothing.
+    # 3.1.1 [MQTT-3.8.4-5]/[MQTT-3.9.3-1] / 5.0 [MQTT5-3.8.4-6]/[MQTT5-3.8.4-7]/
+    # [MQTT5-3.9.3-1]: one code per filter, in order: granted QoS or failure.
     def test_raw_mixed(self):
         for v in VERSIONS:
             with self.subTest(version=v):
@@ -830,6 +837,7 @@ class TestDenyDisconnect(AuthCase):
             self.assertEqual(discs, [], "v3 got a DISCONNECT")
         return pkts
 
+    # [MQTT-3.3.5-2]: or the connection is closed (deny_action = disconnect).
     def test_publish_denied_disconnects(self):
         mon = self.monitor()
         for v in VERSIONS:
