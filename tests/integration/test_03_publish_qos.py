@@ -312,7 +312,7 @@ class QosCommon:
     # resends an unacknowledged PUBREL (for a QoS 2 message already PUBREC'd)
     # and the unacknowledged QoS 2 PUBLISH (DUP=1), with original identifiers;
     # 3.1.1 [MQTT-4.3.3-1] / 5.0 [MQTT5-4.3.3-6]: never the PUBLISH again once
-    # PUBREL was sent.
+    # PUBREL was sent; [MQTT5-4.3.3-5]: the PUBREL is resent until PUBCOMP.
     def test_resend_pubrel_and_qos2_on_resume(self):
         r = self.raw(self.V, "resend2", **self.persistent_kw())
         r.subscribe([("rs2/t", 2)])

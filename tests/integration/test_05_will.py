@@ -28,7 +28,7 @@ class WillCommon:
         self.assertEqual(ack.rc, 0)
         return r
 
-    # 3.1.1 [MQTT-3.1.2-8] / 5.0 [MQTT5-3.1.2-8]: the Will Message is published
+    # 3.1.1 [MQTT-3.1.2-8] / 5.0 [MQTT5-3.1.2-7]/[MQTT5-3.1.2-8]: the Will Message is published
     # when the network connection closes without DISCONNECT (here a TCP RST),
     # with its topic, payload and QoS; exactly once.
     def test_will_on_abnormal_close(self):

@@ -78,7 +78,7 @@ class SessionCommon:
         self.assertEqual(ack.rc, 0)
         self.assertFalse(ack.session_present)
 
-    # 3.1.1 [MQTT-3.1.2-6] / 5.0 [MQTT5-3.1.2-4]: Clean Session/Start 1
+    # 3.1.1 [MQTT-3.1.2-6]/[MQTT-3.1.4-3] / 5.0 [MQTT5-3.1.2-4]: Clean Session/Start 1
     # discards the stored session: no queued messages, no subscriptions,
     # and the state is not reused afterwards.
     def test_clean_discards_session(self):

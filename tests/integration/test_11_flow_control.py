@@ -32,7 +32,7 @@ class ReceiveMaximumTests(BrokerTestCase):
         r.subscribe([(flt, qos)] + list(extra_filters))
         return r
 
-    # 5.0 [MQTT5-3.3.4-9]/[MQTT5-4.9.0-2]: with Receive Maximum 2 the server
+    # 5.0 [MQTT5-3.3.4-9]/[MQTT5-4.9.0-1]/[MQTT5-4.9.0-2]: with Receive Maximum 2 the server
     # has at most 2 unacknowledged QoS 1 PUBLISH packets in flight; each
     # PUBACK lets exactly one more go; in the end all messages arrive once,
     # in order.

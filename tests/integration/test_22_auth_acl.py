@@ -269,7 +269,7 @@ class ConnectMatrix:
             ("user name case matters", "Alice", "secret", OK if anon else BAD),
         ]
 
-    # 3.1.1 [MQTT-3.1.4-4]/[MQTT-3.2.2-5] / 5.0 [MQTT5-3.1.4-2]/[MQTT5-3.1.4-5]/
+    # 3.1.1 [MQTT-3.1.4-4]/[MQTT-3.2.2-5] / 5.0 [MQTT5-3.1.4-2]/[MQTT5-3.1.4-5]/[MQTT5-4.12.0-4]/
     # [MQTT5-3.2.2-7]/[MQTT5-3.2.2-8]: accepted CONNECTs get code 0; failed
     # authentication gets its refusal code (0x04/0x05, 0x86/0x87) and a close.
     def test_raw(self):
@@ -428,7 +428,7 @@ class TestAclPublish(AuthCase):
         self.assertEqual(sorted(m.payload for m in got), [b"ok0", b"ok1", b"ok2", b"ok3"],
                          "only the allowed messages may be delivered: %r" % got)
 
-    # A denied QoS 2 publish must not leave a packet id in use: after PUBREC
+    # [MQTT5-4.3.3-9]: a denied QoS 2 publish must not leave a packet id in use: after PUBREC
     # 0x87 the same id is free for an allowed QoS 2 message, which is then
     # delivered once.
     def test_v5_qos2_denied_frees_packet_id(self):

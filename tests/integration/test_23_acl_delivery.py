@@ -237,10 +237,13 @@ class Plain:
                 refused = 0x85 if v == 5 else 0x02
                 alice = self.client(v, cid, "alice", "pa", **kw)
                 self.assertEqual(alice.subscribe([("a/#", 1)]).codes, [1])
-                # Live, without clean start: refused; alice stays.
+                # Live, without clean start: refused (0x02 / 0x85, then the
+                # connection is closed: 3.1.1 [MQTT-3.1.3-9] / 5.0
+                # [MQTT5-3.1.3-8]); alice stays.
                 bob = self.raw(version=v)
                 self.assertEqual(bob.connect(cid, username="bob", password="pb", **kw).rc,
                                  refused)
+                bob.expect_closed()
                 bob.close()
                 self.assert_open(alice, "alice after bob's attempt")
                 alice.disconnect()
