@@ -327,6 +327,7 @@ static size_t round_trip(uint8_t proto, const mqtt_packet *in, mqtt_packet *out)
 
 // Checks VBI sizes, encodings and decodings at every length boundary, and the rejection of
 // five-byte and non-minimal forms.
+// [MQTT5-1.5.5-1]: the encoder writes the fewest bytes.
 static void test_vbi(void **state)
 {
 	static const uint32_t vals[]
@@ -400,6 +401,8 @@ static void test_reject_vbi_too_long(void **state)
 
 // Checks that fixed-header flags other than 0b0010 (PUBREL, SUBSCRIBE, UNSUBSCRIBE) or 0 (the rest)
 // are Malformed.
+// [MQTT-2.2.2-2] [MQTT-3.6.1-1] [MQTT-3.8.1-1] [MQTT-3.10.1-1] [MQTT-3.14.1-1]
+// [MQTT5-3.6.1-1] [MQTT5-3.8.1-1] [MQTT5-3.10.1-1] [MQTT5-3.14.1-1] [MQTT5-3.15.1-1]
 static void test_reject_reserved_flags(void **state)
 {
 	(void)state;
@@ -491,6 +494,7 @@ static void test_reject_remaining_length(void **state)
 
 // Checks mqtt_utf8_valid on valid text and on U+0000, surrogates, overlong forms, > U+10FFFF and
 // truncations.
+// [MQTT-1.5.3-1] [MQTT-1.5.3-2] [MQTT5-1.5.4-1] [MQTT5-1.5.4-2]
 static void test_utf8(void **state)
 {
 	(void)state;
@@ -547,6 +551,7 @@ static int publish_topic(const char *t, size_t n)
 
 // Checks that bad UTF-8 in topics, client ids, user names, filters and string properties is
 // Malformed.
+// [MQTT-1.5.3-1] [MQTT-1.5.3-2] [MQTT5-1.5.4-1] [MQTT5-1.5.4-2]
 static void test_reject_bad_utf8(void **state)
 {
 	static const char  *bad[] = { "a\0b", "\xed\xa0\x80", "\xc0\xaf", "\xe0\x80\xaf",
@@ -611,6 +616,8 @@ static void test_reject_bad_utf8(void **state)
 }
 
 // Checks mqtt_topic_name_valid on valid names, empty names and wildcards.
+// [MQTT-4.7.1-1] [MQTT-4.7.3-1] [MQTT-4.7.3-2] [MQTT5-4.7.0-1] [MQTT5-4.7.3-1]
+// [MQTT5-4.7.3-2]
 static void test_topic_name_valid(void **state)
 {
 	(void)state;
@@ -626,6 +633,8 @@ static void test_topic_name_valid(void **state)
 
 // Checks mqtt_topic_filter_valid on valid filters, misplaced wildcards and shared subscription
 // forms.
+// [MQTT-4.7.1-2] [MQTT-4.7.1-3] [MQTT-4.7.3-1] [MQTT5-4.7.1-1] [MQTT5-4.7.1-2]
+// [MQTT5-4.7.3-1] [MQTT5-4.8.2-1] [MQTT5-4.8.2-2]
 static void test_topic_filter_valid(void **state)
 {
 	static const char *good[] = { "a", "#", "+", "/", "a/b", "a/+/c", "+/+", "a/#", "/#", "+/#",
@@ -646,6 +655,7 @@ static void test_topic_filter_valid(void **state)
 
 // Checks that PUBLISH topics with wildcards are Topic Name invalid and that empty topics follow the
 // version rules.
+// [MQTT-3.3.2-2] [MQTT5-3.3.2-2]
 static void test_reject_publish_topic(void **state)
 {
 	mqtt_packet p;
@@ -676,6 +686,7 @@ static void test_reject_publish_topic(void **state)
 }
 
 // Checks that PUBLISH with QoS 3, or DUP on QoS 0, is Malformed in both versions.
+// [MQTT-3.3.1-4] [MQTT5-3.3.1-4]
 static void test_reject_publish_qos3_and_dup(void **state)
 {
 	(void)state;
@@ -691,6 +702,7 @@ static void test_reject_publish_qos3_and_dup(void **state)
 }
 
 // Checks that packet identifier 0 is a Protocol Error in every packet that carries one.
+// [MQTT-2.3.1-1] [MQTT5-2.2.1-3]
 static void test_reject_packet_id_zero(void **state)
 {
 	(void)state;
@@ -712,6 +724,7 @@ static void test_reject_packet_id_zero(void **state)
 }
 
 // Checks that SUBSCRIBE, UNSUBSCRIBE and SUBACK without entries are a Protocol Error.
+// [MQTT-3.8.3-3] [MQTT-3.10.3-2] [MQTT5-3.8.3-2] [MQTT5-3.10.3-2]
 static void test_reject_empty_sub_unsub(void **state)
 {
 	(void)state;
@@ -789,6 +802,7 @@ static int sub_opts(uint8_t proto, const char *filter, uint8_t o)
 
 // Checks the subscription options rules: reserved bits, Retain Handling 3, QoS 3, No Local on
 // shared, 3.1.1 bits.
+// [MQTT-3.8.3-4] [MQTT5-3.8.3-4] [MQTT5-3.8.3-5]
 static void test_reject_sub_options(void **state)
 {
 	(void)state;

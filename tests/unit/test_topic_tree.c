@@ -334,6 +334,7 @@ static const struct {
 	{ "#", "", false },
 };
 
+// [MQTT-4.7.1-2] [MQTT-4.7.1-3] [MQTT5-4.7.1-1] [MQTT5-4.7.1-2]
 static void test_match_table(void **state)
 {
 	topic_tree     *t = topic_tree_alloc(&ops);
@@ -592,6 +593,7 @@ static void test_overlap(void **state)
 	topic_tree_free(t);
 }
 
+// [MQTT-3.8.4-3] [MQTT5-3.8.4-3]
 static void test_replace(void **state)
 {
 	topic_tree     *t = topic_tree_alloc(&ops);
@@ -759,6 +761,7 @@ static void test_walk(void **state)
 	topic_tree_free(t);
 }
 
+// [MQTT-4.7.2-1] [MQTT5-4.7.2-1]
 static void test_dollar(void **state)
 {
 	topic_tree     *t = topic_tree_alloc(&ops);
