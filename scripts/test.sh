@@ -10,7 +10,7 @@ nmq_install_deps test
 jobs=$(nproc)
 
 echo "== format check"
-mapfile -t srcs < <(cd "$root" && git ls-files '*.c' '*.h' 2>/dev/null || find nng src include tests -name '*.[ch]')
+mapfile -t srcs < <(cd "$root" && git ls-files '*.c' '*.h' 2>/dev/null || find nng src tools tests -name '*.[ch]')
 (cd "$root" && clang-format --dry-run --Werror "${srcs[@]}")
 
 echo "== build (ASan + UBSan)"

@@ -746,6 +746,7 @@ int main(int argc, char **argv)
 {
 	cli_args args;
 	char     err[512];
+	log_init();
 	if (argc >= 2 && strcmp(argv[1], "passwd") == 0) {
 		// nanomq passwd [-c] [-b|-D] file user [password]
 		return auth_passwd_main(argc - 1, argv + 1);

@@ -6,7 +6,7 @@
 
 #include <string.h>
 
-#include "mqtt_codec.h"
+#include "nng/codec/mqtt_codec.h"
 
 // A read cursor over [p, end). Every read checks the bound first.
 typedef struct mqtt_rd {

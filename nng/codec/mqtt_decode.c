@@ -1,7 +1,7 @@
 // Decoding of complete MQTT 3.1/3.1.1/5.0 frames, and the SUBSCRIBE and
 // UNSUBSCRIBE list iterators.
 
-#include "mqtt_codec_priv.h"
+#include "nng/codec/mqtt_codec_priv.h"
 
 #define MALFORMED MQTT_RC_MALFORMED
 #define PROTOCOL  MQTT_RC_PROTOCOL_ERROR

@@ -2,7 +2,7 @@
 // (writing to a counting cursor) and writes it, so mqtt_encoded_size is
 // exact by construction.
 
-#include "mqtt_codec_priv.h"
+#include "nng/codec/mqtt_codec_priv.h"
 
 // Writes the CONNECT variable header and payload. Sets w->err on invalid
 // input (unknown level, inconsistent flags, oversized fields).

@@ -1,6 +1,6 @@
 // Variable byte integers, fixed-header framing, and names for logs.
 
-#include "mqtt_codec_priv.h"
+#include "nng/codec/mqtt_codec_priv.h"
 
 // Returns the number of bytes (1..4) of the variable byte integer at buf and
 // stores its value; 0 if buf ends before the integer does; -1 if the integer

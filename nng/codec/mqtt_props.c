@@ -1,7 +1,7 @@
 // MQTT 5.0 properties: decoding with per-packet validation, encoding,
 // sizing, and iterators over the repeatable ones.
 
-#include "mqtt_codec_priv.h"
+#include "nng/codec/mqtt_codec_priv.h"
 
 // Wire data types of the property values.
 enum ptype {

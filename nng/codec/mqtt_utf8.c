@@ -1,6 +1,6 @@
 // UTF-8 well-formedness and topic name / topic filter validation.
 
-#include "mqtt_codec_priv.h"
+#include "nng/codec/mqtt_codec_priv.h"
 
 // Returns true if s[0..len) is well-formed UTF-8 (RFC 3629) without U+0000;
 // RFC 3629 already excludes surrogates, overlong forms and code points above

@@ -7,7 +7,7 @@
 #include <mbedtls/base64.h>
 #include <mbedtls/sha1.h>
 
-#include "ws_codec.h"
+#include "nng/codec/ws_codec.h"
 
 // ---------------------------------------------------------------------------
 // Handshake.

@@ -5,9 +5,9 @@
 #include <string.h>
 
 #include "nng/codec/mqtt_publish_out.h"
+#include "nng/core/log.h"
 #include "nng/protocol/proto_impl.h"
 #include "nng/transport/listener.h"
-#include "src/log/log.h"
 
 // Maps an MQTT 5 CONNACK reason to the nearest 3.1.1 return code.
 static uint8_t v3_connack_code(uint8_t rc)

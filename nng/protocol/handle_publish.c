@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nng/core/log.h"
 #include "nng/protocol/proto_impl.h"
-#include "src/log/log.h"
 
 // Drops inbound QoS 2 ids that waited longer than await_rel_timeout.
 static void purge_rel(nmq_session *s, uint64_t now)

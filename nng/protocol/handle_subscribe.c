@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nng/core/log.h"
 #include "nng/protocol/proto_impl.h"
-#include "src/log/log.h"
 
 #define SUB_MAX_FILTERS 4096
 

@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "nng/codec/mqtt_publish_out.h"
+#include "nng/core/log.h"
 #include "nng/protocol/proto_impl.h"
-#include "src/log/log.h"
 
 #define SHUTDOWN_GRACE_MS 2000
 // Payloads up to this size are copied into the connection's send buffer;

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nng/core/log.h"
 #include "nng/protocol/proto_impl.h"
-#include "src/log/log.h"
 
 // Bytes a pump leaves in a send buffer while over mqtt.max_message_memory.
 #define PUMP_TIGHT (16 * 1024)

@@ -19,6 +19,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "nng/core/log.h"
+
 struct cJSON; // <cjson/cJSON.h>; only pointers appear here
 
 #define CONF_MAX_LISTENERS 16
@@ -46,15 +48,6 @@ typedef struct conf_listener {
 	bool     fail_if_no_peer_cert;
 	uint32_t max_connections; // open at once on this listener, 0 = no limit
 } conf_listener;
-
-enum conf_log_level {
-	LOG_LEVEL_TRACE = 0,
-	LOG_LEVEL_DEBUG,
-	LOG_LEVEL_INFO,
-	LOG_LEVEL_WARN,
-	LOG_LEVEL_ERROR,
-	LOG_LEVEL_FATAL,
-};
 
 #define CONF_LOG_TO_CONSOLE 0x1
 #define CONF_LOG_TO_FILE    0x2
@@ -119,7 +112,7 @@ typedef struct nmq_conf {
 
 	// log
 	int      log_to; // CONF_LOG_TO_* bits
-	int      log_level; // enum conf_log_level
+	int      log_level; // enum nmq_log_level (nng/core/log.h)
 	char    *log_dir;
 	char    *log_file;
 	uint64_t log_rotation_size;

@@ -1,13 +1,13 @@
-// Logging: formats one line per call and hands it to each target (console,
-// file with size rotation, syslog, unix datagram socket) with a single
-// write(2), send(2) or syslog(3) call per target.
+// Logging, the application's sink (nng/core/log.h calls it): formats one
+// line per statement and hands it to each target (console, file with size
+// rotation, syslog, unix datagram socket) with a single write(2), send(2)
+// or syslog(3) call per target.
 //
 // Threading: the line is formatted by the calling thread without any lock;
 // one mutex then guards the target state (file descriptor, size, rotation)
 // and the writes themselves, so lines of different threads never interleave
 // and every target sees them in the same order.
 #include "src/log/log.h"
-#include "src/conf/ascii.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -28,8 +28,6 @@
 #include <time.h>
 #include <unistd.h>
 
-_Atomic int log_level_current = LOG_LEVEL_WARN;
-
 // A line up to this size is built on the stack; a longer one on the heap, up
 // to LOG_LINE_MAX bytes, beyond which the message is cut and ends in "...".
 #define LOG_LINE_STACK 1024
@@ -38,15 +36,6 @@ _Atomic int log_level_current = LOG_LEVEL_WARN;
 #define LOG_LINE_TAIL 40
 // A log file that cannot be opened is retried at most this often.
 #define LOG_FILE_RETRY_MS 1000
-
-static const char *const log_level_names[] = {
-	"trace",
-	"debug",
-	"info",
-	"warn",
-	"error",
-	"fatal",
-};
 
 static const int log_syslog_prio[] = {
 	LOG_DEBUG,
@@ -79,10 +68,6 @@ typedef struct log_target {
 
 static pthread_mutex_t log_mtx = PTHREAD_MUTEX_INITIALIZER;
 static log_target      log_tgt = LOG_TARGET_INIT;
-
-// Lines suppressed by log_ratelimit_allow at the call site that this thread
-// is about to log from; log_write appends and clears it.
-static _Thread_local int log_tls_suppressed;
 
 // Returns milliseconds of CLOCK_MONOTONIC; it cannot fail.
 static int64_t log_now_ms(void)
@@ -327,16 +312,26 @@ static void log_target_fini(log_target *t)
 	*t = (log_target)LOG_TARGET_INIT;
 }
 
+static void log_emit(int level, const char *module, int suppressed, const char *fmt, va_list ap);
+
+void log_init(void)
+{
+	log_set_sink(log_emit);
+}
+
 // Opens the targets of conf into a new state and swaps it in under the lock.
-// Returns 0, or -1 with a message in err, the running targets untouched.
-int log_open(const nmq_conf *conf, char *err, size_t errlen)
+// Returns NMQ_OK, or an error with a message in err, the running targets
+// untouched.
+nmq_err log_open(const nmq_conf *conf, char *err, size_t errlen)
 {
 	log_target nt = LOG_TARGET_INIT;
+	nmq_err    rv = NMQ_EINVAL;
 
 	nt.targets = conf->log_to;
 	if (nt.targets & CONF_LOG_TO_FILE) {
 		nt.file_path = log_join_path(conf->log_dir, conf->log_file);
 		if (nt.file_path == NULL) {
+			rv = nmq_err_from_errno(errno);
 			snprintf(err, errlen, "log: cannot build the log file path: %s",
 			    strerror(errno));
 			goto fail;
@@ -347,6 +342,7 @@ int log_open(const nmq_conf *conf, char *err, size_t errlen)
 		}
 		nt.file_fd = log_file_open(nt.file_path, &nt.file_size);
 		if (nt.file_fd < 0) {
+			rv = nmq_err_from_errno(errno);
 			snprintf(
 			    err, errlen, "log: cannot open %s: %s", nt.file_path, strerror(errno));
 			goto fail;
@@ -367,6 +363,7 @@ int log_open(const nmq_conf *conf, char *err, size_t errlen)
 		}
 		nt.uds_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 		if (nt.uds_fd < 0) {
+			rv = nmq_err_from_errno(errno);
 			snprintf(err, errlen, "log: socket: %s", strerror(errno));
 			goto fail;
 		}
@@ -387,12 +384,13 @@ int log_open(const nmq_conf *conf, char *err, size_t errlen)
 	pthread_mutex_unlock(&log_mtx);
 
 	log_target_fini(&old);
+	log_set_sink(log_emit);
 	log_set_level(conf->log_level);
-	return 0;
+	return NMQ_OK;
 
 fail:
 	log_target_fini(&nt);
-	return -1;
+	return rv;
 }
 
 // Closes every target and falls back to the console. Returns nothing.
@@ -418,42 +416,6 @@ void log_reopen(void)
 		(void)log_file_reopen_locked(&log_tgt);
 	}
 	pthread_mutex_unlock(&log_mtx);
-}
-
-// Sets the level below which nothing is formatted, clamped to trace..fatal.
-// Returns nothing.
-void log_set_level(int level)
-{
-	if (level < LOG_LEVEL_TRACE) {
-		level = LOG_LEVEL_TRACE;
-	}
-	if (level > LOG_LEVEL_FATAL) {
-		level = LOG_LEVEL_FATAL;
-	}
-	atomic_store_explicit(&log_level_current, level, memory_order_relaxed);
-}
-
-// Returns the level named by word (any case), or -1 when it names none.
-int log_level_parse(const char *word)
-{
-	if (word == NULL) {
-		return -1;
-	}
-	for (int i = LOG_LEVEL_TRACE; i <= LOG_LEVEL_FATAL; i++) {
-		if (ascii_ieq(word, log_level_names[i])) {
-			return i;
-		}
-	}
-	return -1;
-}
-
-// Returns the name of level, or "unknown" when it is out of range.
-const char *log_level_name(int level)
-{
-	if (level < LOG_LEVEL_TRACE || level > LOG_LEVEL_FATAL) {
-		return "unknown";
-	}
-	return log_level_names[level];
 }
 
 // Replaces control characters (other than tab) in s[0..len) with '?', so a
@@ -542,34 +504,22 @@ static int log_format_time(char *buf, size_t cap)
 	return (int)(o - buf);
 }
 
-// Formats one line without the lock, then writes it to every target with
-// one call each under the lock. Returns nothing; a failing target is
-// reported on stderr and skipped.
-void log_write(int level, const char *module, const char *fmt, ...)
+// The sink: formats one line without the lock, then writes it to every
+// target with one call each under the lock. level is within trace..fatal
+// and module is not NULL (log_write sees to both). Returns nothing; a
+// failing target is reported on stderr and skipped.
+static void log_emit(int level, const char *module, int suppressed, const char *fmt, va_list ap)
 {
 	char    stack[LOG_LINE_STACK];
 	char   *line = stack;
 	size_t  cap  = sizeof(stack);
-	va_list ap;
-
-	if (level < atomic_load_explicit(&log_level_current, memory_order_relaxed)) {
-		return;
-	}
-	if (level < LOG_LEVEL_TRACE) {
-		level = LOG_LEVEL_TRACE;
-	}
-	if (level > LOG_LEVEL_FATAL) {
-		level = LOG_LEVEL_FATAL;
-	}
-	if (module == NULL) {
-		module = "-";
-	}
+	va_list ap2;
 
 	// "<time> <level> " then the body "<module>: <message>".
 	int tlen = log_format_time(line, cap);
 	// The level padded to five characters by hand, not with "%-5s" (see
 	// log_format_time).
-	const char *name = log_level_names[level];
+	const char *name = log_level_name(level);
 	size_t      nl   = strlen(name);
 	size_t      body = (size_t)tlen + 7;
 	line[tlen]       = ' ';
@@ -579,9 +529,9 @@ void log_write(int level, const char *module, const char *fmt, ...)
 	size_t msg  = body + (size_t)mlen;
 
 	size_t room = cap - msg - LOG_LINE_TAIL;
-	va_start(ap, fmt);
-	int n = vsnprintf(line + msg, room, fmt, ap);
-	va_end(ap);
+	va_copy(ap2, ap);
+	int n = vsnprintf(line + msg, room, fmt, ap2);
+	va_end(ap2);
 	if (n < 0) {
 		n = 0;
 	}
@@ -597,9 +547,7 @@ void log_write(int level, const char *module, const char *fmt, ...)
 			line = big;
 			cap  = want;
 			room = cap - msg - LOG_LINE_TAIL;
-			va_start(ap, fmt);
 			(void)vsnprintf(line + msg, room, fmt, ap);
-			va_end(ap);
 		}
 		if (out >= room) {
 			// Cut: keep what fits and say so.
@@ -609,10 +557,8 @@ void log_write(int level, const char *module, const char *fmt, ...)
 	}
 	size_t len = msg + out;
 	log_sanitize(line + msg, len - msg);
-	if (log_tls_suppressed > 0) {
-		len += (size_t)snprintf(
-		    line + len, cap - len, " suppressed=%d", log_tls_suppressed);
-		log_tls_suppressed = 0;
+	if (suppressed > 0) {
+		len += (size_t)snprintf(line + len, cap - len, " suppressed=%d", suppressed);
 	}
 	line[len++] = '\n';
 
@@ -635,32 +581,4 @@ void log_write(int level, const char *module, const char *fmt, ...)
 	if (line != stack) {
 		free(line);
 	}
-}
-
-// Returns 1 when this call site may log in the current one-second window
-// (and hands the count of lines suppressed before to the next log_write of
-// this thread), 0 when the line must be dropped.
-int log_ratelimit_allow(log_ratelimit *rl, int per_sec)
-{
-	int64_t now   = log_now_ms();
-	int64_t start = atomic_load_explicit(&rl->window_start_ms, memory_order_relaxed);
-
-	if (per_sec < 1) {
-		per_sec = 1;
-	}
-	if (start == 0 || now - start >= 1000) {
-		// One thread opens the new window; the others count in it.
-		if (atomic_compare_exchange_strong(&rl->window_start_ms, &start, now)) {
-			atomic_store(&rl->count, 0);
-		}
-	}
-	if (atomic_fetch_add(&rl->count, 1) < per_sec) {
-		int s = atomic_exchange(&rl->suppressed, 0);
-		if (s > 0) {
-			log_tls_suppressed += s;
-		}
-		return 1;
-	}
-	atomic_fetch_add(&rl->suppressed, 1);
-	return 0;
 }

@@ -1,4 +1,4 @@
-// Unit tests of src/log: level filtering, line format, the file, console and
+// Unit tests of src/log and nng/core/log.c: level filtering, line format, the file, console and
 // uds targets, size rotation, reopen, rate limiting and concurrent writers.
 #include <setjmp.h>
 #include <stdarg.h>
@@ -270,7 +270,9 @@ static void test_console_target(void **state)
 	dup2(fd, STDERR_FILENO);
 	close(fd);
 
-	// Before log_open, and after log_close, lines go to stderr.
+	// Before log_open (once main has called log_init), and after
+	// log_close, lines go to stderr in the full format.
+	log_init();
 	log_close();
 	log_set_level(LOG_LEVEL_INFO);
 	log_write(LOG_LEVEL_INFO, "main", "before open");
@@ -299,13 +301,13 @@ static void test_open_errors(void **state)
 	char     err[256] = "";
 	file_conf(&c, LOG_LEVEL_WARN, 0, 0);
 	c.log_dir = "/nonexistent/nmq/dir";
-	assert_int_equal(log_open(&c, err, sizeof(err)), -1);
+	assert_int_equal(log_open(&c, err, sizeof(err)), NMQ_ENOENT);
 	assert_non_null(strstr(err, "/nonexistent/nmq/dir/nanomq.log"));
 
 	memset(&c, 0, sizeof(c));
 	c.log_to = CONF_LOG_TO_UDS;
 	err[0]   = '\0';
-	assert_int_equal(log_open(&c, err, sizeof(err)), -1);
+	assert_int_equal(log_open(&c, err, sizeof(err)), NMQ_EINVAL);
 	assert_non_null(strstr(err, "uds_addr"));
 }
 
@@ -322,7 +324,7 @@ static void test_reconfigure_switches_file(void **state)
 
 	// A failed reconfiguration keeps the running one.
 	c.log_dir = "/nonexistent/nmq/dir";
-	assert_int_equal(log_open(&c, err, sizeof(err)), -1);
+	assert_int_equal(log_open(&c, err, sizeof(err)), NMQ_ENOENT);
 	log_write(LOG_LEVEL_WARN, "m", "three");
 
 	char *a = slurp_in("nanomq.log");
@@ -472,6 +474,71 @@ static void test_reopen(void **state)
 	assert_non_null(strstr(cur, "m: third\n"));
 	free(old);
 	free(cur);
+}
+
+// What the test sink below was handed.
+static int  sink_calls;
+static int  sink_level;
+static int  sink_suppressed;
+static char sink_module[32];
+static char sink_text[128];
+
+static void test_sink(int level, const char *module, int suppressed, const char *fmt, va_list ap)
+{
+	sink_calls++;
+	sink_level      = level;
+	sink_suppressed = suppressed;
+	snprintf(sink_module, sizeof(sink_module), "%s", module);
+	vsnprintf(sink_text, sizeof(sink_text), fmt, ap);
+}
+
+// nng/core/log.c on its own: the built-in stderr sink before any is
+// installed, an installed sink gets the clamped level, "-" for a NULL
+// module and the rate limit's suppressed count; log_init puts src/log's
+// sink back.
+static void test_core_sink(void **state)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/stderr", tmpdir);
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	assert_true(fd >= 0);
+	int saved = dup(STDERR_FILENO);
+	dup2(fd, STDERR_FILENO);
+	close(fd);
+	log_set_sink(NULL);
+	log_write(LOG_LEVEL_ERROR, "core", "plain %d", 7);
+	log_write(LOG_LEVEL_INFO, "core", "filtered");
+	dup2(saved, STDERR_FILENO);
+	close(saved);
+	char *s = slurp(path);
+	assert_string_equal(s, "error core: plain 7\n");
+	free(s);
+
+	log_set_sink(test_sink);
+	sink_calls = 0;
+	log_write(99, NULL, "x=%s", "y");
+	assert_int_equal(sink_calls, 1);
+	assert_int_equal(sink_level, LOG_LEVEL_FATAL);
+	assert_string_equal(sink_module, "-");
+	assert_string_equal(sink_text, "x=y");
+	assert_int_equal(sink_suppressed, 0);
+
+	static log_ratelimit rl;
+	for (int i = 0; i < 5; i++) {
+		if (log_ratelimit_allow(&rl, 2)) {
+			log_write(LOG_LEVEL_WARN, "rl", "i=%d", i);
+		}
+	}
+	assert_int_equal(sink_calls, 3);
+	rl.window_start_ms -= 1000;
+	assert_true(log_ratelimit_allow(&rl, 2));
+	log_write(LOG_LEVEL_WARN, "rl", "i=%d", 5);
+	assert_int_equal(sink_calls, 4);
+	assert_int_equal(sink_suppressed, 3);
+	assert_string_equal(sink_text, "i=5");
+	log_write(LOG_LEVEL_WARN, "rl", "again");
+	assert_int_equal(sink_suppressed, 0);
+	log_init();
 }
 
 static void test_ratelimit(void **state)
@@ -714,6 +781,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(
 		    test_relative_path_survives_chdir, setup_dir, teardown_dir),
 		cmocka_unit_test_setup_teardown(test_reopen, setup_dir, teardown_dir),
+		cmocka_unit_test_setup_teardown(test_core_sink, setup_dir, teardown_dir),
 		cmocka_unit_test_setup_teardown(test_ratelimit, setup_dir, teardown_dir),
 		cmocka_unit_test_setup_teardown(test_warn_rl_macro, setup_dir, teardown_dir),
 		cmocka_unit_test_setup_teardown(test_concurrent_writers, setup_dir, teardown_dir),
