@@ -5,6 +5,7 @@
 // broker, the listeners, the command channel; then the main thread waits
 // for signals.
 #include <errno.h>
+#include <limits.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <sched.h>
@@ -310,7 +311,7 @@ static int reload(
 	// need a restart with what the broker started with, since those never
 	// change while it runs.
 	conf_changes ch;
-	if (conf_diff(&srv->conf, &nc, &ch) == 0) {
+	if (conf_diff(&srv->conf, &nc, &ch) == NMQ_OK) {
 		for (int i = 0; i < ch.n; i++) {
 			if (!ch.v[i].restart) {
 				log_info(
@@ -319,7 +320,7 @@ static int reload(
 		}
 		conf_changes_free(&ch);
 	}
-	if (conf_diff(srv->have_boot ? &srv->boot : &srv->conf, &nc, &ch) == 0) {
+	if (conf_diff(srv->have_boot ? &srv->boot : &srv->conf, &nc, &ch) == NMQ_OK) {
 		for (int i = 0; i < ch.n; i++) {
 			if (ch.v[i].restart) {
 				log_warn("main", "key=%s event=changed action=needs_restart",
@@ -543,8 +544,10 @@ static int run(const cli_args *args, nmq_conf *conf, const char *argv0, int read
 		goto fail;
 	}
 	ctl_start(&srv);
-	log_warn("main", "event=started version=%s workers=%d listeners=%d", NMQ_VERSION,
-	    workq_size(srv.wq), srv.n_listeners);
+	log_warn("main",
+	    "event=started version=%s workers=%d listeners=%d pid_file=%s cmd_ipc_url=%s",
+	    NMQ_VERSION, workq_size(srv.wq), srv.n_listeners, srv.conf.pid_file,
+	    srv.conf.enable_ipc_internal ? srv.conf.cmd_ipc_url : "off");
 	daemon_ready(ready_fd, 0, NULL);
 	sd_notify_ready();
 	// Hand back what parsing the configuration used and freed (the file,
@@ -681,7 +684,7 @@ static int reload_by_ipc(const cli_args *args, const nmq_conf *conf, char *msg, 
 {
 	char  err[256];
 	char *reply  = NULL;
-	pid_t holder = pidfile_read(pidfile_path(), err, sizeof(err));
+	pid_t holder = pidfile_read(conf->pid_file, err, sizeof(err));
 	int   r      = ipc_request(
 	           conf->cmd_ipc_url, "pid", NULL, RELOAD_PROBE_TIMEOUT_MS, &reply, msg, msglen);
 	if (r < 0) {
@@ -692,7 +695,7 @@ static int reload_by_ipc(const cli_args *args, const nmq_conf *conf, char *msg, 
 	if (holder > 0 && served != (long)holder) {
 		snprintf(msg, msglen,
 		    "the command channel %s belongs to nanomq pid %ld, not to pid %ld named by %s",
-		    conf->cmd_ipc_url, served, (long)holder, pidfile_path());
+		    conf->cmd_ipc_url, served, (long)holder, conf->pid_file);
 		return -1;
 	}
 	bool        given = args->cli.conf_path != NULL || args->cli.old_conf_path != NULL;
@@ -725,7 +728,7 @@ static int reload_command(const cli_args *args, const nmq_conf *conf)
 		}
 		fprintf(stderr, "nanomq: %s; sending SIGHUP instead\n", msg);
 	}
-	int r = ctl_reload(pidfile_path(), msg, sizeof(msg));
+	int r = ctl_reload(conf->pid_file, msg, sizeof(msg));
 	printf("%s\n", r == CTL_OK ? "reload succeed!" : "reload failed!");
 	fflush(stdout);
 	if (r != CTL_OK) {
@@ -765,8 +768,19 @@ int main(int argc, char **argv)
 	}
 	char msg[512];
 	if (args.verb == CLI_VERB_STOP) {
-		int r = ctl_stop(pidfile_path(), CTL_STOP_TIMEOUT_MS, false, msg, sizeof(msg));
+		char pid_path[PATH_MAX];
+		if (conf_pid_file(&args.cli, argv[0], pid_path, sizeof(pid_path)) != NMQ_OK) {
+			fprintf(stderr, "nanomq: $NANOMQ_PID_FILE is too long\n");
+			return 1;
+		}
+		int r = ctl_stop(pid_path, CTL_STOP_TIMEOUT_MS, false, msg, sizeof(msg));
 		fprintf(r == CTL_OK ? stdout : stderr, "%s\n", msg);
+		if (r == CTL_NOT_RUNNING && args.cli.conf_path == NULL
+		    && args.cli.old_conf_path == NULL) {
+			fprintf(stderr,
+			    "nanomq: a broker started with --conf FILE has its own pid file: "
+			    "use nanomq stop --conf FILE\n");
+		}
 		return r == CTL_OK ? 0 : 1;
 	}
 
@@ -815,7 +829,7 @@ int main(int argc, char **argv)
 		return r;
 	}
 	if (args.verb == CLI_VERB_RESTART) {
-		int r = ctl_stop(pidfile_path(), CTL_STOP_TIMEOUT_MS, true, msg, sizeof(msg));
+		int r = ctl_stop(conf.pid_file, CTL_STOP_TIMEOUT_MS, true, msg, sizeof(msg));
 		if (r != CTL_OK && r != CTL_NOT_RUNNING) {
 			fprintf(stderr, "%s\n", msg);
 			conf_free(&conf);
@@ -824,7 +838,7 @@ int main(int argc, char **argv)
 	}
 
 	pidfile pf;
-	if (pidfile_acquire(&pf, pidfile_path(), err, sizeof(err)) != 0) {
+	if (pidfile_acquire(&pf, conf.pid_file, err, sizeof(err)) != 0) {
 		fprintf(stderr, "nanomq: %s\n", err);
 		conf_free(&conf);
 		return 1;

@@ -12,6 +12,12 @@
 
 #define CONF_ETC_PATH "/etc/nanomq.conf"
 
+// Defaults of a broker started with another file than the default one
+// (see conf.h): <stem> is the file's name without ".conf", <hash> eight hex
+// digits of its real path.
+#define CONF_PID_FILE_FMT "/tmp/nanomq/nanomq-%s-%08x.pid"
+#define CONF_CMD_IPC_FMT  "ipc:///tmp/nanomq_cmd-%s-%08x.ipc"
+
 // Fills conf with the built-in defaults of every schema entry, the default
 // pid file and one TCP listener on 0.0.0.0:1883.
 void conf_defaults(nmq_conf *conf)
@@ -75,10 +81,13 @@ static void default_listeners(hocon_doc *doc)
 	}
 }
 
-// Runs the overlays and the check, frees doc, and frees conf on failure.
-// Returns 0 or -1.
-static int finish(hocon_doc *doc, nmq_conf *conf, const conf_cli *cli, bool overlays, bool read_ok,
-    conf_errors *errs)
+static void instance_defaults(nmq_conf *conf, bool ipc_given, const char *argv0, conf_errors *errs);
+
+// Runs the overlays (when overlays) and the check, sets the defaults that
+// depend on the file's path, frees doc, and frees conf on failure. Returns
+// 0 or -1.
+static int finish_doc(hocon_doc *doc, nmq_conf *conf, const conf_cli *cli, bool overlays,
+    const char *argv0, bool read_ok, conf_errors *errs)
 {
 	if (read_ok) {
 		default_listeners(doc);
@@ -87,6 +96,10 @@ static int finish(hocon_doc *doc, nmq_conf *conf, const conf_cli *cli, bool over
 			conf_cli_apply(doc, cli, errs);
 		}
 		conf_check_tree(doc, conf, errs);
+		if (overlays && !conf_errors_failed(errs)) {
+			instance_defaults(
+			    conf, hocon_get_path(doc, "system.cmd_ipc_url") != NULL, argv0, errs);
+		}
 	}
 	hocon_doc_free(doc);
 	if (!read_ok || conf_errors_failed(errs)) {
@@ -119,12 +132,144 @@ static int binary_conf(const char *argv0, char *buf, size_t len)
 	return 0;
 }
 
+// Returns the file the lookup finds without --conf, --old_conf and
+// $NANOMQ_CONF_PATH (nanomq.conf beside the binary, else /etc/nanomq.conf),
+// written into cand, or NULL when neither is readable.
+static const char *default_file(const char *argv0, char *cand, size_t len)
+{
+	if (binary_conf(argv0, cand, len) == 0 && access(cand, R_OK) == 0) {
+		return cand;
+	}
+	if (access(CONF_ETC_PATH, R_OK) == 0) {
+		snprintf(cand, len, "%s", CONF_ETC_PATH);
+		return cand;
+	}
+	return NULL;
+}
+
+// Returns the configuration file of cli and the environment (see conf.h),
+// possibly written into cand, or NULL when there is none.
+static const char *lookup(const conf_cli *cli, const char *argv0, char *cand, size_t len)
+{
+	const char *env = getenv("NANOMQ_CONF_PATH");
+
+	if (cli != NULL && cli->old_conf_path != NULL) {
+		return cli->old_conf_path;
+	}
+	if (cli != NULL && cli->conf_path != NULL) {
+		return cli->conf_path;
+	}
+	if (env != NULL && env[0] != '\0') {
+		return env;
+	}
+	return default_file(argv0, cand, len);
+}
+
+// Writes into tag "<stem>-" and returns the hash that name the instance of
+// the file at path, or returns 0 with tag "" when path is NULL or the
+// default file (same real path).
+static uint32_t instance_tag(const char *path, const char *argv0, char *tag, size_t len)
+{
+	char        dcand[PATH_MAX];
+	char        rp[PATH_MAX];
+	char        rd[PATH_MAX];
+	const char *d = default_file(argv0, dcand, sizeof(dcand));
+	const char *p;
+	const char *base;
+	uint32_t    h = 2166136261u; // FNV-1a
+	size_t      n = 0;
+
+	tag[0] = '\0';
+	if (path == NULL) {
+		return 0;
+	}
+	p = realpath(path, rp) != NULL ? rp : path;
+	if (d != NULL && strcmp(p, realpath(d, rd) != NULL ? rd : d) == 0) {
+		return 0;
+	}
+	for (const char *c = p; *c != '\0'; c++) {
+		h = (h ^ (unsigned char)*c) * 16777619u;
+	}
+	base = strrchr(p, '/') != NULL ? strrchr(p, '/') + 1 : p;
+	for (; *base != '\0' && n + 1 < len && n < 24; base++) {
+		char c = *base;
+		if (strcmp(base, ".conf") == 0) {
+			break;
+		}
+		bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
+		    || c == '_' || c == '-' || c == '.';
+		tag[n++] = ok ? c : '_';
+	}
+	tag[n] = '\0';
+	return h == 0 ? 1 : h;
+}
+
+// Writes the default pid file of the instance of path into buf.
+static void instance_pid_file(const char *path, const char *argv0, char *buf, size_t len)
+{
+	char     tag[32];
+	uint32_t h = instance_tag(path, argv0, tag, sizeof(tag));
+
+	if (h == 0) {
+		snprintf(buf, len, "%s", CONF_PID_FILE_DEFAULT);
+	} else {
+		snprintf(buf, len, CONF_PID_FILE_FMT, tag, (unsigned)h);
+	}
+}
+
+// Returns the pid file of the broker that cli designates.
+nmq_err conf_pid_file(const conf_cli *cli, const char *argv0, char *buf, size_t len)
+{
+	char        cand[PATH_MAX];
+	const char *env = getenv("NANOMQ_PID_FILE");
+
+	if (env != NULL && env[0] != '\0') {
+		if (snprintf(buf, len, "%s", env) >= (int)len) {
+			return NMQ_EINVAL;
+		}
+		return NMQ_OK;
+	}
+	instance_pid_file(lookup(cli, argv0, cand, sizeof(cand)), argv0, buf, len);
+	return NMQ_OK;
+}
+
+// Replaces the NanoMQ defaults of the pid file (unless $NANOMQ_PID_FILE
+// set it) and of the command channel (unless the file, the environment or
+// the command line set it) by those of the instance of conf->path.
+static void instance_defaults(nmq_conf *conf, bool ipc_given, const char *argv0, conf_errors *errs)
+{
+	char     buf[PATH_MAX];
+	char     tag[32];
+	uint32_t h;
+	char    *copy;
+	char   **fields[2] = { &conf->pid_file, &conf->cmd_ipc_url };
+	bool     apply[2];
+
+	if (conf->path == NULL || (h = instance_tag(conf->path, argv0, tag, sizeof(tag))) == 0) {
+		return;
+	}
+	apply[0] = getenv("NANOMQ_PID_FILE") == NULL || getenv("NANOMQ_PID_FILE")[0] == '\0';
+	apply[1] = !ipc_given;
+	for (int i = 0; i < 2; i++) {
+		if (!apply[i]) {
+			continue;
+		}
+		snprintf(buf, sizeof(buf), i == 0 ? CONF_PID_FILE_FMT : CONF_CMD_IPC_FMT, tag,
+		    (unsigned)h);
+		if ((copy = strdup(buf)) == NULL) {
+			conf_errors_add(errs, true, "configuration: out of memory");
+			return;
+		}
+		free(*fields[i]);
+		*fields[i] = copy;
+	}
+}
+
 // Loads the configuration (see conf.h for the order).
 int conf_load(nmq_conf *conf, const conf_cli *cli, const char *argv0, conf_errors *errs)
 {
 	hocon_doc  *doc;
-	const char *path = NULL;
-	const char *env  = getenv("NANOMQ_CONF_PATH");
+	const char *path;
 	char        cand[PATH_MAX];
 	bool        ok = true;
 
@@ -135,35 +280,25 @@ int conf_load(nmq_conf *conf, const conf_cli *cli, const char *argv0, conf_error
 		conf_free(conf);
 		return -1;
 	}
+	path = lookup(cli, argv0, cand, sizeof(cand));
 	if (cli != NULL && cli->conf_path != NULL && cli->old_conf_path != NULL) {
 		conf_errors_add(errs, true, "--conf and --old_conf cannot be used together");
-		ok = false;
+		ok   = false;
+		path = NULL;
 	} else if (cli != NULL && cli->old_conf_path != NULL) {
-		path = cli->old_conf_path;
-		ok   = conf_old_read(doc, path, errs) == 0;
+		ok = conf_old_read(doc, path, errs) == 0;
+	} else if (path != NULL) {
+		ok = hocon_parse_file(doc, path, errs) == 0;
 	} else {
-		if (cli != NULL && cli->conf_path != NULL) {
-			path = cli->conf_path;
-		} else if (env != NULL && env[0] != '\0') {
-			path = env;
-		} else if (binary_conf(argv0, cand, sizeof(cand)) == 0 && access(cand, R_OK) == 0) {
-			path = cand;
-		} else if (access(CONF_ETC_PATH, R_OK) == 0) {
-			path = CONF_ETC_PATH;
-		}
-		if (path != NULL) {
-			ok = hocon_parse_file(doc, path, errs) == 0;
-		} else {
-			conf_errors_add(errs, false,
-			    "no configuration file found (tried nanomq.conf beside the binary and "
-			    "%s); using the built-in defaults",
-			    CONF_ETC_PATH);
-		}
+		conf_errors_add(errs, false,
+		    "no configuration file found (tried nanomq.conf beside the binary and "
+		    "%s); using the built-in defaults",
+		    CONF_ETC_PATH);
 	}
 	if (path != NULL && (conf->path = strdup(path)) == NULL) {
 		conf_errors_add(errs, true, "configuration: out of memory");
 	}
-	return finish(doc, conf, cli, true, ok, errs);
+	return finish_doc(doc, conf, cli, true, argv0, ok, errs);
 }
 
 // Loads HOCON text over the defaults, without environment or command line.
@@ -181,7 +316,7 @@ int conf_load_text(nmq_conf *conf, const char *text, size_t len, const char *nam
 		return -1;
 	}
 	ok = hocon_parse_text(doc, text, len, name, dir, errs) == 0;
-	return finish(doc, conf, NULL, false, ok, errs);
+	return finish_doc(doc, conf, NULL, false, NULL, ok, errs);
 }
 
 // ---------------------------------------------------------------------------
@@ -258,7 +393,7 @@ static bool json_differs(const cJSON *a, const cJSON *b)
 }
 
 // Lists the differences between a and b.
-int conf_diff(const nmq_conf *a, const nmq_conf *b, conf_changes *out)
+nmq_err conf_diff(const nmq_conf *a, const nmq_conf *b, conf_changes *out)
 {
 	char key[320];
 
@@ -312,11 +447,11 @@ int conf_diff(const nmq_conf *a, const nmq_conf *b, conf_changes *out)
 	if (json_differs(a->auth_acl, b->auth_acl) && add_change(out, "auth.acl", false) != 0) {
 		goto fail;
 	}
-	return 0;
+	return NMQ_OK;
 
 fail:
 	conf_changes_free(out);
-	return -1;
+	return NMQ_ENOMEM;
 }
 
 // Frees the list of changes and empties it.

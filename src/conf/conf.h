@@ -20,6 +20,7 @@
 #include <stdio.h>
 
 #include "nng/core/log.h"
+#include "nng/core/nmq_err.h"
 
 struct cJSON; // <cjson/cJSON.h>; only pointers appear here
 
@@ -239,11 +240,28 @@ void conf_cli_init(conf_cli *cli);
 // Fills *conf with defaults, then the file (cli->conf_path, else
 // $NANOMQ_CONF_PATH, else <dir of the binary>/nanomq.conf, else
 // /etc/nanomq.conf), then NANOMQ_* environment variables, then cli.
+//
+// Side-by-side instances: the "default file" is the one the lookup finds
+// without --conf, --old_conf and $NANOMQ_CONF_PATH. A broker running
+// with it (or with no file) keeps NanoMQ's pid file /tmp/nanomq/nanomq.pid
+// and command channel ipc:///tmp/nanomq_cmd.ipc. A broker running with
+// any other file F gets /tmp/nanomq/nanomq-<stem>-<hash>.pid and
+// ipc:///tmp/nanomq_cmd-<stem>-<hash>.ipc instead, where <stem> is F's
+// name without ".conf" and <hash> eight hex digits of F's real path, so
+// that brokers with different files do not collide and `nanomq
+// reload|stop|restart --conf F` reaches the one started with F.
+// $NANOMQ_PID_FILE, and system.cmd_ipc_url given by the file, the
+// environment or the command line, always win.
 // Returns 0 if no errors were found (warnings allowed), -1 otherwise; in
 // both cases *errs lists what was found. On -1, *conf is freed already.
 // *errs is initialised by the call (its previous content is not freed).
 // argv0 may be NULL (then the binary's directory is /proc/self/exe's).
 int conf_load(nmq_conf *conf, const conf_cli *cli, const char *argv0, conf_errors *errs);
+// Writes into buf the pid file of the broker that cli (--conf, --old_conf)
+// and the environment designate, by the rule above, without reading the
+// file (`nanomq stop` must work whatever the file now holds). Returns
+// NMQ_OK, or NMQ_EINVAL when buf is too small for $NANOMQ_PID_FILE.
+nmq_err conf_pid_file(const conf_cli *cli, const char *argv0, char *buf, size_t len);
 // Frees everything *conf owns and zeroes it. NULL and a zeroed conf are fine.
 void conf_free(nmq_conf *conf);
 // Frees the messages and zeroes *errs.
@@ -277,14 +295,14 @@ typedef struct conf_changes {
 } conf_changes;
 
 // Fills *out (which it initialises) with the differences between a and b.
-// Returns 0, or -1 when memory runs out (then *out is empty).
-int  conf_diff(const nmq_conf *a, const nmq_conf *b, conf_changes *out);
-void conf_changes_free(conf_changes *changes);
+// Returns NMQ_OK, or NMQ_ENOMEM when memory runs out (then *out is empty).
+nmq_err conf_diff(const nmq_conf *a, const nmq_conf *b, conf_changes *out);
+void    conf_changes_free(conf_changes *changes);
 
 // Writes the configuration reference (Markdown, the content of
-// docs/config.md) generated from the schema. Returns 0, or -1 on a write
-// error.
-int conf_schema_markdown(FILE *out);
+// docs/config.md) generated from the schema. Returns NMQ_OK, or NMQ_EIO on
+// a write error.
+nmq_err conf_schema_markdown(FILE *out);
 
 // Returns "tcp", "ssl", "ws" or "wss" for an enum conf_listener_kind, or
 // "?" for anything else.

@@ -203,7 +203,9 @@ int conf_env_markdown(FILE *out)
 			fprintf(out, "| `%s` | the configuration file |\n", e->name);
 			break;
 		case ENV_PID:
-			fprintf(out, "| `%s` | the pid file (see `nanomq start`) |\n", e->name);
+			fprintf(out,
+			    "| `%s` | the pid file (default: see `system.cmd_ipc_url`) |\n",
+			    e->name);
 			break;
 		case ENV_HTTP_URL:
 			fprintf(out,

@@ -110,7 +110,16 @@ const conf_key conf_schema[] = {
 	{ .path = "system.cmd_ipc_url",
 	    .env = "NANOMQ_CMD_IPC_URL", OPT(0, "cmd_ipc_url", cmd_ipc_url), .opt_arg = "<url>",
 	    .type = CONF_T_STR, .store = CONF_ST_STR, CF(cmd_ipc_url),
-	    .def = "ipc:///tmp/nanomq_cmd.ipc", .help = "Address of the command channel." },
+	    .def = "ipc:///tmp/nanomq_cmd.ipc",
+	    .def_doc = "`ipc:///tmp/nanomq_cmd.ipc` with the default file; else derived from the file",
+	    .help = "Address of the command channel. Left unset, it follows the configuration "
+	        "file: NanoMQ's default (and the pid file `/tmp/nanomq/nanomq.pid`) for the "
+	        "file found without `--conf` or `$NANOMQ_CONF_PATH`, or no file; for any other "
+	        "file F, `ipc:///tmp/nanomq_cmd-<stem>-<hash>.ipc` and "
+	        "`/tmp/nanomq/nanomq-<stem>-<hash>.pid` (F's name without `.conf`, and a hash "
+	        "of its real path), so that brokers with different files run side by side and "
+	        "`nanomq reload|stop|restart --conf F` reaches the one started with F. "
+	        "`$NANOMQ_PID_FILE` and an explicit value always win." },
 	{ .path = "system.hook_ipc_url", .type = CONF_T_STR, .store = CONF_ST_STR, CF(hook_ipc_url),
 	    .status = CONF_S_NOEFFECT, .def = "ipc:///tmp/nanomq_hook.ipc",
 	    .help = "Internal channel for webhooks (accepted for compatibility)." },
@@ -633,7 +642,7 @@ static void key_row(FILE *out, const conf_key *k)
 }
 
 // Writes docs/config.md from the schema.
-int conf_schema_markdown(FILE *out)
+nmq_err conf_schema_markdown(FILE *out)
 {
 	fprintf(out,
 	    "# Configuration reference\n"
@@ -707,7 +716,7 @@ int conf_schema_markdown(FILE *out)
 	    "and durations use the file syntax. An invalid value is an error that "
 	    "names the variable. An empty variable counts as unset.\n\n");
 	if (conf_env_markdown(out) != 0) {
-		return -1;
+		return NMQ_EIO;
 	}
 	fprintf(out,
 	    "\n## Command-line options\n\n"
@@ -736,7 +745,7 @@ int conf_schema_markdown(FILE *out)
 	    "maps onto a HOCON key and is then checked like it; a flat key not in "
 	    "this table gets a warning.\n\n");
 	if (conf_old_markdown(out) != 0) {
-		return -1;
+		return NMQ_EIO;
 	}
-	return ferror(out) ? -1 : 0;
+	return ferror(out) ? NMQ_EIO : NMQ_OK;
 }

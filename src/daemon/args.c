@@ -461,7 +461,8 @@ void cli_usage(FILE *f)
 	    "\n"
 	    "Environment:\n"
 	    "  NANOMQ_CONF_PATH  configuration file when --conf is not given\n"
-	    "  NANOMQ_PID_FILE   pid file (default /tmp/nanomq/nanomq.pid)\n"
+	    "  NANOMQ_PID_FILE   pid file (default /tmp/nanomq/nanomq.pid, or one derived\n"
+	    "                    from the --conf file; see docs/config.md)\n"
 	    "  NANOMQ_*          configuration overrides (see the documentation)\n"
 	    "  NOTIFY_SOCKET     set by systemd (Type=notify)\n");
 }

@@ -145,7 +145,9 @@ class Instance:
         e["UBSAN_OPTIONS"] = ubsan + ":log_path=" + self.path("ubsan")
         if extra:
             e.update(extra)
-        return e
+        # A value of None removes the variable (e.g. NANOMQ_PID_FILE, to
+        # test the broker's own default).
+        return {k: v for k, v in e.items() if v is not None}
 
     # -- processes ---------------------------------------------------------
     def start(self, args, env=None, port=None, timeout=15.0, cwd=None):

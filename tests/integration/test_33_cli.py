@@ -11,6 +11,9 @@
 - The pid file: a second broker on the same pid file refuses to start and
   names the running pid; a stale file (kill -9) does not block a start;
   brokers with different pid files run side by side.
+- Side by side without settings: brokers started with different files get
+  pid files and command channels derived from their file, and `nanomq
+  reload|stop --conf F` reaches the broker started with F.
 - `-d` (and system.daemon, NANOMQ_DAEMON): `start -d` returns 0 once the
   daemon serves (1 with the reason when it cannot), the pid file holds the
   daemon's pid, and `nanomq stop` stops it."""
@@ -229,6 +232,87 @@ class TestPidFile(CliCase):
         publish_n(pb, "side/y", 1, cid="side-pub-b")
         self.assertIsNotNone(sb.wait_message(5))
         self.assert_stops(b)
+
+
+class TestSideBySideDefaults(CliCase):
+    """Two brokers started with different files, with neither
+    NANOMQ_PID_FILE nor system.cmd_ipc_url: each gets a pid file and a
+    command channel derived from its file (not NanoMQ's shared defaults),
+    and `reload --conf F` / `stop --conf F` reach the broker of F only."""
+
+    NOPID = {"NANOMQ_PID_FILE": None}
+
+    def start_plain(self, inst, port, queue):
+        conf = inst.write("site.conf", "listeners.tcp.bind = \"127.0.0.1:%d\"\n"
+                          "log { level = info, to = [console] }\n"
+                          "mqtt.max_mqueue_len = %d\n" % (port, queue))
+        p = self.start_broker(inst, ["start", "--conf", conf], env=self.NOPID, port=port)
+        self._brokers.append((inst, p))
+        m = inst.wait_output(r"event=started .*pid_file=(\S+) cmd_ipc_url=(\S+)", 5.0)
+        self.assertTrue(m, inst.output())
+        return conf, m[0][0], m[0][1]
+
+    def test_two_brokers_reload_and_stop_each(self):
+        a, b = self.instance(), self.instance()
+        pa, pb = free_port(), free_port()
+        # The same file name in two directories: still two instances.
+        conf_a, pid_a, ipc_a = self.start_plain(a, pa, 3)
+        conf_b, pid_b, ipc_b = self.start_plain(b, pb, 3)
+        self.assertNotEqual(pid_a, pid_b)
+        self.assertNotEqual(ipc_a, ipc_b)
+        for pid_file, ipc, proc in ((pid_a, ipc_a, a.proc), (pid_b, ipc_b, b.proc)):
+            self.assertRegex(pid_file, r"^/tmp/nanomq/nanomq-site-[0-9a-f]{8}\.pid$")
+            self.assertRegex(ipc, r"^ipc:///tmp/nanomq_cmd-site-[0-9a-f]{8}\.ipc$")
+            self.assertEqual(a.read_pid_file(pid_file), proc.pid)
+
+        # reload --conf A reloads A only.
+        a.write("site.conf", "listeners.tcp.bind = \"127.0.0.1:%d\"\n"
+                "log { level = info, to = [console] }\nmqtt.max_mqueue_len = 5\n" % pa)
+        r = a.run(["reload", "--conf", conf_a], env=self.NOPID)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(r.stdout.strip(), "reload succeed!")
+        self.assertTrue(a.wait_output(r"event=reloaded", 5.0), a.output())
+        self.assertEqual(b.wait_output(r"event=reloaded", 0.3), [], b.output())
+        self.assertEqual(len(count_queued(pa, "side-qa", "side/qa", 10)), 5)
+        self.assertEqual(len(count_queued(pb, "side-qb", "side/qb", 10)), 3)
+
+        # reload --conf B reloads B only.
+        b.write("site.conf", "listeners.tcp.bind = \"127.0.0.1:%d\"\n"
+                "log { level = info, to = [console] }\nmqtt.max_mqueue_len = 4\n" % pb)
+        r = b.run(["reload", "--conf", conf_b], env=self.NOPID)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertTrue(b.wait_output(r"event=reloaded", 5.0), b.output())
+        self.assertEqual(len(a.wait_output(r"event=reloaded", 0.3)), 1)
+        self.assertEqual(len(count_queued(pb, "side-qb2", "side/qb2", 10)), 4)
+
+        # stop --conf A stops A only; then B.
+        r = a.run(["stop", "--conf", conf_a], env=self.NOPID)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(a.proc.wait(10), 0)
+        self.assertFalse(os.path.exists(pid_a))
+        self.assertIsNone(b.proc.poll())
+        self.assertTrue(port_accepts(pb))
+        r = b.run(["stop", "--conf", conf_b], env=self.NOPID)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(b.proc.wait(10), 0)
+        self.assertFalse(os.path.exists(pid_b))
+
+    # The channel's address also comes from NANOMQ_CMD_IPC_URL or
+    # --cmd_ipc_url, like any other key; reload finds it the same way.
+    def test_cmd_ipc_url_env_and_option(self):
+        inst = self.instance()
+        port = free_port()
+        conf = inst.write("nanomq.conf", nmq_ops.base_conf(port) + "mqtt.max_mqueue_len = 3\n")
+        url = "ipc://" + inst.path("opt.ipc")
+        p = self.start_broker(inst, ["start", "--conf", conf, "--cmd_ipc_url", url], port=port)
+        self._brokers.append((inst, p))
+        self.assertTrue(wait_for(lambda: os.path.exists(inst.path("opt.ipc")), 5.0))
+        inst.write("nanomq.conf", nmq_ops.base_conf(port) + "mqtt.max_mqueue_len = 4\n")
+        r = inst.run(["reload", "--conf", conf], env={"NANOMQ_CMD_IPC_URL": url})
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(r.stdout.strip(), "reload succeed!")
+        self.assertNotIn("SIGHUP", r.stderr)
+        self.assertEqual(len(count_queued(port, "ipc-env", "ipc/env", 10)), 4)
 
 
 class TestDaemon(CliCase):

@@ -366,6 +366,78 @@ static void test_new_spellings(void **state)
 	unsetenv("NANOMQ_CMD_IPC_URL");
 }
 
+// Side-by-side brokers: a file other than the default one gets its own pid
+// file and command channel; the default file keeps NanoMQ's; explicit
+// settings win; `stop` finds the same pid file without reading the file.
+static void test_instance_paths(void **state)
+{
+	nmq_conf    a, b, c;
+	conf_errors errs;
+	conf_cli    cli;
+	char        pa[256], pb[256], argv0[256], buf[PATH_MAX];
+	(void)state;
+	clear_env();
+	snprintf(pa, sizeof(pa), "%s", write_file("site a.conf", "system.parallel = 1\n"));
+	snprintf(pb, sizeof(pb), "%s", write_file("b.conf", "system.parallel = 1\n"));
+	snprintf(argv0, sizeof(argv0), "%s/bin/nanomq", tmpdir);
+	conf_cli_init(&cli);
+	cli.conf_path = pa;
+	assert_int_equal(conf_load(&a, &cli, argv0, &errs), 0);
+	conf_errors_free(&errs);
+	assert_int_equal(strncmp(a.pid_file, "/tmp/nanomq/nanomq-site_a-", 26), 0);
+	assert_int_equal(strlen(a.pid_file), 26 + 8 + 4);
+	assert_string_equal(a.pid_file + 34, ".pid");
+	assert_int_equal(strncmp(a.cmd_ipc_url, "ipc:///tmp/nanomq_cmd-site_a-", 29), 0);
+	assert_memory_equal(a.cmd_ipc_url + 29, a.pid_file + 26, 8); // the same hash
+	assert_int_equal(conf_pid_file(&cli, argv0, buf, sizeof(buf)), NMQ_OK);
+	assert_string_equal(buf, a.pid_file);
+	cli.conf_path = pb;
+	assert_int_equal(conf_load(&b, &cli, argv0, &errs), 0);
+	conf_errors_free(&errs);
+	assert_int_equal(strncmp(b.pid_file, "/tmp/nanomq/nanomq-b-", 21), 0);
+	assert_string_not_equal(a.cmd_ipc_url, b.cmd_ipc_url);
+	conf_free(&b);
+
+	// Explicit settings win.
+	setenv("NANOMQ_PID_FILE", "/run/x.pid", 1);
+	cli.cmd_ipc_url = "ipc:///tmp/given.ipc";
+	assert_int_equal(conf_load(&b, &cli, argv0, &errs), 0);
+	conf_errors_free(&errs);
+	assert_string_equal(b.pid_file, "/run/x.pid");
+	assert_string_equal(b.cmd_ipc_url, "ipc:///tmp/given.ipc");
+	assert_int_equal(conf_pid_file(&cli, argv0, buf, sizeof(buf)), NMQ_OK);
+	assert_string_equal(buf, "/run/x.pid");
+	conf_free(&b);
+	unsetenv("NANOMQ_PID_FILE");
+	cli.cmd_ipc_url = NULL;
+
+	// The default file (beside the binary), named or found: NanoMQ's.
+	snprintf(buf, sizeof(buf), "%s/bin", tmpdir);
+	assert_int_equal(mkdir(buf, 0755), 0);
+	write_file("bin/nanomq.conf", "system.parallel = 2\n");
+	snprintf(pb, sizeof(pb), "%s/bin/../bin/nanomq.conf", tmpdir);
+	cli.conf_path = pb;
+	assert_int_equal(conf_load(&c, &cli, argv0, &errs), 0);
+	conf_errors_free(&errs);
+	assert_string_equal(c.pid_file, "/tmp/nanomq/nanomq.pid");
+	assert_string_equal(c.cmd_ipc_url, "ipc:///tmp/nanomq_cmd.ipc");
+	conf_free(&c);
+	assert_int_equal(conf_load(&c, NULL, argv0, &errs), 0);
+	conf_errors_free(&errs);
+	assert_int_equal(c.parallel, 2);
+	assert_string_equal(c.pid_file, "/tmp/nanomq/nanomq.pid");
+	assert_int_equal(conf_pid_file(NULL, argv0, buf, sizeof(buf)), NMQ_OK);
+	assert_string_equal(buf, "/tmp/nanomq/nanomq.pid");
+	conf_free(&c);
+
+	// The same file by another name is the same instance.
+	snprintf(pb, sizeof(pb), "%s/./site a.conf", tmpdir);
+	cli.conf_path = pb;
+	assert_int_equal(conf_pid_file(&cli, argv0, buf, sizeof(buf)), NMQ_OK);
+	assert_string_equal(buf, a.pid_file);
+	conf_free(&a);
+}
+
 // ----------------------------------------------------------------- types
 
 static void test_types(void **state)
@@ -1364,6 +1436,7 @@ int main(void)
 		cmocka_unit_test(test_schema_sane),
 		cmocka_unit_test(test_spellings),
 		cmocka_unit_test_setup_teardown(test_new_spellings, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_instance_paths, setup, teardown),
 		cmocka_unit_test(test_ascii_helpers_match_libc),
 		cmocka_unit_test_setup_teardown(test_types, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
