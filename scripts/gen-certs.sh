@@ -10,7 +10,11 @@
 # DIR/server-enc.key            the same server key, encrypted (AES-256) with
 #                               the password in DIR/server-enc.pass
 #                               ("nanomq-test" unless KEY_PASSWORD is set)
+# DIR/server-ec.crt, server-ec.key  the same server names on an ECDSA P-256
+#                               key, signed by the CA
 # DIR/client1.crt, client1.key  client certificate CN=client1, signed by the CA
+# DIR/client1-ec.crt, client1-ec.key  client certificate CN=client1-ec on an
+#                               ECDSA P-256 key, signed by the CA
 # DIR/rogue.crt, rogue.key      self-signed client certificate CN=rogue (not
 #                               trusted by the CA)
 # DIR/other-ca.crt, other-ca.key  an unrelated CA (a "wrong CA" for clients)
@@ -34,9 +38,14 @@ mkdir -p "$dir"
 cd "$dir"
 umask 077
 
-# key FILE: a new 2048-bit RSA key.
+# key FILE: a new 2048-bit RSA key, or an ECDSA P-256 key when ALG=ec.
 key() {
-	openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$1" 2>/dev/null
+	if [ "${ALG:-rsa}" = ec ]; then
+		openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 \
+			-pkeyopt ec_param_enc:named_curve -out "$1" 2>/dev/null
+	else
+		openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$1" 2>/dev/null
+	fi
 }
 
 # ext FILE LINES...: an extension file for `openssl x509 -extfile`.
@@ -82,6 +91,10 @@ leaf server localhost ca "keyUsage=critical,digitalSignature,keyEncipherment" \
 	"extendedKeyUsage=serverAuth" "subjectAltName=DNS:localhost,IP:127.0.0.1,IP:::1"
 leaf client1 client1 ca "keyUsage=critical,digitalSignature,keyEncipherment" \
 	"extendedKeyUsage=clientAuth"
+ALG=ec leaf server-ec localhost ca "keyUsage=critical,digitalSignature" \
+	"extendedKeyUsage=serverAuth" "subjectAltName=DNS:localhost,IP:127.0.0.1,IP:::1"
+ALG=ec leaf client1-ec client1-ec ca "keyUsage=critical,digitalSignature" \
+	"extendedKeyUsage=clientAuth"
 leaf rogue rogue self "keyUsage=critical,digitalSignature,keyEncipherment" \
 	"extendedKeyUsage=clientAuth"
 # Traditional PEM encryption (AES-256-CBC): mbed TLS 2.28, which the broker
@@ -91,5 +104,5 @@ openssl rsa -in server.key -aes256 -traditional -passout "pass:$pass" \
 printf '%s\n' "$pass" >server-enc.pass
 rm -f ./*.srl
 chmod 644 ./*.crt
-openssl verify -CAfile ca.crt server.crt client1.crt >/dev/null
+openssl verify -CAfile ca.crt server.crt client1.crt server-ec.crt client1-ec.crt >/dev/null
 echo "certificates written to $dir"

@@ -151,6 +151,15 @@ static void listener_url(const conf_listener *cl, char *buf, size_t len)
 	    v6 ? "]" : "", cl->port, path);
 }
 
+// The configuration's check of a TLS listener's groups and ciphers: the
+// TLS engine's own parser, so that a bad name is reported with its file
+// and line before anything starts.
+static int tls_params_ok(const char *groups, const char *ciphers, char *why, size_t whylen)
+{
+	tls_engine_params p = { .groups = groups, .ciphers = ciphers };
+	return tls_engine_params_check(&p, why, whylen);
+}
+
 // Fills the transport's view of a configured listener; url must outlive lo.
 static void listener_opts_from_conf(const conf_listener *cl, const char *url, listener_opts *lo)
 {
@@ -163,6 +172,8 @@ static void listener_opts_from_conf(const conf_listener *cl, const char *url, li
 	lo->key_password         = cl->key_password;
 	lo->verify_peer          = cl->verify_peer;
 	lo->fail_if_no_peer_cert = cl->fail_if_no_peer_cert;
+	lo->groups               = cl->groups;
+	lo->ciphers              = cl->ciphers;
 	lo->max_connections      = cl->max_connections;
 }
 
@@ -203,6 +214,15 @@ static int start_listeners(server *srv, char *err, size_t errlen)
 		}
 		srv->n_listeners++;
 		log_info("main", "listener=%s url=%s event=listening", cl->name, url);
+		if (cl->kind == CONF_LISTENER_SSL || cl->kind == CONF_LISTENER_WSS) {
+			log_info("main", "listener=%s tls=\"%s%s%s%s%s\"", cl->name,
+			    cl->groups != NULL ? "groups=" : "",
+			    cl->groups != NULL ? cl->groups : "",
+			    cl->ciphers != NULL ? " ciphers=" : "",
+			    cl->ciphers != NULL ? cl->ciphers : "",
+			    cl->groups == NULL && cl->ciphers == NULL ? tls_engine_defaults_text()
+			                                              : "");
+		}
 	}
 	return 0;
 }
@@ -787,8 +807,9 @@ int main(int argc, char **argv)
 	nmq_conf    conf;
 	conf_errors errs;
 	char        note[160];
-	int         rc        = conf_load(&conf, &args.cli, argv[0], &errs);
-	bool        reloading = args.verb == CLI_VERB_RELOAD && !args.test;
+	conf_set_tls_params_check(tls_params_ok);
+	int  rc        = conf_load(&conf, &args.cli, argv[0], &errs);
+	bool reloading = args.verb == CLI_VERB_RELOAD && !args.test;
 	if (rc != 0 && reloading) {
 		printf("reload failed!\n");
 		fflush(stdout);

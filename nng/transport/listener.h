@@ -44,6 +44,10 @@ typedef struct listener_opts {
 	// fail_if_no_peer_cert a client without one is refused too.
 	bool verify_peer;
 	bool fail_if_no_peer_cert;
+	// Key exchange groups and cipher suites in preference order (see
+	// tls_engine_params); NULL = the engine's defaults.
+	const char *groups;
+	const char *ciphers;
 	// Connections open at once (accepted and not yet destroyed); beyond
 	// it, listener_conn_over_limit() says so at CONNECT. 0 = no limit.
 	uint32_t max_connections;

@@ -88,6 +88,8 @@ void listener_tls_spec(const listener_opts *o, tls_pem_spec *s)
 	s->key_password         = o->key_password;
 	s->verify_peer          = o->verify_peer;
 	s->fail_if_no_peer_cert = o->fail_if_no_peer_cert;
+	s->groups               = o->groups;
+	s->ciphers              = o->ciphers;
 }
 
 // Builds the server configuration of o. Returns as tls_pem_config_build.

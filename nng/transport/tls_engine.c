@@ -6,20 +6,32 @@
 // alive (the stream holds a reference on its nng_tls_config).
 #include "nng/transport/tls_engine.h"
 
+#include <ctype.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <nng/supplemental/tls/engine.h>
 #include <nng/supplemental/tls/tls.h>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#elif defined(__aarch64__) || defined(__arm__)
+#include <sys/auxv.h>
+#endif
+
+#include <mbedtls/aesni.h>
 #include <mbedtls/ctr_drbg.h>
 #include <mbedtls/entropy.h>
 #include <mbedtls/net_sockets.h>
 #include <mbedtls/oid.h>
 #include <mbedtls/pk.h>
 #include <mbedtls/ssl.h>
+#include <mbedtls/ssl_cache.h>
+#include <mbedtls/ssl_ciphersuites.h>
+#include <mbedtls/ssl_ticket.h>
 #include <mbedtls/version.h>
 #include <mbedtls/x509_crl.h>
 #include <mbedtls/x509_crt.h>
@@ -32,16 +44,30 @@ typedef struct own_cert {
 	struct own_cert   *next;
 } own_cert;
 
+// Room for the cipher suite and group lists a configuration hands to
+// mbed TLS (which keeps pointers to them). 2.28 knows ~150 suites.
+#define MAX_SUITES 200
+#define MAX_GROUPS 16
+
 struct nng_tls_engine_config {
-	mbedtls_ssl_config conf;
-	mbedtls_x509_crt   ca;
-	mbedtls_x509_crl   crl;
-	bool               have_ca;
-	bool               have_crl;
-	own_cert          *certs;
-	nng_tls_mode       mode;
-	nng_tls_auth_mode  auth;
-	char              *server_name; // client: expected peer name (and SNI)
+	mbedtls_ssl_config   conf;
+	int                  suites[MAX_SUITES + 1]; // 0-terminated
+	mbedtls_ecp_group_id groups[MAX_GROUPS + 1]; // NONE-terminated
+	// Server only: resumption state, shared by the connections of this
+	// configuration (mbed TLS locks both). A reload makes a new
+	// configuration, so tickets and cached sessions of the old one, which
+	// may name a client certificate the new CA would refuse, do not resume.
+	mbedtls_ssl_ticket_context ticket;
+	mbedtls_ssl_cache_context  cache;
+	bool                       resumption;
+	mbedtls_x509_crt           ca;
+	mbedtls_x509_crl           crl;
+	bool                       have_ca;
+	bool                       have_crl;
+	own_cert                  *certs;
+	nng_tls_mode               mode;
+	nng_tls_auth_mode          auth;
+	char                      *server_name; // client: expected peer name (and SNI)
 };
 
 struct nng_tls_engine_conn {
@@ -96,13 +122,277 @@ static int minor_version(nng_tls_version v)
 }
 
 // ---------------------------------------------------------------------------
+// Groups, cipher suites, CPU
+
+// Params for the nng_tls_config_alloc call running on this thread (set by
+// tls_engine_config_alloc, read by cfg_init, which NNG runs synchronously).
+static _Thread_local const tls_engine_params *pending_params;
+
+// Aliases for group names that mbed TLS does not know by itself.
+static const struct {
+	const char *alias;
+	const char *name;
+} group_alias[] = {
+	{ "p-256", "secp256r1" },
+	{ "prime256v1", "secp256r1" },
+	{ "p-384", "secp384r1" },
+	{ "p-521", "secp521r1" },
+	{ "curve25519", "x25519" },
+};
+
+// True when the CPU has AES instructions; see tls_engine.h. mbed TLS 2.28
+// uses AES-NI (with PCLMULQDQ for GCM) on x86-64; it has no code for the
+// ARMv8 crypto extension (3.5's AESCE), so there the HWCAP bit alone does
+// not make AES fast.
+static bool cpu_aes(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	unsigned a, b, c, d;
+	if (__get_cpuid(1, &a, &b, &c, &d) == 0) {
+		return false;
+	}
+	bool hw = (c & bit_AES) != 0 && (c & bit_PCLMUL) != 0;
+#if defined(MBEDTLS_AESNI_C) && defined(MBEDTLS_HAVE_X86_64)
+	return hw && mbedtls_aesni_has_support(MBEDTLS_AESNI_AES)
+	    && mbedtls_aesni_has_support(MBEDTLS_AESNI_CLMUL);
+#else
+	(void)hw;
+	return false; // software AES: ChaCha20 is faster
+#endif
+#elif defined(__aarch64__) && defined(HWCAP_AES)
+	bool hw = (getauxval(AT_HWCAP) & HWCAP_AES) != 0;
+#if defined(MBEDTLS_AESCE_C)
+	return hw;
+#else
+	(void)hw;
+	return false;
+#endif
+#elif defined(__arm__) && defined(HWCAP2_AES)
+	bool hw = (getauxval(AT_HWCAP2) & HWCAP2_AES) != 0;
+#if defined(MBEDTLS_AESCE_C)
+	return hw;
+#else
+	(void)hw;
+	return false;
+#endif
+#else
+	return false;
+#endif
+}
+
+static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
+static bool           cpu_aes_fast;
+
+static void cpu_probe(void)
+{
+	cpu_aes_fast = cpu_aes();
+}
+
+bool tls_engine_aes_fast(void)
+{
+	pthread_once(&cpu_once, cpu_probe);
+	return cpu_aes_fast;
+}
+
+const char *tls_engine_defaults_text(void)
+{
+	return tls_engine_aes_fast() ? "groups=" TLS_ENGINE_DEFAULT_GROUPS
+	                               " ciphers=AES-GCM first (CPU has AES instructions)"
+	                             : "groups=" TLS_ENGINE_DEFAULT_GROUPS
+	                               " ciphers=ChaCha20-Poly1305 first (no AES "
+	                               "instructions in use)";
+}
+
+// Copies the next name of a ':', ',' or blank separated list into tok
+// (lower case when lower is set), and advances *sp. Returns false at the
+// end of the list or for a name longer than toklen-1 (then tok holds its
+// start, for the error message).
+static bool next_name(const char **sp, char *tok, size_t toklen, bool lower, bool *too_long)
+{
+	const char *s = *sp;
+	size_t      n = 0;
+	*too_long     = false;
+	while (*s == ':' || *s == ',' || isspace((unsigned char)*s)) {
+		s++;
+	}
+	if (*s == '\0') {
+		*sp = s;
+		return false;
+	}
+	while (*s != '\0' && *s != ':' && *s != ',' && !isspace((unsigned char)*s)) {
+		if (n + 1 < toklen) {
+			char ch  = *s;
+			tok[n++] = lower ? (char)tolower((unsigned char)ch)
+			                 : (char)toupper((unsigned char)ch);
+		} else {
+			*too_long = true;
+		}
+		s++;
+	}
+	tok[n] = '\0';
+	*sp    = s;
+	return true;
+}
+
+// Fills out (NONE-terminated) from a group list, or with the defaults for
+// NULL/"". Returns 0, or NNG_EINVAL with a message.
+static int parse_groups(const char *list, mbedtls_ecp_group_id *out, char *err, size_t errlen)
+{
+	static const char *defaults[] = { "x25519", "secp256r1", "secp384r1" };
+	size_t             n          = 0;
+	char               tok[64];
+	bool               too_long;
+
+	if (list == NULL || list[0] == '\0') {
+		for (size_t i = 0; i < sizeof(defaults) / sizeof(defaults[0]); i++) {
+			const mbedtls_ecp_curve_info *ci
+			    = mbedtls_ecp_curve_info_from_name(defaults[i]);
+			if (ci != NULL) {
+				out[n++] = ci->grp_id;
+			}
+		}
+		out[n] = MBEDTLS_ECP_DP_NONE;
+		return 0;
+	}
+	while (next_name(&list, tok, sizeof(tok), true, &too_long)) {
+		const char *name = tok;
+		for (size_t i = 0; i < sizeof(group_alias) / sizeof(group_alias[0]); i++) {
+			if (strcmp(tok, group_alias[i].alias) == 0) {
+				name = group_alias[i].name;
+			}
+		}
+		const mbedtls_ecp_curve_info *ci = NULL;
+		for (const mbedtls_ecp_curve_info *c = mbedtls_ecp_curve_list();
+		     !too_long && c->grp_id != MBEDTLS_ECP_DP_NONE; c++) {
+			if (strcasecmp(c->name, name) == 0) {
+				ci = c;
+				break;
+			}
+		}
+		if (ci == NULL) {
+			snprintf(err, errlen, "unknown group \"%s\"", tok);
+			return NNG_EINVAL;
+		}
+		bool dup = false;
+		for (size_t i = 0; i < n; i++) {
+			dup = dup || out[i] == ci->grp_id;
+		}
+		if (dup) {
+			continue;
+		}
+		if (n == MAX_GROUPS) {
+			snprintf(err, errlen, "more than %d groups", MAX_GROUPS);
+			return NNG_EINVAL;
+		}
+		out[n++] = ci->grp_id;
+	}
+	if (n == 0) {
+		snprintf(err, errlen, "no group given");
+		return NNG_EINVAL;
+	}
+	out[n] = MBEDTLS_ECP_DP_NONE;
+	return 0;
+}
+
+// Appends suite id to out (n entries so far) unless present or unknown.
+static void add_suite(int *out, size_t *n, int id)
+{
+	if (id == 0 || mbedtls_ssl_ciphersuite_from_id(id) == NULL || *n == MAX_SUITES) {
+		return;
+	}
+	for (size_t i = 0; i < *n; i++) {
+		if (out[i] == id) {
+			return;
+		}
+	}
+	out[(*n)++] = id;
+}
+
+// Fills out (0-terminated) from a cipher suite list, or with the
+// defaults for NULL/"": the ECDHE AEAD suites in the order the CPU runs
+// fastest (AES-GCM or ChaCha20-Poly1305 first), then the rest of mbed
+// TLS's own list. Returns 0, or NNG_EINVAL with a message.
+static int parse_suites(const char *list, int *out, char *err, size_t errlen)
+{
+	static const int gcm[] = {
+		MBEDTLS_TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+		MBEDTLS_TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+		MBEDTLS_TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+		MBEDTLS_TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+	};
+	static const int chacha[] = {
+		MBEDTLS_TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+		MBEDTLS_TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+	};
+	size_t n = 0;
+	char   tok[96];
+	bool   too_long;
+
+	if (list == NULL || list[0] == '\0') {
+		const int *first  = tls_engine_aes_fast() ? gcm : chacha;
+		size_t     nfirst = tls_engine_aes_fast() ? 4 : 2;
+		const int *then   = tls_engine_aes_fast() ? chacha : gcm;
+		size_t     nthen  = tls_engine_aes_fast() ? 2 : 4;
+		for (size_t i = 0; i < nfirst; i++) {
+			add_suite(out, &n, first[i]);
+		}
+		for (size_t i = 0; i < nthen; i++) {
+			add_suite(out, &n, then[i]);
+		}
+		for (const int *id = mbedtls_ssl_list_ciphersuites(); *id != 0; id++) {
+			add_suite(out, &n, *id);
+		}
+		out[n] = 0;
+		return 0;
+	}
+	while (next_name(&list, tok, sizeof(tok), false, &too_long)) {
+		for (char *c = tok; *c != '\0'; c++) {
+			if (*c == '_') {
+				*c = '-';
+			}
+		}
+		int id = too_long ? 0 : mbedtls_ssl_get_ciphersuite_id(tok);
+		if (id == 0) {
+			snprintf(err, errlen, "unknown cipher suite \"%s\"", tok);
+			return NNG_EINVAL;
+		}
+		add_suite(out, &n, id);
+	}
+	if (n == 0) {
+		snprintf(err, errlen, "no cipher suite given");
+		return NNG_EINVAL;
+	}
+	out[n] = 0;
+	return 0;
+}
+
+// Checks params; see tls_engine.h.
+int tls_engine_params_check(const tls_engine_params *p, char *err, size_t errlen)
+{
+	mbedtls_ecp_group_id groups[MAX_GROUPS + 1];
+	int                  suites[MAX_SUITES + 1];
+	int                  rv;
+	if (p == NULL) {
+		return 0;
+	}
+	if ((rv = parse_groups(p->groups, groups, err, errlen)) != 0) {
+		return rv;
+	}
+	return parse_suites(p->ciphers, suites, err, errlen);
+}
+
+// ---------------------------------------------------------------------------
 // Configuration objects
 
-// Prepares a configuration for a server or a client. Returns 0, or
+// Prepares a configuration for a server or a client, with the params of
+// tls_engine_config_alloc if it is the caller. A server gets session
+// tickets and a session cache. Returns 0, NNG_EINVAL for bad params, or
 // NNG_ENOMEM/NNG_ECRYPTO if mbed TLS cannot set up its defaults.
 static int cfg_init(nng_tls_engine_config *cfg, nng_tls_mode mode)
 {
-	int endpoint = mode == NNG_TLS_MODE_SERVER ? MBEDTLS_SSL_IS_SERVER : MBEDTLS_SSL_IS_CLIENT;
+	int  endpoint = mode == NNG_TLS_MODE_SERVER ? MBEDTLS_SSL_IS_SERVER : MBEDTLS_SSL_IS_CLIENT;
+	char err[128];
+	const tls_engine_params *p = pending_params;
 
 	cfg->mode = mode;
 	cfg->auth
@@ -110,11 +400,19 @@ static int cfg_init(nng_tls_engine_config *cfg, nng_tls_mode mode)
 	mbedtls_ssl_config_init(&cfg->conf);
 	mbedtls_x509_crt_init(&cfg->ca);
 	mbedtls_x509_crl_init(&cfg->crl);
+	mbedtls_ssl_ticket_init(&cfg->ticket);
+	mbedtls_ssl_cache_init(&cfg->cache);
 	if (mbedtls_ssl_config_defaults(
 	        &cfg->conf, endpoint, MBEDTLS_SSL_TRANSPORT_STREAM, MBEDTLS_SSL_PRESET_DEFAULT)
 	    != 0) {
 		return NNG_ECRYPTO;
 	}
+	if (parse_groups(p != NULL ? p->groups : NULL, cfg->groups, err, sizeof(err)) != 0
+	    || parse_suites(p != NULL ? p->ciphers : NULL, cfg->suites, err, sizeof(err)) != 0) {
+		return NNG_EINVAL;
+	}
+	mbedtls_ssl_conf_curves(&cfg->conf, cfg->groups);
+	mbedtls_ssl_conf_ciphersuites(&cfg->conf, cfg->suites);
 	mbedtls_ssl_conf_rng(&cfg->conf, rng_random, NULL);
 	mbedtls_ssl_conf_authmode(&cfg->conf,
 	    mode == NNG_TLS_MODE_SERVER ? MBEDTLS_SSL_VERIFY_NONE : MBEDTLS_SSL_VERIFY_REQUIRED);
@@ -123,7 +421,39 @@ static int cfg_init(nng_tls_engine_config *cfg, nng_tls_mode mode)
 	mbedtls_ssl_conf_max_version(
 	    &cfg->conf, MBEDTLS_SSL_MAJOR_VERSION_3, MBEDTLS_SSL_MINOR_VERSION_3);
 	mbedtls_ssl_conf_renegotiation(&cfg->conf, MBEDTLS_SSL_RENEGOTIATION_DISABLED);
+	if (mode == NNG_TLS_MODE_SERVER) {
+		// Ticket keys come from our generator and stay in memory; mbed
+		// TLS makes a new one every lifetime and accepts the previous.
+		if (mbedtls_ssl_ticket_setup(&cfg->ticket, rng_random, NULL,
+		        MBEDTLS_CIPHER_AES_256_GCM, TLS_ENGINE_TICKET_LIFETIME_S)
+		    != 0) {
+			// NNG does not call fini after a failed init.
+			mbedtls_ssl_ticket_free(&cfg->ticket);
+			mbedtls_ssl_config_free(&cfg->conf);
+			return NNG_ECRYPTO;
+		}
+		mbedtls_ssl_conf_session_tickets_cb(
+		    &cfg->conf, mbedtls_ssl_ticket_write, mbedtls_ssl_ticket_parse, &cfg->ticket);
+		mbedtls_ssl_cache_set_max_entries(&cfg->cache, TLS_ENGINE_CACHE_ENTRIES);
+		mbedtls_ssl_cache_set_timeout(&cfg->cache, TLS_ENGINE_TICKET_LIFETIME_S);
+		mbedtls_ssl_conf_session_cache(
+		    &cfg->conf, &cfg->cache, mbedtls_ssl_cache_get, mbedtls_ssl_cache_set);
+		cfg->resumption = true;
+	}
 	return 0;
+}
+
+// Allocates a configuration with params; see tls_engine.h.
+int tls_engine_config_alloc(nng_tls_config **cfgp, nng_tls_mode mode, const tls_engine_params *p)
+{
+	char err[128];
+	if (tls_engine_params_check(p, err, sizeof(err)) != 0) {
+		return NNG_EINVAL;
+	}
+	pending_params = p;
+	int rv         = nng_tls_config_alloc(cfgp, mode);
+	pending_params = NULL;
+	return rv;
 }
 
 // Frees everything a configuration owns; it is not used by any connection
@@ -138,6 +468,8 @@ static void cfg_fini(nng_tls_engine_config *cfg)
 		free(oc);
 	}
 	mbedtls_ssl_config_free(&cfg->conf);
+	mbedtls_ssl_ticket_free(&cfg->ticket);
+	mbedtls_ssl_cache_free(&cfg->cache);
 	mbedtls_x509_crt_free(&cfg->ca);
 	mbedtls_x509_crl_free(&cfg->crl);
 	free(cfg->server_name);

@@ -11,7 +11,14 @@
 //   still accepted);
 // - "verified" is false until the handshake is over;
 // - the peer's common name and subject are recorded when the handshake
-//   completes and can be read back with tls_engine_peer().
+//   completes and can be read back with tls_engine_peer();
+// - cheap defaults for a server: key exchange on X25519, secp256r1 or
+//   secp384r1 (P-521 only when configured), AES-GCM first where the CPU
+//   has AES instructions that mbed TLS uses and ChaCha20-Poly1305 first
+//   where it has not, and resumption by session tickets (keys in memory
+//   only, rotated every hour) and a bounded session-ID cache, so that a
+//   returning client does no public-key operation
+//   (docs/decisions/0008-tls-handshake-cost.md).
 //
 // Threads: NNG calls the engine with the connection's lock held, from its
 // task threads or from whichever thread calls into the stream. Everything
@@ -23,6 +30,7 @@
 #include <stddef.h>
 
 #include <nng/nng.h>
+#include <nng/supplemental/tls/tls.h>
 
 // What the handshake established about the peer of one connection.
 typedef struct tls_peer {
@@ -33,6 +41,45 @@ typedef struct tls_peer {
 	              // not printable ASCII/UTF-8 without controls)
 	char subject[256]; // subject DN, e.g. "CN=client1, O=Acme"
 } tls_peer;
+
+// Choices a configuration may make beyond what NNG's API carries. Each
+// string is a list separated by ':', ',' or spaces; NULL or "" keeps the
+// default. Names are case-insensitive.
+typedef struct tls_engine_params {
+	// Key exchange groups in preference order: x25519, secp256r1 (P-256,
+	// prime256v1), secp384r1 (P-384), secp521r1 (P-521), brainpoolP256r1,
+	// brainpoolP384r1, brainpoolP512r1, secp256k1.
+	const char *groups;
+	// Cipher suites in preference order, IANA names with '_' or '-'
+	// (TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256).
+	const char *ciphers;
+} tls_engine_params;
+
+// The defaults, as text for logs and documentation.
+#define TLS_ENGINE_DEFAULT_GROUPS "x25519:secp256r1:secp384r1"
+
+// Resumption: lifetime of a session ticket (its key lives twice as long)
+// and of a session-ID cache entry, and the cache's size.
+#define TLS_ENGINE_TICKET_LIFETIME_S 3600
+#define TLS_ENGINE_CACHE_ENTRIES     1024
+
+// Checks params without building anything. Returns 0, or NNG_EINVAL with
+// err naming the first unknown or unusable name (e.g. `unknown group
+// "p-999"`).
+int tls_engine_params_check(const tls_engine_params *p, char *err, size_t errlen);
+
+// nng_tls_config_alloc with params applied (NULL: defaults). Must be
+// called after tls_engine_init succeeded. Returns 0, NNG_EINVAL for
+// params that tls_engine_params_check refuses, or NNG's error.
+int tls_engine_config_alloc(nng_tls_config **cfgp, nng_tls_mode mode, const tls_engine_params *p);
+
+// True when the CPU has AES instructions (cpuid on x86, HWCAP on ARM) and
+// this mbed TLS uses them, which is when AES-GCM comes first by default.
+bool tls_engine_aes_fast(void);
+
+// The cipher suite and group choices a default configuration makes, for
+// a log line (static text).
+const char *tls_engine_defaults_text(void);
 
 // Registers the engine with NNG (once per process; later calls return the
 // first result). TLS configurations allocated before the first call keep

@@ -230,8 +230,15 @@ nmq_err tls_pem_config_build(
 		mode = o->fail_if_no_peer_cert ? NNG_TLS_AUTH_MODE_REQUIRED
 		                               : NNG_TLS_AUTH_MODE_OPTIONAL;
 	}
+	tls_engine_params params = { .groups = o->groups, .ciphers = o->ciphers };
+	char              why[128];
+	if (tls_engine_params_check(&params, why, sizeof(why)) != 0) {
+		snprintf(err, errlen, "%s: %s", name, why);
+		tls_files_free(&f);
+		return NMQ_EINVAL;
+	}
 	e = NMQ_ETLS;
-	if ((rv = nng_tls_config_alloc(&cfg, tmode)) != 0) {
+	if ((rv = tls_engine_config_alloc(&cfg, tmode, &params)) != 0) {
 		snprintf(
 		    err, errlen, "%s: cannot create TLS configuration: %s", name, nng_strerror(rv));
 		e = transport_err_from_nng(rv);
@@ -265,10 +272,16 @@ fail:
 // Checks the files of a TLS endpoint; see tls_pem.h.
 nmq_err tls_pem_check(const tls_pem_spec *s, char *err, size_t errlen)
 {
-	tls_files f;
-	nmq_err   e = tls_files_load(s, &f, err, errlen);
+	tls_files         f;
+	tls_engine_params params = { .groups = s->groups, .ciphers = s->ciphers };
+	char              why[128];
+	nmq_err           e = tls_files_load(s, &f, err, errlen);
 	if (e == NMQ_OK) {
 		tls_files_free(&f);
+	}
+	if (e == NMQ_OK && tls_engine_params_check(&params, why, sizeof(why)) != 0) {
+		snprintf(err, errlen, "%s: %s", s->name != NULL ? s->name : "tls", why);
+		e = NMQ_EINVAL;
 	}
 	return e;
 }

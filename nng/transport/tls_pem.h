@@ -27,6 +27,8 @@ typedef struct tls_pem_spec {
 	const char *key_password; // NULL: the key is not encrypted
 	bool        verify_peer; // ask for (and verify) the peer's certificate
 	bool        fail_if_no_peer_cert; // with verify_peer: refuse a peer without one
+	const char *groups; // key exchange groups (tls_engine_params), NULL = default
+	const char *ciphers; // cipher suites (tls_engine_params), NULL = default
 } tls_pem_spec;
 
 // Reads and checks the files of s without building anything. Returns

@@ -47,6 +47,8 @@ typedef struct conf_listener {
 	char    *key_password;
 	bool     verify_peer;
 	bool     fail_if_no_peer_cert;
+	char    *groups; // key exchange groups, NULL = the TLS engine's defaults
+	char    *ciphers; // cipher suites, NULL = the TLS engine's defaults
 	uint32_t max_connections; // open at once on this listener, 0 = no limit
 } conf_listener;
 
@@ -307,5 +309,14 @@ nmq_err conf_schema_markdown(FILE *out);
 // Returns "tcp", "ssl", "ws" or "wss" for an enum conf_listener_kind, or
 // "?" for anything else.
 const char *conf_listener_kind_name(int kind);
+
+// Checks a TLS listener's `groups` and `ciphers` lists (either may be
+// NULL); returns 0, or non-zero with a reason in why. The configuration
+// code knows no TLS library, so the program installs the check (the TLS
+// engine's) before conf_load; without one the lists are not checked
+// until the listener starts. Not thread-safe: set once at startup.
+typedef int (*conf_tls_params_check_fn)(
+    const char *groups, const char *ciphers, char *why, size_t whylen);
+void conf_set_tls_params_check(conf_tls_params_check_fn fn);
 
 #endif // NMQ_CONF_H

@@ -19,11 +19,21 @@ enum {
 	TLS_KEY_PASSWORD,
 	TLS_VERIFY_PEER,
 	TLS_FAIL_IF_NO_PEER_CERT,
+	TLS_GROUPS,
+	TLS_CIPHERS,
 	TLS_N,
 };
 
 static const char *tls_names[TLS_N] = { "keyfile", "certfile", "cacertfile", "key_password",
-	"verify_peer", "fail_if_no_peer_cert" };
+	"verify_peer", "fail_if_no_peer_cert", "groups", "ciphers" };
+
+static conf_tls_params_check_fn tls_params_check;
+
+// Installs the check of `groups` and `ciphers`; see conf.h.
+void conf_set_tls_params_check(conf_tls_params_check_fn fn)
+{
+	tls_params_check = fn;
+}
 
 static const char *kind_names[] = { "tcp", "ssl", "ws", "wss" };
 
@@ -51,6 +61,8 @@ void conf_listener_free(conf_listener *l)
 	free(l->certfile);
 	free(l->cacertfile);
 	free(l->key_password);
+	free(l->groups);
+	free(l->ciphers);
 	memset(l, 0, sizeof(*l));
 }
 
@@ -104,6 +116,14 @@ static int tls_copy(conf_listener *dst, const conf_listener *src, int i)
 	case TLS_KEY_PASSWORD:
 		sd = &dst->key_password;
 		ss = src->key_password;
+		break;
+	case TLS_GROUPS:
+		sd = &dst->groups;
+		ss = src->groups;
+		break;
+	case TLS_CIPHERS:
+		sd = &dst->ciphers;
+		ss = src->ciphers;
 		break;
 	case TLS_VERIFY_PEER:
 		dst->verify_peer = src->verify_peer;
@@ -417,6 +437,17 @@ static void build(
 		check_file(ctx, st, name, &b, TLS_KEYFILE, b.l.keyfile);
 		check_file(ctx, st, name, &b, TLS_CERTFILE, b.l.certfile);
 		check_file(ctx, st, name, &b, TLS_CACERTFILE, b.l.cacertfile);
+		for (int i = TLS_GROUPS; i <= TLS_CIPHERS && tls_params_check != NULL; i++) {
+			if (b.src[i] == NULL
+			    || tls_params_check(i == TLS_GROUPS ? b.l.groups : NULL,
+			           i == TLS_CIPHERS ? b.l.ciphers : NULL, why, sizeof(why))
+			        == 0) {
+				continue;
+			}
+			snprintf(dkey, sizeof(dkey), "listeners.%s.%s", name, tls_names[i]);
+			conf_key_msg(ctx, true, b.src[i], dkey, "%s", why);
+			bad = true;
+		}
 	}
 	for (int i = 0; i < st->n && !bad; i++) {
 		const conf_listener *o = &st->out[i].l;

@@ -50,7 +50,24 @@
 	{ .path = "listeners." kind ".fail_if_no_peer_cert", O##_fail_if_no_peer_cert .type = CONF_T_BOOL, \
 	    .store = CONF_ST_BOOL, LF(fail_if_no_peer_cert), .flags = CONF_F_TLSFILE, \
 	    .def = "false", .def_doc = inherit, \
-	    .help = "With verify_peer: refuse a client that sends no certificate." }
+	    .help = "With verify_peer: refuse a client that sends no certificate." }, \
+	{ .path = "listeners." kind ".groups", .type = CONF_T_STR, .store = CONF_ST_STR, \
+	    LF(groups), .reload = true, .flags = CONF_F_TLSFILE, \
+	    .def_doc = (inherit) != NULL ? (inherit) : "`x25519:secp256r1:secp384r1`", \
+	    .help = "Key exchange groups (ECDHE curves), most preferred first, separated by `:` " \
+	        "(extension): x25519, secp256r1 (P-256), secp384r1 (P-384), secp521r1 (P-521), " \
+	        "brainpoolP256r1/P384r1/P512r1. The first one the client also offers is used." }, \
+	{ .path = "listeners." kind ".ciphers", .type = CONF_T_STR, .store = CONF_ST_STR, \
+	    LF(ciphers), .reload = true, .flags = CONF_F_TLSFILE, \
+	    .def_doc = (inherit) != NULL ? (inherit) \
+	                                 : "AES-GCM first on a CPU with AES instructions, else " \
+	                                   "ChaCha20-Poly1305 first", \
+	    .help = "TLS 1.2 cipher suites, most preferred first, IANA names separated by `:` " \
+	        "(extension), e.g. `TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256:" \
+	        "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256`. The default puts the ECDHE AES-GCM " \
+	        "suites first where the CPU has AES instructions (detected at startup) and " \
+	        "ChaCha20-Poly1305 first where it has not, followed by the rest of mbed TLS's " \
+	        "list." }
 
 #define SSL_keyfile \
 	.env = "NANOMQ_TLS_KEY_PATH", .flat = "tls.keyfile", OPT(0, "key", key),
