@@ -564,7 +564,7 @@ static int run(const cli_args *args, nmq_conf *conf, const char *argv0, int read
 		goto fail;
 	}
 	ctl_start(&srv);
-	log_warn("main",
+	log_info("main",
 	    "event=started version=%s workers=%d listeners=%d pid_file=%s cmd_ipc_url=%s",
 	    NMQ_VERSION, workq_size(srv.wq), srv.n_listeners, srv.conf.pid_file,
 	    srv.conf.enable_ipc_internal ? srv.conf.cmd_ipc_url : "off");
@@ -596,7 +596,7 @@ static int run(const cli_args *args, nmq_conf *conf, const char *argv0, int read
 		} else if (sig == SIGUSR1) {
 			log_reopen();
 		} else {
-			log_warn("main", "event=stopping signal=%s",
+			log_info("main", "event=stopping signal=%s",
 			    sig == SIGINT ? "SIGINT" : "SIGTERM");
 			break;
 		}
@@ -642,7 +642,7 @@ static int run(const cli_args *args, nmq_conf *conf, const char *argv0, int read
 #endif
 		}
 	}
-	log_warn("main", "event=stopped");
+	log_info("main", "event=stopped");
 	*conf = srv.conf;
 	if (srv.have_boot) {
 		conf_free(&srv.boot);

@@ -294,10 +294,11 @@ class TestLogging(OpsTestCase):
         self.assertNotIn("client_id=rot-00 ", self.read(live) + " ")
         self.assert_stops(inst2)
 
-    # log.level filtering: info shows connect lines, warn does not (but
-    # still shows warn lines such as the start); error hides both.
+    # log.level filtering: info shows connect lines and the lifecycle lines
+    # (started, stopping, stopped); warn and error hide both (systemd
+    # records start and stop itself, from READY=1 and STOPPING=1).
     def test_level_filtering(self):
-        for level, connect_shown, start_shown in (("info", True, True), ("warn", False, True),
+        for level, connect_shown, start_shown in (("info", True, True), ("warn", False, False),
                                                   ("error", False, False)):
             with self.subTest(level=level):
                 inst, port = self.start("log { to = [console], level = %s }" % level)
@@ -307,6 +308,7 @@ class TestLogging(OpsTestCase):
                 out = inst.output()
                 self.assertEqual("client_id=lvl-" + level + " " in out, connect_shown, out)
                 self.assertEqual("event=started" in out, start_shown, out)
+                self.assertEqual("event=stopping" in out, start_shown, out)
                 self.assertEqual("event=stopped" in out, start_shown, out)
 
     # Precedence for log.level: file < NANOMQ_LOG_LEVEL < --log_level.
