@@ -154,76 +154,6 @@ class ConformanceV5(BrokerTestCase):
         self.assertTrue(ack.session_present, "session of %r not found: %r" % (aid, ack))
         self.assertTrue(named.is_open(0.1))
 
-    # [MQTT5-3.1.2-29]: with Request Problem Information 0 the server sends no
-    # Reason String and no User Property on SUBACK, UNSUBACK, PUBACK, PUBREC,
-    # PUBCOMP, even for failures.
-    @skip_on_mosquitto("mosquitto 2.0.11 answers an invalid filter with DISCONNECT 0x81, "
-                       "which the spec allows too")
-    def test_request_problem_information_0(self):
-        r = self.raw(V)
-        ack = r.connect("rpi0", props={"RequestProblemInformation": 0})
-        self.assertEqual(ack.rc, 0)
-        acks = [r.subscribe([("rpi/ok", 1), ("rpi/#/bad", 1), ("$share/g/rpi/s", 1)]),
-                r.unsubscribe(["rpi/none", "rpi/#/bad"]),
-                r.publish("rpi/t", b"x", qos=1),
-                r.publish("rpi/t", b"x", qos=2)]
-        r.send(nmq.ack_bytes(PUBREL, 999, version=V))  # an unknown id: PUBCOMP 0x92
-        acks.append(r.expect(PUBCOMP, pid=999))
-        r.send(nmq.publish_bytes("rpi/t", b"y", 2, pid=500, version=V))
-        acks.append(r.expect(PUBREC, pid=500))
-        for a in acks:
-            self.assertNotIn("ReasonString", a.props, a)
-            self.assertNotIn("UserProperty", a.props, a)
-
-    # [MQTT5-3.9.3-2] [MQTT5-3.8.4-7]: every SUBACK code is a Subscribe Reason
-    # Code: the granted QoS or a failure; [MQTT5-3.11.3-2] [MQTT5-3.11.3-1]:
-    # every UNSUBACK code is an Unsubscribe Reason Code, in filter order;
-    # [MQTT5-3.10.4-6]: one UNSUBSCRIBE with several filters is handled as that
-    # many UNSUBSCRIBEs with one UNSUBACK, and only the named subscriptions end
-    # ([MQTT5-3.10.4-1]/[MQTT5-3.10.4-2]).
-    @skip_on_mosquitto("mosquitto 2.0.11 answers an invalid filter with DISCONNECT 0x81, "
-                       "which the spec allows too")
-    def test_suback_unsuback_codes(self):
-        r = self.raw(V, "codes")
-        s = r.subscribe([("k/0", 0), ("k/1", 1), ("k/2", 2), ("k/#/x", 1), ("k/3", 1)])
-        self.assertEqual(len(s.codes), 5)
-        self.assertEqual(s.codes[:3] + s.codes[4:], [0, 1, 2, 1])
-        self.assertGreaterEqual(s.codes[3], 0x80)
-        for c in s.codes:
-            self.assertIn(c, SUBACK_CODES, "SUBACK %r" % s)
-        r.expect_nothing(0.3, types=(SUBACK,))
-        u = r.unsubscribe(["k/0", "k/none", "k/2", "k/#/x"])
-        self.assertEqual(len(u.codes), 4)
-        self.assertEqual(u.codes[0], 0x00)
-        self.assertEqual(u.codes[2], 0x00)
-        self.assertIn(u.codes[1], (0x00, 0x11), "a filter with no subscription: %r" % u)
-        for c in u.codes:
-            self.assertIn(c, UNSUBACK_CODES, "UNSUBACK %r" % u)
-        r.expect_nothing(0.3, types=(UNSUBACK,))
-        p = self.raw(V, "kpub")
-        for t in ("k/0", "k/1", "k/2", "k/3"):
-            p.publish(t, t.encode(), qos=1)
-        got = r.expect_publishes(2, ack=True)
-        self.assertEqual(sorted(g.topic for g in got), ["k/1", "k/3"])
-        r.expect_nothing(0.5, types=(PUBLISH,))
-
-    # [MQTT5-3.9.2-1]/[MQTT5-3.9.2-2]/[MQTT5-3.11.2-1]/[MQTT5-3.11.2-2]: a
-    # SUBACK or UNSUBACK never grows past the client's Maximum Packet Size
-    # with a Reason String or User Property: it still arrives, without them
-    # ([MQTT5-3.1.2-24]).
-    @skip_on_mosquitto("mosquitto 2.0.11 answers an invalid filter with DISCONNECT 0x81, "
-                       "which the spec allows too")
-    def test_acks_fit_the_client_maximum_packet_size(self):
-        r = self.raw(V)
-        self.assertEqual(r.connect("small", props={"MaximumPacketSize": 12}).rc, 0)
-        s = r.subscribe([("sm/#/bad", 1)])
-        self.assertLessEqual(wire_size(s), 12, s)
-        self.assertGreaterEqual(s.codes[0], 0x80)
-        u = r.unsubscribe(["sm/none"])
-        self.assertLessEqual(wire_size(u), 12, u)
-        s = r.subscribe([("sm/ok", 1)])
-        self.assertEqual(s.codes, [1])
-
     # [MQTT5-3.14.2-2]: a DISCONNECT from the server never carries a Session
     # Expiry Interval; [MQTT5-3.14.2-1]: its reason code is a Disconnect
     # Reason Code; [MQTT5-3.14.4-1]/[MQTT5-3.14.4-2]: it is the last packet and
@@ -480,6 +410,83 @@ class ConformanceV5(BrokerTestCase):
         i, got = self.first_receiver(members)
         members[i].abort()
         members[1 - i].expect_nothing(1.0, types=(PUBLISH,))
+
+
+class RefusedFilterV5(BrokerTestCase):
+    """Failure reason codes from well-formed filters the broker refuses: a
+    filter deeper than mqtt.max_topic_levels gets SUBACK 0x8F (a malformed
+    filter closes the connection instead)."""
+
+    CONF = "mqtt.max_topic_levels = 3"
+
+    # [MQTT5-3.1.2-29]: with Request Problem Information 0 the server sends no
+    # Reason String and no User Property on SUBACK, UNSUBACK, PUBACK, PUBREC,
+    # PUBCOMP, even for failures (here a filter deeper than the limit).
+    @skip_on_mosquitto("mosquitto has no topic level limit")
+    def test_request_problem_information_0(self):
+        r = self.raw(V)
+        ack = r.connect("rpi0", props={"RequestProblemInformation": 0})
+        self.assertEqual(ack.rc, 0)
+        acks = [r.subscribe([("rpi/ok", 1), ("rpi/a/b/c", 1)]),
+                r.unsubscribe(["rpi/none", "rpi/a/b/c"]),
+                r.publish("rpi/t", b"x", qos=1),
+                r.publish("rpi/t", b"x", qos=2)]
+        r.send(nmq.ack_bytes(PUBREL, 999, version=V))  # an unknown id: PUBCOMP 0x92
+        acks.append(r.expect(PUBCOMP, pid=999))
+        r.send(nmq.publish_bytes("rpi/t", b"y", 2, pid=500, version=V))
+        acks.append(r.expect(PUBREC, pid=500))
+        for a in acks:
+            self.assertNotIn("ReasonString", a.props, a)
+            self.assertNotIn("UserProperty", a.props, a)
+
+    # [MQTT5-3.9.3-2] [MQTT5-3.8.4-7]: every SUBACK code is a Subscribe Reason
+    # Code: the granted QoS or a failure (here for a filter deeper than the
+    # broker allows); [MQTT5-3.11.3-2] [MQTT5-3.11.3-1]: every UNSUBACK code
+    # is an Unsubscribe Reason Code, in filter order;
+    # [MQTT5-3.10.4-6]: one UNSUBSCRIBE with several filters is handled as that
+    # many UNSUBSCRIBEs with one UNSUBACK, and only the named subscriptions end
+    # ([MQTT5-3.10.4-1]/[MQTT5-3.10.4-2]).
+    @skip_on_mosquitto("mosquitto has no topic level limit")
+    def test_suback_unsuback_codes(self):
+        r = self.raw(V, "codes")
+        s = r.subscribe([("k/0", 0), ("k/1", 1), ("k/2", 2), ("k/a/b/c", 1), ("k/3", 1)])
+        self.assertEqual(len(s.codes), 5)
+        self.assertEqual(s.codes[:3] + s.codes[4:], [0, 1, 2, 1])
+        self.assertGreaterEqual(s.codes[3], 0x80)
+        for c in s.codes:
+            self.assertIn(c, SUBACK_CODES, "SUBACK %r" % s)
+        r.expect_nothing(0.3, types=(SUBACK,))
+        u = r.unsubscribe(["k/0", "k/none", "k/2", "k/a/b/c"])
+        self.assertEqual(len(u.codes), 4)
+        self.assertEqual(u.codes[0], 0x00)
+        self.assertEqual(u.codes[2], 0x00)
+        self.assertIn(u.codes[1], (0x00, 0x11), "a filter with no subscription: %r" % u)
+        for c in u.codes:
+            self.assertIn(c, UNSUBACK_CODES, "UNSUBACK %r" % u)
+        r.expect_nothing(0.3, types=(UNSUBACK,))
+        p = self.raw(V, "kpub")
+        for t in ("k/0", "k/1", "k/2", "k/3"):
+            p.publish(t, t.encode(), qos=1)
+        got = r.expect_publishes(2, ack=True)
+        self.assertEqual(sorted(g.topic for g in got), ["k/1", "k/3"])
+        r.expect_nothing(0.5, types=(PUBLISH,))
+
+    # [MQTT5-3.9.2-1]/[MQTT5-3.9.2-2]/[MQTT5-3.11.2-1]/[MQTT5-3.11.2-2]: a
+    # SUBACK (here refusing a filter deeper than allowed) or an UNSUBACK never
+    # grows past the client's Maximum Packet Size with a Reason String or User
+    # Property: it still arrives, without them ([MQTT5-3.1.2-24]).
+    @skip_on_mosquitto("mosquitto has no topic level limit")
+    def test_acks_fit_the_client_maximum_packet_size(self):
+        r = self.raw(V)
+        self.assertEqual(r.connect("small", props={"MaximumPacketSize": 20}).rc, 0)
+        s = r.subscribe([("sm/a/b/c", 1)])
+        self.assertLessEqual(wire_size(s), 20, s)
+        self.assertGreaterEqual(s.codes[0], 0x80)
+        u = r.unsubscribe(["sm/none"])
+        self.assertLessEqual(wire_size(u), 20, u)
+        s = r.subscribe([("sm/ok", 1)])
+        self.assertEqual(s.codes, [1])
+
 
 if __name__ == "__main__":
     nmq.main()
