@@ -24,6 +24,11 @@ Client, Both (client and server alike), Sender or Receiver (whichever side
 sends or receives that packet, so a server as well).  A statement whose
 first half binds the client and second half the server (e.g. SUBSCRIBE
 reserved flags) is filed under the side a broker can be tested on.
+An optional fifth column marks a statement no test can apply to this
+broker (a rule for servers without QoS 2, or for enhanced authentication,
+which the broker refuses) and says why: the report lists it as not
+applicable instead of as a gap.  Keep those notes true when the broker
+changes.
 
 The tags
 --------
@@ -80,11 +85,12 @@ SCAN_EXT = (".py", ".c", ".h")
 
 
 class Statement:
-    def __init__(self, sid, section, binds, summary):
+    def __init__(self, sid, section, binds, summary, na=""):
         self.id = sid
         self.section = section
         self.binds = binds
         self.summary = summary
+        self.na = na  # why no test can apply to this broker, or ""
         self.tests = set()  # (relpath, test name)
 
 
@@ -97,17 +103,19 @@ def load_statements(path, errors):
                 continue
             cols = line.split("\t")
             where = "%s:%d" % (path, n)
-            if len(cols) != 4:
-                errors.append("%s: expected 4 tab-separated columns, got %d" % (where, len(cols)))
+            if len(cols) not in (4, 5):
+                errors.append("%s: expected 4 or 5 tab-separated columns, got %d"
+                              % (where, len(cols)))
                 continue
-            sid, section, binds, summary = cols
+            sid, section, binds, summary = cols[:4]
+            na = cols[4] if len(cols) == 5 else ""
             if not re.fullmatch(r"MQTT-[0-9]+(\.[0-9]+)*-[0-9]+", sid):
                 errors.append("%s: malformed statement id %r" % (where, sid))
             if binds not in BINDS:
                 errors.append("%s: binds %r is not one of %s" % (where, binds, ", ".join(BINDS)))
             if sid in out:
                 errors.append("%s: %s listed twice" % (where, sid))
-            out[sid] = Statement(sid, section, binds, summary)
+            out[sid] = Statement(sid, section, binds, summary, na)
     return out
 
 
@@ -282,6 +290,14 @@ def scan(specs, errors):
 
 # --- report ------------------------------------------------------------------
 
+def counts(stmts):
+    """(covered, not applicable, not covered) of some statements."""
+    stmts = list(stmts)
+    cov = sum(1 for s in stmts if s.tests)
+    na = sum(1 for s in stmts if not s.tests and s.na)
+    return cov, na, len(stmts) - cov - na
+
+
 def md(s):
     return s.replace("|", "\\|")
 
@@ -308,16 +324,18 @@ def render(specs, stray):
     w("")
     w("## Summary")
     w("")
-    w("| Specification | Binds | Statements | Covered | Not covered |")
-    w("|---|---|---:|---:|---:|")
+    w("| Specification | Binds | Statements | Covered | Not applicable | Not covered |")
+    w("|---|---|---:|---:|---:|---:|")
     for key, prefix, title, _, stmts in specs:
         for b in BINDS:
             sel = [s for s in stmts.values() if s.binds == b]
-            cov = sum(1 for s in sel if s.tests)
-            w("| %s | %s | %d | %d | %d |" % (title, b, len(sel), cov, len(sel) - cov))
-        cov = sum(1 for s in stmts.values() if s.tests)
-        w("| %s | **all** | %d | %d | %d |" % (title, len(stmts), cov, len(stmts) - cov))
+            cov, na, gap = counts(sel)
+            w("| %s | %s | %d | %d | %d | %d |" % (title, b, len(sel), cov, na, gap))
+        cov, na, gap = counts(stmts.values())
+        w("| %s | **all** | %d | %d | %d | %d |" % (title, len(stmts), cov, na, gap))
     w("")
+    w("\"Not applicable\" statements have no test and a note saying why none")
+    w("can apply to this broker (for example a rule for servers without QoS 2).")
     w("\"Server\" statements are the ones a broker must meet itself; \"Both\",")
     w("\"Sender\" and \"Receiver\" bind a broker too; \"Client\" statements bind")
     w("only the client and are listed for completeness.")
@@ -342,12 +360,14 @@ def render(specs, stray):
                     for rel, test in sorted(s.tests):
                         cells.append("[%s](../%s) `%s`" % (os.path.basename(rel), rel, test))
                     tests = "<br>".join(cells)
+                elif s.na:
+                    tests = "not applicable: %s" % md(s.na)
                 else:
                     tests = "**not covered**"
                 w("| %s | %s | %s | %s |" % (s.id, s.section, md(s.summary), tests))
             w("")
         missing = [s.id for s in sorted(stmts.values(), key=lambda s: id_key(s.id))
-                   if s.binds != "Client" and not s.tests]
+                   if s.binds != "Client" and not s.tests and not s.na]
         w("### %s statements binding a server that no test covers yet (%d)" % (title, len(missing)))
         w("")
         w(", ".join(missing) if missing else "None.")
@@ -402,10 +422,12 @@ def main():
         if errors:
             return 1
         for key, prefix, title, _, stmts in specs:
-            srv = [s for s in stmts.values() if s.binds == "Server"]
-            print("conformance: %s: %d/%d statements covered, Server MUST %d/%d"
-                  % (title, sum(1 for s in stmts.values() if s.tests), len(stmts),
-                     sum(1 for s in srv if s.tests), len(srv)))
+            cov, na, _ = counts(stmts.values())
+            scov, sna, _ = counts(s for s in stmts.values() if s.binds == "Server")
+            nsrv = sum(1 for s in stmts.values() if s.binds == "Server")
+            print("conformance: %s: %d/%d statements covered (%d not applicable), "
+                  "Server MUST %d/%d (%d not applicable)"
+                  % (title, cov, len(stmts), na, scov, nsrv, sna))
         return 0
     with open(report, "w", encoding="utf-8") as f:
         f.write(text)
