@@ -1,4 +1,4 @@
-// The ACL engine: the `auth.acl` rules (compat.md 2.6) turned into an
+// The ACL engine: the `auth.acl` rules (docs/compatibility.md §2) turned into an
 // immutable rule list, and the decision for one PUBLISH topic or one
 // SUBSCRIBE filter of one client.
 //

@@ -1,4 +1,4 @@
-// A small per-client cache of ACL decisions (compat.md 2.6 `auth.cache`):
+// A small per-client cache of ACL decisions (docs/compatibility.md §2, `auth.cache`):
 // the last few (action, topic) -> allow/deny answers of one client, so that
 // a client publishing to the same topics does not walk the rules each time.
 //

@@ -1,6 +1,6 @@
 // Authentication and authorization state of the broker: the password
 // database and the ACL built from one configuration, and the CONNECT
-// decision (compat.md 2.6).
+// decision (docs/compatibility.md §2).
 //
 // Contract:
 // - An auth_ctx is built from a loaded configuration (main thread, at

@@ -2,7 +2,7 @@
 // hash) turned into an immutable lookup table, and the password check the
 // broker runs on CONNECT.
 //
-// Stored values (compat.md 2.6):
+// Stored values (docs/compatibility.md §2, `auth`):
 // - "$7$<iterations>$<base64 salt>$<base64 hash>": PBKDF2-HMAC-SHA512, the
 //   format Mosquitto 2.x's mosquitto_passwd writes (101 iterations, a 12-byte
 //   salt, a 64-byte derived key, standard base64 with '=' padding).

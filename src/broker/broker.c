@@ -618,7 +618,7 @@ static thread_state *thread_state_get(void)
 }
 
 // Authentication: the password list and auth.allow_anonymous
-// (compat.md 2.6).
+// (docs/compatibility.md §2).
 static uint8_t b_authenticate(void *app, const proto_client_info *info)
 {
 	nmq_broker *b = app;
@@ -1159,7 +1159,7 @@ static size_t json_str(char *buf, size_t cap, size_t n, const char *s)
 	return n + 1;
 }
 
-// Publishes $SYS/brokers/client_status/<clientid> (compat.md 5.4).
+// Publishes $SYS/brokers/client_status/<clientid> (docs/compatibility.md §9).
 static void b_client_status(void *app, nmq_session *s, bool online, uint8_t reason,
     const char *peer, const char *username, uint16_t keepalive, bool clean_start)
 {

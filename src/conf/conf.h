@@ -282,7 +282,7 @@ int conf_load_text(nmq_conf *conf, const char *text, size_t len, const char *nam
 
 // Reload support. conf_diff() compares the running configuration a with a
 // newly loaded b and lists every key whose value differs, in schema order,
-// with whether applying it needs a restart (compat.md 1.4). Listeners are
+// with whether applying it needs a restart (docs/compatibility.md §1). Listeners are
 // reported as "listeners.<name>" (added, removed or bind changed: restart)
 // and "listeners.<name>.<file key>" (TLS files: applied to new connections).
 // auth.password and auth.acl are reported as a whole.

@@ -1,5 +1,5 @@
 // The overlays applied on top of the file: NANOMQ_* environment variables
-// (compat.md 2.12), then command-line options (compat.md 4.1). Both are
+// (docs/compatibility.md §3), then command-line options (§5). Both are
 // written into the configuration tree with their own origin ("environment
 // variable NANOMQ_X", "command line option --y"), so that the one
 // validation pass checks them and its messages name the variable or

@@ -59,7 +59,7 @@ enum conf_status {
 	CONF_S_SUPPORTED = 0,
 	CONF_S_NOEFFECT, // accepted and validated; has no effect
 	CONF_S_NOT_YET, // recognised, not supported yet: warning, ignored
-	CONF_S_UNSUPPORTED, // compat.md 2.11: warning, ignored
+	CONF_S_UNSUPPORTED, // never planned: warning, ignored
 };
 
 #define CONF_F_MIN_EXCL    0x1 // min is exclusive

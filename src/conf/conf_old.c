@@ -1,7 +1,7 @@
 // The legacy flat format of NanoMQ before 0.14 (`--old_conf`): one
 // `key=value` per line. Each flat key is mapped onto its HOCON key and
 // written into the configuration tree with the flat file's line, so the
-// usual validation checks it (compat.md 1.5).
+// usual validation checks it (docs/compatibility.md §4).
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

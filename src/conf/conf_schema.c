@@ -1,5 +1,5 @@
 // The configuration schema: one table of every key nanomq.conf may hold
-// (compat.md section 2), with its type, default, range, reloadability,
+// (docs/compatibility.md §2), with its type, default, range, reloadability,
 // alias, help text, the nmq_conf field it fills and whether it is
 // supported. Parsing, validation, defaults, reload and docs/config.md are
 // all driven by this table.

@@ -1,5 +1,5 @@
 // The HOCON reader: the subset of HOCON that nanomq.conf files use (see
-// docs/config.md and compat.md section 1.2), read into a cJSON tree.
+// docs/config.md and docs/compatibility.md §1), read into a cJSON tree.
 //
 // Every node of the tree remembers where it came from (file, line, column),
 // so that validation can say "file:line: key: reason". Unquoted scalars also

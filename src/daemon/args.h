@@ -1,4 +1,4 @@
-// The `nanomq` command line (compat.md §4.1): a verb (start, stop, restart,
+// The `nanomq` command line (docs/compatibility.md §5): a verb (start, stop, restart,
 // reload), the broker options that override the configuration, and the
 // extensions --test, -h/--help and -v/--version.
 //

@@ -1,4 +1,4 @@
-// The command channel (compat.md 1.4 and 4.1, system.cmd_ipc_url): a
+// The command channel (docs/compatibility.md §1 and §5, system.cmd_ipc_url): a
 // request/reply channel on which `nanomq reload` asks the running broker to
 // reload and gets the outcome back. The command line uses an NNG req0
 // socket. The broker serves the channel without NNG (opening any NNG socket

@@ -346,7 +346,7 @@ class TestQosV311(QosCommon, BrokerTestCase):
     CONF = "mqtt.retry_interval = 2s"
     MOSQ_CONF = MOSQ
 
-    # Our contract (compat.md mqtt.retry_interval): unacknowledged QoS 1
+    # Our contract (docs/compatibility.md §2, mqtt.retry_interval): unacknowledged QoS 1
     # messages to a v3.1.1 client are resent on the live connection every
     # retry_interval, with DUP=1 (3.1.1 [MQTT-3.3.1-1]).
     @skip_on_mosquitto("mosquitto 2.0 never retries on a live connection")

@@ -130,7 +130,7 @@ class SessionCommon:
         self.assertEqual(b.expect(PUBLISH).payload, b"B")
 
     # 3.1.1 [MQTT-3.1.2-5] / 5.0 [MQTT5-4.5.0-1] with our bound
-    # mqtt.max_mqueue_len = 10 (compat.md: when the limit is reached the NEW
+    # mqtt.max_mqueue_len = 10 (docs/compatibility.md §2: when the limit is reached the NEW
     # message is dropped for that client): an offline session receives the
     # first 10 of 25 QoS 1 messages, and normal delivery resumes afterwards.
     def test_offline_queue_bound(self):

@@ -25,7 +25,7 @@ def close_time(raw, timeout):
 
 
 class KeepaliveTests(BrokerTestCase):
-    # The retry interval must not stretch the keepalive check (compat.md).
+    # The retry interval must not stretch the keepalive check (docs/compatibility.md §2).
     CONF = "mqtt { keepalive_multiplier = 1.5, retry_interval = 30s }"
 
     def effective_keepalive(self, ack, asked):
@@ -120,7 +120,7 @@ class KeepaliveTests(BrokerTestCase):
 class KeepaliveMultiplierTests(BrokerTestCase):
     CONF = "mqtt.keepalive_multiplier = 2.0"
 
-    # compat.md mqtt.keepalive_multiplier: a client is disconnected after
+    # docs/compatibility.md §2 mqtt.keepalive_multiplier: a client is disconnected after
     # keepalive x multiplier without traffic (2 x 2 s here; 3.9 .. 5.2 s).
     @skip_on_mosquitto("mosquitto has a fixed 1.5 x keep alive")
     def test_multiplier_2(self):

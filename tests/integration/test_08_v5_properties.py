@@ -179,7 +179,7 @@ class V5PropertyTests(BrokerTestCase):
         sa = r.subscribe([("upc/t", 1)], props={"UserProperty": [("s", "1")]})
         self.assertEqual(sa.codes, [1])
 
-    # Our contract (compat.md mqtt.*): the CONNACK advertises Topic Alias
+    # Our contract (docs/compatibility.md §2, mqtt.*): the CONNACK advertises Topic Alias
     # Maximum = max_topic_alias, Receive Maximum = max_awaiting_rel and
     # Maximum Packet Size = max_packet_size (mosquitto has the same three
     # settings, configured alike here).

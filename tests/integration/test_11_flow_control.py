@@ -127,7 +127,7 @@ class InflightWindowTests(BrokerTestCase):
     CONF = "mqtt { max_inflight_window = 3, max_mqueue_len = 5 }"
     MOSQ_CONF = "max_inflight_messages 3\nmax_queued_messages 5"
 
-    # compat.md mqtt.max_inflight_window (flow control applied to 3.1.1):
+    # docs/compatibility.md §2 mqtt.max_inflight_window (flow control applied to 3.1.1):
     # a 3.1.1 client that does not acknowledge gets at most 3 QoS 1 messages
     # in flight; each PUBACK releases one more.
     def test_v311_inflight_window(self):
@@ -143,7 +143,7 @@ class InflightWindowTests(BrokerTestCase):
         self.assertEqual(wait_pub(r).payload, b"3")
         r.expect_nothing(0.5, types=(PUBLISH,))
 
-    # compat.md: inflight = min(client Receive Maximum, window): a v5 client
+    # docs/compatibility.md §2: inflight = min(client Receive Maximum, window): a v5 client
     # announcing 10 still gets only 3 at once.
     @skip_on_mosquitto("mosquitto lets a v5 client's Receive Maximum override max_inflight_messages")
     def test_v5_window_smaller_than_receive_maximum(self):
@@ -157,7 +157,7 @@ class InflightWindowTests(BrokerTestCase):
             wait_pub(r)
         r.expect_nothing(1.0, types=(PUBLISH,))
 
-    # compat.md mqtt.max_mqueue_len (a bound on messages waiting behind the
+    # docs/compatibility.md §2 mqtt.max_mqueue_len (a bound on messages waiting behind the
     # inflight window, online too; new messages are dropped): 3 in flight +
     # 5 queued = the first 8 of 20 messages, nothing lost silently beyond
     # that bound, and the client keeps working.
@@ -186,7 +186,7 @@ class InboundReceiveMaximumTests(BrokerTestCase):
     CONF = "mqtt.max_awaiting_rel = 3"
     MOSQ_CONF = "max_inflight_messages 3"
 
-    # compat.md mqtt.max_awaiting_rel and 5.0 3.3.4 / 4.9: the broker's
+    # docs/compatibility.md §2 mqtt.max_awaiting_rel and 5.0 3.3.4 / 4.9: the broker's
     # Receive Maximum (3) is advertised; a client exceeding it with
     # incomplete QoS 2 flows gets DISCONNECT 0x93 (Receive Maximum
     # exceeded).  The quota comes back as flows complete.
@@ -223,7 +223,7 @@ class InboundReceiveMaximumTests(BrokerTestCase):
 class ClientMaxPacketSizeConfigTests(BrokerTestCase):
     CONF = "mqtt.client_max_packet_size = 1KB"
 
-    # compat.md mqtt.client_max_packet_size: the limit for clients that did
+    # docs/compatibility.md §2 mqtt.client_max_packet_size: the limit for clients that did
     # not announce their own Maximum Packet Size (all 3.1.1 clients): a
     # bigger message is not sent to them, smaller ones are.
     @skip_on_mosquitto("mosquitto has no client_max_packet_size")
@@ -242,7 +242,7 @@ class BackPressureTests(BrokerTestCase):
     CONF = "mqtt { max_inflight_window = 5, max_mqueue_len = 200 }"
     MOSQ_CONF = "max_inflight_messages 5\nmax_queued_messages 200"
 
-    # Design brief ("nothing acknowledged is ever lost") and compat.md
+    # Design brief ("nothing acknowledged is ever lost") and docs/compatibility.md
     # mqtt.max_mqueue_len: with a queue bound large enough for it (>= 128),
     # a publisher that outruns a connected QoS 1 subscriber is slowed down
     # (its socket is not read while the subscriber's queue is past 3/4 of

@@ -231,7 +231,7 @@ class MalformedTests(BrokerTestCase):
             self.bad(5, nmq.subscribe_bytes([("a/b", 0x30 | 1)], 1, version=5),
                      MALFORMED_OR_PROTO, "Retain Handling 3")
 
-    # compat.md mqtt.max_packet_size (1 KB here) and 5.0 3.1.2.11.4 /
+    # docs/compatibility.md §2 mqtt.max_packet_size (1 KB here) and 5.0 3.1.2.11.4 /
     # [MQTT5-3.2.2-15]: a packet above the broker's Maximum Packet Size gets
     # DISCONNECT 0x95 (v5) or a close (3.1.1) -- also when only the header
     # announcing 200 MB has been sent (the limit is checked before the body

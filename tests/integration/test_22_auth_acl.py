@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""22: authentication and access control (compat.md 2.6).
+"""22: authentication and access control (docs/compatibility.md §2).
 
 - CONNECT: allow_anonymous true/false x (no credentials, listed user with
   the right / wrong / no password, unlisted user), for plaintext entries, a

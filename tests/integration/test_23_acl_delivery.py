@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""23: ACL read access at delivery (compat.md 2.6, docs/architecture.md).
+"""23: ACL read access at delivery (docs/compatibility.md §2, docs/architecture.md).
 
 A message is delivered to a subscriber only if the ACL lets that client
 subscribe to the message's exact topic name, whatever filter matched it.

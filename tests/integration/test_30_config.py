@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """30: the configuration file, observed from outside the broker.
 
-compat.md section 1 and 2.12: precedence defaults < file < NANOMQ_*
+docs/compatibility.md §1 and §3: precedence defaults < file < NANOMQ_*
 environment < command line (the TCP listener through listeners.tcp.bind,
 NANOMQ_BROKER_URL and --url; mqtt.max_mqueue_len through the file,
 NANOMQ_MSQ_LEN and -S, seen as the number of queued messages an offline
@@ -36,7 +36,7 @@ def line_of(text, needle):
 
 
 class TestPrecedence(OpsTestCase):
-    """Built-in defaults < file < NANOMQ_* < command line, compat.md 1.1."""
+    """Built-in defaults < file < NANOMQ_* < command line, docs/compatibility.md §1."""
 
     # The TCP listener: the file's bind, replaced by NANOMQ_BROKER_URL,
     # replaced by --url. Only the winner's port accepts connections.
@@ -182,7 +182,7 @@ BAD_FILES = [
 
 
 class TestBadFiles(OpsTestCase):
-    """compat.md 1.3: every problem is reported as file:line: key: reason
+    """docs/compatibility.md §1: every problem is reported as file:line: key: reason
     (file:line:col for syntax), and the broker refuses to start."""
 
     def _bad_file(self, inst, port, body):

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """31: signals: SIGHUP reload, SIGTERM/SIGINT drain, SIGUSR1 log reopen.
 
-compat.md 1.4 and 4.1, docs/architecture.md "Shutdown":
+docs/compatibility.md §1 and §5, docs/architecture.md "Shutdown":
 - SIGHUP re-reads the file and its includes; connected clients stay
   connected and keep receiving; mqtt.* and auth.* (the password file too)
   take effect at once; a broken file leaves the running configuration

@@ -3,7 +3,7 @@
 
 The test plays systemd: it binds an AF_UNIX datagram socket, passes it in
 NOTIFY_SOCKET (a path, or "@name" in the abstract namespace) and reads what
-the broker sends (compat.md 4.1, src/daemon/sd_notify.h):
+the broker sends (docs/compatibility.md §5, src/daemon/sd_notify.h):
 - READY=1 once, and only when the listener accepts connections;
 - RELOADING=1 with MONOTONIC_USEC=<now>, then READY=1, around a SIGHUP
   reload (also a failed one);
@@ -11,7 +11,7 @@ the broker sends (compat.md 4.1, src/daemon/sd_notify.h):
 - WATCHDOG=1 every WATCHDOG_USEC/2 (none without WATCHDOG_USEC, none when
   WATCHDOG_PID names another process).
 
-Logging (compat.md 2.5, 4.1): log.to = [file] with log.dir/log.file writes
+Logging (docs/compatibility.md §2 and §5): log.to = [file] with log.dir/log.file writes
 "<time> <level> <module>: key=value" lines to that file only; rotation.size
 and rotation.count keep N rotated files; log.level filters (client connect
 lines are info); NANOMQ_LOG_LEVEL overrides the file and --log_level

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""33: the nanomq command line around a running broker (compat.md 4.1).
+"""33: the nanomq command line around a running broker (docs/compatibility.md §5).
 
 - `nanomq stop`: SIGTERM through the pid file, exit 0 once the broker is
   gone; "not running" (exit 1) without a broker, and a stale pid file never
@@ -408,7 +408,7 @@ class TestDaemon(CliCase):
 
 
 class TestCommandChannel(CliCase):
-    """`nanomq reload` over system.cmd_ipc_url (compat.md 1.4, 4.1). Skipped
+    """`nanomq reload` over system.cmd_ipc_url (docs/compatibility.md §1, §5). Skipped
     when the broker does not serve the channel (no socket file appears)."""
 
     def setUp(self):
