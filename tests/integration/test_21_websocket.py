@@ -400,13 +400,16 @@ class WebSocket(WsCase):
         c.send_frame(nmq.packet(PINGREQ, 0, b""))
         c.expect(PINGRESP)
 
-    # [MQTT-6.0.0-1]: the server sends packets in binary frames.
+    # 3.1.1 [MQTT-6.0.0-1] / 5.0 [MQTT5-6.0.0-1]: the server sends packets in
+    # binary frames.
     def test_server_frames_are_binary(self):
-        c = self.ws_connected("binary")
-        c.send_frame(nmq.packet(PINGREQ, 0, b""))
-        c.expect(PINGRESP)
-        self.assertTrue(c.opcodes and all(op == 2 for op in c.opcodes),
-                        "server frame opcodes %r, expected only binary (2)" % c.opcodes)
+        for v in (4, 5):
+            with self.subTest(version=v):
+                c = self.ws_connected("binary%d" % v, version=v)
+                c.send_frame(nmq.packet(PINGREQ, 0, b""))
+                c.expect(PINGRESP)
+                self.assertTrue(c.opcodes and all(op == 2 for op in c.opcodes),
+                                "server frame opcodes %r, expected only binary (2)" % c.opcodes)
 
     # [MQTT-6.0.0-1]: a text frame makes the server close the connection.
     def test_text_frame_closes_only_that_connection(self):

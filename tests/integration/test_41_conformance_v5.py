@@ -412,6 +412,42 @@ class ConformanceV5(BrokerTestCase):
         members[1 - i].expect_nothing(1.0, types=(PUBLISH,))
 
 
+    # [MQTT5-4.1.0-1]: the session is not discarded while its connection is
+    # open, even when the connection outlives the Session Expiry Interval.
+    def test_session_kept_while_connected(self):
+        r = self.raw(V)
+        self.assertEqual(r.connect("alive", props={"SessionExpiryInterval": 1}).rc, 0)
+        r.subscribe([("alive/t", 1)])
+        time.sleep(1.5)
+        p = self.raw(V, "alivepub")
+        p.publish("alive/t", b"still here", qos=1)
+        self.assertEqual(r.expect(PUBLISH).payload, b"still here")
+
+    # The server forwards the Response Topic, Content Type and User Properties
+    # of a message unaltered, so it must refuse ones it may not send itself:
+    # [MQTT5-3.3.2-14] a Response Topic with wildcards, [MQTT5-3.3.2-13]
+    # [MQTT5-3.3.2-19] [MQTT5-1.5.7-1] ill-formed UTF-8 in a Response Topic,
+    # Content Type or User Property. The PUBLISH is refused (DISCONNECT 0x81
+    # or 0x82) and never reaches the subscriber.
+    @skip_on_mosquitto("mosquitto 2.0.11 forwards a Response Topic with wildcards")
+    def test_unforwardable_properties_refused(self):
+        s = self.raw(V, "propsub")
+        s.subscribe([("pp/#", 0)])
+        cases = {
+            "Response Topic a/#": {"ResponseTopic": "a/#"},
+            "Response Topic a/+/b": {"ResponseTopic": "a/+/b"},
+            "Response Topic bad UTF-8": {"ResponseTopic": b"a\xff"},
+            "Content Type bad UTF-8": {"ContentType": b"\xc0\xaf"},
+            "User Property name bad UTF-8": {"UserProperty": [(b"\xed\xa0\x80", "v")]},
+            "User Property value bad UTF-8": {"UserProperty": [("k", b"\xff")]},
+        }
+        for n, (name, props) in enumerate(cases.items()):
+            with self.subTest(case=name):
+                r = self.raw(V, "propbad%d" % n)
+                r.send(nmq.publish_bytes("pp/t", name.encode(), 1, pid=1, version=V, props=props))
+                self.assert_closed(r, v5_codes=(0x81, 0x82), msg=name)
+        s.expect_nothing(0.3, types=(PUBLISH,))
+
 class RefusedFilterV5(BrokerTestCase):
     """Failure reason codes from well-formed filters the broker refuses: a
     filter deeper than mqtt.max_topic_levels gets SUBACK 0x8F (a malformed
