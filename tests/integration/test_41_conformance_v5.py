@@ -448,6 +448,30 @@ class ConformanceV5(BrokerTestCase):
                 self.assert_closed(r, v5_codes=(0x81, 0x82), msg=name)
         s.expect_nothing(0.3, types=(PUBLISH,))
 
+    # [MQTT5-3.4.2-2]/[MQTT5-3.4.2-3] [MQTT5-3.5.2-2]/[MQTT5-3.5.2-3]
+    # [MQTT5-3.6.2-2]/[MQTT5-3.6.2-3] [MQTT5-3.7.2-2]/[MQTT5-3.7.2-3]
+    # [MQTT5-3.1.2-24]: PUBACK, PUBREC, PUBREL and PUBCOMP from the server, with
+    # success and failure codes, never exceed a small client Maximum Packet
+    # Size because of a Reason String or User Property.
+    def test_publish_acks_fit_a_small_maximum_packet_size(self):
+        limit = 20
+        r = self.raw(V)
+        self.assertEqual(r.connect("tiny", props={"MaximumPacketSize": limit}).rc, 0)
+        r.subscribe([("tiny/t", 2)])
+        got = [r.publish("nobody/t", b"x", qos=1),  # maybe 0x10 No matching subscribers
+               r.publish("tiny/t", b"y", qos=2, complete=False) or r.expect(PUBREC)]
+        r.send(nmq.ack_bytes(PUBREL, got[1].pid, version=V))
+        got.append(r.expect(PUBCOMP, pid=got[1].pid))
+        r.send(nmq.ack_bytes(PUBREL, 31000, version=V))  # unknown: PUBCOMP 0x92
+        got.append(r.expect(PUBCOMP, pid=31000))
+        pub = r.expect(PUBLISH)  # its own message, back at QoS 2
+        r.send(nmq.ack_bytes(PUBREC, pub.pid, version=V))
+        got.append(r.expect(PUBREL, pid=pub.pid))
+        r.send(nmq.ack_bytes(PUBCOMP, pub.pid, version=V))
+        for a in got:
+            self.assertLessEqual(wire_size(a), limit, a)
+        self.assertTrue(r.is_open(0.2))
+
 class RefusedFilterV5(BrokerTestCase):
     """Failure reason codes from well-formed filters the broker refuses: a
     filter deeper than mqtt.max_topic_levels gets SUBACK 0x8F (a malformed
