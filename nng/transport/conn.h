@@ -1,6 +1,8 @@
 // One client connection: the receive buffer that cuts MQTT frames out of
 // arbitrary chunks, and the outbound queue flushed with gather sends that
-// survive short counts. Two backends:
+// survive short counts. Two byte backends (conn_sock.c, conn_stream.c;
+// the interface is in conn_int.h) and an optional WebSocket layer
+// (conn_ws.c) over either:
 // - a plain TCP socket (tcp:// listeners) owned by one worker's event loop
 //   (workq.h): the worker reads and dispatches frames when the socket is
 //   readable, and output is written with writev() by whichever thread

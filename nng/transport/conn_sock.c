@@ -1,0 +1,357 @@
+// The plain-socket backend of nmq_conn (tcp:// and ws://); see conn_int.h.
+//
+// The socket sits in its owner worker's epoll set (workq.h): the owner
+// reads and dispatches frames when it is readable, a bounded number of
+// reads per event, into the worker's scratch buffer while nothing is
+// pending. Output is written with writev() straight from the fill buffer
+// by whichever thread flushes it (under the connection's mutex): a plain
+// socket needs no second buffer, since new output is appended behind the
+// part still being written and arena segments are addressed by offset.
+// Only a full socket arms EPOLLOUT on the owner.
+// docs/decisions/0003-plain-tcp-event-loops.md.
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "nng/transport/conn_int.h"
+
+#define SOCK_IOV_MAX 64 // per writev
+#define SOCK_READS   8 // reads per readiness event before yielding
+
+static void sock_io(workq_io *io, uint32_t events);
+static void sock_job(workq_job *job);
+
+// Formats the peer address of a socket into buf.
+static void format_peer_fd(int fd, char *buf, size_t len)
+{
+	struct sockaddr_storage ss;
+	socklen_t               sl = sizeof(ss);
+	char                    a[INET6_ADDRSTRLEN];
+	snprintf(buf, len, "unknown");
+	if (getpeername(fd, (struct sockaddr *)&ss, &sl) != 0) {
+		return;
+	}
+	if (ss.ss_family == AF_INET) {
+		struct sockaddr_in *in = (struct sockaddr_in *)&ss;
+		conn_format_v4(&in->sin_addr, ntohs(in->sin_port), buf, len);
+	} else if (ss.ss_family == AF_INET6) {
+		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
+		inet_ntop(AF_INET6, &in6->sin6_addr, a, sizeof(a));
+		snprintf(buf, len, "[%s]:%u", a, ntohs(in6->sin6_port));
+	}
+}
+
+// Returns a new connection for an accepted plain TCP socket (non-blocking),
+// or NULL (the caller still owns fd).
+nmq_conn *conn_alloc_fd(int fd, const conn_env *env)
+{
+	nmq_conn *c = conn_new(env, &conn_sock_backend);
+	if (c == NULL) {
+		return NULL;
+	}
+	c->fd     = fd;
+	c->owner  = workq_pick(env->wq);
+	c->io.fn  = sock_io;
+	c->job.fn = sock_job;
+	// Reads go to the worker's scratch buffer; a buffer of its own is
+	// allocated only for a frame that is still incomplete.
+	c->rx_scratch = true;
+	char peer[64];
+	format_peer_fd(fd, peer, sizeof(peer));
+	conn_set_peer(c, peer);
+	return c;
+}
+
+// Watches the socket for input.
+static void sock_start(nmq_conn *c)
+{
+	c->ep_events = EPOLLIN | EPOLLRDHUP;
+	if (workq_io_add(c->env->wq, c->owner, c->fd, &c->io, c->ep_events) == 0) {
+		c->ep_added = true;
+	} else {
+		// Cannot watch it: let the receive path end at once.
+		workq_post_to(c->env->wq, c->owner, &c->job);
+	}
+}
+
+// A receive path that could not start ends on the owner.
+static void sock_job(workq_job *job)
+{
+	nmq_conn *c = (nmq_conn *)((char *)job - offsetof(nmq_conn, job));
+	conn_rx_finish(c, true);
+}
+
+// Stops or resumes watching for input.
+static void sock_set_paused(nmq_conn *c, bool paused)
+{
+	if (!c->ep_added || c->reading_done) {
+		return;
+	}
+	if (paused) {
+		c->ep_events &= ~(uint32_t)(EPOLLIN | EPOLLRDHUP);
+	} else {
+		c->ep_events |= EPOLLIN | EPOLLRDHUP;
+	}
+	workq_io_mod(c->env->wq, c->owner, c->fd, &c->io, c->ep_events);
+}
+
+// The owner sees the hang-up and ends the receive path; the descriptor is
+// closed only when the connection is destroyed.
+static void sock_close(nmq_conn *c)
+{
+	shutdown(c->fd, SHUT_RDWR);
+}
+
+// Stops reading; keeps watching for writability while a drain still has
+// output to send.
+static void sock_rx_done(nmq_conn *c)
+{
+	if (!c->ep_added) {
+		return;
+	}
+	if (c->closing || !c->tx_busy) {
+		workq_io_del(c->env->wq, c->owner, c->fd);
+		c->ep_added = false;
+	} else {
+		c->ep_events = EPOLLOUT;
+		workq_io_mod(c->env->wq, c->owner, c->fd, &c->io, c->ep_events);
+	}
+}
+
+static void sock_fini(nmq_conn *c)
+{
+	if (c->ep_added) {
+		workq_io_del(c->env->wq, c->owner, c->fd);
+	}
+	close(c->fd);
+}
+
+// Writes as much of the queued output as the socket takes now. Arms
+// EPOLLOUT for the rest (tx_busy), closes on an error. Returns true when
+// everything went out, so the upper layer may queue more. Caller holds mtx.
+static bool sock_write(nmq_conn *c)
+{
+	txbuf *b = &c->fill;
+	conn_tx_seal(c);
+	while (c->send_seg < b->nsegs) {
+		struct iovec iov[SOCK_IOV_MAX];
+		int          n   = 0;
+		size_t       off = c->send_off;
+		for (size_t i = c->send_seg; i < b->nsegs && n < SOCK_IOV_MAX; i++) {
+			tx_seg        *sg   = &b->segs[i];
+			const uint8_t *base = sg->ref != NULL ? sg->p : b->arena + sg->off;
+			iov[n].iov_base     = (void *)(base + off);
+			iov[n].iov_len      = sg->len - off;
+			off                 = 0;
+			n++;
+		}
+		ssize_t w = writev(c->fd, iov, n);
+		if (w < 0 && errno == EINTR) {
+			continue;
+		}
+		if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			c->tx_busy = true;
+			if (!c->ep_added) {
+				// Reading has ended (a drain): watch for room only.
+				c->ep_events = EPOLLOUT;
+				c->ep_added  = workq_io_add(
+				                   c->env->wq, c->owner, c->fd, &c->io, c->ep_events)
+				    == 0;
+			} else if (!(c->ep_events & EPOLLOUT)) {
+				c->ep_events |= EPOLLOUT;
+				workq_io_mod(c->env->wq, c->owner, c->fd, &c->io, c->ep_events);
+			}
+			return false;
+		}
+		if (w < 0) {
+			conn_close_locked(c);
+			txbuf_reset(b);
+			c->send_seg = 0;
+			c->send_off = 0;
+			return false;
+		}
+		size_t left = (size_t)w;
+		while (left > 0 && c->send_seg < b->nsegs) {
+			tx_seg *sg   = &b->segs[c->send_seg];
+			size_t  rest = sg->len - c->send_off;
+			if (left >= rest) {
+				left -= rest;
+				c->send_off = 0;
+				// Written: its message reference can go now.
+				if (sg->ref != NULL) {
+					nmq_msg_release(sg->ref);
+					sg->ref = NULL;
+					sg->p   = NULL;
+					sg->len = 0;
+				}
+				c->send_seg++;
+			} else {
+				c->send_off += left;
+				left = 0;
+			}
+		}
+	}
+	// Everything went out: an idle plain socket keeps no output blocks.
+	txbuf_reset(b);
+	txbuf_release_blocks(b);
+	c->send_seg = 0;
+	c->send_off = 0;
+	if (c->ep_added && (c->ep_events & EPOLLOUT)) {
+		c->ep_events &= ~(uint32_t)EPOLLOUT;
+		if (c->reading_done) {
+			workq_io_del(c->env->wq, c->owner, c->fd);
+			c->ep_added = false;
+		} else {
+			workq_io_mod(c->env->wq, c->owner, c->fd, &c->io, c->ep_events);
+		}
+	}
+	if (c->draining) {
+		conn_drain_done_locked(c);
+		return false;
+	}
+	return !c->closing && !c->closed_notified;
+}
+
+// Reads into the worker's scratch buffer (nothing pending on c), dispatches
+// the complete frames from there and keeps only an incomplete rest in the
+// connection's own buffer. Returns the bytes read (0 end, -1 error or
+// EAGAIN with errno set), and sets *stop when reading must stop.
+static ssize_t read_scratch(nmq_conn *c, bool *stop)
+{
+	size_t   room;
+	uint8_t *buf = workq_scratch(&room);
+	ssize_t  n   = read(c->fd, buf, room);
+	if (n <= 0) {
+		return n;
+	}
+	c->rx_filled = (size_t)n == room;
+	size_t used;
+	size_t want;
+	if (!conn_dispatch_frames(c, buf, (size_t)n, &used, &want)) {
+		*stop = true;
+		return n;
+	}
+	size_t rest = (size_t)n - used;
+	if (rest > 0) {
+		size_t cap = want > rest + 64 ? want : rest + 64;
+		if (cap < RX_INIT) {
+			cap = RX_INIT;
+		}
+		if (!conn_rx_reserve(c, cap)) {
+			*stop = true;
+			return n;
+		}
+		memcpy(c->rx, buf + used, rest);
+		c->rx_len = rest;
+	}
+	return n;
+}
+
+// Reads what the socket has (a bounded number of reads, then yields to the
+// other connections of this worker) and dispatches the frames.
+static void sock_read(nmq_conn *c)
+{
+	nmq_mutex_lock(&c->mtx);
+	bool stop = c->closing || c->draining;
+	nmq_mutex_unlock(&c->mtx);
+	if (stop) {
+		conn_rx_finish(c, c->closing);
+		return;
+	}
+	for (int i = 0; i < SOCK_READS; i++) {
+		ssize_t n;
+		bool    fail = false;
+		if (c->rx_len == 0 && c->rx_scratch) {
+			n = read_scratch(c, &fail);
+		} else {
+			size_t room = c->rx_cap - c->rx_len;
+			n           = read(c->fd, c->rx + c->rx_len, room);
+			if (n > 0) {
+				c->rx_filled = (size_t)n == room;
+				c->rx_len += (size_t)n;
+				fail = !conn_rx_dispatch(c);
+			}
+		}
+		if (n < 0 && errno == EINTR) {
+			continue;
+		}
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			return;
+		}
+		if (n <= 0 || fail) {
+			conn_rx_finish(c, true);
+			return;
+		}
+		nmq_mutex_lock(&c->mtx);
+		stop        = c->closing || c->draining;
+		bool paused = c->rx_paused;
+		nmq_mutex_unlock(&c->mtx);
+		if (stop) {
+			conn_rx_finish(c, c->closing);
+			return;
+		}
+		if (paused) {
+			return;
+		}
+		if (!c->rx_filled) {
+			return; // the socket is most likely empty now
+		}
+	}
+}
+
+// Readiness of the socket (its owner worker).
+static void sock_io(workq_io *io, uint32_t events)
+{
+	nmq_conn *c = (nmq_conn *)((char *)io - offsetof(nmq_conn, io));
+	if (events & EPOLLOUT) {
+		bool notify = false;
+		nmq_mutex_lock(&c->mtx);
+		if (c->tx_busy) {
+			c->tx_busy = false;
+			notify     = sock_write(c);
+			if (notify) {
+				c->upcalls++;
+			}
+		}
+		nmq_mutex_unlock(&c->mtx);
+		if (notify) {
+			conn_writable_upcall(c);
+		}
+	}
+	if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+		nmq_mutex_lock(&c->mtx);
+		bool done   = c->reading_done;
+		bool paused = c->rx_paused;
+		nmq_mutex_unlock(&c->mtx);
+		if (!done && (!paused || (events & (EPOLLHUP | EPOLLERR)))) {
+			sock_read(c);
+		} else if (events & (EPOLLHUP | EPOLLERR)) {
+			// Draining to a peer that went away: give up the output.
+			nmq_mutex_lock(&c->mtx);
+			conn_close_locked(c);
+			txbuf_reset(&c->fill);
+			c->tx_busy = false;
+			if (c->ep_added) {
+				workq_io_del(c->env->wq, c->owner, c->fd);
+				c->ep_added = false;
+			}
+			nmq_mutex_unlock(&c->mtx);
+		}
+	}
+}
+
+const conn_backend conn_sock_backend = {
+	.start      = sock_start,
+	.set_paused = sock_set_paused,
+	.write      = sock_write,
+	.close      = sock_close,
+	.rx_done    = sock_rx_done,
+	.fini       = sock_fini,
+};
