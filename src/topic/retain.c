@@ -3,9 +3,10 @@
 // Layout:
 // - Every node links its children in a doubly linked sibling list, used by
 //   '+' and '#', which must visit all of them anyway.
-// - Exact lookups go through one open-addressing table for the whole store
-//   keyed by (parent node, level): a topic name costs one probe per level
-//   whatever the fan-out of the tree.
+// - Exact lookups go through one level_table (level_table.h, shared with
+//   the subscription tree) for the whole store, keyed by (parent node,
+//   level): a topic name costs one probe per level whatever the fan-out of
+//   the tree.
 // - Empty nodes (no message, no child) are pruned as soon as they appear.
 //
 // Threading: `lock` guards every field but `nmsgs`, which is an atomic
@@ -19,8 +20,8 @@
 #include <string.h>
 
 #include "nng/codec/mqtt_codec.h"
+#include "src/topic/level_table.h"
 
-#define RT_EDGES_MIN   16
 #define RT_STACK_LOCAL 32
 
 typedef struct rt_node {
@@ -29,18 +30,16 @@ typedef struct rt_node {
 	struct rt_node *next; // next sibling
 	struct rt_node *prev; // previous sibling
 	void           *msg; // retained message (a reference), or NULL
-	uint32_t        h; // hash of (parent, level): the edge key
-	uint32_t        len;
+	level_key       key; // the edge (parent, level) in the store's table
 	char            level[];
 } rt_node;
+LEVEL_KEY_CHECK(rt_node, key, level);
 
 struct retain_store {
 	pthread_rwlock_t lock;
 	retain_ops       ops;
 	rt_node         *root;
-	rt_node        **edges; // every node but the root, by (parent, level)
-	size_t           ecap; // power of two
-	size_t           nedges;
+	level_table      edges; // every node but the root, by (parent, level)
 	_Atomic size_t   nmsgs;
 };
 
@@ -55,117 +54,13 @@ typedef struct rt_frame {
 	int            kind;
 } rt_frame;
 
-// Returns the hash of the edge (parent, level).
-static uint32_t edge_hash(const rt_node *parent, const char *lvl, size_t len)
-{
-	uint64_t p = (uint64_t)(uintptr_t)parent;
-	uint32_t h = 2166136261u ^ (uint32_t)(p >> 4) ^ (uint32_t)(p >> 36);
-	for (size_t i = 0; i < len; i++) {
-		h ^= (uint8_t)lvl[i];
-		h *= 16777619u;
-	}
-	h ^= h >> 16;
-	h *= 0x85ebca6bu;
-	h ^= h >> 13;
-	h *= 0xc2b2ae35u;
-	h ^= h >> 16;
-	return h;
-}
-
-// Returns the child of parent with this level, or NULL.
-static rt_node *edge_find(
+// Returns the child of parent with this level (h = level_hash(parent,
+// lvl, len)), or NULL.
+static inline rt_node *edge_find(
     const retain_store *rs, const rt_node *parent, const char *lvl, size_t len, uint32_t h)
 {
-	if (rs->nedges == 0) {
-		return NULL;
-	}
-	size_t mask = rs->ecap - 1;
-	for (size_t i = h & mask;; i = (i + 1) & mask) {
-		rt_node *n = rs->edges[i];
-		if (n == NULL) {
-			return NULL;
-		}
-		if (n->h == h && n->parent == parent && n->len == len
-		    && memcmp(n->level, lvl, len) == 0) {
-			return n;
-		}
-	}
-}
-
-// Stores n in a table of capacity cap (which has room).
-static void edge_put(rt_node **tab, size_t cap, rt_node *n)
-{
-	size_t mask = cap - 1;
-	size_t i    = n->h & mask;
-	while (tab[i] != NULL) {
-		i = (i + 1) & mask;
-	}
-	tab[i] = n;
-}
-
-// Moves every edge into a table of capacity ncap. Returns 0, or -1 if
-// memory ran out (the old table is kept).
-static int edge_resize(retain_store *rs, size_t ncap)
-{
-	rt_node **nt = calloc(ncap, sizeof(*nt));
-	if (nt == NULL) {
-		return -1;
-	}
-	for (size_t i = 0; i < rs->ecap; i++) {
-		if (rs->edges[i] != NULL) {
-			edge_put(nt, ncap, rs->edges[i]);
-		}
-	}
-	free(rs->edges);
-	rs->edges = nt;
-	rs->ecap  = ncap;
-	return 0;
-}
-
-// Adds n's edge. Returns 0, or -1 if memory ran out.
-static int edge_add(retain_store *rs, rt_node *n)
-{
-	if ((rs->nedges + 1) * 4 > rs->ecap * 3) {
-		if (rs->ecap > SIZE_MAX / (4 * sizeof(rt_node *))) {
-			return -1;
-		}
-		if (edge_resize(rs, rs->ecap != 0 ? rs->ecap * 2 : RT_EDGES_MIN) != 0) {
-			return -1;
-		}
-	}
-	edge_put(rs->edges, rs->ecap, n);
-	rs->nedges++;
-	return 0;
-}
-
-// Removes n's edge (backward-shift deletion), shrinking the table when it
-// is mostly empty.
-static void edge_del(retain_store *rs, rt_node *n)
-{
-	size_t mask = rs->ecap - 1;
-	size_t i    = n->h & mask;
-	while (rs->edges[i] != n) {
-		i = (i + 1) & mask;
-	}
-	size_t j = i;
-	for (;;) {
-		j = (j + 1) & mask;
-		if (rs->edges[j] == NULL) {
-			break;
-		}
-		size_t home  = rs->edges[j]->h & mask;
-		bool   stays = (i <= j) ? (i < home && home <= j) : (i < home || home <= j);
-		if (stays) {
-			continue;
-		}
-		rs->edges[i] = rs->edges[j];
-		i            = j;
-	}
-	rs->edges[i] = NULL;
-	rs->nedges--;
-	if (rs->ecap > RT_EDGES_MIN && rs->nedges < rs->ecap / 8) {
-		(void)edge_resize(rs, rs->ecap / 2); // failure keeps the larger table
-	}
+	level_key *k = level_table_find(&rs->edges, parent, lvl, len, h);
+	return k != NULL ? LEVEL_ENTRY(k, rt_node, key) : NULL;
 }
 
 // Returns a new node (not linked anywhere), or NULL on allocation failure.
@@ -175,9 +70,10 @@ static rt_node *node_alloc(rt_node *parent, const char *lvl, size_t len, uint32_
 	if (n == NULL) {
 		return NULL;
 	}
-	n->parent = parent;
-	n->h      = h;
-	n->len    = (uint32_t)len;
+	n->parent    = parent;
+	n->key.scope = parent;
+	n->key.h     = h;
+	n->key.len   = (uint32_t)len;
 	if (len > 0) {
 		memcpy(n->level, lvl, len);
 	}
@@ -188,7 +84,7 @@ static rt_node *node_alloc(rt_node *parent, const char *lvl, size_t len, uint32_
 // memory ran out.
 static rt_node *child_get(retain_store *rs, rt_node *p, const char *lvl, size_t len)
 {
-	uint32_t h = edge_hash(p, lvl, len);
+	uint32_t h = level_hash(p, lvl, len);
 	rt_node *n = edge_find(rs, p, lvl, len, h);
 	if (n != NULL) {
 		return n;
@@ -197,7 +93,7 @@ static rt_node *child_get(retain_store *rs, rt_node *p, const char *lvl, size_t 
 	if (n == NULL) {
 		return NULL;
 	}
-	if (edge_add(rs, n) != 0) {
+	if (level_table_add(&rs->edges, &n->key) != NMQ_OK) {
 		free(n);
 		return NULL;
 	}
@@ -222,7 +118,7 @@ static void prune(retain_store *rs, rt_node *n)
 		if (n->next != NULL) {
 			n->next->prev = n->prev;
 		}
-		edge_del(rs, n);
+		level_table_del(&rs->edges, &n->key);
 		free(n);
 		n = p;
 	}
@@ -283,7 +179,7 @@ void retain_free(retain_store *rs)
 		free(n);
 		n = p;
 	}
-	free(rs->edges);
+	level_table_fini(&rs->edges);
 	pthread_rwlock_destroy(&rs->lock);
 	free(rs);
 }
@@ -315,7 +211,7 @@ int retain_set(retain_store *rs, const char *topic, size_t len, void *msg)
 				goto out;
 			}
 		} else {
-			c = edge_find(rs, n, topic + pos, l, edge_hash(n, topic + pos, l));
+			c = edge_find(rs, n, topic + pos, l, level_hash(n, topic + pos, l));
 			if (c == NULL) {
 				goto out; // nothing retained there
 			}
@@ -401,7 +297,7 @@ int retain_match(
 				stk[sp++] = (rt_frame) { nd->next, f.pos, f.kind };
 			}
 			// A first-level wildcard skips topics starting with '$'.
-			if (nd->parent == root && nd->len > 0 && nd->level[0] == '$') {
+			if (nd->parent == root && nd->key.len > 0 && nd->level[0] == '$') {
 				continue;
 			}
 			if (f.kind == RT_SIBS) {
@@ -442,7 +338,7 @@ int retain_match(
 				stk[sp++] = (rt_frame) { nd->first, end + 1, RT_SIBS };
 			}
 		} else {
-			const rt_node *c = edge_find(rs, nd, lvl, l, edge_hash(nd, lvl, l));
+			const rt_node *c = edge_find(rs, nd, lvl, l, level_hash(nd, lvl, l));
 			if (c != NULL) {
 				stk[sp++] = (rt_frame) { c, end + 1, RT_EXACT };
 			}

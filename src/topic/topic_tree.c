@@ -6,8 +6,8 @@
 //   shard of its first level (hashed), or to the wildcard shard when its
 //   first level is '+' or '#'. Shared subscriptions are placed by their
 //   real filter.
-// - A node holds its exact-level children in an open-addressing table
-//   (linear probing, backward-shift deletion) and its '+' and '#' children
+// - A node holds its exact-level children in a level_table (open
+//   addressing, level_table.h) and its '+' and '#' children
 //   in two dedicated pointers, so that a match does one table lookup and
 //   two pointer tests per level.
 // - Subscribers of a node (and members of a share group) are kept in a
@@ -33,12 +33,12 @@
 #include <time.h>
 
 #include "nng/codec/mqtt_codec.h"
+#include "src/topic/level_table.h"
 
 #define TT_SHARD_BITS         5
 #define TT_SHARDS             (1u << TT_SHARD_BITS)
 #define TT_WILD               TT_SHARDS // index of the wildcard shard
 #define TT_INDEX_MIN          32 // a subset gets a pointer index from this capacity
-#define TT_KIDS_MIN           4 // smallest child table
 #define TT_STACK_LOCAL        32 // match frames kept on the C stack
 #define TT_WRITER_PATIENCE_NS 500000L // before a writer holds readers back
 
@@ -62,20 +62,18 @@ typedef struct tt_group {
 } tt_group;
 
 typedef struct tt_node {
-	struct tt_node  *parent;
-	struct tt_node **kids; // exact-level children, open addressing
-	struct tt_node  *plus; // the '+' child
-	struct tt_node  *hash; // the '#' child
-	tt_group       **groups;
-	tt_subset        subs;
-	uint32_t         nkids;
-	uint32_t         kcap; // power of two, or 0 with kids == NULL
-	uint32_t         ngroups;
-	uint32_t         gcap;
-	uint32_t         h; // hash of the level
-	uint32_t         len; // length of the level
-	char             level[];
+	struct tt_node *parent;
+	level_table     kids; // exact-level children, keyed by `key`
+	struct tt_node *plus; // the '+' child
+	struct tt_node *hash; // the '#' child
+	tt_group      **groups;
+	tt_subset       subs;
+	uint32_t        ngroups;
+	uint32_t        gcap;
+	level_key       key; // in the parent's table (scope NULL); `level` follows
+	char            level[];
 } tt_node;
+LEVEL_KEY_CHECK(tt_node, key, level);
 
 // A shard's lock is a reader-preferring pthread rwlock: readers never queue
 // behind one another or behind a waiting writer, so publishers keep flowing
@@ -107,24 +105,6 @@ typedef struct tt_frame {
 	const tt_node *node;
 	size_t         pos; // offset of the next topic level; > len when consumed
 } tt_frame;
-
-// Returns a 32-bit hash of a level (FNV-1a, then a final avalanche so that
-// the high bits used for the shard and the low bits used for the child
-// tables are independent).
-static uint32_t level_hash(const char *s, size_t len)
-{
-	uint32_t h = 2166136261u;
-	for (size_t i = 0; i < len; i++) {
-		h ^= (uint8_t)s[i];
-		h *= 16777619u;
-	}
-	h ^= h >> 16;
-	h *= 0x85ebca6bu;
-	h ^= h >> 13;
-	h *= 0xc2b2ae35u;
-	h ^= h >> 16;
-	return h;
-}
 
 // Returns a 32-bit hash of a subscriber pointer.
 static uint32_t ptr_hash(const void *p)
@@ -381,9 +361,9 @@ static tt_node *node_alloc(tt_node *parent, const char *lvl, size_t len, uint32_
 	if (n == NULL) {
 		return NULL;
 	}
-	n->parent = parent;
-	n->h      = h;
-	n->len    = (uint32_t)len;
+	n->parent  = parent;
+	n->key.h   = h;
+	n->key.len = (uint32_t)len;
 	if (len > 0) {
 		memcpy(n->level, lvl, len);
 	}
@@ -398,112 +378,21 @@ static void node_free(tt_node *n)
 	}
 	free(n->groups);
 	subset_fini(&n->subs);
-	free(n->kids);
+	level_table_fini(&n->kids);
 	free(n);
 }
 
 // Returns the exact-level child of n, or NULL.
-static tt_node *kids_find(const tt_node *n, const char *lvl, size_t len, uint32_t h)
+static inline tt_node *kids_find(const tt_node *n, const char *lvl, size_t len, uint32_t h)
 {
-	if (n->nkids == 0) {
-		return NULL;
-	}
-	uint32_t mask = n->kcap - 1;
-	for (uint32_t i = h & mask;; i = (i + 1) & mask) {
-		tt_node *k = n->kids[i];
-		if (k == NULL) {
-			return NULL;
-		}
-		if (k->h == h && k->len == len && memcmp(k->level, lvl, len) == 0) {
-			return k;
-		}
-	}
-}
-
-// Stores child k in a table of capacity cap (which has room).
-static void kids_put(tt_node **kids, uint32_t cap, tt_node *k)
-{
-	uint32_t mask = cap - 1;
-	uint32_t i    = k->h & mask;
-	while (kids[i] != NULL) {
-		i = (i + 1) & mask;
-	}
-	kids[i] = k;
-}
-
-// Moves n's children into a table of capacity ncap. Returns 0, or -1 if
-// memory ran out (the old table is kept).
-static int kids_resize(tt_node *n, uint32_t ncap)
-{
-	tt_node **nk = calloc(ncap, sizeof(*nk));
-	if (nk == NULL) {
-		return -1;
-	}
-	for (uint32_t i = 0; i < n->kcap; i++) {
-		if (n->kids[i] != NULL) {
-			kids_put(nk, ncap, n->kids[i]);
-		}
-	}
-	free(n->kids);
-	n->kids = nk;
-	n->kcap = ncap;
-	return 0;
-}
-
-// Adds child k to n's table. Returns 0, or -1 if memory ran out.
-static int kids_add(tt_node *n, tt_node *k)
-{
-	if ((uint64_t)(n->nkids + 1) * 4 > (uint64_t)n->kcap * 3) {
-		if (n->kcap >= (1u << 30)) {
-			return -1;
-		}
-		if (kids_resize(n, n->kcap != 0 ? n->kcap * 2 : TT_KIDS_MIN) != 0) {
-			return -1;
-		}
-	}
-	kids_put(n->kids, n->kcap, k);
-	n->nkids++;
-	return 0;
-}
-
-// Removes child k from n's table (backward-shift deletion), shrinking or
-// freeing the table as it empties.
-static void kids_del(tt_node *n, tt_node *k)
-{
-	uint32_t mask = n->kcap - 1;
-	uint32_t i    = k->h & mask;
-	while (n->kids[i] != k) {
-		i = (i + 1) & mask;
-	}
-	uint32_t j = i;
-	for (;;) {
-		j = (j + 1) & mask;
-		if (n->kids[j] == NULL) {
-			break;
-		}
-		uint32_t home  = n->kids[j]->h & mask;
-		bool     stays = (i <= j) ? (i < home && home <= j) : (i < home || home <= j);
-		if (stays) {
-			continue;
-		}
-		n->kids[i] = n->kids[j];
-		i          = j;
-	}
-	n->kids[i] = NULL;
-	n->nkids--;
-	if (n->nkids == 0) {
-		free(n->kids);
-		n->kids = NULL;
-		n->kcap = 0;
-	} else if (n->kcap > TT_KIDS_MIN && n->nkids < n->kcap / 8) {
-		(void)kids_resize(n, n->kcap / 2); // failure keeps the larger table
-	}
+	level_key *k = level_table_find(&n->kids, NULL, lvl, len, h);
+	return k != NULL ? LEVEL_ENTRY(k, tt_node, key) : NULL;
 }
 
 // Returns true if the node holds nothing and may be pruned.
 static bool node_empty(const tt_node *n)
 {
-	return n->subs.n == 0 && n->ngroups == 0 && n->nkids == 0 && n->plus == NULL
+	return n->subs.n == 0 && n->ngroups == 0 && n->kids.n == 0 && n->plus == NULL
 	    && n->hash == NULL;
 }
 
@@ -518,7 +407,7 @@ static tt_node *child_get(tt_node *n, const char *lvl, size_t len)
 		}
 		return *slot;
 	}
-	uint32_t h = level_hash(lvl, len);
+	uint32_t h = level_hash(NULL, lvl, len);
 	tt_node *k = kids_find(n, lvl, len, h);
 	if (k != NULL) {
 		return k;
@@ -527,7 +416,7 @@ static tt_node *child_get(tt_node *n, const char *lvl, size_t len)
 	if (k == NULL) {
 		return NULL;
 	}
-	if (kids_add(n, k) != 0) {
+	if (level_table_add(&n->kids, &k->key) != NMQ_OK) {
 		free(k);
 		return NULL;
 	}
@@ -543,7 +432,7 @@ static tt_node *child_find(const tt_node *n, const char *lvl, size_t len)
 	if (is_wild(lvl, len, '#')) {
 		return n->hash;
 	}
-	return kids_find(n, lvl, len, level_hash(lvl, len));
+	return kids_find(n, lvl, len, level_hash(NULL, lvl, len));
 }
 
 // Frees empty nodes from n up to (not including) the root.
@@ -556,7 +445,7 @@ static void prune(tt_node *n)
 		} else if (p->hash == n) {
 			p->hash = NULL;
 		} else {
-			kids_del(p, n);
+			level_table_del(&p->kids, &n->key);
 		}
 		node_free(n);
 		n = p;
@@ -564,17 +453,12 @@ static void prune(tt_node *n)
 }
 
 // Detaches and returns one child of n, or NULL when it has none. Used only
-// to tear a subtree down: `kcap` serves as a cursor from the end of the
-// table, so the table is no longer searchable afterwards.
+// to tear a subtree down (n's table is no longer searchable afterwards).
 static tt_node *take_child(tt_node *n)
 {
-	while (n->kcap > 0) {
-		tt_node *c = n->kids[--n->kcap];
-		if (c != NULL) {
-			n->kids[n->kcap] = NULL;
-			n->nkids--;
-			return c;
-		}
+	level_key *k = level_table_pop(&n->kids);
+	if (k != NULL) {
+		return LEVEL_ENTRY(k, tt_node, key);
 	}
 	tt_node *c = NULL;
 	if (n->plus != NULL) {
@@ -754,7 +638,7 @@ static uint32_t shard_of(const char *s, size_t len, bool filter)
 	if (filter && (is_wild(s, end, '+') || is_wild(s, end, '#'))) {
 		return TT_WILD;
 	}
-	return level_hash(s, end) >> (32 - TT_SHARD_BITS);
+	return level_hash(NULL, s, end) >> (32 - TT_SHARD_BITS);
 }
 
 topic_tree *topic_tree_alloc(const topic_tree_ops *ops)
@@ -1072,7 +956,8 @@ static int shard_match(const topic_tree *t, tt_shard *sh, const char *topic, siz
 		}
 		size_t   end = level_end(topic, len, f.pos);
 		size_t   l   = end - f.pos;
-		tt_node *k   = kids_find(f.node, topic + f.pos, l, level_hash(topic + f.pos, l));
+		tt_node *k
+		    = kids_find(f.node, topic + f.pos, l, level_hash(NULL, topic + f.pos, l));
 		if (sp + 2 > cap) {
 			tt_frame *ns = stk == local ? malloc(2 * cap * sizeof(*ns))
 			                            : realloc(stk, 2 * cap * sizeof(*ns));
@@ -1150,7 +1035,7 @@ static int shard_walk(tt_shard *sh, topic_tree_walk_cb cb, void *arg, void ***sc
 	int            depth = 1;
 	for (;;) {
 		// Push the children of r: the root first, then each node visited.
-		size_t need = sp + r->nkids + 2;
+		size_t need = sp + r->kids.n + 2;
 		if (need > cap) {
 			size_t         ncap = need * 2;
 			tt_walk_frame *ns   = realloc(stk, ncap * sizeof(*ns));
@@ -1161,9 +1046,11 @@ static int shard_walk(tt_shard *sh, topic_tree_walk_cb cb, void *arg, void ***sc
 			stk = ns;
 			cap = ncap;
 		}
-		for (uint32_t i = 0; i < r->kcap; i++) {
-			if (r->kids[i] != NULL) {
-				stk[sp++] = (tt_walk_frame) { r->kids[i], depth };
+		for (uint32_t i = 0; i < r->kids.cap; i++) {
+			if (r->kids.slots[i] != NULL) {
+				stk[sp++]
+				    = (tt_walk_frame) { LEVEL_ENTRY(r->kids.slots[i], tt_node, key),
+					      depth };
 			}
 		}
 		if (r->plus != NULL) {
@@ -1207,8 +1094,8 @@ static int shard_walk(tt_shard *sh, topic_tree_walk_cb cb, void *arg, void ***sc
 				ss = (void *const *)b;
 			}
 		}
-		size_t nc = n->nkids + (n->plus != NULL) + (n->hash != NULL);
-		cb(arg, n->level, n->len, d, nc, ss, ns);
+		size_t nc = n->kids.n + (n->plus != NULL) + (n->hash != NULL);
+		cb(arg, n->level, n->key.len, d, nc, ss, ns);
 		r     = n;
 		depth = d + 1;
 	}
