@@ -30,6 +30,7 @@
 #include <sys/time.h>
 
 #include "src/auth/auth.h"
+#include "src/broker/route.h"
 #include "src/log/log.h"
 
 // The client behind a session as the ACL sees it at delivery: the user
@@ -781,74 +782,40 @@ static void settle_shared(read_check *rc, topic_match_vec *mv)
 	}
 }
 
-// Orders matches by subscriber so that one session's matches are adjacent.
-static int match_cmp(const void *a, const void *b)
-{
-	const topic_match *x = a;
-	const topic_match *y = b;
-	if (x->sub != y->sub) {
-		return x->sub < y->sub ? -1 : 1;
-	}
-	return (int)x->shared - (int)y->shared;
-}
+// The broker's side of route_deliver(): the read-access gate and the
+// queueing of one message.
+typedef struct route_ctx {
+	nmq_msg    *msg;
+	read_check *rc; // NULL without an ACL in force
+} route_ctx;
 
-// Delivers msg to the matches of one session (non-shared entries merged:
-// the highest QoS, every subscription identifier, RAP from any) and to
-// each shared match separately; entries marked alt are skipped. With rc
-// (an ACL in force), the session gets nothing unless one of its matching
+// With an ACL in force, a session gets nothing unless one of its matching
 // subscriptions is proven readable (its stamp is rc->epoch) or the ACL
 // lets it read the topic: the decision belongs to the client and the
-// topic, not to the subscription.
-static void deliver_group(nmq_session *from, nmq_msg *msg, topic_match *v, size_t n, read_check *rc)
+// topic, not to the subscription. A subscription refused while settling
+// its shared group refuses the session.
+static bool route_admit(void *arg, const topic_match *v, size_t n)
 {
-	nmq_session *s    = v[0].sub;
-	bool         self = from != NULL && from == s;
-	int          qos  = -1;
-	bool         rap  = false;
-	uint32_t     ids[4];
-	uint32_t     nids = 0;
-	if (rc != NULL) {
-		bool proven  = false;
-		bool refused = false;
-		bool wanted  = false;
-		for (size_t i = 0; i < n; i++) {
-			proven  = proven || v[i].opts.stamp == rc->epoch;
-			refused = refused || v[i].opts.stamp == STAMP_REFUSED;
-			wanted  = wanted || !v[i].alt;
-		}
-		if (!wanted || refused || (!proven && !may_read(rc, s))) {
-			return;
-		}
+	route_ctx *ctx = arg;
+	if (ctx->rc == NULL) {
+		return true;
 	}
+	bool proven  = false;
+	bool refused = false;
 	for (size_t i = 0; i < n; i++) {
-		const topic_sub_opts *o = &v[i].opts;
-		if (v[i].alt) {
-			continue;
-		}
-		if (v[i].shared) {
-			uint8_t  q  = o->qos < msg->qos ? o->qos : msg->qos;
-			uint32_t id = o->sub_id;
-			nmq_session_deliver(
-			    s, msg, q, o->retain_as_published && msg->retain, &id, id != 0 ? 1 : 0);
-			continue;
-		}
-		if (self && o->no_local) {
-			continue; // [MQTT-3.8.3-3]
-		}
-		if ((int)o->qos > qos) {
-			qos = o->qos;
-		}
-		rap = rap || o->retain_as_published;
-		if (o->sub_id != 0 && nids < 4) {
-			ids[nids++] = o->sub_id;
-		}
+		proven  = proven || v[i].opts.stamp == ctx->rc->epoch;
+		refused = refused || v[i].opts.stamp == STAMP_REFUSED;
 	}
-	if (qos < 0) {
-		return;
-	}
-	uint8_t q = (uint8_t)qos < msg->qos ? (uint8_t)qos : msg->qos;
-	nmq_session_deliver(s, msg, q, rap && msg->retain, ids, nids);
+	return !refused && (proven || may_read(ctx->rc, v[0].sub));
 }
+
+static void route_queue(void *arg, const route_delivery *d)
+{
+	route_ctx *ctx = arg;
+	nmq_session_deliver(d->sub, ctx->msg, d->qos, d->retain, d->ids, d->n_ids);
+}
+
+static const route_ops broker_route_ops = { route_admit, route_queue };
 
 // Routes one message; see proto.h.
 static int b_route(void *app, nmq_session *from, const proto_who *who, nmq_msg *msg)
@@ -897,17 +864,13 @@ static int b_route(void *app, nmq_session *from, const proto_who *who, nmq_msg *
 	if (rc != NULL) {
 		settle_shared(rc, mv);
 	}
-	if (mv->n > 1) {
-		qsort(mv->v, mv->n, sizeof(topic_match), match_cmp);
-	}
-	size_t i = 0;
-	while (i < mv->n) {
-		size_t j = i + 1;
-		while (j < mv->n && mv->v[j].sub == mv->v[i].sub) {
-			j++;
-		}
-		deliver_group(from, msg, &mv->v[i], j - i, rc);
-		i = j;
+	route_ctx   ctx = { msg, rc };
+	route_stats st;
+	route_deliver(mv, from, msg->qos, msg->retain, &broker_route_ops, &ctx, &st);
+	if (st.ids_dropped > 0) {
+		log_warn_rl("broker", "topic=%.*s dropped_subscription_ids=%zu reason=over_%d",
+		    (int)(msg->topic_len > 200 ? 200 : msg->topic_len), msg->topic, st.ids_dropped,
+		    ROUTE_MAX_IDS);
 	}
 	topic_match_vec_clear(mv, &tree_ops);
 	auth_ctx_release(rcs.auth);
