@@ -327,8 +327,13 @@ static void restamp_locked(nmq_broker *b, sess_subs *ss, const acl *a, uint32_t 
 			continue;
 		}
 		topic_sub_opts to = tree_opts(&r->opts, st);
-		if (topic_tree_insert(b->tree, r->filter, r->len, ss->s, &to, NULL) == 0) {
+		nmq_err        e  = topic_tree_insert(b->tree, r->filter, r->len, ss->s, &to, NULL);
+		if (e == NMQ_OK) {
 			r->stamp = st;
+		} else {
+			// The old stamp stays: stale, so deliveries are checked.
+			log_warn_rl("broker", "event=restamp_failed filter=%.*s error=%s",
+			    (int)(r->len > 200 ? 200 : r->len), r->filter, nmq_strerror(e));
 		}
 	}
 }
@@ -817,6 +822,17 @@ static void route_queue(void *arg, const route_delivery *d)
 
 static const route_ops broker_route_ops = { route_admit, route_queue };
 
+// Logs a failed store or clear of a retained message (the store has
+// released the message).
+static void retain_log(const nmq_msg *msg, nmq_err e)
+{
+	if (e != NMQ_OK) {
+		log_warn_rl("broker", "topic=%.*s event=retained_not_stored error=%s",
+		    (int)(msg->topic_len > 200 ? 200 : msg->topic_len), msg->topic,
+		    nmq_strerror(e));
+	}
+}
+
 // Routes one message; see proto.h.
 static int b_route(void *app, nmq_session *from, const proto_who *who, nmq_msg *msg)
 {
@@ -831,7 +847,7 @@ static int b_route(void *app, nmq_session *from, const proto_who *who, nmq_msg *
 	}
 	if (msg->retain) {
 		if (msg->payload_len == 0) {
-			retain_set(b->retained, msg->topic, msg->topic_len, NULL);
+			retain_log(msg, retain_set(b->retained, msg->topic, msg->topic_len, NULL));
 		} else if (b->max_message_memory > 0 && nmq_mem_in_use() > b->max_message_memory) {
 			// mqtt.max_message_memory: the previous retained message, if
 			// any, stays; this one is routed but not kept.
@@ -843,7 +859,7 @@ static int b_route(void *app, nmq_session *from, const proto_who *who, nmq_msg *
 			    (int)(msg->topic_len > 200 ? 200 : msg->topic_len), msg->topic);
 		} else {
 			nmq_msg_hold(msg);
-			retain_set(b->retained, msg->topic, msg->topic_len, msg);
+			retain_log(msg, retain_set(b->retained, msg->topic, msg->topic_len, msg));
 		}
 	}
 	thread_state *ts = thread_state_get();
@@ -860,7 +876,13 @@ static int b_route(void *app, nmq_session *from, const proto_who *who, nmq_msg *
 		rcs.epoch = b->acl_epoch;
 		rc        = &rcs;
 	}
-	topic_tree_match_stamped(b->tree, msg->topic, msg->topic_len, mv, rcs.epoch);
+	nmq_err e = topic_tree_match_stamped(b->tree, msg->topic, msg->topic_len, mv, rcs.epoch);
+	if (e != NMQ_OK) {
+		// Delivered to the matches found before memory ran out.
+		log_warn_rl("broker", "topic=%.*s event=match_incomplete error=%s",
+		    (int)(msg->topic_len > 200 ? 200 : msg->topic_len), msg->topic,
+		    nmq_strerror(e));
+	}
 	if (rc != NULL) {
 		settle_shared(rc, mv);
 	}
@@ -955,11 +977,19 @@ static int b_subscribe(void *app, nmq_session *s, const proto_who *who, const ch
 		}
 		ss->v[i].len = len;
 	}
-	if (topic_tree_insert(b->tree, filter, len, s, &to, existed) != 0) {
+	nmq_err e = topic_tree_insert(b->tree, filter, len, s, &to, existed);
+	if (e != NMQ_OK) {
 		if (i == ss->n) {
 			free(ss->v[i].filter);
 		}
-		rv = MQTT_RC_TOPIC_FILTER_INVALID;
+		if (e == NMQ_EINVAL) {
+			rv = MQTT_RC_TOPIC_FILTER_INVALID;
+		} else {
+			log_warn_rl("broker",
+			    "client_id=%s filter=%.*s event=subscribe_failed error=%s",
+			    who->client_id, (int)(len > 200 ? 200 : len), filter, nmq_strerror(e));
+			rv = MQTT_RC_UNSPECIFIED;
+		}
 		goto out;
 	}
 	ss->v[i].opts  = *opts;
@@ -1032,8 +1062,26 @@ static void b_subscribed(void *app, nmq_session *s, const char *filter, size_t l
 		}
 		ident_release(id);
 	}
-	retain_match(b->retained, filter, len, retained_cb, &ctx);
+	nmq_err e = retain_match(b->retained, filter, len, retained_cb, &ctx, NULL);
+	if (e != NMQ_OK) {
+		log_warn_rl("broker", "client_id=%s filter=%.*s event=retained_not_sent error=%s",
+		    nmq_session_client_id(s), (int)(len > 200 ? 200 : len), filter,
+		    nmq_strerror(e));
+	}
 	auth_ctx_release(rcs.auth);
+}
+
+// Removes a subscription the session's record holds; the tree must have
+// it, so a failure is logged as an inconsistency.
+static void tree_remove(nmq_broker *b, const char *filter, size_t len, nmq_session *s)
+{
+	nmq_err e = topic_tree_remove(b->tree, filter, len, s);
+	if (e != NMQ_OK) {
+		log_warn_rl("broker",
+		    "client_id=%s filter=%.*s event=unsubscribe_inconsistent error=%s",
+		    nmq_session_client_id(s), (int)(len > 200 ? 200 : len), filter,
+		    nmq_strerror(e));
+	}
 }
 
 // Removes one subscription; 0x11 if there was none.
@@ -1048,7 +1096,7 @@ static uint8_t b_unsubscribe(void *app, nmq_session *s, const char *filter, size
 	pthread_mutex_lock(&ss->mtx);
 	for (size_t i = 0; i < ss->n; i++) {
 		if (ss->v[i].len == len && memcmp(ss->v[i].filter, filter, len) == 0) {
-			topic_tree_remove(b->tree, filter, len, s);
+			tree_remove(b, ss->v[i].filter, ss->v[i].len, s);
 			free(ss->v[i].filter);
 			ss->v[i] = ss->v[--ss->n];
 			rc       = 0;
@@ -1076,7 +1124,7 @@ static void b_session_end(void *app, nmq_session *s)
 	pthread_mutex_lock(&ss->mtx);
 	ss->dead = true;
 	for (size_t i = 0; i < ss->n; i++) {
-		topic_tree_remove(b->tree, ss->v[i].filter, ss->v[i].len, s);
+		tree_remove(b, ss->v[i].filter, ss->v[i].len, s);
 		free(ss->v[i].filter);
 	}
 	ss->n = 0;

@@ -184,16 +184,16 @@ void retain_free(retain_store *rs)
 	free(rs);
 }
 
-int retain_set(retain_store *rs, const char *topic, size_t len, void *msg)
+nmq_err retain_set(retain_store *rs, const char *topic, size_t len, void *msg)
 {
-	void *old = NULL;
-	int   rv  = 0;
+	void   *old = NULL;
+	nmq_err rv  = NMQ_OK;
 
 	if (!mqtt_topic_name_valid((const uint8_t *)topic, len)) {
 		if (msg != NULL) {
 			rs->ops.release(msg);
 		}
-		return -1;
+		return NMQ_EINVAL;
 	}
 	pthread_rwlock_wrlock(&rs->lock);
 	rt_node *n   = rs->root;
@@ -207,7 +207,7 @@ int retain_set(retain_store *rs, const char *topic, size_t len, void *msg)
 			if (c == NULL) {
 				prune(rs, n);
 				old = msg; // released below, as the contract says
-				rv  = -1;
+				rv  = NMQ_ENOMEM;
 				goto out;
 			}
 		} else {
@@ -257,11 +257,14 @@ static int collect(const retain_store *rs, void ***v, size_t *n, size_t *cap, vo
 	return 0;
 }
 
-int retain_match(
-    retain_store *rs, const char *filter, size_t len, void (*cb)(void *arg, void *msg), void *arg)
+nmq_err retain_match(retain_store *rs, const char *filter, size_t len,
+    void (*cb)(void *arg, void *msg), void *arg, size_t *count)
 {
+	if (count != NULL) {
+		*count = 0;
+	}
 	if (!mqtt_topic_filter_valid((const uint8_t *)filter, len)) {
-		return 0;
+		return NMQ_OK;
 	}
 	rt_frame  local[RT_STACK_LOCAL];
 	rt_frame *stk = local;
@@ -353,13 +356,16 @@ int retain_match(
 			rs->ops.release(v[i]);
 		}
 		free(v);
-		return -1;
+		return NMQ_ENOMEM;
 	}
 	for (size_t i = 0; i < n; i++) {
 		cb(arg, v[i]);
 	}
 	free(v);
-	return n > INT32_MAX ? INT32_MAX : (int)n;
+	if (count != NULL) {
+		*count = n;
+	}
+	return NMQ_OK;
 }
 
 size_t retain_count(retain_store *rs)

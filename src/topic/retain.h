@@ -21,6 +21,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "nng/core/nmq_err.h"
+
 typedef struct retain_ops {
 	void (*hold)(void *msg);
 	void (*release)(void *msg);
@@ -36,23 +38,24 @@ retain_store *retain_alloc(const retain_ops *ops);
 void retain_free(retain_store *rs);
 
 // Stores msg under topic (replacing any previous one); msg == NULL clears the
-// topic. Returns 0 or -1 on allocation failure (the reference is released).
-// Also returns -1 (releasing msg) if the topic is not a valid topic name
+// topic. Returns NMQ_OK, or NMQ_ENOMEM (the reference is released). Returns
+// NMQ_EINVAL (releasing msg) if the topic is not a valid topic name
 // (mqtt_topic_name_valid: empty, bad UTF-8, NUL, '+' or '#'). Clearing a topic that has
-// no message returns 0. The replaced message is released after the lock is
+// no message returns NMQ_OK. The replaced message is released after the lock is
 // dropped.
-int retain_set(retain_store *rs, const char *topic, size_t len, void *msg);
+nmq_err retain_set(retain_store *rs, const char *topic, size_t len, void *msg);
 
 // Calls cb(arg, msg) for every match after taking a reference for the caller;
 // cb owns that reference. No lock is held while cb runs (results are
-// collected first). Returns the number of messages passed, or -1 on
-// allocation failure (then cb was not called and nothing stays held).
+// collected first). Returns NMQ_OK with *count (may be NULL) set to the
+// number of messages passed, or NMQ_ENOMEM (then cb was not called,
+// nothing stays held and *count is 0).
 // `filter` is a plain filter (the broker skips shared ones); an invalid
-// filter (mqtt_topic_filter_valid) matches nothing and returns 0. A
+// filter (mqtt_topic_filter_valid) matches nothing (NMQ_OK, count 0). A
 // "$share/" prefix is not stripped here. Messages come in no particular
 // order.
-int retain_match(
-    retain_store *rs, const char *filter, size_t len, void (*cb)(void *arg, void *msg), void *arg);
+nmq_err retain_match(retain_store *rs, const char *filter, size_t len,
+    void (*cb)(void *arg, void *msg), void *arg, size_t *count);
 
 // Number of retained messages (lock-free read).
 size_t retain_count(retain_store *rs);

@@ -690,7 +690,7 @@ void topic_tree_free(topic_tree *t)
 	free(t);
 }
 
-int topic_tree_insert(topic_tree *t, const char *filter, size_t len, void *sub,
+nmq_err topic_tree_insert(topic_tree *t, const char *filter, size_t len, void *sub,
     const topic_sub_opts *opts, bool *existed)
 {
 	static const topic_sub_opts zero = { 0 };
@@ -706,7 +706,7 @@ int topic_tree_insert(topic_tree *t, const char *filter, size_t len, void *sub,
 		opts = &zero;
 	}
 	if (!filter_parse(filter, len, &group, &glen, &real, &rlen)) {
-		return -1;
+		return NMQ_EINVAL;
 	}
 
 	tt_shard *sh    = &t->shards[shard_of(real, rlen, true)];
@@ -760,15 +760,15 @@ int topic_tree_insert(topic_tree *t, const char *filter, size_t len, void *sub,
 		atomic_fetch_add_explicit(&sh->nsubs, 1, memory_order_release);
 	}
 	shard_wrunlock(sh, gated);
-	return 0;
+	return NMQ_OK;
 
 fail:
 	prune(n);
 	shard_wrunlock(sh, gated);
-	return -1;
+	return NMQ_ENOMEM;
 }
 
-int topic_tree_remove(topic_tree *t, const char *filter, size_t len, void *sub)
+nmq_err topic_tree_remove(topic_tree *t, const char *filter, size_t len, void *sub)
 {
 	const char *group;
 	size_t      glen;
@@ -776,11 +776,11 @@ int topic_tree_remove(topic_tree *t, const char *filter, size_t len, void *sub)
 	size_t      rlen;
 
 	if (!filter_parse(filter, len, &group, &glen, &real, &rlen)) {
-		return -1;
+		return NMQ_EINVAL;
 	}
 
 	tt_shard *sh    = &t->shards[shard_of(real, rlen, true)];
-	int       rv    = -1;
+	nmq_err   rv    = NMQ_ENOENT;
 	bool      gated = shard_wrlock(sh);
 	tt_node  *n     = sh->root;
 	size_t    pos   = 0;
@@ -819,7 +819,7 @@ int topic_tree_remove(topic_tree *t, const char *filter, size_t len, void *sub)
 	atomic_fetch_sub_explicit(&t->nsubs, 1, memory_order_relaxed);
 	atomic_fetch_sub_explicit(&sh->nsubs, 1, memory_order_relaxed);
 	prune(n);
-	rv = 0;
+	rv = NMQ_OK;
 
 out:
 	shard_wrunlock(sh, gated);
@@ -985,22 +985,25 @@ static int shard_match(const topic_tree *t, tt_shard *sh, const char *topic, siz
 	return rv;
 }
 
-int topic_tree_match_stamped(
+nmq_err topic_tree_match_stamped(
     topic_tree *t, const char *topic, size_t len, topic_match_vec *out, uint32_t stamp)
 {
 	if (topic == NULL || len == 0) {
-		return 0;
+		return NMQ_OK;
 	}
 	if (shard_match(t, &t->shards[shard_of(topic, len, false)], topic, len, out, stamp) != 0) {
-		return -1;
+		return NMQ_ENOMEM;
 	}
 	if (topic[0] == '$') {
-		return 0;
+		return NMQ_OK;
 	}
-	return shard_match(t, &t->shards[TT_WILD], topic, len, out, stamp);
+	if (shard_match(t, &t->shards[TT_WILD], topic, len, out, stamp) != 0) {
+		return NMQ_ENOMEM;
+	}
+	return NMQ_OK;
 }
 
-int topic_tree_match(topic_tree *t, const char *topic, size_t len, topic_match_vec *out)
+nmq_err topic_tree_match(topic_tree *t, const char *topic, size_t len, topic_match_vec *out)
 {
 	return topic_tree_match_stamped(t, topic, len, out, 0);
 }

@@ -46,6 +46,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "nng/core/nmq_err.h"
+
 typedef struct topic_sub_opts {
 	uint8_t  qos;
 	bool     no_local;
@@ -103,18 +105,21 @@ topic_tree *topic_tree_alloc(const topic_tree_ops *ops);
 void topic_tree_free(topic_tree *t);
 
 // Adds or replaces a subscription. `filter` is the full filter as received
-// (a "$share/g/f" prefix is recognised here). Returns 0, or -1 if the filter
-// is invalid or memory ran out. Sets *existed if the key was already there
-// (existed may be NULL). opts == NULL stores all-zero options.
-int topic_tree_insert(topic_tree *t, const char *filter, size_t len, void *sub,
+// (a "$share/g/f" prefix is recognised here). Returns NMQ_OK, NMQ_EINVAL if
+// the filter is not valid (mqtt_topic_filter_valid) or NMQ_ENOMEM (the tree
+// is then unchanged). Sets *existed if the key was already there (existed
+// may be NULL). opts == NULL stores all-zero options.
+nmq_err topic_tree_insert(topic_tree *t, const char *filter, size_t len, void *sub,
     const topic_sub_opts *opts, bool *existed);
 
-// Removes a subscription. Returns 0, or -1 if it did not exist.
-int topic_tree_remove(topic_tree *t, const char *filter, size_t len, void *sub);
+// Removes a subscription. Returns NMQ_OK, NMQ_ENOENT if it did not exist,
+// or NMQ_EINVAL if the filter is not valid.
+nmq_err topic_tree_remove(topic_tree *t, const char *filter, size_t len, void *sub);
 
 // Appends every subscription matching the topic name to *out (held).
-// Returns 0, or -1 if memory ran out (out then holds what was found).
-int topic_tree_match(topic_tree *t, const char *topic, size_t len, topic_match_vec *out);
+// Returns NMQ_OK, or NMQ_ENOMEM if memory ran out (out then holds what was
+// found, held). An empty or NULL topic matches nothing.
+nmq_err topic_tree_match(topic_tree *t, const char *topic, size_t len, topic_match_vec *out);
 
 // topic_tree_match(), except for share groups when stamp is not 0: a
 // group's pick whose opts.stamp differs from stamp (the caller may have to
@@ -124,7 +129,7 @@ int topic_tree_match(topic_tree *t, const char *topic, size_t len, topic_match_v
 // TOPIC_MATCH_MAX_ALTS. The pick's n_alt says how many follow it; each has
 // alt and shared set. The caller delivers to the first acceptable one of
 // the pick and its stand-ins. With stamp 0 no stand-in is added.
-int topic_tree_match_stamped(
+nmq_err topic_tree_match_stamped(
     topic_tree *t, const char *topic, size_t len, topic_match_vec *out, uint32_t stamp);
 
 // Counts for metrics: distinct filters and total subscriptions. A filter is
