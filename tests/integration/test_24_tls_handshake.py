@@ -9,6 +9,7 @@ Clients: `openssl s_client` (OpenSSL 3), Python's ssl module,
 mosquitto_pub/sub, and nanomq_cli.  Certificates from scripts/gen-certs.sh
 (shared with test_20_tls)."""
 
+import json
 import os
 import re
 import socket
@@ -352,6 +353,83 @@ class MutualResumed(TlsCase):
         rc, _ = self.pub_ok(cert="rogue")
         self.assertNotEqual(rc, 0)
         self.assert_broker_healthy()
+
+
+CLI = os.environ.get("NANOMQ_CLI_BIN", "")
+
+
+def cli(args, timeout=30):
+    return subprocess.run([CLI] + args, capture_output=True, text=True, timeout=timeout)
+
+
+class CliCase(TlsCase):
+    def setUp(self):
+        if not CLI or not os.access(CLI, os.X_OK):
+            self.skipTest("NANOMQ_CLI_BIN is not set to an executable")
+        super().setUp()
+
+    def target(self, host="localhost"):
+        return ["-h", host, "-p", str(self.tls_port)]
+
+
+class CliServerTls(CliCase):
+    """nanomq_cli pub/sub/conn/bench over TLS, server authentication only."""
+
+    def test_pub_and_sub(self):
+        sub = subprocess.Popen([CLI, "sub", "-t", "cli24/#", "-L", "1", "-q", "1", "-s",
+                                "--cafile", pki("ca.crt")] + self.target(),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            # Retained, so the order of the two clients does not matter. IP
+            # address as host: checked against the iPAddress SAN.
+            r = cli(["pub", "-t", "cli24/a", "-m", "over-tls", "-q", "1", "-r", "--cafile",
+                     pki("ca.crt")] + self.target("127.0.0.1"))
+            self.assertEqual(r.returncode, 0, r.stderr)
+            out, err = sub.communicate(timeout=15)
+            self.assertEqual(sub.returncode, 0, err)
+            self.assertIn("cli24/a: over-tls", out)
+        finally:
+            if sub.poll() is None:
+                sub.kill()
+                sub.communicate()
+
+    def test_untrusted_server_is_refused(self):
+        r = cli(["pub", "-t", "cli24/x", "-m", "x", "--cafile", pki("other-ca.crt")]
+                + self.target())
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("not trusted", r.stderr)
+        # --insecure connects anyway (and says nothing about trust).
+        r = cli(["pub", "-t", "cli24/x", "-m", "x", "--insecure"] + self.target())
+        self.assertEqual(r.returncode, 0, r.stderr)
+        # Plain MQTT against the TLS port does not get a CONNACK.
+        r = cli(["conn", "--connect-timeout", "2000", "--duration", "1"] + self.target())
+        self.assertNotEqual(r.returncode, 0)
+        self.assert_broker_healthy()
+
+    def test_bench_resumes_sessions(self):
+        def run(extra):
+            r = cli(["bench", "conn", "-c", "20", "-i", "0", "--duration", "0.2", "--json",
+                     "-S", "--cafile", pki("ca.crt")] + extra + self.target(), timeout=60)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            rep = json.loads(r.stdout.strip().splitlines()[-1])
+            self.assertEqual(rep["connect"]["ok"], 20, r.stdout)
+            return rep["tls"]
+        self.assertEqual(run([]), {"full": 20, "resumed": 0})
+        self.assertEqual(run(["--resume"]), {"full": 0, "resumed": 20})
+
+
+class CliMutualTls(CliCase):
+    SSL = {"verify": True, "fail": True}
+
+    def test_client_certificates(self):
+        base = ["pub", "-t", "cli24/m", "-m", "x", "--cafile", pki("ca.crt")] + self.target()
+        r = cli(base)
+        self.assertNotEqual(r.returncode, 0, "connected without a client certificate")
+        for cert in ("client1", "client1-ec"):
+            r = cli(base + ["-E", pki(cert + ".crt"), "--key", pki(cert + ".key")])
+            self.assertEqual(r.returncode, 0, "%s: %s" % (cert, r.stderr))
+        r = cli(base + ["-E", pki("rogue.crt"), "--key", pki("rogue.key")])
+        self.assertNotEqual(r.returncode, 0, "a self-signed client certificate was accepted")
 
 
 if __name__ == "__main__":

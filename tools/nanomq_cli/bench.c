@@ -977,6 +977,12 @@ static void report_json(const report *r)
 	    (double)bench_hist_percentile(h, 100) / 1e3);
 	printf("\"generator_cpu_s\":%.3f,\"generator_cpu_s_publishing\":%.3f", r->gen_cpu_s,
 	    r->gen_pub_cpu_s);
+	if (B.cfg.tls != NULL) {
+		uint64_t full, resumed;
+		cli_tls_counts(B.cfg.tls, &full, &resumed);
+		printf(",\"tls\":{\"full\":%llu,\"resumed\":%llu}", (unsigned long long)full,
+		    (unsigned long long)resumed);
+	}
 	if (r->b0.ok && r->b1.ok) {
 		double cpu = r->b1.cpu_s - r->b0.cpu_s;
 		printf(",\"broker\":{\"pid\":%d,\"cpu_s\":%.3f,\"cpu_s_per_million\":%.3f,"
@@ -988,9 +994,12 @@ static void report_json(const report *r)
 		}
 		if (r->bc0.ok && r->bc1.ok && ok > 0) {
 			printf(",\"rss_kb_before_connect\":%ld,\"rss_kb_after_connect\":%ld,"
-			       "\"bytes_per_conn\":%.0f",
+			       "\"bytes_per_conn\":%.0f,\"cpu_s_connect\":%.3f,"
+			       "\"cpu_ms_per_connect\":%.3f",
 			    r->bc0.rss_kb, r->bc1.rss_kb,
-			    (double)(r->bc1.rss_kb - r->bc0.rss_kb) * 1024.0 / (double)ok);
+			    (double)(r->bc1.rss_kb - r->bc0.rss_kb) * 1024.0 / (double)ok,
+			    r->bc1.cpu_s - r->bc0.cpu_s,
+			    (r->bc1.cpu_s - r->bc0.cpu_s) * 1e3 / (double)ok);
 		}
 		printf("}");
 	}
@@ -1034,9 +1043,17 @@ static void report_text(const report *r)
 	}
 	if (o->verb == CLI_CONN) {
 		if (r->bc0.ok && r->bc1.ok && ok > 0) {
-			printf("  broker:     RSS %ld kB -> %ld kB, %.0f bytes per connection\n",
+			printf("  broker:     RSS %ld kB -> %ld kB, %.0f bytes per connection; "
+			       "CPU %.3f ms per connection\n",
 			    r->bc0.rss_kb, r->bc1.rss_kb,
-			    (double)(r->bc1.rss_kb - r->bc0.rss_kb) * 1024.0 / (double)ok);
+			    (double)(r->bc1.rss_kb - r->bc0.rss_kb) * 1024.0 / (double)ok,
+			    (r->bc1.cpu_s - r->bc0.cpu_s) * 1e3 / (double)ok);
+		}
+		if (B.cfg.tls != NULL) {
+			uint64_t full, resumed;
+			cli_tls_counts(B.cfg.tls, &full, &resumed);
+			printf("  tls:        %llu full handshakes, %llu resumed\n",
+			    (unsigned long long)full, (unsigned long long)resumed);
 		}
 		return;
 	}
@@ -1249,6 +1266,14 @@ int bench_run(cli_opts *o)
 	B.nthreads     = o->threads < total ? o->threads : (total ? total : 1);
 	if (cli_opts_conn_cfg(o, &B.cfg, err, sizeof(err)) != 0) {
 		fprintf(stderr, "nanomq_cli: %s\n", err);
+		return 1;
+	}
+	if (B.cfg.tls != NULL && o->resume
+	    && cli_tls_prime(B.cfg.tls, (const struct sockaddr *)&B.cfg.addr, B.cfg.addrlen,
+	           (int)o->connect_timeout_ms, err, sizeof(err))
+	        != 0) {
+		fprintf(stderr, "nanomq_cli: --resume: priming handshake: %s\n", err);
+		cli_opts_conn_cfg_fini(&B.cfg);
 		return 1;
 	}
 	// A subscriber's window is its receive maximum; keep it large so that
@@ -1530,5 +1555,6 @@ out:
 	free(B.pairs);
 	free(r.hist);
 	bench_streams_fini(&B.streams);
+	cli_opts_conn_cfg_fini(&B.cfg);
 	return rc;
 }

@@ -534,5 +534,6 @@ fail:
 	free(g.lines);
 	free(g.lens);
 	pthread_mutex_destroy(&g.lines_mu);
+	cli_opts_conn_cfg_fini(&g.cfg);
 	return rc;
 }

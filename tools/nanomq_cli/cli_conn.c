@@ -26,6 +26,8 @@ enum { ID_FREE = 0, ID_PUBACK, ID_PUBREC, ID_PUBCOMP };
 static void conn_on_event(cli_watch *w, uint32_t events);
 static void conn_flush_task(cli_task *t);
 static void conn_timer(cli_timer *t);
+static void conn_send_first(cli_conn *c);
+static void conn_tls_step(cli_conn *c);
 
 // Returns a codec byte range over a C string (empty for NULL).
 static mqtt_bytes bytes_of(const char *s)
@@ -74,6 +76,8 @@ static void conn_free_session(cli_conn *c)
 // Releases the socket and buffers without callbacks; it cannot fail.
 void cli_conn_fini(cli_conn *c)
 {
+	cli_tls_conn_free(c->tls);
+	c->tls = NULL;
 	if (c->watch.fd >= 0) {
 		cli_loop_del(c->loop, &c->watch);
 		close(c->watch.fd);
@@ -93,6 +97,13 @@ void cli_conn_close(cli_conn *c, const char *why)
 {
 	if (c->state == CLI_CONN_CLOSED || c->state == CLI_CONN_IDLE) {
 		return;
+	}
+	if (c->tls != NULL) {
+		if (c->state == CLI_CONN_CLOSING) {
+			cli_tls_close_notify(c->tls);
+		}
+		cli_tls_conn_free(c->tls);
+		c->tls = NULL;
 	}
 	if (c->watch.fd >= 0) {
 		cli_loop_del(c->loop, &c->watch);
@@ -309,7 +320,10 @@ static void conn_want_out(cli_conn *c, bool on)
 static bool conn_flush(cli_conn *c)
 {
 	while (c->woff < c->wlen) {
-		ssize_t n = send(c->watch.fd, c->wbuf + c->woff, c->wlen - c->woff, MSG_NOSIGNAL);
+		char    why[200] = "";
+		ssize_t n        = c->tls != NULL
+		           ? cli_tls_send(c->tls, c->wbuf + c->woff, c->wlen - c->woff, why, sizeof(why))
+		           : send(c->watch.fd, c->wbuf + c->woff, c->wlen - c->woff, MSG_NOSIGNAL);
 		if (n < 0) {
 			if (errno == EINTR) {
 				continue;
@@ -318,7 +332,7 @@ static bool conn_flush(cli_conn *c)
 				conn_want_out(c, true);
 				return c->state != CLI_CONN_CLOSED;
 			}
-			cli_conn_close(c, strerror(errno));
+			cli_conn_close(c, why[0] ? why : strerror(errno));
 			return false;
 		}
 		c->woff += (size_t)n;
@@ -337,7 +351,7 @@ static void conn_flush_task(cli_task *t)
 {
 	cli_conn *c = CONN_OF(t, flush);
 	if (c->state == CLI_CONN_CLOSED || c->state == CLI_CONN_IDLE
-	    || c->state == CLI_CONN_CONNECTING) {
+	    || c->state == CLI_CONN_CONNECTING || c->state == CLI_CONN_TLS) {
 		return;
 	}
 	if (conn_flush(c) && c->state == CLI_CONN_READY && c->wlen == 0
@@ -364,6 +378,7 @@ static void conn_timer(cli_timer *t)
 
 	switch (c->state) {
 	case CLI_CONN_CONNECTING:
+	case CLI_CONN_TLS:
 	case CLI_CONN_CONNACK:
 		cli_conn_close(c, "connect timeout");
 		return;
@@ -409,12 +424,48 @@ static void conn_connected(cli_conn *c)
 		cli_conn_close(c, why);
 		return;
 	}
+	if (c->cfg->tls != NULL) {
+		if (cli_tls_conn_new(&c->tls, c->cfg->tls, c->watch.fd) != 0) {
+			cli_conn_close(c, "out of memory");
+			return;
+		}
+		c->state = CLI_CONN_TLS;
+		conn_tls_step(c);
+		return;
+	}
+	conn_send_first(c);
+}
+
+// Sends CONNECT once the transport is up; closes c on failure.
+static void conn_send_first(cli_conn *c)
+{
 	c->state = CLI_CONN_CONNACK;
 	if (conn_send_connect(c) != CLI_CONN_OK) {
 		cli_conn_close(c, "cannot encode CONNECT (check the options)");
 		return;
 	}
 	conn_want_out(c, false);
+}
+
+// Advances the TLS handshake; sends CONNECT when it is over, closes c if
+// it fails.
+static void conn_tls_step(cli_conn *c)
+{
+	char why[256];
+	switch (cli_tls_handshake(c->tls, why, sizeof(why))) {
+	case CLI_TLS_DONE:
+		conn_send_first(c); // queues CONNECT; the flush task writes it
+		return;
+	case CLI_TLS_WANT_READ:
+		conn_want_out(c, false);
+		return;
+	case CLI_TLS_WANT_WRITE:
+		conn_want_out(c, true);
+		return;
+	default:
+		cli_conn_close(c, why);
+		return;
+	}
 }
 
 // Sets up the publish window after CONNACK. Returns 0, or -1 if memory is
@@ -745,7 +796,10 @@ static void conn_read(cli_conn *c)
 			have = 0;
 			cap  = l->scratch_cap;
 		}
-		ssize_t n = recv(c->watch.fd, buf + have, cap - have, 0);
+		char    why[200] = "";
+		ssize_t n        = c->tls != NULL
+		           ? cli_tls_recv(c->tls, buf + have, cap - have, why, sizeof(why))
+		           : recv(c->watch.fd, buf + have, cap - have, 0);
 		if (n == 0) {
 			cli_conn_close(c,
 			    c->state == CLI_CONN_CLOSING ? "disconnected"
@@ -757,7 +811,7 @@ static void conn_read(cli_conn *c)
 				continue;
 			}
 			if (errno != EAGAIN && errno != EWOULDBLOCK) {
-				cli_conn_close(c, strerror(errno));
+				cli_conn_close(c, why[0] ? why : strerror(errno));
 			}
 			return;
 		}
@@ -775,8 +829,16 @@ static void conn_read(cli_conn *c)
 			cli_conn_close(c, "out of memory");
 			return;
 		}
-		if ((size_t)n < cap - have) {
-			return; // the socket is drained
+		if ((size_t)n < cap - have && (c->tls == NULL || cli_tls_pending(c->tls) == 0)) {
+			// The socket is drained (TLS: a short read may just be the
+			// end of a record; the next read says WANT_READ).
+			if (c->tls == NULL) {
+				return;
+			}
+		}
+		if (c->tls != NULL && i == CONN_READS_PER_EVENT - 1
+		    && cli_tls_pending(c->tls) > 0) {
+			i--; // decrypted bytes announce themselves to nobody: keep going
 		}
 	}
 }
@@ -788,12 +850,16 @@ static void conn_on_event(cli_watch *w, uint32_t events)
 
 	if (c->state == CLI_CONN_CONNECTING) {
 		conn_connected(c);
-		if (c->state == CLI_CONN_CLOSED) {
+		if (c->state == CLI_CONN_CLOSED || c->state == CLI_CONN_TLS) {
 			return;
 		}
 		if (!(events & EPOLLIN)) {
 			return;
 		}
+	}
+	if (c->state == CLI_CONN_TLS) {
+		conn_tls_step(c);
+		return;
 	}
 	if (events & (EPOLLIN | EPOLLERR | EPOLLHUP)) {
 		conn_read(c);

@@ -19,6 +19,7 @@
 
 #include "nng/codec/mqtt_codec.h"
 #include "tools/nanomq_cli/cli_loop.h"
+#include "tools/nanomq_cli/cli_tls.h"
 
 // Connection settings; shared read-only by many connections.
 typedef struct cli_conn_cfg {
@@ -48,6 +49,9 @@ typedef struct cli_conn_cfg {
 	uint8_t               request_response;
 	const mqtt_user_prop *user_props;
 	uint32_t              n_user_props;
+	// TLS: NULL = plain TCP. Shared by the connections; owned by whoever
+	// filled the config (cli_opts_conn_cfg_fini frees it).
+	cli_tls *tls;
 	// Local limits.
 	uint16_t inflight; // QoS 1/2 publish window (server may lower it)
 	uint32_t connect_timeout_ms; // TCP connect + CONNACK
@@ -78,6 +82,7 @@ typedef struct cli_conn_ops {
 enum cli_conn_state {
 	CLI_CONN_IDLE = 0,
 	CLI_CONN_CONNECTING, // TCP handshake
+	CLI_CONN_TLS, // TLS handshake
 	CLI_CONN_CONNACK, // CONNECT sent
 	CLI_CONN_READY,
 	CLI_CONN_CLOSING, // DISCONNECT queued, flushing
@@ -103,6 +108,7 @@ struct cli_conn {
 	void               *arg; // for the owner
 	const char         *client_id;
 	int                 state;
+	cli_tls_conn       *tls; // during and after the TLS handshake
 	uint8_t             proto; // wire version after CONNECT: 4 or 5
 	uint64_t            rx_ns; // when the bytes being handled were read
 	// Buffers.

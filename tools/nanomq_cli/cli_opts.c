@@ -27,6 +27,8 @@ enum {
 	OPT_KEYPASS,
 	OPT_QUIC,
 	OPT_WS,
+	OPT_INSECURE,
+	OPT_RESUME,
 	OPT_IFADDR,
 	OPT_PREFIX,
 	OPT_DURATION,
@@ -77,6 +79,8 @@ static const struct option common_long[] = {
 	{ "request_response_information", required_argument, NULL, OPT_REQUEST_RESPONSE },
 	{ "user_property", required_argument, NULL, OPT_USER_PROPERTY },
 	{ "cafile", required_argument, NULL, OPT_CAFILE },
+	{ "insecure", no_argument, NULL, OPT_INSECURE },
+	{ "resume", no_argument, NULL, OPT_RESUME },
 	{ "quic", no_argument, NULL, OPT_QUIC },
 	{ "ifaddr", required_argument, NULL, OPT_IFADDR },
 	{ "duration", required_argument, NULL, OPT_DURATION },
@@ -280,7 +284,8 @@ static int parse_common(cli_opts *o, int c, const char *arg, char *err, size_t e
 		if (parse_u64(arg, "-p", 1, 65535, &v, err, errlen) != 0) {
 			return -1;
 		}
-		o->port = (uint16_t)v;
+		o->port       = (uint16_t)v;
+		o->port_given = true;
 		return 0;
 	case 'V':
 		if (strcmp(arg, "mqttv311") == 0) {
@@ -394,13 +399,17 @@ static int parse_common(cli_opts *o, int c, const char *arg, char *err, size_t e
 		return 0;
 	}
 	case OPT_CAFILE:
-	case OPT_CERT:
+		o->cafile = arg;
+		return 0;
 	case OPT_KEY:
-	case OPT_KEYPASS:
-	case 'E':
-		snprintf(
-		    err, errlen, "TLS is not supported by this nanomq_cli build (plain TCP only)");
-		return -1;
+		o->keyfile = arg;
+		return 0;
+	case OPT_INSECURE:
+		o->insecure = true;
+		return 0;
+	case OPT_RESUME:
+		o->resume = true;
+		return 0;
 	case OPT_QUIC:
 		snprintf(err, errlen, "--quic: QUIC is not supported");
 		return -1;
@@ -445,9 +454,14 @@ static int parse_client(cli_opts *o, int c, const char *arg, char *err, size_t e
 	case 'c':
 		return parse_bool(arg, "-c", &o->clean_start, err, errlen);
 	case 's':
-		snprintf(err, errlen,
-		    "-s: TLS is not supported by this nanomq_cli build (plain TCP only)");
-		return -1;
+		o->secure = true;
+		return 0;
+	case 'E':
+		o->certfile = arg;
+		return 0;
+	case OPT_KEYPASS:
+		o->keypass = arg;
+		return 0;
 	case 'm':
 		o->message     = arg;
 		o->message_len = strlen(arg);
@@ -484,10 +498,13 @@ static int parse_bench(cli_opts *o, int c, const char *arg, char *err, size_t er
 	case 'C':
 		return parse_bool(arg, "-C", &o->clean_start, err, errlen);
 	case 'S':
+		o->secure = true;
+		return 0;
+	case OPT_CERT:
+		o->certfile = arg;
+		return 0;
 	case OPT_WS:
-		snprintf(err, errlen,
-		    "%s is not supported by this nanomq_cli build (plain TCP only)",
-		    c == 'S' ? "-S (TLS)" : "--ws");
+		snprintf(err, errlen, "--ws is not supported by this nanomq_cli build");
 		return -1;
 	case OPT_PREFIX:
 		o->prefix = arg;
@@ -589,6 +606,22 @@ static int finish(cli_opts *o, char *err, size_t errlen)
 	if ((o->will_msg || o->will_qos || o->will_retain) && o->will_topic == NULL) {
 		snprintf(err, errlen, "--will-msg/--will-qos/--will-retain need --will-topic");
 		return -1;
+	}
+	// TLS files imply TLS, as with mosquitto_pub.
+	if (o->cafile != NULL || o->certfile != NULL || o->keyfile != NULL || o->insecure) {
+		o->secure = true;
+	}
+	if ((o->certfile == NULL) != (o->keyfile == NULL)) {
+		snprintf(err, errlen, "a client certificate needs both %s and %s",
+		    o->bench ? "--certfile" : "-E/--cert", o->bench ? "--keyfile" : "--key");
+		return -1;
+	}
+	if (o->resume && !o->secure) {
+		snprintf(err, errlen, "--resume needs TLS (%s)", o->bench ? "-S" : "-s");
+		return -1;
+	}
+	if (o->secure && !o->port_given) {
+		o->port = 8883;
 	}
 	if (o->selftest) {
 		return 0;
@@ -761,7 +794,28 @@ int cli_opts_conn_cfg(const cli_opts *o, cli_conn_cfg *cfg, char *err, size_t er
 	cfg->inflight             = o->inflight;
 	cfg->connect_timeout_ms   = o->connect_timeout_ms;
 	cfg->wbuf_high            = 256 * 1024;
+	if (o->secure) {
+		cli_tls_opts to = {
+			.cafile      = o->cafile,
+			.certfile    = o->certfile,
+			.keyfile     = o->keyfile,
+			.keypass     = o->keypass,
+			.server_name = o->host,
+			.insecure    = o->insecure,
+			.resume      = o->resume,
+		};
+		if (cli_tls_new(&cfg->tls, &to, err, errlen) != 0) {
+			return -1;
+		}
+	}
 	return 0;
+}
+
+// Frees the TLS configuration of cfg; see cli_opts.h.
+void cli_opts_conn_cfg_fini(cli_conn_cfg *cfg)
+{
+	cli_tls_free(cfg->tls);
+	cfg->tls = NULL;
 }
 
 // Returns 0 with tmpl expanded into out, or -1 if it does not fit.
@@ -835,8 +889,16 @@ static const char usage_client[]
       "      --inflight <n>          QoS 1/2 in-flight window per client [32]\n"
       "      --duration <s>          exit after this many seconds\n"
       "      --connect-timeout <ms>  TCP connect + CONNACK timeout [30000]\n"
-      "  -s/--secure, --cafile, -E/--cert, --key, --keypass: TLS is not supported\n"
-      "      in this build and is refused; --quic is refused.\n";
+      "  -s, --secure                TLS (mbed TLS; port 8883 unless -p)\n"
+      "      --cafile <file>         CA certificates the server's certificate must\n"
+      "                              chain to [the system bundle]; its name must\n"
+      "                              match -h\n"
+      "  -E, --cert <file>, --key <file>, --keypass <pass>\n"
+      "                              client certificate and key (mutual TLS)\n"
+      "      --insecure              do not verify the server's certificate\n"
+      "      --resume                with -C N: offer the last session on later\n"
+      "                              connections (abbreviated handshakes)\n"
+      "  --quic is refused.\n";
 
 static const char usage_pub[]
     = "Usage: nanomq_cli pub -t <topic> (-m <msg> | -f <file> | -l) [options]\n"
@@ -899,7 +961,15 @@ static const char usage_bench[]
       "  -L, --limit <n>              messages per publisher, 0 = no limit [0]\n"
       "      --prefix <p>             client id prefix [nmqb]\n"
       "      --ifaddr <addr>          local address to connect from\n"
-      "  -S/--ssl, --cafile, --certfile, --keyfile, --ws: refused (plain TCP only)\n"
+      "  -S, --ssl                    TLS (mbed TLS; port 8883 unless -p)\n"
+      "      --cafile <f>, --certfile <f>, --keyfile <f>\n"
+      "                               CA bundle to verify the server with [the\n"
+      "                               system bundle]; client certificate and key\n"
+      "      --insecure               do not verify the server's certificate\n"
+      "      --resume                 resume TLS sessions: after the first full\n"
+      "                               handshake of the run, connections offer its\n"
+      "                               session (ticket or id)\n"
+      "      --ws is refused.\n"
       "\n"
       "Extensions:\n"
       "      --parallel <n>           threads [CPUs this process may use, max 8]\n"

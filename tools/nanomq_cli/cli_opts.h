@@ -45,6 +45,15 @@ typedef struct cli_opts {
 	int            request_response; // -1 = not sent
 	mqtt_user_prop user_props[CLI_MAX_USER_PROPS];
 	uint32_t       n_user_props;
+	// TLS (-s/--secure; bench -S/--ssl).
+	bool        secure;
+	bool        port_given; // -p given (else 8883 with TLS)
+	const char *cafile;
+	const char *certfile; // -E/--cert, bench --certfile
+	const char *keyfile; // --key, bench --keyfile
+	const char *keypass;
+	bool        insecure; // --insecure: do not verify the server
+	bool        resume; // --resume: resume the TLS session on reconnects
 	// Load shape.
 	uint32_t clients; // pub/sub/conn -C; bench -c
 	uint32_t threads; // -n/--parallel (pub/sub/conn), --parallel (bench)
@@ -98,9 +107,13 @@ void cli_opts_fini(cli_opts *o);
 // Prints the usage of `nanomq_cli [bench] <verb>` (verb 0: the overview).
 void cli_opts_usage(FILE *out, bool bench, int verb);
 
-// Resolves the broker address and fills a connection config. Returns 0, or
-// -1 with a message in err.
+// Resolves the broker address and fills a connection config (loading the
+// TLS files with -s/-S). Returns 0, or -1 with a message in err.
 int cli_opts_conn_cfg(const cli_opts *o, cli_conn_cfg *cfg, char *err, size_t errlen);
+
+// Frees what cli_opts_conn_cfg allocated (the TLS configuration) once no
+// connection uses cfg; it cannot fail.
+void cli_opts_conn_cfg_fini(cli_conn_cfg *cfg);
 
 // Expands %i (index), %c (client id) and %u (user name) in tmpl into out.
 // Returns 0, or -1 if the result does not fit in outlen bytes.
