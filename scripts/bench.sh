@@ -27,8 +27,9 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
-scenarios_all=(fanout_q0 fanout_q1 fanout_q0_20 fanout_q1_20 four_q0 four_q1 pairs_q1 shared_q1
-	idle_10k startup)
+scenarios_all=(fanout_q0 fanout_q1 fanout_q0_20 fanout_q1_20 four_q0 four_q1 pairs_q1 pairs_q1_1hz
+	shared_q1 idle_10k startup tls_storm tls_storm_ec tls_resume tls_fanout_q0 tls_fanout_q1
+	tls_pairs_q1_1hz)
 duration=10
 repeat=1
 brokers=nanomq,mosquitto
@@ -38,7 +39,9 @@ sel=""
 queue=${BENCH_QUEUE:-1000}
 inflight=${BENCH_INFLIGHT:-20}
 
-# Prints the bench arguments of a scenario.
+# Prints the bench arguments of a scenario. A leading "TLS rsa" or "TLS ec"
+# runs it over TLS (listeners.ssl / mosquitto's TLS listener) with the RSA
+# 2048 or ECDSA P-256 server certificate of scripts/gen-certs.sh.
 scenario_args() {
 	case "$1" in
 	fanout_q0) echo "pubsub --pubs 1 --subs 1000 -t bench/fan -q 0 -I 0" ;;
@@ -48,6 +51,13 @@ scenario_args() {
 	four_q0) echo "pubsub --pubs 4 --subs 4 -t bench/four -q 0 -I 0" ;;
 	four_q1) echo "pubsub --pubs 4 --subs 4 -t bench/four -q 1 -I 0" ;;
 	pairs_q1) echo "pubsub --pubs 1000 --subs 1000 -t bench/pair/%i -q 1 -I 0" ;;
+	pairs_q1_1hz) echo "pubsub --pubs 1000 --subs 1000 -t bench/pair/%i -q 1 -I 1000" ;;
+	tls_storm) echo "TLS rsa conn -c 600" ;;
+	tls_storm_ec) echo "TLS ec conn -c 600" ;;
+	tls_resume) echo "TLS rsa conn -c 2000 --resume" ;;
+	tls_fanout_q0) echo "TLS rsa pubsub --pubs 1 --subs 1000 -t bench/fan -q 0 -I 0" ;;
+	tls_fanout_q1) echo "TLS rsa pubsub --pubs 1 --subs 1000 -t bench/fan -q 1 -I 0" ;;
+	tls_pairs_q1_1hz) echo "TLS rsa pubsub --pubs 1000 --subs 1000 -t bench/pair/%i -q 1 -I 1000" ;;
 	shared_q1) echo "pubsub --pubs 1000 --subs 10 -t bench/sh/%i --sub-topic \$share/g/bench/sh/+ -q 1 -I 100" ;;
 	idle_10k) echo "conn -c 10000" ;;
 	startup) echo "startup" ;; # scripts/startup-rss.sh, not the generator
@@ -65,6 +75,13 @@ scenario_doc() {
 	four_q0) echo "4 publishers -> 4 subscribers (one topic), QoS 0, flat out" ;;
 	four_q1) echo "4 publishers -> 4 subscribers (one topic), QoS 1, flat out" ;;
 	pairs_q1) echo "1,000 publisher/subscriber pairs (own topic each), QoS 1, flat out" ;;
+	pairs_q1_1hz) echo "1,000 publisher/subscriber pairs, QoS 1, 1 msg/s each" ;;
+	tls_storm) echo "TLS: 600 connections at once, full handshakes (RSA-2048 certificate): CPU per connect" ;;
+	tls_storm_ec) echo "TLS: as tls_storm with an ECDSA P-256 certificate" ;;
+	tls_resume) echo "TLS: 2,000 connections resuming one session (ticket), RSA-2048: CPU per connect" ;;
+	tls_fanout_q0) echo "TLS: 1 publisher -> 1,000 subscribers, QoS 0, flat out" ;;
+	tls_fanout_q1) echo "TLS: 1 publisher -> 1,000 subscribers, QoS 1, flat out" ;;
+	tls_pairs_q1_1hz) echo "TLS: 1,000 publisher/subscriber pairs, QoS 1, 1 msg/s each" ;;
 	shared_q1) echo "1,000 publishers -> one 10-member shared subscription, QoS 1, 10 msg/s each" ;;
 	idle_10k) echo "10,000 idle connections: connections/s and broker memory per connection" ;;
 	startup) echo "memory 2 s after start on the default configuration (scripts/startup-rss.sh)" ;;
@@ -165,9 +182,26 @@ free_port() {
 	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
 
-# Starts broker $1 on port $2 in the background; sets bpid.
+# Generates the test PKI once (readable by mosquitto, which drops to its
+# own user).
+pki_ready() {
+	[ -f "$work/pki/ca.crt" ] && return 0
+	bash "$root/scripts/gen-certs.sh" "$work/pki" >/dev/null
+	chmod 755 "$work/pki"
+	chmod 644 "$work/pki"/*
+}
+
+# Starts broker $1 on port $2 in the background; sets bpid. With $3 = rsa or
+# ec the port is a TLS listener with that server certificate.
 start_broker() {
-	local b=$1 port=$2
+	local b=$1 port=$2 tls=${3:-} crt key
+	if [ -n "$tls" ]; then
+		pki_ready
+		crt="$work/pki/server.crt" key="$work/pki/server.key"
+		if [ "$tls" = ec ]; then
+			crt="$work/pki/server-ec.crt" key="$work/pki/server-ec.key"
+		fi
+	fi
 	if [ "$b" = mosquitto ]; then
 		cat >"$work/mosquitto.conf" <<-EOF
 			listener $port 127.0.0.1
@@ -179,6 +213,9 @@ start_broker() {
 			set_tcp_nodelay true
 			log_dest none
 		EOF
+		if [ -n "$tls" ]; then
+			printf 'certfile %s\nkeyfile %s\n' "$crt" "$key" >>"$work/mosquitto.conf"
+		fi
 		"${pin_broker[@]}" "$mosq" -c "$work/mosquitto.conf" >"$work/broker.log" 2>&1 &
 	else
 		cat >"$work/nanomq.conf" <<-EOF
@@ -188,6 +225,16 @@ start_broker() {
 			mqtt.max_message_memory = ${BENCH_MEMORY:-0}
 			log.level = error
 		EOF
+		if [ -n "$tls" ]; then
+			cat >"$work/nanomq.conf" <<-EOF
+				listeners.tcp.bind = "127.0.0.1:$(free_port)"
+				listeners.ssl { bind = "127.0.0.1:$port", certfile = "$crt", keyfile = "$key" }
+				mqtt.max_mqueue_len = $queue
+				mqtt.max_inflight_window = $inflight
+				mqtt.max_message_memory = ${BENCH_MEMORY:-0}
+				log.level = error
+			EOF
+		fi
 		NANOMQ_PID_FILE="$work/nanomq.pid" "${pin_broker[@]}" "$ours" start \
 			--conf "$work/nanomq.conf" >"$work/broker.log" 2>&1 &
 	fi
@@ -240,8 +287,16 @@ run_one() {
 		return 0
 	fi
 	port=$(free_port)
-	start_broker "$b" "$port" || return 0
 	read -r -a args <<<"$(scenario_args "$s")"
+	local tls="" tlsargs=()
+	if [ "${args[0]}" = TLS ]; then
+		tls=${args[1]}
+		args=("${args[@]:2}")
+	fi
+	start_broker "$b" "$port" "$tls" || return 0
+	if [ -n "$tls" ]; then
+		tlsargs=(-S --cafile "$work/pki/ca.crt")
+	fi
 	local extra=(--duration "$duration")
 	if [ "${args[0]}" = conn ]; then
 		extra=(--duration 3 -i 0)
@@ -250,7 +305,7 @@ run_one() {
 	fi
 	echo "== $s on $b (run $rep)" >&2
 	line=$("${pin_gen[@]}" "$cli" bench "${args[@]}" -h 127.0.0.1 -p "$port" --parallel 1 \
-		"${extra[@]}" --broker-pid "$bpid" --json 2>"$work/gen.err") || true
+		"${tlsargs[@]}" "${extra[@]}" --broker-pid "$bpid" --json 2>"$work/gen.err") || true
 	stop_broker
 	if [ -z "$line" ]; then
 		echo "bench.sh: $s on $b produced no report:" >&2
@@ -305,6 +360,9 @@ def metrics(reps):
         "conn_s": lambda r: r["connect"]["per_second"],
         "bpc": lambda r: r.get("broker", {}).get("bytes_per_conn", float("nan")),
         "ok": lambda r: r["connect"]["ok"],
+        "cms": lambda r: r.get("broker", {}).get("cpu_ms_per_connect", float("nan")),
+        "full": lambda r: r.get("tls", {}).get("full", 0),
+        "resumed": lambda r: r.get("tls", {}).get("resumed", 0),
     }
     for k, f in get.items():
         m[k] = med([f(r) for r in reps])
@@ -346,19 +404,21 @@ for s in scen:
             continue
         m = metrics(rows[(s, b)])
         ms[b] = m
-        if s.startswith("idle"):
-            print("%-13s %-9s %11s %6s %9s %9s %9s %8.1f %8s   (%d conns, %.0f conn/s, %.0f B/conn)" % (
-                s, b, "-", "-", "-", "-", "-", m["hwm"], "-", m["ok"], m["conn_s"], m["bpc"]))
+        if s.startswith("idle") or s in ("tls_storm", "tls_storm_ec", "tls_resume"):
+            print("%-13s %-9s %11s %6s %9s %9s %9s %8.1f %8s   (%d conns, %.0f conn/s, %.0f B/conn, %.3f ms CPU/conn%s)" % (
+                s, b, "-", "-", "-", "-", "-", m["hwm"], "-", m["ok"], m["conn_s"], m["bpc"],
+                m["cms"], ", %d full + %d resumed handshakes" % (m["full"], m["resumed"])
+                if s.startswith("tls") else ""))
         else:
             print("%-13s %-9s %11.0f %5.0f%% %9.2f %9.2f %9.2f %8.1f %9d %9d %5.0f %5.0f" % (
                 s, b, m["rate"], m["spread"], m["cpu_m"], m["p50"], m["p99"], m["hwm"],
                 m["lost"], m["tail"], m["gen"], m["brk"]))
     if len(ms) == 2:
         o, q = ms["nanomq"], ms["mosquitto"]
-        if s.startswith("idle"):
-            print("%-13s %-9s conn/s %s, bytes/conn %s, VmHWM %s" % (
+        if s.startswith("idle") or s in ("tls_storm", "tls_storm_ec", "tls_resume"):
+            print("%-13s %-9s conn/s %s, bytes/conn %s, VmHWM %s, CPU/conn %s" % (
                 "", "ours/mosq", ratio(o["conn_s"], q["conn_s"]), ratio(o["bpc"], q["bpc"]),
-                ratio(o["hwm"], q["hwm"])))
+                ratio(o["hwm"], q["hwm"]), ratio(o["cms"], q["cms"])))
         else:
             print("%-13s %-9s %11s %6s %9s %9s %9s %8s" % (
                 "", "ours/mosq", ratio(o["rate"], q["rate"]), "", ratio(o["cpu_m"], q["cpu_m"]),
