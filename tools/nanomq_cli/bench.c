@@ -179,18 +179,13 @@ static bool topic_match(const char *f, const char *t)
 	}
 }
 
-// Returns the filter without a "$share/<group>/" prefix, and sets *shared.
+// Returns the filter without a "$share/<group>/" prefix, and sets *shared
+// (mqtt_share_split; a malformed one is left whole, the broker refuses it).
 static const char *share_strip(const char *f, bool *shared)
 {
-	*shared = false;
-	if (strncmp(f, "$share/", 7) == 0) {
-		const char *slash = strchr(f + 7, '/');
-		if (slash != NULL) {
-			*shared = true;
-			return slash + 1;
-		}
-	}
-	return f;
+	mqtt_share sh;
+	*shared = mqtt_share_split((const uint8_t *)f, strlen(f), &sh) == MQTT_SHARE_OK;
+	return *shared ? (const char *)sh.filter : f;
 }
 
 // ---------------------------------------------------------------------------
