@@ -196,7 +196,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	sink += mqtt_utf8_valid(data, size);
 	sink += mqtt_topic_name_valid(data, size);
-	sink += mqtt_topic_filter_valid(data, size);
+
+	// The "$share/" split: slices inside the input, and a valid filter
+	// stays valid once its prefix is stripped.
+	mqtt_share      sh;
+	mqtt_share_kind k     = mqtt_share_split(data, size, &sh);
+	bool            valid = mqtt_topic_filter_valid(data, size);
+	if (k == MQTT_SHARE_OK) {
+		CHECK(sh.glen > 0 && sh.flen > 0 && sh.group == data + 7);
+		CHECK(sh.filter + sh.flen == data + size && sh.filter == sh.group + sh.glen + 1);
+		CHECK(!valid || mqtt_topic_filter_valid(sh.filter, sh.flen));
+	} else if (k == MQTT_SHARE_NONE) {
+		CHECK(sh.group == NULL && sh.filter == data && sh.flen == size);
+	} else {
+		CHECK(!valid);
+	}
+	sink += valid;
 
 	for (size_t i = 0; i < sizeof(protos); i++) {
 		mqtt_packet pkt;
