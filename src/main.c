@@ -265,8 +265,12 @@ static void raise_nofile_limit(void)
 {
 	struct rlimit rl;
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rlim_t soft = rl.rlim_cur;
 		rl.rlim_cur = rl.rlim_max;
-		setrlimit(RLIMIT_NOFILE, &rl);
+		if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+			log_warn("main", "event=nofile_limit_kept limit=%llu reason=\"%s\"",
+			    (unsigned long long)soft, strerror(errno));
+		}
 	}
 }
 
@@ -463,6 +467,9 @@ static void ctl_serve(server *srv, const cli_args *args, const char *argv0)
 	char  *text = NULL;
 	size_t len  = 0;
 	FILE  *f    = open_memstream(&text, &len);
+	if (f == NULL) {
+		log_warn("main", "event=reload_report_lost reason=\"%s\"", strerror(errno));
+	}
 	log_info("main", "event=reload_requested by=command_channel conf=%s",
 	    path != NULL ? path : "(running file)");
 	int rc = reload(srv, args, argv0, path, old, f);
@@ -703,14 +710,19 @@ static void print_report(const char *text)
 static int reload_by_ipc(const cli_args *args, const nmq_conf *conf, char *msg, size_t msglen)
 {
 	char  err[256];
-	char *reply  = NULL;
-	pid_t holder = pidfile_read(conf->pid_file, err, sizeof(err));
-	int   r      = ipc_request(
-	           conf->cmd_ipc_url, "pid", NULL, RELOAD_PROBE_TIMEOUT_MS, &reply, msg, msglen);
-	if (r < 0) {
+	char *reply = NULL;
+	bool  ok;
+	pid_t holder;
+	if (pidfile_read(conf->pid_file, &holder, err, sizeof(err)) != NMQ_OK) {
+		// The channel's pid cannot be checked against the file's.
+		fprintf(stderr, "nanomq: warning: %s\n", err);
+	}
+	if (ipc_request(
+	        conf->cmd_ipc_url, "pid", NULL, RELOAD_PROBE_TIMEOUT_MS, &ok, &reply, msg, msglen)
+	    != NMQ_OK) {
 		return -1;
 	}
-	long served = r == 0 ? strtol(reply, NULL, 10) : 0;
+	long served = ok ? strtol(reply, NULL, 10) : 0;
 	free(reply);
 	if (holder > 0 && served != (long)holder) {
 		snprintf(msg, msglen,
@@ -720,17 +732,17 @@ static int reload_by_ipc(const cli_args *args, const nmq_conf *conf, char *msg, 
 	}
 	bool        given = args->cli.conf_path != NULL || args->cli.old_conf_path != NULL;
 	const char *verb  = args->cli.old_conf_path != NULL ? "reload_old_conf" : "reload";
-	r = ipc_request(conf->cmd_ipc_url, verb, given ? conf->path : NULL, RELOAD_IPC_TIMEOUT_MS,
-	    &reply, err, sizeof(err));
-	printf("%s\n", r == 0 ? "reload succeed!" : "reload failed!");
+	nmq_err     r     = ipc_request(conf->cmd_ipc_url, verb, given ? conf->path : NULL,
+	            RELOAD_IPC_TIMEOUT_MS, &ok, &reply, err, sizeof(err));
+	printf("%s\n", r == NMQ_OK && ok ? "reload succeed!" : "reload failed!");
 	fflush(stdout);
-	if (r < 0) {
+	if (r != NMQ_OK) {
 		fprintf(stderr, "nanomq: %s\n", err);
 		return 1;
 	}
 	print_report(reply);
 	free(reply);
-	return r == 0 ? 0 : 1;
+	return ok ? 0 : 1;
 }
 
 // `nanomq reload`: conf is the configuration validated here, whose path the
@@ -774,7 +786,7 @@ int main(int argc, char **argv)
 		// nanomq passwd [-c] [-b|-D] file user [password]
 		return auth_passwd_main(argc - 1, argv + 1);
 	}
-	if (cli_args_parse(&args, argc, argv, err, sizeof(err)) != 0) {
+	if (cli_args_parse(&args, argc, argv, err, sizeof(err)) != NMQ_OK) {
 		fprintf(stderr, "nanomq: %s\nTry 'nanomq --help'.\n", err);
 		return 1;
 	}
@@ -859,20 +871,28 @@ int main(int argc, char **argv)
 	}
 
 	pidfile pf;
-	if (pidfile_acquire(&pf, conf.pid_file, err, sizeof(err)) != 0) {
+	if (pidfile_acquire(&pf, conf.pid_file, err, sizeof(err)) != NMQ_OK) {
 		fprintf(stderr, "nanomq: %s\n", err);
 		conf_free(&conf);
 		return 1;
 	}
 	int ready_fd = -1;
 	if (conf.daemon) {
-		if (daemonize(&ready_fd, err, sizeof(err)) != 0) {
+		if (daemonize(&ready_fd, err, sizeof(err)) != NMQ_OK) {
 			fprintf(stderr, "nanomq: %s\n", err);
 			return 1;
 		}
-		pidfile_update(&pf, err, sizeof(err));
+		if (pidfile_update(&pf, err, sizeof(err)) != NMQ_OK) {
+			// The file would name the original process, which exits:
+			// `stop` could not find the daemon. The original process
+			// prints err (stderr is /dev/null here).
+			daemon_ready(ready_fd, 1, err);
+			pidfile_release(&pf);
+			conf_free(&conf);
+			return 1;
+		}
 	}
-	if (log_open(&conf, err, sizeof(err)) != 0) {
+	if (log_open(&conf, err, sizeof(err)) != NMQ_OK) {
 		fprintf(stderr, "nanomq: %s\n", err);
 		daemon_ready(ready_fd, 1, err);
 		pidfile_release(&pf);

@@ -327,7 +327,7 @@ static bool cli_takes_value(const cli_option *o)
 
 // Walks argv once: the first bare word is the verb, everything else an
 // option of the table. Returns 0, or -1 with a one-line message in err.
-int cli_args_parse(cli_args *args, int argc, char *const argv[], char *err, size_t errlen)
+static int cli_args_walk(cli_args *args, int argc, char *const argv[], char *err, size_t errlen)
 {
 	memset(args, 0, sizeof(*args));
 	conf_cli_init(&args->cli);
@@ -471,4 +471,10 @@ void cli_usage(FILE *f)
 void cli_version(FILE *f)
 {
 	fprintf(f, "nanomq %s\n", NMQ_VERSION);
+}
+
+// Returns NMQ_OK, or NMQ_EINVAL with the message of cli_args_walk in err.
+nmq_err cli_args_parse(cli_args *args, int argc, char *const argv[], char *err, size_t errlen)
+{
+	return cli_args_walk(args, argc, argv, err, errlen) == 0 ? NMQ_OK : NMQ_EINVAL;
 }

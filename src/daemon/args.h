@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "nng/core/nmq_err.h"
 #include "src/conf/conf.h"
 
 enum cli_verb {
@@ -37,10 +38,10 @@ typedef struct cli_args {
 } cli_args;
 
 // Parses argv[1..argc) into *args (which it initialises, including
-// conf_cli_init on args->cli). Returns 0 on success, or -1 with a one-line
-// message in err naming the offending option (unknown option, missing or
-// invalid value, missing or unknown verb, too many --url).
-int cli_args_parse(cli_args *args, int argc, char *const argv[], char *err, size_t errlen);
+// conf_cli_init on args->cli). Returns NMQ_OK, or NMQ_EINVAL with a
+// one-line message in err naming the offending option (unknown option,
+// missing or invalid value, missing or unknown verb, too many --url).
+nmq_err cli_args_parse(cli_args *args, int argc, char *const argv[], char *err, size_t errlen);
 
 // Returns the name of a verb ("start", ...), or "" for CLI_VERB_NONE.
 const char *cli_verb_name(int verb);

@@ -33,8 +33,11 @@ static int ctl_wait_gone(const char *path, long pid, int timeout_ms)
 	long long deadline = ctl_now_ms() + timeout_ms;
 	for (;;) {
 		char  err[256];
-		pid_t now = pidfile_read(path, err, sizeof(err));
-		if (now == 0 || (now > 0 && now != pid)) {
+		pid_t now;
+		// An unreadable file is looked at again until the timeout, which
+		// the caller reports.
+		if (pidfile_read(path, &now, err, sizeof(err)) == NMQ_OK
+		    && (now == 0 || now != pid)) {
 			return 1;
 		}
 		if (ctl_now_ms() >= deadline) {
@@ -51,8 +54,8 @@ static int ctl_wait_gone(const char *path, long pid, int timeout_ms)
 static int ctl_signal(const char *path, int sig, long *pid, char *msg, size_t msglen)
 {
 	char  err[256] = "";
-	pid_t p        = pidfile_read(path, err, sizeof(err));
-	if (p < 0) {
+	pid_t p;
+	if (pidfile_read(path, &p, err, sizeof(err)) != NMQ_OK) {
 		snprintf(msg, msglen, "%s", err);
 		return CTL_ERROR;
 	}

@@ -110,10 +110,10 @@ static int daemon_null_stdio(void)
 	return 0;
 }
 
-// Returns 0 in the daemon with *ready_fd set; the original process exits in
-// daemon_wait_report. Returns -1 with a message in err when the pipe or the
-// first fork fails; later failures are reported through the pipe.
-int daemonize(int *ready_fd, char *err, size_t errlen)
+// Returns NMQ_OK in the daemon with *ready_fd set; the original process
+// exits in daemon_wait_report. Returns the error of pipe or the first fork
+// with a message in err; later failures are reported through the pipe.
+nmq_err daemonize(int *ready_fd, char *err, size_t errlen)
 {
 	int  p[2];
 	char msg[256];
@@ -121,15 +121,17 @@ int daemonize(int *ready_fd, char *err, size_t errlen)
 	*ready_fd = -1;
 	fflush(NULL);
 	if (pipe2(p, O_CLOEXEC) != 0) {
-		snprintf(err, errlen, "daemonize: pipe: %s", strerror(errno));
-		return -1;
+		int e = errno;
+		snprintf(err, errlen, "daemonize: pipe: %s", strerror(e));
+		return nmq_err_from_errno(e);
 	}
 	pid_t child = fork();
 	if (child < 0) {
-		snprintf(err, errlen, "daemonize: fork: %s", strerror(errno));
+		int e = errno;
+		snprintf(err, errlen, "daemonize: fork: %s", strerror(e));
 		close(p[0]);
 		close(p[1]);
-		return -1;
+		return nmq_err_from_errno(e);
 	}
 	if (child > 0) {
 		close(p[1]);
@@ -161,5 +163,5 @@ int daemonize(int *ready_fd, char *err, size_t errlen)
 		_exit(1);
 	}
 	*ready_fd = p[1];
-	return 0;
+	return NMQ_OK;
 }

@@ -18,18 +18,21 @@
 
 #include <stddef.h>
 
+#include "nng/core/nmq_err.h"
+
 // Forks twice with setsid() in between (the daemon is not a session leader
 // and can never acquire a controlling terminal), changes to "/" and points
 // stdin, stdout and stderr at /dev/null. The umask is kept.
 //
-// Returns 0 in the daemon, with *ready_fd set to the pipe on which
+// Returns NMQ_OK in the daemon, with *ready_fd set to the pipe on which
 // daemon_ready() reports to the original process. The original process
 // never returns: it waits for that report, prints its message (stdout on
 // success, stderr on failure) and calls _exit() with its status, or with 1
 // and "nanomq: the daemon exited during startup" when the daemon dies
-// first. Returns -1 with a message in err, in the unchanged original
-// process, when the pipe or the first fork fails.
-int daemonize(int *ready_fd, char *err, size_t errlen);
+// first. Returns the error of pipe or fork (NMQ_EBUSY, NMQ_ENOMEM, ...)
+// with a message in err, in the unchanged original process, when the pipe
+// or the first fork fails.
+nmq_err daemonize(int *ready_fd, char *err, size_t errlen);
 
 // Reports the end of startup to the original process: status 0 when the
 // broker is serving, non-zero when it failed; msg (may be NULL) is printed

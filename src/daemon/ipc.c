@@ -13,12 +13,42 @@
 
 #include "src/daemon/ipc_int.h"
 
+// Maps an NNG error of the client's socket to an nmq_err.
+static nmq_err ipc_nng_err(int rv)
+{
+	switch (rv) {
+	case NNG_ENOMEM:
+		return NMQ_ENOMEM;
+	case NNG_ETIMEDOUT:
+		return NMQ_ETIMEDOUT;
+	case NNG_ENOENT:
+	case NNG_ECONNREFUSED:
+		return NMQ_ENOENT;
+	case NNG_EINVAL:
+	case NNG_EADDRINVAL:
+	case NNG_ENOTSUP:
+		return NMQ_EINVAL;
+	case NNG_EPERM:
+		return NMQ_EACCES;
+	case NNG_ECLOSED:
+	case NNG_ECONNRESET:
+	case NNG_ECONNSHUT:
+		return NMQ_ECLOSED;
+	case NNG_EPROTO:
+		return NMQ_EPROTO;
+	default:
+		return NMQ_EIO;
+	}
+}
+
 // Builds the request body for verb and path. Returns a malloc'ed buffer
-// with its length in *len, or NULL with a message in err.
+// with its length in *len, or NULL with a message in err and *e set
+// (NMQ_EINVAL, NMQ_ENOMEM).
 static char *ipc_build_request(
-    const char *verb, const char *conf_path, size_t *len, char *err, size_t errlen)
+    const char *verb, const char *conf_path, size_t *len, nmq_err *e, char *err, size_t errlen)
 {
 	size_t vlen = strlen(verb);
+	*e          = NMQ_EINVAL;
 	if (!ipc_verb_valid(verb, vlen)) {
 		snprintf(err, errlen, "invalid command \"%.64s\"", verb);
 		return NULL;
@@ -30,6 +60,7 @@ static char *ipc_build_request(
 	}
 	char *msg = malloc(vlen + 1 + plen);
 	if (msg == NULL) {
+		*e = NMQ_ENOMEM;
 		snprintf(err, errlen, "out of memory");
 		return NULL;
 	}
@@ -43,47 +74,51 @@ static char *ipc_build_request(
 	return msg;
 }
 
-// Splits a reply into its status and a malloc'ed copy of its text. Returns
-// 0 or 1 (the status) with the text in *reply, or -1 with a message in err.
-static int ipc_parse_reply(const char *buf, size_t sz, char **reply, char *err, size_t errlen)
+// Splits a reply into its status (*ok) and a malloc'ed copy of its text.
+// Returns NMQ_OK with the text in *reply, or NMQ_EPROTO (not a reply) or
+// NMQ_ENOMEM with a message in err.
+static nmq_err ipc_parse_reply(
+    const char *buf, size_t sz, bool *ok, char **reply, char *err, size_t errlen)
 {
-	int    status;
 	size_t skip;
 	if (sz >= 3 && memcmp(buf, "ok\n", 3) == 0) {
-		status = 0;
-		skip   = 3;
+		*ok  = true;
+		skip = 3;
 	} else if (sz >= 6 && memcmp(buf, "error\n", 6) == 0) {
-		status = 1;
-		skip   = 6;
+		*ok  = false;
+		skip = 6;
 	} else {
 		snprintf(err, errlen, "malformed reply from the broker");
-		return -1;
+		return NMQ_EPROTO;
 	}
 	char *text = malloc(sz - skip + 1);
 	if (text == NULL) {
 		snprintf(err, errlen, "out of memory");
-		return -1;
+		return NMQ_ENOMEM;
 	}
 	memcpy(text, buf + skip, sz - skip);
 	text[sz - skip] = '\0';
 	*reply          = text;
-	return status;
+	return NMQ_OK;
 }
 
-// Sends one request to url and waits for the reply. Returns 0 or 1 (the
-// broker's status) with the text in *reply, or -1 with a message in err.
-int ipc_request(const char *url, const char *verb, const char *conf_path, int timeout_ms,
-    char **reply, char *err, size_t errlen)
+// Sends one request to url and waits for the reply. Returns NMQ_OK with
+// the broker's status in *ok and its text in *reply, or an error with a
+// message in err.
+nmq_err ipc_request(const char *url, const char *verb, const char *conf_path, int timeout_ms,
+    bool *ok, char **reply, char *err, size_t errlen)
 {
 	*reply = NULL;
+	*ok    = false;
 	if (url == NULL || url[0] == '\0') {
 		snprintf(err, errlen, "no command channel address");
-		return -1;
+		return NMQ_EINVAL;
 	}
-	size_t len;
-	char  *req = ipc_build_request(verb, conf_path, &len, err, errlen);
+	size_t  len;
+	nmq_err e;
+	char   *req = ipc_build_request(verb, conf_path, &len, &e, err, errlen);
 	if (req == NULL) {
-		return -1;
+		return e;
 	}
 	long long  deadline = ipc_now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
 	nng_socket sock;
@@ -91,7 +126,7 @@ int ipc_request(const char *url, const char *verb, const char *conf_path, int ti
 	if (rv != 0) {
 		snprintf(err, errlen, "cannot open a socket: %s", nng_strerror(rv));
 		free(req);
-		return -1;
+		return ipc_nng_err(rv);
 	}
 	// One request, never resent: a reload is not repeated behind the
 	// user's back when it takes long.
@@ -106,14 +141,14 @@ int ipc_request(const char *url, const char *verb, const char *conf_path, int ti
 		snprintf(err, errlen, "cannot reach the broker at %s: %s", url, nng_strerror(rv));
 		nng_close(sock);
 		free(req);
-		return -1;
+		return ipc_nng_err(rv);
 	}
 	rv = nng_send(sock, req, len, 0);
 	free(req);
 	if (rv != 0) {
 		snprintf(err, errlen, "cannot send to the broker at %s: %s", url, nng_strerror(rv));
 		nng_close(sock);
-		return -1;
+		return ipc_nng_err(rv);
 	}
 	long long left = deadline - ipc_now_ms();
 	(void)nng_socket_set_ms(sock, NNG_OPT_RECVTIMEO, left > 0 ? (nng_duration)left : 1);
@@ -129,10 +164,10 @@ int ipc_request(const char *url, const char *verb, const char *conf_path, int ti
 			    nng_strerror(rv));
 		}
 		nng_close(sock);
-		return -1;
+		return ipc_nng_err(rv);
 	}
-	int status = ipc_parse_reply(buf, sz, reply, err, errlen);
+	e = ipc_parse_reply(buf, sz, ok, reply, err, errlen);
 	nng_free(buf, sz);
 	nng_close(sock);
-	return status;
+	return e;
 }

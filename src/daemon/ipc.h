@@ -48,7 +48,10 @@
 #ifndef NMQ_CLI_IPC_H
 #define NMQ_CLI_IPC_H
 
+#include <stdbool.h>
 #include <stddef.h>
+
+#include "nng/core/nmq_err.h"
 
 // Largest request or reply accepted, in bytes.
 #define IPC_MAX_MSG 65536
@@ -78,12 +81,14 @@ ipc_server *ipc_server_start(const char *url, ipc_handler fn, void *arg, char *e
 void ipc_server_stop(ipc_server *s);
 
 // Sends verb (and conf_path, unless NULL) to the server at url and waits up
-// to timeout_ms in all for its reply. On 0 or 1, *reply receives the
-// reply's text (malloc'ed, NUL-terminated, possibly empty; free() it).
-// Returns 0 when the server answered "ok", 1 when it answered "error", -1
-// with a message in err when no answer came (nothing listens at url, the
-// timeout passed, or the reply was malformed); *reply is then NULL.
-int ipc_request(const char *url, const char *verb, const char *conf_path, int timeout_ms,
-    char **reply, char *err, size_t errlen);
+// to timeout_ms in all for its reply. Returns NMQ_OK when the server
+// answered: *ok is true for "ok", false for "error", and *reply receives
+// the reply's text (malloc'ed, NUL-terminated, possibly empty; free() it).
+// Otherwise returns, with a message in err, *ok false and *reply NULL:
+// NMQ_EINVAL (no url, invalid verb or path, unusable url), NMQ_ENOENT
+// (nothing listens at url), NMQ_ETIMEDOUT (no answer in time), NMQ_EPROTO
+// (malformed reply), NMQ_ENOMEM, or another error of the socket.
+nmq_err ipc_request(const char *url, const char *verb, const char *conf_path, int timeout_ms,
+    bool *ok, char **reply, char *err, size_t errlen);
 
 #endif // NMQ_CLI_IPC_H

@@ -118,22 +118,23 @@ static int pidfile_write_pid(int fd)
 	return 0;
 }
 
-// Returns 0 with the file locked and holding our pid, or -1 with a message
-// in err (naming the holder's pid when the lock is taken).
-int pidfile_acquire(pidfile *pf, const char *path, char *err, size_t errlen)
+// Returns NMQ_OK with the file locked and holding our pid, or an error
+// with a message in err (naming the holder's pid when the lock is taken).
+nmq_err pidfile_acquire(pidfile *pf, const char *path, char *err, size_t errlen)
 {
 	char dir[sizeof(pf->path)];
 
 	pf->fd = -1;
 	if (path == NULL || path[0] == '\0' || strlen(path) >= sizeof(pf->path)) {
 		snprintf(err, errlen, "invalid pid file path");
-		return -1;
+		return NMQ_EINVAL;
 	}
 	snprintf(pf->path, sizeof(pf->path), "%s", path);
 	if (pidfile_mkdirs(path, dir, sizeof(dir)) != 0) {
+		int e = errno;
 		snprintf(err, errlen, "cannot create directory %s for the pid file: %s", dir,
-		    strerror(errno));
-		return -1;
+		    strerror(e));
+		return nmq_err_from_errno(e);
 	}
 
 	// Retry while the file we locked was unlinked or replaced by an exiting
@@ -141,8 +142,9 @@ int pidfile_acquire(pidfile *pf, const char *path, char *err, size_t errlen)
 	for (int tries = 0; tries < 100; tries++) {
 		int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
 		if (fd < 0) {
-			snprintf(err, errlen, "cannot open pid file %s: %s", path, strerror(errno));
-			return -1;
+			int e = errno;
+			snprintf(err, errlen, "cannot open pid file %s: %s", path, strerror(e));
+			return nmq_err_from_errno(e);
 		}
 		int rc = flock(fd, LOCK_EX | LOCK_NB);
 		// A `stop` or `reload` probing the lock holds it shared for an
@@ -166,11 +168,11 @@ int pidfile_acquire(pidfile *pf, const char *path, char *err, size_t errlen)
 					    "nanomq is already running (pid file %s is locked)",
 					    path);
 				}
-				return -1;
+				return NMQ_EEXIST;
 			}
 			close(fd);
 			snprintf(err, errlen, "cannot lock pid file %s: %s", path, strerror(e));
-			return -1;
+			return nmq_err_from_errno(e);
 		}
 		struct stat a, b;
 		if (fstat(fd, &a) != 0 || stat(path, &b) != 0 || a.st_dev != b.st_dev
@@ -179,31 +181,32 @@ int pidfile_acquire(pidfile *pf, const char *path, char *err, size_t errlen)
 			continue;
 		}
 		if (pidfile_write_pid(fd) != 0) {
-			snprintf(
-			    err, errlen, "cannot write pid file %s: %s", path, strerror(errno));
+			int e = errno;
+			snprintf(err, errlen, "cannot write pid file %s: %s", path, strerror(e));
 			close(fd);
-			return -1;
+			return nmq_err_from_errno(e);
 		}
 		pf->fd = fd;
-		return 0;
+		return NMQ_OK;
 	}
 	snprintf(err, errlen, "pid file %s keeps changing; giving up", path);
-	return -1;
+	return NMQ_EBUSY;
 }
 
-// Returns 0 once the held file names the caller, or -1 with a message in
-// err when it is not held or cannot be written.
-int pidfile_update(pidfile *pf, char *err, size_t errlen)
+// Returns NMQ_OK once the held file names the caller, or an error with a
+// message in err when it is not held or cannot be written.
+nmq_err pidfile_update(pidfile *pf, char *err, size_t errlen)
 {
 	if (pf->fd < 0) {
 		snprintf(err, errlen, "pid file is not held");
-		return -1;
+		return NMQ_EINVAL;
 	}
 	if (pidfile_write_pid(pf->fd) != 0) {
-		snprintf(err, errlen, "cannot write pid file %s: %s", pf->path, strerror(errno));
-		return -1;
+		int e = errno;
+		snprintf(err, errlen, "cannot write pid file %s: %s", pf->path, strerror(e));
+		return nmq_err_from_errno(e);
 	}
-	return 0;
+	return NMQ_OK;
 }
 
 // Unlinks the file, then drops the lock. Returns nothing.
@@ -219,33 +222,37 @@ void pidfile_release(pidfile *pf)
 	pf->fd = -1;
 }
 
-// Returns the pid of the lock holder, 0 when nobody holds the lock, or -1
-// with a message in err.
-pid_t pidfile_read(const char *path, char *err, size_t errlen)
+// Stores the pid of the lock holder in *holder, 0 when nobody holds the
+// lock. Returns NMQ_OK, or an error with a message in err.
+nmq_err pidfile_read(const char *path, pid_t *holder, char *err, size_t errlen)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	*holder = 0;
+	int fd  = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0) {
-		if (errno == ENOENT) {
-			return 0;
+		int e = errno;
+		if (e == ENOENT) {
+			return NMQ_OK;
 		}
-		snprintf(err, errlen, "cannot open pid file %s: %s", path, strerror(errno));
-		return -1;
+		snprintf(err, errlen, "cannot open pid file %s: %s", path, strerror(e));
+		return nmq_err_from_errno(e);
 	}
 	if (flock(fd, LOCK_SH | LOCK_NB) == 0) {
 		// Nobody holds the exclusive lock: no broker, whatever the file says.
 		close(fd);
-		return 0;
+		return NMQ_OK;
 	}
 	if (errno != EWOULDBLOCK) {
-		snprintf(err, errlen, "cannot lock pid file %s: %s", path, strerror(errno));
+		int e = errno;
+		snprintf(err, errlen, "cannot lock pid file %s: %s", path, strerror(e));
 		close(fd);
-		return -1;
+		return nmq_err_from_errno(e);
 	}
 	pid_t pid = pidfile_parse_locked(fd);
 	close(fd);
 	if (pid <= 0) {
 		snprintf(err, errlen, "pid file %s is locked but holds no valid pid", path);
-		return -1;
+		return NMQ_ECORRUPT;
 	}
-	return pid;
+	*holder = pid;
+	return NMQ_OK;
 }

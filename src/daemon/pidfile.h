@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "nng/core/nmq_err.h"
+
 #define PIDFILE_DEFAULT_PATH "/tmp/nanomq/nanomq.pid"
 
 typedef struct pidfile {
@@ -31,22 +33,27 @@ const char *pidfile_path(void);
 
 // Creates path's directory if needed (mode 0755), opens and locks path and
 // writes the caller's pid into it; *pf then holds the lock until
-// pidfile_release() or exit. Returns 0, or -1 with a message in err: when
-// another process holds the lock, the message names its pid.
-int pidfile_acquire(pidfile *pf, const char *path, char *err, size_t errlen);
+// pidfile_release() or exit. Returns NMQ_OK, or with a message in err:
+// NMQ_EEXIST when another process holds the lock (the message names its
+// pid), NMQ_EINVAL for an empty or too long path, NMQ_EBUSY when the file
+// kept being replaced, or the error of mkdir/open/flock/write (NMQ_EACCES,
+// NMQ_ENOENT, NMQ_EIO, ...).
+nmq_err pidfile_acquire(pidfile *pf, const char *path, char *err, size_t errlen);
 
 // Rewrites the held file with the caller's pid (after daemonize()). Returns
-// 0, or -1 with a message in err.
-int pidfile_update(pidfile *pf, char *err, size_t errlen);
+// NMQ_OK, or with a message in err NMQ_EINVAL when pf is not held, or the
+// error of the write.
+nmq_err pidfile_update(pidfile *pf, char *err, size_t errlen);
 
 // Removes the file and drops the lock (clean exit). Safe to call on a
 // pidfile that is not held. Returns nothing.
 void pidfile_release(pidfile *pf);
 
-// Reads the pid of the broker that holds the lock on path. Returns the pid
-// (> 0); 0 when no process holds the lock (no file, or a stale one); -1 with
-// a message in err when the file cannot be read or holds no valid pid
-// although it is locked.
-pid_t pidfile_read(const char *path, char *err, size_t errlen);
+// Reads the pid of the broker that holds the lock on path into *holder:
+// the pid (> 0), or 0 when no process holds the lock (no file, or a stale
+// one). Returns NMQ_OK; or, with *holder 0 and a message in err,
+// NMQ_ECORRUPT when the file is locked but holds no valid pid, or the
+// error of open/flock (NMQ_EACCES, ...).
+nmq_err pidfile_read(const char *path, pid_t *holder, char *err, size_t errlen);
 
 #endif // NMQ_PIDFILE_H

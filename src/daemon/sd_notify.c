@@ -1,5 +1,6 @@
 // The systemd notify protocol over a unix datagram socket. See sd_notify.h.
 #include "src/daemon/sd_notify.h"
+#include "nng/core/log.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -12,13 +13,24 @@
 #include <time.h>
 #include <unistd.h>
 
-// Returns 1 when the datagram was sent, 0 when NOTIFY_SOCKET is unset, -1
-// with errno set when the address is invalid or sendto fails.
-int sd_notify_send(const char *state)
+// Logs a failure to notify (rate-limited: the watchdog ping repeats) and
+// returns its nmq_err.
+static nmq_err sd_notify_failed(const char *addr, const char *state, int e)
+{
+	const char *nl = strchr(state, '\n');
+	int         sl = nl != NULL ? (int)(nl - state) : (int)strlen(state);
+	log_warn_rl("sd_notify", "event=notify_failed socket=%s state=%.*s reason=\"%s\"", addr, sl,
+	    state, strerror(e));
+	return nmq_err_from_errno(e);
+}
+
+// Returns NMQ_OK when the datagram was sent or NOTIFY_SOCKET is unset;
+// NMQ_EINVAL (invalid address) or the error of socket/sendto, logged.
+nmq_err sd_notify_send(const char *state)
 {
 	const char *addr = getenv("NOTIFY_SOCKET");
 	if (addr == NULL || addr[0] == '\0') {
-		return 0;
+		return NMQ_OK;
 	}
 
 	struct sockaddr_un sa;
@@ -26,8 +38,7 @@ int sd_notify_send(const char *state)
 	memset(&sa, 0, sizeof(sa));
 	sa.sun_family = AF_UNIX;
 	if ((addr[0] != '/' && addr[0] != '@') || len < 2 || len >= sizeof(sa.sun_path)) {
-		errno = EINVAL;
-		return -1;
+		return sd_notify_failed(addr, state, EINVAL);
 	}
 	memcpy(sa.sun_path, addr, len);
 	socklen_t salen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len);
@@ -39,27 +50,26 @@ int sd_notify_send(const char *state)
 
 	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0) {
-		return -1;
+		return sd_notify_failed(addr, state, errno);
 	}
 	ssize_t n = sendto(fd, state, strlen(state), MSG_NOSIGNAL, (struct sockaddr *)&sa, salen);
 	int     e = errno;
 	close(fd);
 	if (n < 0) {
-		errno = e;
-		return -1;
+		return sd_notify_failed(addr, state, e);
 	}
-	return 1;
+	return NMQ_OK;
 }
 
 // Sends READY=1. Returns as sd_notify_send().
-int sd_notify_ready(void)
+nmq_err sd_notify_ready(void)
 {
 	return sd_notify_send("READY=1");
 }
 
 // Sends RELOADING=1 and the CLOCK_MONOTONIC time in microseconds. Returns
 // as sd_notify_send().
-int sd_notify_reloading(void)
+nmq_err sd_notify_reloading(void)
 {
 	struct timespec ts;
 	char            buf[64];
@@ -70,26 +80,26 @@ int sd_notify_reloading(void)
 }
 
 // Sends STOPPING=1. Returns as sd_notify_send().
-int sd_notify_stopping(void)
+nmq_err sd_notify_stopping(void)
 {
 	return sd_notify_send("STOPPING=1");
 }
 
 // Sends WATCHDOG=1. Returns as sd_notify_send().
-int sd_notify_watchdog(void)
+nmq_err sd_notify_watchdog(void)
 {
 	return sd_notify_send("WATCHDOG=1");
 }
 
 // Sends STATUS= with the formatted text on one line. Returns as
 // sd_notify_send().
-int sd_notify_status(const char *fmt, ...)
+nmq_err sd_notify_status(const char *fmt, ...)
 {
 	char    buf[512];
 	va_list ap;
 
 	if (getenv("NOTIFY_SOCKET") == NULL) {
-		return 0;
+		return NMQ_OK;
 	}
 	memcpy(buf, "STATUS=", 7);
 	va_start(ap, fmt);

@@ -3,8 +3,9 @@
 // $NOTIFY_SOCKET (a path, or "@name" for the abstract namespace).
 //
 // Contract:
-// - Every function is a no-op returning 0 when NOTIFY_SOCKET is unset, so
-//   the broker calls them unconditionally.
+// - Every function is a no-op returning NMQ_OK when NOTIFY_SOCKET is
+//   unset, so the broker calls them unconditionally. A failure is logged
+//   here (warn, rate-limited), so a caller may ignore the result.
 // - Each call opens a socket, sends one datagram and closes it; it never
 //   blocks for long (the socket is non-blocking) and may be called from any
 //   thread. The watchdog ping must come from the loop whose liveness it
@@ -18,27 +19,30 @@
 
 #include <stdint.h>
 
-// Sends state (one or more "KEY=value" lines separated by '\n'). Returns 1
-// when sent, 0 when NOTIFY_SOCKET is unset, -1 when it is invalid or the
-// send fails (errno set).
-int sd_notify_send(const char *state);
+#include "nng/core/nmq_err.h"
+
+// Sends state (one or more "KEY=value" lines separated by '\n'). Returns
+// NMQ_OK when sent or when NOTIFY_SOCKET is unset; NMQ_EINVAL when it is
+// not an absolute path or "@name", or the error of the send (NMQ_ENOENT
+// when nobody listens there, ...), logged.
+nmq_err sd_notify_send(const char *state);
 
 // "READY=1". Returns as sd_notify_send().
-int sd_notify_ready(void);
+nmq_err sd_notify_ready(void);
 
 // "RELOADING=1" with "MONOTONIC_USEC=<now>" (as Type=notify-reload wants).
 // Returns as sd_notify_send().
-int sd_notify_reloading(void);
+nmq_err sd_notify_reloading(void);
 
 // "STOPPING=1". Returns as sd_notify_send().
-int sd_notify_stopping(void);
+nmq_err sd_notify_stopping(void);
 
 // "WATCHDOG=1". Returns as sd_notify_send().
-int sd_notify_watchdog(void);
+nmq_err sd_notify_watchdog(void);
 
 // "STATUS=<printf result>" (one line; a newline in it is replaced by a
 // space). Returns as sd_notify_send().
-int sd_notify_status(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+nmq_err sd_notify_status(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 // Returns the interval at which to call sd_notify_watchdog(), in
 // microseconds: half of $WATCHDOG_USEC. Returns 0 (no watchdog) when

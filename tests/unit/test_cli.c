@@ -90,7 +90,7 @@ static const char *slurp(const char *path)
 
 // Parses a NULL-terminated list of words after "nanomq". Returns the
 // result of cli_args_parse; the message is left in err.
-static int parse(cli_args *a, char *err, size_t errlen, ...)
+static nmq_err parse(cli_args *a, char *err, size_t errlen, ...)
 {
 	char   *argv[64] = { "nanomq" };
 	int     argc     = 1;
@@ -111,7 +111,7 @@ static int parse(cli_args *a, char *err, size_t errlen, ...)
 	do {                                                                                       \
 		cli_args a_;                                                                       \
 		char     e_[256] = "";                                                             \
-		assert_int_equal(PARSE(&a_, e_, __VA_ARGS__), -1);                                 \
+		assert_int_equal(PARSE(&a_, e_, __VA_ARGS__), NMQ_EINVAL);                         \
 		if (strstr(e_, want) == NULL) {                                                    \
 			fail_msg("error '%s' does not contain '%s'", e_, want);                    \
 		}                                                                                  \
@@ -230,7 +230,7 @@ static void test_args_errors(void **state)
 		cli_args a;
 		char     err[256];
 		char    *argv[] = { "nanomq" };
-		assert_int_equal(cli_args_parse(&a, 1, argv, err, sizeof(err)), -1);
+		assert_int_equal(cli_args_parse(&a, 1, argv, err, sizeof(err)), NMQ_EINVAL);
 		assert_non_null(strstr(err, "missing command"));
 	}
 	PARSE_FAILS("unknown command 'begin'", "begin");
@@ -369,6 +369,18 @@ static void test_pidfile_path_env(void **state)
 	unsetenv("NANOMQ_PID_FILE");
 }
 
+// Returns the pid holding the lock on path (0 for none); fails the test
+// when pidfile_read fails.
+static pid_t read_holder(const char *path)
+{
+	char  err[256] = "";
+	pid_t pid      = -1;
+	if (pidfile_read(path, &pid, err, sizeof(err)) != NMQ_OK) {
+		fail_msg("pidfile_read(%s): %s", path, err);
+	}
+	return pid;
+}
+
 static void test_pidfile_acquire_release(void **state)
 {
 	char    path[256], err[256] = "", want[32];
@@ -378,15 +390,15 @@ static void test_pidfile_acquire_release(void **state)
 	snprintf(want, sizeof(want), "%ld\n", (long)getpid());
 	assert_string_equal(slurp(path), want);
 	// Another open file description of the same process conflicts too.
-	assert_int_equal(pidfile_read(path, err, sizeof(err)), getpid());
+	assert_int_equal(read_holder(path), getpid());
 	pidfile pf2;
-	assert_int_equal(pidfile_acquire(&pf2, path, err, sizeof(err)), -1);
+	assert_int_equal(pidfile_acquire(&pf2, path, err, sizeof(err)), NMQ_EEXIST);
 	snprintf(want, sizeof(want), "pid %ld", (long)getpid());
 	assert_non_null(strstr(err, want));
 
 	pidfile_release(&pf);
 	assert_null(slurp(path));
-	assert_int_equal(pidfile_read(path, err, sizeof(err)), 0);
+	assert_int_equal(read_holder(path), 0);
 	pidfile_release(&pf); // twice is harmless
 }
 
@@ -397,8 +409,8 @@ static void test_pidfile_second_instance_refused(void **state)
 	in_tmp(path, sizeof(path), "nanomq.pid");
 	holder h = start_holder(path, 0, NULL);
 
-	assert_int_equal(pidfile_read(path, err, sizeof(err)), h.pid);
-	assert_int_equal(pidfile_acquire(&pf, path, err, sizeof(err)), -1);
+	assert_int_equal(read_holder(path), h.pid);
+	assert_int_equal(pidfile_acquire(&pf, path, err, sizeof(err)), NMQ_EEXIST);
 	snprintf(want, sizeof(want), "already running with pid %ld", (long)h.pid);
 	if (strstr(err, want) == NULL) {
 		fail_msg("'%s' lacks '%s'", err, want);
@@ -417,7 +429,7 @@ static void test_pidfile_stale_after_kill9(void **state)
 
 	snprintf(want, sizeof(want), "%ld\n", (long)h.pid);
 	assert_string_equal(slurp(path), want);
-	assert_int_equal(pidfile_read(path, err, sizeof(err)), 0);
+	assert_int_equal(read_holder(path), 0);
 	assert_int_equal(pidfile_acquire(&pf, path, err, sizeof(err)), 0);
 	snprintf(want, sizeof(want), "%ld\n", (long)getpid());
 	assert_string_equal(slurp(path), want);
@@ -432,7 +444,7 @@ static void test_pidfile_stale_garbage_replaced(void **state)
 	FILE *f = fopen(path, "w");
 	fputs("1\n", f); // init's pid, unlocked: must never be reported
 	fclose(f);
-	assert_int_equal(pidfile_read(path, err, sizeof(err)), 0);
+	assert_int_equal(read_holder(path), 0);
 	f = fopen(path, "w");
 	fputs("garbage that is much longer than any pid would ever be\n", f);
 	fclose(f);
@@ -450,8 +462,8 @@ static void test_pidfile_different_files_coexist(void **state)
 	in_tmp(b, sizeof(b), "two.pid");
 	holder h = start_holder(a, 0, NULL);
 	assert_int_equal(pidfile_acquire(&pf, b, err, sizeof(err)), 0);
-	assert_int_equal(pidfile_read(a, err, sizeof(err)), h.pid);
-	assert_int_equal(pidfile_read(b, err, sizeof(err)), getpid());
+	assert_int_equal(read_holder(a), h.pid);
+	assert_int_equal(read_holder(b), getpid());
 	pidfile_release(&pf);
 	kill_holder(h);
 }
@@ -470,7 +482,8 @@ static void test_pidfile_lock_survives_fork(void **state)
 		// The "daemon": writes its own pid, then waits to be told to exit.
 		char c;
 		(void)!read(go[0], &c, 1);
-		if (pidfile_update(&pf, err, sizeof(err)) != 0 || write(done[1], "D", 1) != 1) {
+		if (pidfile_update(&pf, err, sizeof(err)) != NMQ_OK
+		    || write(done[1], "D", 1) != 1) {
 			_exit(1);
 		}
 		(void)!read(go[0], &c, 1);
@@ -484,16 +497,16 @@ static void test_pidfile_lock_survives_fork(void **state)
 	char c;
 	assert_int_equal(read(done[0], &c, 1), 1);
 	assert_int_equal(atol(slurp(path)), pid);
-	assert_int_equal(pidfile_read(path, err, sizeof(err)), pid);
+	assert_int_equal(read_holder(path), pid);
 	pidfile other;
-	assert_int_equal(pidfile_acquire(&other, path, err, sizeof(err)), -1);
+	assert_int_equal(pidfile_acquire(&other, path, err, sizeof(err)), NMQ_EEXIST);
 
 	assert_int_equal(write(go[1], "X", 1), 1);
 	int st;
 	assert_int_equal(waitpid(pid, &st, 0), pid);
 	assert_int_equal(WEXITSTATUS(st), 0);
-	assert_int_equal(pidfile_read(path, err, sizeof(err)), 0);
-	assert_int_equal(pidfile_update(&pf, err, sizeof(err)), -1);
+	assert_int_equal(read_holder(path), 0);
+	assert_int_equal(pidfile_update(&pf, err, sizeof(err)), NMQ_EINVAL); // not held
 	close(go[0]);
 	close(go[1]);
 	close(done[0]);
@@ -504,20 +517,20 @@ static void test_pidfile_errors(void **state)
 {
 	char    path[256], err[256] = "";
 	pidfile pf;
-	assert_int_equal(pidfile_acquire(&pf, "", err, sizeof(err)), -1);
+	assert_int_equal(pidfile_acquire(&pf, "", err, sizeof(err)), NMQ_EINVAL);
 	// A directory that cannot be created.
 	in_tmp(path, sizeof(path), "file");
 	FILE *f = fopen(path, "w");
 	fclose(f);
 	in_tmp(path, sizeof(path), "file/sub/nanomq.pid");
-	assert_int_equal(pidfile_acquire(&pf, path, err, sizeof(err)), -1);
+	assert_int_not_equal(pidfile_acquire(&pf, path, err, sizeof(err)), NMQ_OK); // ENOTDIR
 	assert_non_null(strstr(err, "cannot create directory"));
 	// A symlink is not followed.
 	char target[256];
 	in_tmp(target, sizeof(target), "target");
 	in_tmp(path, sizeof(path), "link.pid");
 	assert_int_equal(symlink(target, path), 0);
-	assert_int_equal(pidfile_acquire(&pf, path, err, sizeof(err)), -1);
+	assert_int_not_equal(pidfile_acquire(&pf, path, err, sizeof(err)), NMQ_OK); // ELOOP
 	assert_null(slurp(target));
 }
 
@@ -556,11 +569,11 @@ static void expect_msg(int fd, const char *want)
 static void test_sd_notify_unset_is_noop(void **state)
 {
 	unsetenv("NOTIFY_SOCKET");
-	assert_int_equal(sd_notify_ready(), 0);
-	assert_int_equal(sd_notify_reloading(), 0);
-	assert_int_equal(sd_notify_stopping(), 0);
-	assert_int_equal(sd_notify_watchdog(), 0);
-	assert_int_equal(sd_notify_status("x=%d", 1), 0);
+	assert_int_equal(sd_notify_ready(), NMQ_OK);
+	assert_int_equal(sd_notify_reloading(), NMQ_OK);
+	assert_int_equal(sd_notify_stopping(), NMQ_OK);
+	assert_int_equal(sd_notify_watchdog(), NMQ_OK);
+	assert_int_equal(sd_notify_status("x=%d", 1), NMQ_OK);
 }
 
 // Returns CLOCK_MONOTONIC in microseconds.
@@ -577,11 +590,11 @@ static void check_notify_protocol(const char *addr)
 	int fd = bind_dgram(addr);
 	setenv("NOTIFY_SOCKET", addr, 1);
 
-	assert_int_equal(sd_notify_ready(), 1);
+	assert_int_equal(sd_notify_ready(), NMQ_OK);
 	expect_msg(fd, "READY=1");
 
 	unsigned long long before = mono_us();
-	assert_int_equal(sd_notify_reloading(), 1);
+	assert_int_equal(sd_notify_reloading(), NMQ_OK);
 	unsigned long long after = mono_us();
 	char               buf[256];
 	ssize_t            n = recv(fd, buf, sizeof(buf) - 1, 0);
@@ -592,15 +605,15 @@ static void check_notify_protocol(const char *addr)
 	assert_int_equal(sscanf(buf, "RELOADING=1\nMONOTONIC_USEC=%llu%c", &usec, &tail), 1);
 	assert_true(usec >= before && usec <= after);
 
-	assert_int_equal(sd_notify_stopping(), 1);
+	assert_int_equal(sd_notify_stopping(), NMQ_OK);
 	expect_msg(fd, "STOPPING=1");
-	assert_int_equal(sd_notify_watchdog(), 1);
+	assert_int_equal(sd_notify_watchdog(), NMQ_OK);
 	expect_msg(fd, "WATCHDOG=1");
-	assert_int_equal(sd_notify_status("serving clients=%d", 3), 1);
+	assert_int_equal(sd_notify_status("serving clients=%d", 3), NMQ_OK);
 	expect_msg(fd, "STATUS=serving clients=3");
-	assert_int_equal(sd_notify_status("two\nlines"), 1);
+	assert_int_equal(sd_notify_status("two\nlines"), NMQ_OK);
 	expect_msg(fd, "STATUS=two lines");
-	assert_int_equal(sd_notify_send("READY=1\nSTATUS=ok"), 1);
+	assert_int_equal(sd_notify_send("READY=1\nSTATUS=ok"), NMQ_OK);
 	expect_msg(fd, "READY=1\nSTATUS=ok");
 	close(fd);
 }
@@ -623,13 +636,12 @@ static void test_sd_notify_errors(void **state)
 {
 	char path[100];
 	setenv("NOTIFY_SOCKET", "relative/path", 1);
-	assert_int_equal(sd_notify_ready(), -1);
-	assert_int_equal(errno, EINVAL);
+	assert_int_equal(sd_notify_ready(), NMQ_EINVAL);
 	setenv("NOTIFY_SOCKET", "@", 1);
-	assert_int_equal(sd_notify_ready(), -1);
+	assert_int_equal(sd_notify_ready(), NMQ_EINVAL);
 	// Nobody listening.
 	setenv("NOTIFY_SOCKET", in_tmp(path, sizeof(path), "nobody"), 1);
-	assert_int_equal(sd_notify_ready(), -1);
+	assert_int_equal(sd_notify_ready(), NMQ_ENOENT);
 	unsetenv("NOTIFY_SOCKET");
 }
 
@@ -753,7 +765,7 @@ static int run_daemonize(int status, const char *msg)
 		dup2(e, STDERR_FILENO);
 		int  fd;
 		char err[256];
-		if (daemonize(&fd, err, sizeof(err)) != 0) {
+		if (daemonize(&fd, err, sizeof(err)) != NMQ_OK) {
 			_exit(99);
 		}
 		// In the daemon.

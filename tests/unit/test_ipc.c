@@ -168,9 +168,12 @@ static void test_round_trip_with_path(void **state)
 	rec_init(&r, 0, "reloaded\nkey=mqtt.max_mqueue_len applied");
 	ipc_server *s     = start_ok(&r);
 	char       *reply = NULL;
+	bool        ok;
 	char        err[256];
-	int rc = ipc_request(url, "reload", "/etc/x y/nanomq.conf", 5000, &reply, err, sizeof(err));
-	assert_int_equal(rc, 0);
+	nmq_err     rc = ipc_request(
+	        url, "reload", "/etc/x y/nanomq.conf", 5000, &ok, &reply, err, sizeof(err));
+	assert_int_equal(rc, NMQ_OK);
+	assert_true(ok);
 	assert_non_null(reply);
 	assert_string_equal(reply, "reloaded\nkey=mqtt.max_mqueue_len applied");
 	assert_int_equal(r.calls, 1);
@@ -191,8 +194,11 @@ static void test_round_trip_no_path_empty_text(void **state)
 	rec_init(&r, 0, NULL);
 	ipc_server *s     = start_ok(&r);
 	char       *reply = NULL;
+	bool        ok;
 	char        err[256];
-	assert_int_equal(ipc_request(url, "pid", NULL, 5000, &reply, err, sizeof(err)), 0);
+	assert_int_equal(
+	    ipc_request(url, "pid", NULL, 5000, &ok, &reply, err, sizeof(err)), NMQ_OK);
+	assert_true(ok);
 	assert_non_null(reply);
 	assert_string_equal(reply, "");
 	assert_false(r.had_path);
@@ -210,8 +216,11 @@ static void test_error_status(void **state)
 	rec_init(&r, 1, "a.conf:3: mqtt.max_mqueue_len: -1 is out of range");
 	ipc_server *s     = start_ok(&r);
 	char       *reply = NULL;
+	bool        ok;
 	char        err[256];
-	assert_int_equal(ipc_request(url, "reload", NULL, 5000, &reply, err, sizeof(err)), 1);
+	assert_int_equal(
+	    ipc_request(url, "reload", NULL, 5000, &ok, &reply, err, sizeof(err)), NMQ_OK);
+	assert_false(ok);
 	assert_string_equal(reply, "a.conf:3: mqtt.max_mqueue_len: -1 is out of range");
 	free(reply);
 	ipc_server_stop(s);
@@ -234,11 +243,13 @@ static void test_many_requests_and_long_reply(void **state)
 	ipc_server *s = start_ok(&r);
 	for (int i = 0; i < 20; i++) {
 		char *reply = NULL;
+		bool  ok;
 		char  err[256];
 		char  path[32];
 		snprintf(path, sizeof(path), "/p/%d", i);
 		assert_int_equal(
-		    ipc_request(url, "reload", path, 5000, &reply, err, sizeof(err)), 0);
+		    ipc_request(url, "reload", path, 5000, &ok, &reply, err, sizeof(err)), NMQ_OK);
+		assert_true(ok);
 		assert_string_equal(reply, big);
 		assert_string_equal(r.path, path);
 		free(reply);
@@ -253,10 +264,12 @@ static void test_many_requests_and_long_reply(void **state)
 static void test_no_server(void **state)
 {
 	(void)state;
-	char     *reply    = (char *)"x";
+	char     *reply = (char *)"x";
+	bool      ok;
 	char      err[256] = "";
 	long long t0       = now_ms();
-	assert_int_equal(ipc_request(url, "reload", NULL, 5000, &reply, err, sizeof(err)), -1);
+	assert_int_equal(
+	    ipc_request(url, "reload", NULL, 5000, &ok, &reply, err, sizeof(err)), NMQ_ENOENT);
 	assert_true(now_ms() - t0 < 2000);
 	assert_null(reply);
 	assert_non_null(strstr(err, sock_path));
@@ -270,12 +283,14 @@ static void test_blocking_handler_and_timeout(void **state)
 	(void)state;
 	rec r;
 	rec_init(&r, 0, "late");
-	r.block              = true;
-	ipc_server *s        = start_ok(&r);
-	char       *reply    = NULL;
+	r.block           = true;
+	ipc_server *s     = start_ok(&r);
+	char       *reply = NULL;
+	bool        ok;
 	char        err[256] = "";
 	long long   t0       = now_ms();
-	assert_int_equal(ipc_request(url, "reload", NULL, 300, &reply, err, sizeof(err)), -1);
+	assert_int_equal(
+	    ipc_request(url, "reload", NULL, 300, &ok, &reply, err, sizeof(err)), NMQ_ETIMEDOUT);
 	long long took = now_ms() - t0;
 	assert_true(took >= 250);
 	assert_true(took < 3000);
@@ -288,7 +303,9 @@ static void test_blocking_handler_and_timeout(void **state)
 	r.text    = "second";
 	pthread_cond_broadcast(&r.cv);
 	pthread_mutex_unlock(&r.mtx);
-	assert_int_equal(ipc_request(url, "reload", NULL, 5000, &reply, err, sizeof(err)), 0);
+	assert_int_equal(
+	    ipc_request(url, "reload", NULL, 5000, &ok, &reply, err, sizeof(err)), NMQ_OK);
+	assert_true(ok);
 	assert_string_equal(reply, "second");
 	assert_int_equal(r.calls, 2);
 	free(reply);
@@ -299,16 +316,18 @@ static void test_blocking_handler_and_timeout(void **state)
 // The request a blocked handler is working on is answered when the handler
 // is released from another thread (the way main.c forwards reloads).
 typedef struct client_arg {
-	int   rc;
-	char *reply;
-	char  err[256];
+	nmq_err rc;
+	bool    ok;
+	char   *reply;
+	char    err[256];
 } client_arg;
 
 // Runs one client request on its own thread. Returns NULL.
 static void *client_thread(void *argp)
 {
 	client_arg *a = argp;
-	a->rc = ipc_request(url, "reload", "/x.conf", 10000, &a->reply, a->err, sizeof(a->err));
+	a->rc         = ipc_request(
+	            url, "reload", "/x.conf", 10000, &a->ok, &a->reply, a->err, sizeof(a->err));
 	return NULL;
 }
 
@@ -331,7 +350,8 @@ static void test_handler_released_from_other_thread(void **state)
 	pthread_cond_broadcast(&r.cv);
 	pthread_mutex_unlock(&r.mtx);
 	pthread_join(t, NULL);
-	assert_int_equal(a.rc, 1);
+	assert_int_equal(a.rc, NMQ_OK);
+	assert_false(a.ok);
 	assert_string_equal(a.reply, "x.conf:1:1: syntax error");
 	free(a.reply);
 	ipc_server_stop(s);
@@ -401,12 +421,16 @@ static void test_client_validates(void **state)
 	rec_init(&r, 0, "fine");
 	ipc_server *s     = start_ok(&r);
 	char       *reply = NULL;
+	bool        ok;
 	char        err[256];
-	assert_int_equal(ipc_request(url, "Re load", NULL, 1000, &reply, err, sizeof(err)), -1);
+	assert_int_equal(
+	    ipc_request(url, "Re load", NULL, 1000, &ok, &reply, err, sizeof(err)), NMQ_EINVAL);
 	assert_null(reply);
-	assert_int_equal(ipc_request(url, "reload", "", 1000, &reply, err, sizeof(err)), -1);
+	assert_int_equal(
+	    ipc_request(url, "reload", "", 1000, &ok, &reply, err, sizeof(err)), NMQ_EINVAL);
 	assert_null(reply);
-	assert_int_equal(ipc_request("", "reload", NULL, 1000, &reply, err, sizeof(err)), -1);
+	assert_int_equal(
+	    ipc_request("", "reload", NULL, 1000, &ok, &reply, err, sizeof(err)), NMQ_EINVAL);
 	assert_int_equal(r.calls, 0);
 	ipc_server_stop(s);
 	rec_fini(&r);
@@ -441,7 +465,10 @@ static void test_address_in_use(void **state)
 	assert_null(ipc_server_start(url, rec_handler, &r2, err, sizeof(err)));
 	assert_non_null(strstr(err, url));
 	char *reply = NULL;
-	assert_int_equal(ipc_request(url, "reload", NULL, 5000, &reply, err, sizeof(err)), 0);
+	bool  ok;
+	assert_int_equal(
+	    ipc_request(url, "reload", NULL, 5000, &ok, &reply, err, sizeof(err)), NMQ_OK);
+	assert_true(ok);
 	assert_string_equal(reply, "first");
 	free(reply);
 	ipc_server_stop(s);
@@ -468,8 +495,11 @@ static void test_stale_socket_replaced(void **state)
 	rec_init(&r, 0, "new");
 	ipc_server *s     = start_ok(&r);
 	char       *reply = NULL;
+	bool        ok;
 	char        err[256];
-	assert_int_equal(ipc_request(url, "reload", NULL, 5000, &reply, err, sizeof(err)), 0);
+	assert_int_equal(
+	    ipc_request(url, "reload", NULL, 5000, &ok, &reply, err, sizeof(err)), NMQ_OK);
+	assert_true(ok);
 	assert_string_equal(reply, "new");
 	free(reply);
 	ipc_server_stop(s);
@@ -492,8 +522,11 @@ static void test_stop_and_restart(void **state)
 	ipc_server_stop(NULL);
 	ipc_server *s     = start_ok(&r);
 	char       *reply = NULL;
+	bool        ok;
 	char        err[256];
-	assert_int_equal(ipc_request(url, "reload", NULL, 5000, &reply, err, sizeof(err)), 0);
+	assert_int_equal(
+	    ipc_request(url, "reload", NULL, 5000, &ok, &reply, err, sizeof(err)), NMQ_OK);
+	assert_true(ok);
 	assert_string_equal(reply, "again");
 	free(reply);
 	ipc_server_stop(s);
@@ -738,7 +771,8 @@ static void expect_served(const char *u, const char *text)
 {
 	char *reply = NULL;
 	char  err[256];
-	if (ipc_request(u, "pid", NULL, 5000, &reply, err, sizeof(err)) != 0) {
+	bool  ok;
+	if (ipc_request(u, "pid", NULL, 5000, &ok, &reply, err, sizeof(err)) != NMQ_OK || !ok) {
 		fail_msg("ipc_request(%s): %s", u, err);
 	}
 	assert_string_equal(reply, text);
@@ -1149,8 +1183,11 @@ static void test_reply_not_read_dropped(void **state)
 	write_all(fd, out, off);
 	long long t0    = now_ms();
 	char     *reply = NULL;
+	bool      ok;
 	char      err[256];
-	assert_int_equal(ipc_request(url, "pid", NULL, 5000, &reply, err, sizeof(err)), 0);
+	assert_int_equal(
+	    ipc_request(url, "pid", NULL, 5000, &ok, &reply, err, sizeof(err)), NMQ_OK);
+	assert_true(ok);
 	assert_true(now_ms() - t0 < 1500);
 	assert_string_equal(reply, big);
 	free(reply);
