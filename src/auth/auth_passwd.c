@@ -516,8 +516,10 @@ int auth_passwd_main(int argc, char **argv)
 			fprintf(stderr, "nanomq passwd: the password is longer than 65535 bytes\n");
 			goto done;
 		}
-		if (auth_password_hash_new(pw, plen, entry, sizeof(entry)) != 0) {
-			fprintf(stderr, "nanomq passwd: cannot compute the hash\n");
+		nmq_err e = auth_password_hash_new(pw, plen, entry, sizeof(entry));
+		if (e != NMQ_OK) {
+			fprintf(stderr, "nanomq passwd: cannot compute the hash: %s\n",
+			    nmq_strerror(e));
 			goto done;
 		}
 	}

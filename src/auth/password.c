@@ -518,8 +518,9 @@ static int random_bytes(uint8_t *buf, size_t n)
 	return 0;
 }
 
-// Writes a new $7$ entry for pass into out. Returns 0 or -1.
-int auth_password_hash_new(const char *pass, size_t plen, char *out, size_t outlen)
+// Writes a new $7$ entry for pass into out. Returns NMQ_OK, NMQ_EINVAL or
+// NMQ_EIO.
+nmq_err auth_password_hash_new(const char *pass, size_t plen, char *out, size_t outlen)
 {
 	uint8_t salt[AUTH_PBKDF2_SALT_LEN];
 	uint8_t key[AUTH_HASH_LEN];
@@ -529,7 +530,7 @@ int auth_password_hash_new(const char *pass, size_t plen, char *out, size_t outl
 
 	if (out == NULL || outlen < AUTH_PBKDF2_ENTRY_MAX || plen > AUTH_MAX_FIELD_LEN
 	    || (pass == NULL && plen > 0)) {
-		return -1;
+		return NMQ_EINVAL;
 	}
 	if (pass == NULL) {
 		pass = "";
@@ -545,6 +546,7 @@ int auth_password_hash_new(const char *pass, size_t plen, char *out, size_t outl
 	mbedtls_platform_zeroize(salt, sizeof(salt));
 	if (rv != 0) {
 		out[0] = '\0';
+		return NMQ_EIO;
 	}
-	return rv;
+	return NMQ_OK;
 }

@@ -29,6 +29,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "nng/core/nmq_err.h"
+
 struct cJSON; // <cjson/cJSON.h>
 
 // Iterations written into new $7$ entries: the default of Mosquitto 2.x's
@@ -86,10 +88,11 @@ int auth_password_check(
 void auth_password_dummy_check(const char *pass, size_t plen);
 
 // Writes a new "$7$101$<salt>$<hash>" entry for pass (plen bytes) into out,
-// NUL-terminated, with a fresh random salt from getrandom(2). Returns 0, or
-// -1 when outlen is below AUTH_PBKDF2_ENTRY_MAX, plen is above
-// AUTH_MAX_FIELD_LEN, or the random source or the hash fails.
-int auth_password_hash_new(const char *pass, size_t plen, char *out, size_t outlen);
+// NUL-terminated, with a fresh random salt from getrandom(2). Returns
+// NMQ_OK; NMQ_EINVAL when out is NULL, outlen is below
+// AUTH_PBKDF2_ENTRY_MAX, plen is above AUTH_MAX_FIELD_LEN or pass is NULL
+// with plen > 0; NMQ_EIO when the random source or the hash fails.
+nmq_err auth_password_hash_new(const char *pass, size_t plen, char *out, size_t outlen);
 
 // Returns true when a and b (n bytes each) are equal. The time taken
 // depends only on n, never on the contents.

@@ -393,10 +393,10 @@ static void test_hash_new(void **state)
 	assert_int_equal(check(db, "b", ""), AUTH_OK);
 	auth_password_db_free(db);
 
-	assert_int_equal(auth_password_hash_new("x", 1, e1, AUTH_PBKDF2_ENTRY_MAX - 1), -1);
-	assert_int_equal(auth_password_hash_new("x", 1, NULL, sizeof(e1)), -1);
-	assert_int_equal(auth_password_hash_new(NULL, 3, e1, sizeof(e1)), -1);
-	assert_int_equal(auth_password_hash_new("x", 70000, e1, sizeof(e1)), -1);
+	assert_int_equal(auth_password_hash_new("x", 1, e1, AUTH_PBKDF2_ENTRY_MAX - 1), NMQ_EINVAL);
+	assert_int_equal(auth_password_hash_new("x", 1, NULL, sizeof(e1)), NMQ_EINVAL);
+	assert_int_equal(auth_password_hash_new(NULL, 3, e1, sizeof(e1)), NMQ_EINVAL);
+	assert_int_equal(auth_password_hash_new("x", 70000, e1, sizeof(e1)), NMQ_EINVAL);
 }
 
 // The CONNECT decision for every combination of allow_anonymous and
