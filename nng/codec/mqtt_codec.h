@@ -320,9 +320,11 @@ size_t mqtt_vbi_encode(uint8_t *buf, uint32_t value); // buf holds >= 4
 // `proto` is the connection's negotiated version (MQTT_PROTO_V311 for 3.1 and
 // 3.1.1, MQTT_PROTO_V5); it is ignored for CONNECT, which carries its own.
 // Returns 0 on success or an mqtt_reason (>= 0x80) saying why the packet is
-// rejected. On CONNECT, an unknown protocol name or level returns
-// MQTT_RC_UNSUPPORTED_VERSION with out->u.connect.proto_level set to what
-// was received, so the caller can answer in the client's version.
+// rejected. On CONNECT, a known protocol name ("MQTT", "MQIsdp") with a
+// level it does not go with returns MQTT_RC_UNSUPPORTED_VERSION with
+// out->u.connect.proto_level set to what was received, so the caller can
+// answer in the client's version; an unknown protocol name is not MQTT and
+// returns MQTT_RC_MALFORMED with proto_level 0 (nothing is answered).
 // `out` is zeroed first; on failure its fields are partially filled and must
 // not be used (except type, flags and, as above, connect.proto_level).
 //

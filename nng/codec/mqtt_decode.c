@@ -84,7 +84,8 @@ static int required_flags(uint8_t type)
 }
 
 // Decodes the variable header and payload of a CONNECT. Returns 0,
-// MQTT_RC_UNSUPPORTED_VERSION (with proto_level set), MQTT_RC_MALFORMED,
+// MQTT_RC_UNSUPPORTED_VERSION (with proto_level set), MQTT_RC_MALFORMED
+// (with proto_level 0 for an unknown protocol name),
 // MQTT_RC_PROTOCOL_ERROR (from the properties) or MQTT_RC_TOPIC_NAME_INVALID
 // (a will topic that is valid UTF-8 but not a valid topic name).
 static int decode_connect(mqtt_rd *r, mqtt_connect *c)
@@ -96,17 +97,20 @@ static int decode_connect(mqtt_rd *r, mqtt_connect *c)
 	if (!rd_bin(r, &name) || !rd_u8(r, &level)) {
 		return MALFORMED;
 	}
-	c->proto_level = level;
 	if (name.len == 4 && memcmp(name.p, "MQTT", 4) == 0) {
+		c->proto_level = level;
 		if (level != MQTT_PROTO_V311 && level != MQTT_PROTO_V5) {
 			return MQTT_RC_UNSUPPORTED_VERSION;
 		}
 	} else if (name.len == 6 && memcmp(name.p, "MQIsdp", 6) == 0) {
+		c->proto_level = level;
 		if (level != MQTT_PROTO_V31) {
 			return MQTT_RC_UNSUPPORTED_VERSION;
 		}
 	} else {
-		return MQTT_RC_UNSUPPORTED_VERSION;
+		// Not MQTT at all: proto_level stays 0, nothing is answered
+		// [MQTT-3.1.2-1], [MQTT-3.1.4-1].
+		return MALFORMED;
 	}
 	if (!rd_u8(r, &flags) || !rd_u16(r, &c->keep_alive)) {
 		return MALFORMED;

@@ -323,9 +323,13 @@ int handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 			}
 			__atomic_store_n(&s->link, NULL, __ATOMIC_RELAXED);
 		}
-		if (c->clean_start) {
+		if (c->clean_start || s->expiry_s == 0) {
 			// Discard the old session [MQTT-3.1.2-4]; a delayed will
-			// of the old session is published now.
+			// of the old session is published now. A session that
+			// lasts only as long as its connection (3.1.1 CleanSession
+			// 1, 5.0 Session Expiry 0) ends with the connection taken
+			// over, so it is not resumed either: its state is never
+			// reused [MQTT-3.1.2-6] (3.1.1) and Session Present is 0.
 			s->ended = true;
 			proto_table_remove(p, s);
 			ended = s;
@@ -382,8 +386,10 @@ int handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 	// CONNACK first, then the resumed state.
 	mqtt_packet ack;
 	memset(&ack, 0, sizeof(ack));
-	ack.type                      = MQTT_CONNACK;
-	ack.u.connack.session_present = session_present;
+	ack.type = MQTT_CONNACK;
+	// MQTT 3.1 has no Session Present flag: its first CONNACK byte is
+	// reserved and always 0.
+	ack.u.connack.session_present = session_present && c->proto_level != MQTT_PROTO_V31;
 	ack.u.connack.reason          = 0;
 	if (ver == MQTT_PROTO_V5) {
 		mqtt_props *ap = &ack.u.connack.props;

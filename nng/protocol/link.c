@@ -545,8 +545,9 @@ void link_detach(nmq_link *l)
 		}
 	}
 	if (!l->graceful && l->will != NULL) {
-		if (l->will_delay_s == 0 || end) {
-			// No delay, or the session ends now.
+		if (l->will_delay_s == 0 || end || s->ended) {
+			// No delay, or the session ends now (or a takeover with
+			// Clean Start ended it already: MQTT 5.0 3.1.4).
 			will    = l->will;
 			l->will = NULL;
 		} else if (current) {
@@ -557,7 +558,8 @@ void link_detach(nmq_link *l)
 			l->will       = NULL;
 			s->will_at_ms = nmq_clock_ms() + (uint64_t)l->will_delay_s * 1000;
 		}
-		// Else a takeover came within the will delay: no will.
+		// Else a takeover resumed the session within the will delay:
+		// no will [MQTT-3.1.2-8].
 	}
 	if (current && !end) {
 		session_timer_update_locked(s);

@@ -1143,18 +1143,29 @@ static void test_reject_connect(void **state)
 	assert_int_equal(dec_body(0x10, &f, V3, &p), 0);
 	assert_int_equal(p.u.connect.proto_level, 3);
 
-	// Unsupported name/level combinations report the level received.
+	// Unsupported levels of a known name report the level received.
 	static const struct {
 		const char *name;
 		uint8_t     level;
-	} bad[] = { { "MQTT", 3 }, { "MQTT", 6 }, { "MQTT", 0 }, { "MQIsdp", 4 }, { "MQIsdp", 5 },
-		{ "mqtt", 4 }, { "MQTTX", 4 }, { "", 4 }, { "MQIsd", 3 } };
+	} bad[] = { { "MQTT", 3 }, { "MQTT", 6 }, { "MQTT", 0 }, { "MQIsdp", 4 }, { "MQIsdp", 5 } };
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		connect_hdr(&f, bad[i].name, bad[i].level, 0x02);
 		fb_str(&f, "c");
 		assert_int_equal(dec_body(0x10, &f, V3, &p), MQTT_RC_UNSUPPORTED_VERSION);
 		assert_int_equal(p.u.connect.proto_level, bad[i].level);
 		assert_int_equal(p.type, MQTT_CONNECT);
+	}
+	// An unknown protocol name is not MQTT: Malformed, level 0, so that
+	// nothing is answered [MQTT-3.1.2-1], [MQTT-3.1.4-1].
+	static const char *const unknown[] = { "mqtt", "MQTTX", "", "MQIsd", "MQTX" };
+	for (size_t i = 0; i < sizeof(unknown) / sizeof(unknown[0]); i++) {
+		for (uint8_t lvl = 3; lvl <= 5; lvl++) {
+			connect_hdr(&f, unknown[i], lvl, 0x02);
+			fb_str(&f, "c");
+			assert_int_equal(dec_body(0x10, &f, V3, &p), RC_MAL);
+			assert_int_equal(p.u.connect.proto_level, 0);
+			assert_int_equal(p.type, MQTT_CONNECT);
+		}
 	}
 
 	for (uint8_t lvl = 4; lvl <= 5; lvl++) {

@@ -1,0 +1,135 @@
+#!/usr/bin/python3
+"""16: conformance corner cases found by external MQTT test suites: the
+takeover of a session that ends with its connection, the protocol name, the
+MQTT 3.1 CONNACK, a duplicate PUBREC, malformed topic filters, the client's
+Maximum Packet Size on every packet the broker sends, and the will of a
+session ended by a Clean Start reconnect.
+
+Tags: [MQTT-x.y.z-n] names a normative statement of MQTT 3.1.1,
+[MQTT5-x.y.z-n] one of MQTT 5.0."""
+
+import time
+
+import nmq
+from nmq import (CONNACK, DISCONNECT, PUBLISH, PUBREL, PUBREC, SUBACK, BrokerTestCase,
+                 RawClient)
+
+
+def hx(s):
+    return bytes.fromhex(s)
+
+
+class TakeoverOfCleanSession(BrokerTestCase):
+    """A session that lasts as long as its network connection ends when a
+    new connection takes the client id over: it is never resumed."""
+
+    def assert_not_resumed(self, new, topic):
+        """new must not receive what the old session subscribed to."""
+        pub = self.raw(4, "tk-pub")
+        pub.publish(topic, b"old-sub", qos=1)
+        new.expect_nothing(nmq.T_QUIET, types=(PUBLISH,))
+
+    # [MQTT-3.1.2-6] [MQTT-3.2.2-3]: A (CleanSession 1) subscribes; B takes
+    # the id over with CleanSession 0: Session Present 0, and A's
+    # subscription is gone with A's session.  The exact bytes of the report.
+    def test_v311_clean_session_taken_over_by_persistent(self):
+        a = self.raw(4)
+        a.send(hx("100e00044d5154540402003c0002746b"))
+        self.assertEqual(a.expect(CONNACK).body, hx("0000"))
+        a.send(hx("8206000100017401"))
+        self.assertEqual(a.expect(SUBACK).codes, [1])
+        b = self.raw(4)
+        b.send(hx("100e00044d5154540400003c0002746b"))
+        ack = b.expect(CONNACK)
+        self.assertEqual(ack.body, hx("0000"), "CONNACK %r: a clean session was resumed" % ack)
+        self.assert_closed(a, msg="A taken over")
+        self.assert_not_resumed(b, "t")
+        # B's own session is persistent: B reconnecting resumes it.
+        b.close()
+        c = self.raw(4)
+        self.assertTrue(c.connect("tk", clean=False).session_present)
+
+    # [MQTT5-3.1.2-4] [MQTT5-3.2.2-3]: 5.0, A with Session Expiry 0 (absent),
+    # Clean Start 0 or 1; B with Clean Start 0 and Session Expiry 60 gets
+    # Session Present 0 and none of A's subscriptions.
+    def test_v5_zero_expiry_session_taken_over(self):
+        for a_clean in (True, False):
+            with self.subTest(a_clean_start=a_clean):
+                cid = "tk5-%d" % a_clean
+                topic = "t5/%d" % a_clean
+                a = self.raw(5, cid, clean=a_clean)
+                a.subscribe([(topic, 1)])
+                b = self.raw(5)
+                ack = b.connect(cid, clean=False, props={"SessionExpiryInterval": 60})
+                self.assertEqual(ack.rc, 0)
+                self.assertFalse(ack.session_present, "session with expiry 0 resumed: %r" % ack)
+                self.assert_closed(a, v5_codes=(0x8E,), msg="A taken over")
+                self.assert_not_resumed(b, topic)
+
+    # A persistent session is still resumed by a takeover (the other branch
+    # of the same decision): [MQTT-3.2.2-2] / [MQTT5-3.2.2-3].
+    def test_persistent_session_still_resumed(self):
+        for v in (4, 5):
+            with self.subTest(version=v):
+                kw = {"clean": False}
+                if v == 5:
+                    kw["props"] = {"SessionExpiryInterval": 60}
+                cid = "keep%d" % v
+                a = self.raw(v, cid, **kw)
+                a.subscribe([("keep/%d" % v, 1)])
+                b = self.raw(v)
+                ack = b.connect(cid, **kw)
+                self.assertTrue(ack.session_present)
+                pub = self.raw(4, "keep-pub%d" % v)
+                pub.publish("keep/%d" % v, b"x", qos=1)
+                self.assertEqual(b.expect(PUBLISH).payload, b"x")
+
+
+class ProtocolNameAndVersion(BrokerTestCase):
+
+    # [MQTT-3.1.2-1] [MQTT-3.1.4-1]: a wrong protocol name is not answered:
+    # the connection is closed without a CONNACK.  The report's bytes, then
+    # an unknown name with each protocol level.
+    def test_wrong_protocol_name_closed_silently(self):
+        r = self.raw(4)
+        r.send(hx("100c00034d51540402000a000170"))
+        self.assertEqual(r.expect_closed(msg="protocol name MQT"), [])
+        for level in (3, 4, 5):
+            with self.subTest(level=level):
+                r = self.raw(4)
+                r.send_connect("badname", proto_name="MQTX", proto_level=level, version=4)
+                self.assertEqual(r.expect_closed(msg="protocol name MQTX"), [])
+
+    # [MQTT5-3.1.2-1]: the same for a 5.0 CONNECT (with properties).
+    def test_wrong_protocol_name_v5(self):
+        r = self.raw(5)
+        r.send_connect("badname5", proto_name="mqtt", version=5)
+        self.assertEqual(r.expect_closed(msg="protocol name mqtt"), [])
+
+    # MQTT 3.1 ("MQIsdp", level 3) keeps working.
+    def test_mqtt31_still_accepted(self):
+        r = self.raw(4)
+        r.send(hx("100f00064d51497364700300003c000164"))
+        self.assertEqual(r.expect(CONNACK).body, hx("0000"))
+        r.pingreq()
+        r.expect(nmq.PINGRESP)
+
+    # MQTT 3.1 has no Session Present flag: the first CONNACK byte is
+    # reserved and 0, also when a stored session is resumed (MQTT 3.1 has
+    # no numbered statements; the nearest 3.1.1 one is [MQTT-3.2.2-2]).
+    def test_mqtt31_connack_first_byte_zero(self):
+        a = self.raw(4)
+        a.send(hx("100f00064d51497364700300003c000164"))
+        self.assertEqual(a.expect(CONNACK).body, hx("0000"))
+        b = self.raw(4)  # takes over the live session
+        b.send(hx("100f00064d51497364700300003c000164"))
+        self.assertEqual(b.expect(CONNACK).body, hx("0000"))
+        b.disconnect()
+        b.expect_closed()
+        c = self.raw(4)  # resumes the stored session
+        c.send(hx("100f00064d51497364700300003c000164"))
+        self.assertEqual(c.expect(CONNACK).body, hx("0000"))
+
+
+if __name__ == "__main__":
+    nmq.main()
