@@ -541,12 +541,14 @@ bool session_puback_locked(nmq_session *s, uint16_t pid)
 }
 
 // PUBREC for pid: the message is delivered; answer with PUBREL (unless
-// the receiver failed it, v5 reason >= 0x80, which ends the flow).
+// the receiver failed it, v5 reason >= 0x80, which ends the flow). A
+// repeated PUBREC for a flow already awaiting PUBCOMP is known too: the
+// caller answers it with the same PUBREL again [MQTT-4.3.3-4].
 bool session_pubrec_locked(nmq_session *s, uint16_t pid, bool failed)
 {
 	int64_t i = infl_find(s, pid, INFL_WAIT_PUBREC);
 	if (i < 0) {
-		return false;
+		return infl_find(s, pid, INFL_WAIT_PUBCOMP) >= 0;
 	}
 	if (failed) {
 		infl_remove(s, (uint32_t)i);

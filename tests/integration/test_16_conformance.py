@@ -131,5 +131,42 @@ class ProtocolNameAndVersion(BrokerTestCase):
         self.assertEqual(c.expect(CONNACK).body, hx("0000"))
 
 
+class DuplicatePubrec(BrokerTestCase):
+
+    def qos2_flow(self, v, cid):
+        """A subscriber that has received a QoS 2 PUBLISH; returns (sub, pid)."""
+        sub = self.raw(v, cid)
+        sub.subscribe([("q2/%s" % cid, 2)])
+        pub = self.raw(v, cid + "-pub")
+        pub.publish("q2/%s" % cid, b"once", qos=2)
+        p = sub.expect(PUBLISH)
+        self.assertEqual(p.qos, 2)
+        return sub, p.pid
+
+    # [MQTT5-4.3.3-4] [MQTT5-4.3.3-5]: a PUBREC repeated while the PUBREL is
+    # unacknowledged is answered with the same PUBREL (reason 0), not 0x92.
+    def test_v5_repeated_pubrec_gets_pubrel(self):
+        sub, pid = self.qos2_flow(5, "dup5")
+        for attempt in range(2):
+            sub.send(nmq.ack_bytes(PUBREC, pid, version=5))
+            rel = sub.expect(PUBREL, pid=pid)
+            self.assertEqual(rel.rc, 0, "PUBREC #%d: PUBREL %r" % (attempt + 1, rel))
+        self.assertEqual(rel.body, nmq.u16(pid))
+        sub.send(nmq.ack_bytes(nmq.PUBCOMP, pid, version=5))
+        # The flow is over: now the id is unknown [MQTT5-2.2.1-5].
+        sub.send(nmq.ack_bytes(PUBREC, pid, version=5))
+        self.assertEqual(sub.expect(PUBREL, pid=pid).rc, 0x92)
+
+    # [MQTT-4.3.3-1]: the same flow on 3.1.1 (no reason codes).
+    def test_v311_repeated_pubrec_gets_pubrel(self):
+        sub, pid = self.qos2_flow(4, "dup4")
+        for _ in range(2):
+            sub.send(nmq.ack_bytes(PUBREC, pid))
+            self.assertEqual(sub.expect(PUBREL, pid=pid).body, nmq.u16(pid))
+        sub.send(nmq.ack_bytes(nmq.PUBCOMP, pid))
+        sub.pingreq()
+        sub.expect(nmq.PINGRESP)
+
+
 if __name__ == "__main__":
     nmq.main()
