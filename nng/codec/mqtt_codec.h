@@ -368,9 +368,10 @@ size_t mqtt_vbi_encode(uint8_t *buf, uint32_t value); // buf holds >= 4
 // content (empty ids, length), topic alias maximum, subscription
 // identifiers in a client's PUBLISH, payload format 1 with a non-UTF-8
 // payload, per-filter validity in SUBSCRIBE/UNSUBSCRIBE: mqtt_decode only
-// checks that each filter is well-formed UTF-8, so the broker can answer
-// MQTT_RC_TOPIC_FILTER_INVALID (0x8F) for just that entry after calling
-// mqtt_topic_filter_valid.
+// checks that each filter is well-formed UTF-8; the broker calls
+// mqtt_topic_filter_valid on each (a filter that fails it is a protocol
+// violation that closes the connection; 0x8F is for well-formed filters it
+// refuses).
 int mqtt_decode(const uint8_t *buf, size_t len, uint8_t proto, mqtt_packet *out);
 
 // Iterates the topic filters of a decoded SUBSCRIBE. Returns true and fills

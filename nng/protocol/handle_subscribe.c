@@ -8,6 +8,38 @@
 
 #define SUB_MAX_FILTERS 4096
 
+// A filter that breaks the topic filter syntax (empty, '#' not alone in
+// the last level, '+' not alone in its level, "$share/" without a share
+// name or a filter) is a protocol violation, not a refusal: 3.1.1 closes
+// (3.1.1 [MQTT-4.8.0-1]), 5.0 sends DISCONNECT 0x82 and closes (5.0
+// [MQTT-4.13.1-1]).
+// SUBACK 0x8F / 0x80 is kept for well-formed filters the broker will not
+// accept (limits, ACL). Returns true when every filter of the list is
+// well-formed; the whole packet is checked before any of it takes effect.
+static bool filters_well_formed(nmq_link *l, const mqtt_packet *pk)
+{
+	bool       sub = pk->type == MQTT_SUBSCRIBE;
+	mqtt_bytes f;
+	bool       more;
+	if (sub) {
+		mqtt_sub_iter it;
+		mqtt_sub_opts o;
+		mqtt_sub_iter_init(&it, &pk->u.subscribe, l->ver);
+		while ((more = mqtt_sub_iter_next(&it, &f, &o))
+		    && mqtt_topic_filter_valid(f.p, f.len)) { }
+	} else {
+		mqtt_unsub_iter it;
+		mqtt_unsub_iter_init(&it, &pk->u.unsubscribe);
+		while ((more = mqtt_unsub_iter_next(&it, &f))
+		    && mqtt_topic_filter_valid(f.p, f.len)) { }
+	}
+	if (more) {
+		log_info("conn", "peer=%s client_id=%s reason=topic_filter_malformed packet=%s",
+		    conn_peer(l->conn), l->session->client_id, sub ? "SUBSCRIBE" : "UNSUBSCRIBE");
+	}
+	return !more;
+}
+
 // Handles one SUBSCRIBE. Returns 0, or -1 when the connection is ended.
 int handle_subscribe(nmq_link *l, const mqtt_packet *pk)
 {
@@ -17,6 +49,10 @@ int handle_subscribe(nmq_link *l, const mqtt_packet *pk)
 	uint32_t              n   = sub->count;
 	if (n > SUB_MAX_FILTERS) {
 		link_fail(l, MQTT_RC_QUOTA_EXCEEDED);
+		return -1;
+	}
+	if (!filters_well_formed(l, pk)) {
+		link_fail(l, MQTT_RC_PROTOCOL_ERROR);
 		return -1;
 	}
 	uint8_t *codes   = malloc(n);
@@ -43,10 +79,6 @@ int handle_subscribe(nmq_link *l, const mqtt_packet *pk)
 	mqtt_sub_iter_init(&it, sub, l->ver);
 	while (i < n && mqtt_sub_iter_next(&it, &f, &o)) {
 		existed[i] = false;
-		if (!mqtt_topic_filter_valid(f.p, f.len)) {
-			codes[i++] = l->ver == MQTT_PROTO_V5 ? MQTT_RC_TOPIC_FILTER_INVALID : 0x80;
-			continue;
-		}
 		if (!proto_topic_within_limits(p, f.p, f.len)) {
 			atomic_fetch_add(&p->m.refused_topics, 1);
 			codes[i++] = l->ver == MQTT_PROTO_V5 ? MQTT_RC_TOPIC_FILTER_INVALID : 0x80;
@@ -123,6 +155,10 @@ int handle_unsubscribe(nmq_link *l, const mqtt_packet *pk)
 		link_fail(l, MQTT_RC_QUOTA_EXCEEDED);
 		return -1;
 	}
+	if (!filters_well_formed(l, pk)) {
+		link_fail(l, MQTT_RC_PROTOCOL_ERROR);
+		return -1;
+	}
 	uint8_t *codes = malloc(n);
 	if (codes == NULL) {
 		link_fail(l, MQTT_RC_UNSPECIFIED);
@@ -133,10 +169,6 @@ int handle_unsubscribe(nmq_link *l, const mqtt_packet *pk)
 	uint32_t        i = 0;
 	mqtt_unsub_iter_init(&it, unsub);
 	while (i < n && mqtt_unsub_iter_next(&it, &f)) {
-		if (!mqtt_topic_filter_valid(f.p, f.len)) {
-			codes[i++] = MQTT_RC_TOPIC_FILTER_INVALID;
-			continue;
-		}
 		codes[i++] = p->ops->unsubscribe(p->app, s, (const char *)f.p, f.len);
 	}
 	mqtt_packet r;

@@ -168,5 +168,75 @@ class DuplicatePubrec(BrokerTestCase):
         sub.expect(nmq.PINGRESP)
 
 
+class MalformedTopicFilters(BrokerTestCase):
+    """A filter that breaks the syntax is a protocol violation (close; 5.0
+    DISCONNECT 0x82 first), not a refusal (SUBACK 0x8F / 0x80)."""
+
+    BAD = ("", "#/a", "a/#/b", "a+", "$share/g/", "$share/g", "$share//t")
+
+    def assert_violation(self, r, what):
+        pkts = r.expect_closed(msg=what)
+        if r.version == 5:
+            self.assertEqual([(p.type, p.rc) for p in pkts], [(DISCONNECT, 0x82)],
+                             "%s: %r" % (what, pkts))
+        else:
+            self.assertEqual(pkts, [], "%s: %r" % (what, pkts))
+
+    # [MQTT-4.7.3-1] [MQTT-4.8.0-1]: the report's bytes, 3.1.1 SUBSCRIBE
+    # with an empty filter: closed, no SUBACK 0x80.
+    def test_v311_empty_filter_closes(self):
+        r = self.raw(4, "emp4")
+        r.send(hx("82051234000000"))
+        self.assert_violation(r, "empty filter")
+
+    # [MQTT5-4.7.3-1] [MQTT5-4.13.1-1]: the report's bytes for 5.0:
+    # DISCONNECT 0x82 and close, not SUBACK 0x8F.
+    def test_v5_empty_filter_disconnects(self):
+        r = self.raw(5, "emp5")
+        r.send(hx("8206123400000000"))
+        self.assert_violation(r, "empty filter")
+
+    # 3.1.1 [MQTT-4.7.1-2] [MQTT-4.7.1-3] [MQTT-4.7.3-1] [MQTT-4.8.0-1];
+    # 5.0 [MQTT5-4.7.1-1] [MQTT5-4.7.1-2] [MQTT5-4.7.3-1] [MQTT5-4.8.2-1]
+    # [MQTT5-4.8.2-2] [MQTT5-4.13.1-1]: every malformed form, in SUBSCRIBE
+    # and in UNSUBSCRIBE.
+    def test_malformed_filters_sub_and_unsub(self):
+        for v in (4, 5):
+            for flt in self.BAD:
+                for kind in ("sub", "unsub"):
+                    with self.subTest(version=v, filter=flt, packet=kind):
+                        r = self.raw(v, "mf")
+                        if kind == "sub":
+                            r.send(nmq.subscribe_bytes([(flt, 1)], 7, version=v))
+                        else:
+                            r.send(nmq.unsubscribe_bytes([flt], 7, version=v))
+                        self.assert_violation(r, "%s %r" % (kind, flt))
+
+    # The whole packet is checked before any of it takes effect: the valid
+    # filter before the malformed one is not subscribed (a persistent 5.0
+    # session shows it after the reconnect).
+    def test_nothing_subscribed_from_a_malformed_packet(self):
+        kw = {"clean": False, "props": {"SessionExpiryInterval": 60}}
+        r = self.raw(5, "mixbad", **kw)
+        r.send(nmq.subscribe_bytes([("ok/t", 1), ("bad/#/x", 1)], 6, version=5))
+        self.assert_violation(r, "mixed filters")
+        again = self.raw(5)
+        self.assertTrue(again.connect("mixbad", **kw).session_present)
+        pub = self.raw(4, "mixbad-pub")
+        pub.publish("ok/t", b"x", qos=1)
+        again.expect_nothing(nmq.T_QUIET, types=(PUBLISH,))
+
+    # Well-formed filters keep their SUBACK codes and the connection: a
+    # shared subscription and a plain one in the same packet
+    # [MQTT5-3.8.4-6].
+    def test_well_formed_filters_still_granted(self):
+        for v in (4, 5):
+            with self.subTest(version=v):
+                r = self.raw(v, "wf%d" % v)
+                ack = r.subscribe([("$share/g/t", 1), ("a/+/b/#", 2)])
+                self.assertEqual(ack.codes, [1, 2])
+                self.assertTrue(r.is_open())
+
+
 if __name__ == "__main__":
     nmq.main()
