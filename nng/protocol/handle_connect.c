@@ -164,6 +164,12 @@ int handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 	}
 	uint8_t ver = c->proto_level == MQTT_PROTO_V5 ? MQTT_PROTO_V5 : MQTT_PROTO_V311;
 	l->ver      = ver;
+	// The client's Maximum Packet Size bounds every packet sent from now
+	// on, a refusing CONNACK included (5.0 [MQTT-3.1.2-24]).
+	l->client_max_packet = proto_lim(p)->client_max_packet_size;
+	if (ver == MQTT_PROTO_V5 && (c->props.present & MQTT_PBIT(MQTT_PROP_MAX_PACKET_SIZE))) {
+		l->client_max_packet = c->props.maximum_packet_size;
+	}
 	if (ver == MQTT_PROTO_V5 && (c->props.present & MQTT_PBIT(MQTT_PROP_AUTH_METHOD))) {
 		// Enhanced authentication is not supported.
 		return refuse(l, ver, MQTT_RC_BAD_AUTH_METHOD);
@@ -251,7 +257,6 @@ int handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 		server_keepalive = true;
 	}
 	l->clean_start          = c->clean_start;
-	l->client_max_packet    = proto_lim(p)->client_max_packet_size;
 	l->client_receive_max   = 65535;
 	l->request_problem_info = true;
 	uint32_t expiry         = c->clean_start ? 0 : UINT32_MAX;
@@ -264,9 +269,6 @@ int handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 		l->session_zero_expiry = expiry == 0;
 		if (pr->present & MQTT_PBIT(MQTT_PROP_RECEIVE_MAXIMUM)) {
 			l->client_receive_max = pr->receive_maximum;
-		}
-		if (pr->present & MQTT_PBIT(MQTT_PROP_MAX_PACKET_SIZE)) {
-			l->client_max_packet = pr->maximum_packet_size;
 		}
 		if (pr->present & MQTT_PBIT(MQTT_PROP_TOPIC_ALIAS_MAX)) {
 			l->client_alias_max = pr->topic_alias_maximum;

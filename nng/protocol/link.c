@@ -198,13 +198,127 @@ static void link_timer_cb(tw_timer *t)
 	timer_wheel_schedule(l->p->tw, &l->timer, last + span);
 }
 
+// The property block of a packet the broker sends, or NULL.
+static mqtt_props *packet_props(mqtt_packet *pk)
+{
+	switch (pk->type) {
+	case MQTT_CONNACK:
+		return &pk->u.connack.props;
+	case MQTT_PUBACK:
+	case MQTT_PUBREC:
+	case MQTT_PUBREL:
+	case MQTT_PUBCOMP:
+		return &pk->u.ack.props;
+	case MQTT_SUBACK:
+	case MQTT_UNSUBACK:
+		return &pk->u.suback.props;
+	case MQTT_DISCONNECT:
+		return &pk->u.disconnect.props;
+	case MQTT_AUTH:
+		return &pk->u.auth.props;
+	default:
+		return NULL;
+	}
+}
+
+// Properties the broker leaves out of a packet, a group at a time and in
+// this order, until it fits the client's Maximum Packet Size: Reason String
+// and User Properties (5.0 [MQTT-3.2.2-19], [MQTT-3.2.2-20], and the same
+// rule for every ack, SUBACK, UNSUBACK and DISCONNECT), then the CONNACK
+// capabilities whose absence means the value sent (the "available" bytes
+// when 1, Receive Maximum 65535, Maximum QoS 2), then the CONNACK extras
+// the client can do without (Response Information, Topic Alias Maximum:
+// without it the client sends no aliases), and last the limits whose
+// absence lets the client send more than the broker takes (Receive
+// Maximum, then Maximum Packet Size: a client that goes past them is
+// disconnected, 0x93 or 0x95, as any client would be). Server Keep Alive
+// and Assigned Client Identifier are never dropped: the client must use
+// them.
+static const uint64_t fit_drop[] = {
+	MQTT_PBIT(MQTT_PROP_REASON_STRING) | MQTT_PBIT(MQTT_PROP_USER_PROPERTY),
+	0, // the CONNACK defaults, computed from the values
+	MQTT_PBIT(MQTT_PROP_RESPONSE_INFO),
+	MQTT_PBIT(MQTT_PROP_TOPIC_ALIAS_MAX),
+	MQTT_PBIT(MQTT_PROP_RECEIVE_MAXIMUM),
+	MQTT_PBIT(MQTT_PROP_MAX_PACKET_SIZE),
+};
+
+// CONNACK properties present with the value their absence means.
+static uint64_t connack_defaults(const mqtt_props *pr)
+{
+	uint64_t d = 0;
+	if (pr->retain_available == 1) {
+		d |= MQTT_PBIT(MQTT_PROP_RETAIN_AVAILABLE);
+	}
+	if (pr->wildcard_sub_available == 1) {
+		d |= MQTT_PBIT(MQTT_PROP_WILDCARD_SUB_AVAIL);
+	}
+	if (pr->sub_id_available == 1) {
+		d |= MQTT_PBIT(MQTT_PROP_SUB_ID_AVAIL);
+	}
+	if (pr->shared_sub_available == 1) {
+		d |= MQTT_PBIT(MQTT_PROP_SHARED_SUB_AVAIL);
+	}
+	if (pr->receive_maximum == 65535) {
+		d |= MQTT_PBIT(MQTT_PROP_RECEIVE_MAXIMUM);
+	}
+	if (pr->maximum_qos == 2) {
+		d |= MQTT_PBIT(MQTT_PROP_MAXIMUM_QOS);
+	}
+	return d & pr->present;
+}
+
+// Drops optional properties of pk (a copy the caller owns) until it fits
+// in max bytes; see fit_drop. Returns the encoded size, or 0 if it cannot
+// fit.
+static size_t packet_fit(uint8_t ver, mqtt_packet *pk, uint32_t max)
+{
+	mqtt_props *pr = packet_props(pk);
+	size_t      n  = mqtt_encoded_size(ver, pk);
+	for (size_t i = 0; n > max && pr != NULL && i < sizeof(fit_drop) / sizeof(fit_drop[0]);
+	     i++) {
+		uint64_t drop = fit_drop[i];
+		if (drop == 0 && pk->type == MQTT_CONNACK) {
+			drop = connack_defaults(pr);
+		}
+		if (pk->type != MQTT_CONNACK) {
+			drop &= fit_drop[0];
+		}
+		if ((pr->present & drop) == 0) {
+			continue;
+		}
+		pr->present &= ~drop;
+		if (drop & MQTT_PBIT(MQTT_PROP_USER_PROPERTY)) {
+			pr->user_props   = NULL;
+			pr->n_user_props = 0;
+		}
+		n = mqtt_encoded_size(ver, pk);
+	}
+	return n <= max ? n : 0;
+}
+
 // Encodes a control packet into the send buffer; the caller holds the
-// connection's tx lock. Returns false if closing or out of memory.
+// connection's tx lock. A packet larger than the client's Maximum Packet
+// Size loses optional properties (packet_fit); one that still does not fit
+// is not sent and l->tx_too_large is set: the caller closes the connection
+// once the lock is released (link_close_if_too_large) (5.0
+// [MQTT-3.1.2-24]). Returns false if not sent (that, closing, or out of
+// memory).
 bool link_put_packet_locked(nmq_link *l, const mqtt_packet *pkt)
 {
-	size_t n = mqtt_encoded_size(l->ver, pkt);
+	size_t      n = mqtt_encoded_size(l->ver, pkt);
+	mqtt_packet fit;
 	if (n == 0) {
 		return false;
+	}
+	if (l->client_max_packet > 0 && n > l->client_max_packet) {
+		fit = *pkt;
+		n   = packet_fit(l->ver, &fit, l->client_max_packet);
+		if (n == 0) {
+			l->tx_too_large = true;
+			return false;
+		}
+		pkt = &fit;
 	}
 	uint8_t *b = conn_tx_reserve(l->conn, n);
 	if (b == NULL || mqtt_encode(b, n, l->ver, pkt) != n) {
@@ -224,8 +338,28 @@ bool link_send_packet(nmq_link *l, const mqtt_packet *pkt)
 	conn_tx_unlock(l->conn);
 	if (ok) {
 		conn_tx_flush_later(l->conn);
+	} else {
+		link_close_if_too_large(l, pkt->type);
 	}
 	return ok;
+}
+
+// After link_put_packet_locked refused a packet too large for the client
+// (tx lock released): the connection is closed without sending it, as
+// nothing smaller can stand for it.
+void link_close_if_too_large(nmq_link *l, uint8_t type)
+{
+	conn_tx_lock(l->conn);
+	bool too_large  = l->tx_too_large;
+	l->tx_too_large = false;
+	conn_tx_unlock(l->conn);
+	if (too_large) {
+		log_info("conn",
+		    "peer=%s client_id=%s reason=packet_exceeds_client_maximum type=%u max=%u",
+		    conn_peer(l->conn), l->session != NULL ? l->session->client_id : "", type,
+		    l->client_max_packet);
+		conn_close(l->conn);
+	}
 }
 
 // Sends a v5 DISCONNECT with a reason (nothing for 3.1.1).

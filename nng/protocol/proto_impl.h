@@ -142,6 +142,7 @@ struct nmq_link {
 	bool          taken_over; // s
 	bool          detached; // rx path: link_detach() done
 	bool          username_shared; // username points into the session
+	bool          tx_too_large; // tx lock: a packet did not fit client_max_packet
 };
 
 // A set of limits, immutable once published; a reload publishes a new one
@@ -230,6 +231,9 @@ bool session_pubcomp_locked(nmq_session *s, uint16_t pid);
 // attached, or is on the receive path before attachment).
 bool link_send_packet(nmq_link *l, const mqtt_packet *pkt);
 bool link_put_packet_locked(nmq_link *l, const mqtt_packet *pkt); // tx lock held
+// Closes l if link_put_packet_locked refused a packet (of this type) as too
+// large for the client; call without the tx lock.
+void link_close_if_too_large(nmq_link *l, uint8_t type);
 void link_send_disconnect(nmq_link *l, uint8_t reason);
 // Encodes one PUBLISH for an out_entry. Returns 1 sent, 0 no room/closing,
 // -1 the message is too large for this client.

@@ -523,6 +523,7 @@ void session_resend_locked(nmq_session *s, bool only_old)
 		any        = true;
 	}
 	conn_tx_unlock(l->conn);
+	link_close_if_too_large(l, MQTT_PUBREL);
 	if (any) {
 		conn_tx_flush_later(l->conn);
 	}

@@ -131,6 +131,11 @@ class ProtocolNameAndVersion(BrokerTestCase):
         self.assertEqual(c.expect(CONNACK).body, hx("0000"))
 
 
+def wire_size(p):
+    """Bytes the packet p took on the wire (fixed header included)."""
+    return 1 + len(nmq.vbi(len(p.body))) + len(p.body)
+
+
 class DuplicatePubrec(BrokerTestCase):
 
     def qos2_flow(self, v, cid):
@@ -236,6 +241,74 @@ class MalformedTopicFilters(BrokerTestCase):
                 ack = r.subscribe([("$share/g/t", 1), ("a/+/b/#", 2)])
                 self.assertEqual(ack.codes, [1, 2])
                 self.assertTrue(r.is_open())
+
+
+class ClientMaximumPacketSize(BrokerTestCase):
+    """5.0: nothing the broker sends exceeds the client's Maximum Packet
+    Size [MQTT5-3.1.2-24]; optional properties go first."""
+
+    # [MQTT5-3.1.2-24] [MQTT5-3.2.2-19] [MQTT5-3.2.2-20]: the report's
+    # CONNECT (Maximum Packet Size 20) got a 24-byte CONNACK.  Now it fits,
+    # and keeps what changes the client's behaviour (Receive Maximum,
+    # Maximum Packet Size).
+    def test_connack_fits(self):
+        r = self.raw(5)
+        r.send(hx("101300044d5154540502003c05270000001400016d"))
+        ack = r.expect(CONNACK)
+        self.assertEqual(ack.rc, 0)
+        self.assertLessEqual(wire_size(ack), 20, "CONNACK %r" % ack)
+        self.assertIn("ReceiveMaximum", ack.props)
+        self.assertIn("MaximumPacketSize", ack.props)
+        # Without the limit the same CONNACK is bigger (the test means
+        # something): the capabilities are all there.
+        big = self.raw(5)
+        full = big.connect("m-big")
+        self.assertGreater(wire_size(full), 20)
+        self.assertIn("SharedSubscriptionAvailable", full.props)
+
+    # [MQTT5-3.1.2-24]: with Maximum Packet Size 12 the CONNACK drops its
+    # limits as a last resort (Receive Maximum, then Maximum Packet Size)
+    # rather than refuse the client, and keeps working.
+    def test_connack_drops_limits_last(self):
+        r = self.raw(5)
+        ack = r.connect("m-12", props={"MaximumPacketSize": 12})
+        self.assertEqual(ack.rc, 0)
+        self.assertLessEqual(wire_size(ack), 12, "CONNACK %r" % ack)
+        self.assertEqual(r.subscribe([("m12/t", 1)]).codes, [1])
+
+    # [MQTT5-3.1.2-24]: a CONNACK that cannot fit even without optional
+    # properties is not sent: the connection is closed.
+    def test_connack_that_cannot_fit_closes(self):
+        r = self.raw(5)
+        r.send_connect("tiny", props={"MaximumPacketSize": 4})
+        self.assertEqual(r.expect_closed(msg="max packet 4"), [])
+
+    # [MQTT5-3.14.2-3] [MQTT5-3.1.2-24]: a takeover DISCONNECT to a client
+    # with Maximum Packet Size 20 (it was 25 bytes with its Reason String)
+    # leaves the Reason String out; a client without a limit still gets it.
+    def test_takeover_disconnect_fits(self):
+        for limit in (20, None):
+            with self.subTest(limit=limit):
+                cid = "m-tk-%s" % limit
+                props = {"MaximumPacketSize": limit} if limit else None
+                a = self.raw(5, cid, props=props)
+                self.raw(5, cid)
+                pkts = a.expect_closed()
+                discs = [p for p in pkts if p.type == DISCONNECT]
+                self.assertEqual([d.rc for d in discs], [0x8E], pkts)
+                if limit:
+                    self.assertLessEqual(wire_size(discs[0]), limit)
+                else:
+                    self.assertIn("ReasonString", discs[0].props)
+
+    # [MQTT5-3.1.2-24] [MQTT5-3.9.2-1]: a SUBACK larger than the client's
+    # maximum is not sent (it has no optional part to drop here): the
+    # connection is closed.  A SUBACK that fits is sent.
+    def test_suback_too_large_closes(self):
+        r = self.raw(5, "m-sub", props={"MaximumPacketSize": 20})
+        self.assertEqual(r.subscribe([("s/%d" % i, 0) for i in range(3)]).codes, [0, 0, 0])
+        r.send(nmq.subscribe_bytes([("s/%d" % i, 0) for i in range(20)], 9, version=5))
+        self.assertEqual(r.expect_closed(msg="25-byte SUBACK"), [])
 
 
 if __name__ == "__main__":
