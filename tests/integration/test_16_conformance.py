@@ -49,7 +49,7 @@ class TakeoverOfCleanSession(BrokerTestCase):
         c = self.raw(4)
         self.assertTrue(c.connect("tk", clean=False).session_present)
 
-    # [MQTT5-3.1.2-4] [MQTT5-3.2.2-3]: 5.0, A with Session Expiry 0 (absent),
+    # [MQTT5-3.2.2-3]: 5.0, A with Session Expiry 0 (absent),
     # Clean Start 0 or 1; B with Clean Start 0 and Session Expiry 60 gets
     # Session Present 0 and none of A's subscriptions.
     def test_v5_zero_expiry_session_taken_over(self):
@@ -116,7 +116,7 @@ class ProtocolNameAndVersion(BrokerTestCase):
 
     # MQTT 3.1 has no Session Present flag: the first CONNACK byte is
     # reserved and 0, also when a stored session is resumed (MQTT 3.1 has
-    # no numbered statements; the nearest 3.1.1 one is [MQTT-3.2.2-2]).
+    # no numbered statements).
     def test_mqtt31_connack_first_byte_zero(self):
         a = self.raw(4)
         a.send(hx("100f00064d51497364700300003c000164"))
@@ -158,7 +158,7 @@ class DuplicatePubrec(BrokerTestCase):
             self.assertEqual(rel.rc, 0, "PUBREC #%d: PUBREL %r" % (attempt + 1, rel))
         self.assertEqual(rel.body, nmq.u16(pid))
         sub.send(nmq.ack_bytes(nmq.PUBCOMP, pid, version=5))
-        # The flow is over: now the id is unknown [MQTT5-2.2.1-5].
+        # The flow is over: now the id is unknown (PUBREL 0x92).
         sub.send(nmq.ack_bytes(PUBREC, pid, version=5))
         self.assertEqual(sub.expect(PUBREL, pid=pid).rc, 0x92)
 
@@ -245,10 +245,10 @@ class MalformedTopicFilters(BrokerTestCase):
 
 class ClientMaximumPacketSize(BrokerTestCase):
     """5.0: nothing the broker sends exceeds the client's Maximum Packet
-    Size [MQTT5-3.1.2-24]; optional properties go first."""
+    Size (5.0 statement 3.1.2-24); optional properties go first."""
 
-    # [MQTT5-3.1.2-24] [MQTT5-3.2.2-19] [MQTT5-3.2.2-20]: the report's
-    # CONNECT (Maximum Packet Size 20) got a 24-byte CONNACK.  Now it fits,
+    # [MQTT5-3.1.2-24]: the report's CONNECT (Maximum Packet Size 20) got a
+    # 24-byte CONNACK.  Now it fits,
     # and keeps what changes the client's behaviour (Receive Maximum,
     # Maximum Packet Size).
     def test_connack_fits(self):
@@ -301,7 +301,7 @@ class ClientMaximumPacketSize(BrokerTestCase):
                 else:
                     self.assertIn("ReasonString", discs[0].props)
 
-    # [MQTT5-3.1.2-24] [MQTT5-3.9.2-1]: a SUBACK larger than the client's
+    # [MQTT5-3.1.2-24]: a SUBACK larger than the client's
     # maximum is not sent (it has no optional part to drop here): the
     # connection is closed.  A SUBACK that fits is sent.
     def test_suback_too_large_closes(self):
