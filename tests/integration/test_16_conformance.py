@@ -311,5 +311,89 @@ class ClientMaximumPacketSize(BrokerTestCase):
         self.assertEqual(r.expect_closed(msg="25-byte SUBACK"), [])
 
 
+class WillOnReconnect(BrokerTestCase):
+    """A delayed will and a new connection for the same client id within
+    the delay (docs/decisions/0011-will-on-clean-start-reconnect.md):
+    Clean Start 0 resumes the session and deletes the will; Clean Start 1
+    ends the old session, whose will is then published at once."""
+
+    DELAY = 3
+
+    def will_conn(self, cid, topic, expiry=30):
+        r = self.raw(5)
+        ack = r.connect(cid, clean=True, props={"SessionExpiryInterval": expiry},
+                        will={"topic": topic, "payload": b"will-" + cid.encode(), "qos": 1,
+                              "props": {"WillDelayInterval": self.DELAY}})
+        self.assertEqual(ack.rc, 0)
+        return r
+
+    def observer(self, topic):
+        o = self.paho("obs-" + topic.replace("/", "-"), 5)
+        o.subscribe(topic, 1)
+        return o
+
+    # [MQTT5-3.1.2-8] [MQTT5-3.1.2-4]: the report's case.  Session Expiry
+    # 30, Will Delay 3, the connection breaks, the client is back after 1 s
+    # with Clean Start 1: the old session ends then, and its will is
+    # published at the reconnect (well before the 3 s delay).
+    def test_clean_start_reconnect_publishes_will(self):
+        obs = self.observer("will/cs")
+        r = self.will_conn("wcs", "will/cs")
+        r.abort()
+        time.sleep(1)
+        t0 = time.monotonic()
+        b = self.raw(5)
+        ack = b.connect("wcs", clean=True)
+        self.assertFalse(ack.session_present)
+        m = obs.wait_message(self.DELAY)
+        self.assertIsNotNone(m, "the ended session's will was not published")
+        self.assertEqual(m.payload, b"will-wcs")
+        self.assertLess(time.monotonic() - t0, 1.5, "will not published at the reconnect")
+        obs.expect_no_message(1.0)  # once only
+
+    # [MQTT5-3.1.2-8] [MQTT5-3.1.3-9]: the same with Clean Start 0: the
+    # session goes on and the will is never sent.
+    def test_resuming_reconnect_deletes_will(self):
+        obs = self.observer("will/resume")
+        r = self.will_conn("wres", "will/resume")
+        r.abort()
+        time.sleep(1)
+        b = self.raw(5)
+        ack = b.connect("wres", clean=False, props={"SessionExpiryInterval": 30})
+        self.assertTrue(ack.session_present)
+        obs.expect_no_message(self.DELAY + 1.5)
+
+    # [MQTT5-3.1.4-3] [MQTT5-3.1.2-8]: a takeover of a live connection:
+    # with Clean Start 1 the original session ends and the old connection's
+    # will is sent despite its delay; with Clean Start 0 it is not
+    # [MQTT5-3.1.3-9].
+    def test_takeover_clean_start_publishes_will(self):
+        for clean in (True, False):
+            with self.subTest(clean_start=clean):
+                topic = "will/tk%d" % clean
+                obs = self.observer(topic)
+                a = self.will_conn("wtk%d" % clean, topic)
+                b = self.raw(5)
+                b.connect("wtk%d" % clean, clean=clean, props={"SessionExpiryInterval": 30})
+                self.assert_closed(a, v5_codes=(0x8E,), msg="taken over")
+                if clean:
+                    self.assertIsNotNone(obs.wait_message(1.5),
+                                         "will of the ended session not published")
+                else:
+                    obs.expect_no_message(self.DELAY + 1.5)
+
+    # [MQTT5-3.1.2-8]: a session with Session Expiry 0 ends with its
+    # connection, also when a Clean Start 0 connection takes it over: the
+    # will goes out although its delay has not elapsed.
+    def test_takeover_of_zero_expiry_session_publishes_will(self):
+        obs = self.observer("will/zero")
+        a = self.will_conn("wzero", "will/zero", expiry=0)
+        b = self.raw(5)
+        ack = b.connect("wzero", clean=False, props={"SessionExpiryInterval": 30})
+        self.assertFalse(ack.session_present)
+        self.assert_closed(a, v5_codes=(0x8E,), msg="taken over")
+        self.assertIsNotNone(obs.wait_message(1.5), "will of the ended session not published")
+
+
 if __name__ == "__main__":
     nmq.main()
