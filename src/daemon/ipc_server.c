@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "nng/core/log.h"
 #include "src/daemon/ipc_int.h"
 
 // How long a client may take to read its whole reply before it is dropped.
@@ -179,6 +180,15 @@ static void conn_close(ipc_conn *c)
 	c->fd = -1;
 }
 
+// Closes c because of what `reason` names (a protocol violation, a
+// deadline, an error), with a log line: a peer ended by its own end of file
+// is closed with conn_close alone. Returns nothing.
+static void conn_drop(ipc_conn *c, const char *reason)
+{
+	log_warn_rl("ipc", "event=client_dropped reason=%s", reason);
+	conn_close(c);
+}
+
 // Makes c wait for its next message, which must arrive whole within
 // IPC_RECV_TIMEOUT_MS. Returns nothing.
 static void conn_expect_head(const ipc_server *s, ipc_conn *c)
@@ -246,6 +256,9 @@ static enum io_outcome conn_io(ipc_conn *c, ssize_t n)
 	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
 		return IO_WAIT;
 	}
+	if (n < 0) {
+		log_warn_rl("ipc", "event=client_dropped reason=\"%s\"", strerror(errno));
+	}
 	if (n <= 0) {
 		conn_close(c);
 		return IO_CLOSED;
@@ -278,10 +291,11 @@ static void conn_request(ipc_server *s, ipc_conn *c)
 {
 	long bt = sp_backtrace_len(c->buf, c->need);
 	if (bt == 0) {
-		conn_close(c);
+		conn_drop(c, "request_ends_in_backtrace");
 		return;
 	}
 	if (bt < 0) {
+		log_warn_rl("ipc", "event=request_ignored reason=backtrace_too_long");
 		conn_expect_head(s, c);
 		return;
 	}
@@ -305,7 +319,7 @@ static void conn_request(ipc_server *s, ipc_conn *c)
 	free(c->buf);
 	c->buf = msg;
 	if (msg == NULL) {
-		conn_close(c);
+		conn_drop(c, "out_of_memory");
 		return;
 	}
 	c->state    = CONN_REPLY;
@@ -326,7 +340,7 @@ static void conn_step(ipc_server *s, ipc_conn *c)
 	case CONN_HELLO:
 		sp_header(want, SP_PROTO_REQ0);
 		if (memcmp(c->head, want, SP_HEADER_LEN) != 0) {
-			conn_close(c);
+			conn_drop(c, "not_a_req0_peer");
 			return;
 		}
 		conn_expect_head(s, c);
@@ -334,12 +348,12 @@ static void conn_step(ipc_server *s, ipc_conn *c)
 	case CONN_HEAD: {
 		uint64_t len = get_be(c->head + c->need - 8, 8);
 		if ((s->framed && c->head[0] != 1) || len < 4 || len > IPC_MAX_FRAME) {
-			conn_close(c);
+			conn_drop(c, "bad_message_head");
 			return;
 		}
 		c->buf = malloc(len);
 		if (c->buf == NULL) {
-			conn_close(c);
+			conn_drop(c, "out_of_memory");
 			return;
 		}
 		c->state = CONN_BODY;
@@ -398,6 +412,7 @@ static void ipc_adopt(ipc_server *s, ipc_conn *c, int fd)
 	uint8_t hello[SP_HEADER_LEN];
 	sp_header(hello, SP_PROTO_REP0);
 	if (send(fd, hello, sizeof(hello), MSG_NOSIGNAL) != sizeof(hello)) {
+		log_warn_rl("ipc", "event=client_dropped reason=hello_not_sent");
 		close(fd);
 		return;
 	}
@@ -430,6 +445,8 @@ static void ipc_accept(ipc_server *s)
 			continue;
 		}
 		if (errno != EAGAIN && errno != EWOULDBLOCK) {
+			log_warn_rl("ipc", "event=accept_paused reason=\"%s\" pause_ms=%d",
+			    strerror(errno), IPC_ACCEPT_PAUSE_MS);
 			s->accept_at = ipc_now_ms() + IPC_ACCEPT_PAUSE_MS;
 		}
 		return;
@@ -483,7 +500,7 @@ static void ipc_expire(ipc_server *s)
 	long long now = ipc_now_ms();
 	for (int i = 0; i < IPC_MAX_CONNS; i++) {
 		if (s->conns[i].fd >= 0 && s->conns[i].deadline <= now) {
-			conn_close(&s->conns[i]);
+			conn_drop(&s->conns[i], "deadline_passed");
 		}
 	}
 }
