@@ -472,6 +472,33 @@ class ConformanceV5(BrokerTestCase):
             self.assertLessEqual(wire_size(a), limit, a)
         self.assertTrue(r.is_open(0.2))
 
+    # [MQTT5-3.2.2-19]/[MQTT5-3.2.2-20] [MQTT5-3.14.2-3]/[MQTT5-3.14.2-4]
+    # [MQTT5-3.1.2-24]: a CONNACK (accepting or refusing) and a DISCONNECT
+    # never exceed the client's Maximum Packet Size because of a Reason String
+    # or User Property.
+    def test_connack_and_disconnect_fit_a_small_maximum_packet_size(self):
+        for limit in (8, 12, 20):
+            with self.subTest(limit=limit):
+                r = self.raw(V)
+                r.send_connect("refuse%d" % limit,
+                               props={"MaximumPacketSize": limit,
+                                      "AuthenticationMethod": "SCRAM-SHA-1"})
+                pkts = r.expect_closed()
+                self.assertEqual([p.type for p in pkts], [CONNACK], pkts)
+                self.assertGreaterEqual(pkts[0].rc, 0x80)
+                self.assertLessEqual(wire_size(pkts[0]), limit, pkts)
+        r = self.raw(V)
+        ack = r.connect("fits", props={"MaximumPacketSize": 20})
+        self.assertEqual(ack.rc, 0)
+        self.assertLessEqual(wire_size(ack), 20, ack)
+        self.assertNotIn("ReasonString", ack.props)
+        self.assertNotIn("UserProperty", ack.props)
+        r.send(nmq.publish_bytes("d/t", b"x", 0, version=V, props={"TopicAlias": 0}))
+        pkts = self.assert_closed(r, v5_codes=[c for c in DISCONNECT_CODES if c >= 0x80],
+                                  mosq_plain_close=True)
+        for p in pkts:
+            self.assertLessEqual(wire_size(p), 20, pkts)
+
 class RefusedFilterV5(BrokerTestCase):
     """Failure reason codes from well-formed filters the broker refuses: a
     filter deeper than mqtt.max_topic_levels gets SUBACK 0x8F (a malformed
