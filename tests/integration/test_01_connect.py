@@ -150,7 +150,8 @@ class ConnectCommon:
 
     # 3.1.1 [MQTT-3.1.4-1] / 5.0 [MQTT5-3.1.4-1]: a CONNECT that does not match
     # the format (here: a Client Identifier that runs past the packet end) is
-    # malformed and the Server MUST close the connection.
+    # malformed and the Server MUST close the connection; 3.1.1 [MQTT-3.2.2-6]:
+    # no 3.1.1 return code fits, so no CONNACK comes first.
     def test_truncated_connect_closes(self):
         r = self.raw(self.V)
         good = nmq.connect_bytes("abcdef", version=self.V)
