@@ -794,19 +794,17 @@ typedef struct route_ctx {
 	read_check *rc; // NULL without an ACL in force
 } route_ctx;
 
-// With an ACL in force, a session gets nothing unless one of its matching
-// subscriptions is proven readable (its stamp is rc->epoch) or the ACL
-// lets it read the topic: the decision belongs to the client and the
-// topic, not to the subscription. A subscription refused while settling
-// its shared group refuses the session.
+// With an ACL in force (only then is this the gate), a session gets
+// nothing unless one of its matching subscriptions is proven readable (its
+// stamp is rc->epoch) or the ACL lets it read the topic: the decision
+// belongs to the client and the topic, not to the subscription. A
+// subscription refused while settling its shared group refuses the
+// session.
 static bool route_admit(void *arg, const topic_match *v, size_t n)
 {
-	route_ctx *ctx = arg;
-	if (ctx->rc == NULL) {
-		return true;
-	}
-	bool proven  = false;
-	bool refused = false;
+	route_ctx *ctx     = arg;
+	bool       proven  = false;
+	bool       refused = false;
 	for (size_t i = 0; i < n; i++) {
 		proven  = proven || v[i].opts.stamp == ctx->rc->epoch;
 		refused = refused || v[i].opts.stamp == STAMP_REFUSED;
@@ -820,7 +818,8 @@ static void route_queue(void *arg, const route_delivery *d)
 	nmq_session_deliver(d->sub, ctx->msg, d->qos, d->retain, d->ids, d->n_ids);
 }
 
-static const route_ops broker_route_ops = { route_admit, route_queue };
+static const route_ops route_acl_ops  = { route_admit, route_queue };
+static const route_ops route_open_ops = { NULL, route_queue };
 
 // Logs a failed store or clear of a retained message (the store has
 // released the message).
@@ -888,7 +887,8 @@ static int b_route(void *app, nmq_session *from, const proto_who *who, nmq_msg *
 	}
 	route_ctx   ctx = { msg, rc };
 	route_stats st;
-	route_deliver(mv, from, msg->qos, msg->retain, &broker_route_ops, &ctx, &st);
+	route_deliver(mv, from, msg->qos, msg->retain,
+	    rc != NULL ? &route_acl_ops : &route_open_ops, &ctx, &st);
 	if (st.ids_dropped > 0) {
 		log_warn_rl("broker", "topic=%.*s dropped_subscription_ids=%zu reason=over_%d",
 		    (int)(msg->topic_len > 200 ? 200 : msg->topic_len), msg->topic, st.ids_dropped,
