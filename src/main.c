@@ -760,10 +760,10 @@ static int reload_command(const cli_args *args, const nmq_conf *conf)
 		}
 		fprintf(stderr, "nanomq: %s; sending SIGHUP instead\n", msg);
 	}
-	int r = ctl_reload(conf->pid_file, msg, sizeof(msg));
-	printf("%s\n", r == CTL_OK ? "reload succeed!" : "reload failed!");
+	nmq_err r = ctl_reload(conf->pid_file, msg, sizeof(msg));
+	printf("%s\n", r == NMQ_OK ? "reload succeed!" : "reload failed!");
 	fflush(stdout);
-	if (r != CTL_OK) {
+	if (r != NMQ_OK) {
 		fprintf(stderr, "nanomq: %s\n", msg);
 		return 1;
 	}
@@ -805,15 +805,15 @@ int main(int argc, char **argv)
 			fprintf(stderr, "nanomq: $NANOMQ_PID_FILE is too long\n");
 			return 1;
 		}
-		int r = ctl_stop(pid_path, CTL_STOP_TIMEOUT_MS, false, msg, sizeof(msg));
-		fprintf(r == CTL_OK ? stdout : stderr, "%s\n", msg);
-		if (r == CTL_NOT_RUNNING && args.cli.conf_path == NULL
+		nmq_err r = ctl_stop(pid_path, CTL_STOP_TIMEOUT_MS, false, msg, sizeof(msg));
+		fprintf(r == NMQ_OK ? stdout : stderr, "%s\n", msg);
+		if (r == NMQ_ENOENT && args.cli.conf_path == NULL
 		    && args.cli.old_conf_path == NULL) {
 			fprintf(stderr,
 			    "nanomq: a broker started with --conf FILE has its own pid file: "
 			    "use nanomq stop --conf FILE\n");
 		}
-		return r == CTL_OK ? 0 : 1;
+		return r == NMQ_OK ? 0 : 1;
 	}
 
 	nmq_conf    conf;
@@ -862,8 +862,8 @@ int main(int argc, char **argv)
 		return r;
 	}
 	if (args.verb == CLI_VERB_RESTART) {
-		int r = ctl_stop(conf.pid_file, CTL_STOP_TIMEOUT_MS, true, msg, sizeof(msg));
-		if (r != CTL_OK && r != CTL_NOT_RUNNING) {
+		nmq_err r = ctl_stop(conf.pid_file, CTL_STOP_TIMEOUT_MS, true, msg, sizeof(msg));
+		if (r != NMQ_OK && r != NMQ_ENOENT) {
 			fprintf(stderr, "%s\n", msg);
 			conf_free(&conf);
 			return 1;

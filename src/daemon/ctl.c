@@ -48,78 +48,81 @@ static int ctl_wait_gone(const char *path, long pid, int timeout_ms)
 }
 
 // Finds the running broker and sends it sig; when *pid is not 0, only if
-// the broker is still that pid. Returns CTL_OK with its pid in *pid,
-// CTL_NOT_RUNNING (also when another pid holds the file now), or
-// CTL_ERROR; msg is filled except on CTL_OK.
-static int ctl_signal(const char *path, int sig, long *pid, char *msg, size_t msglen)
+// the broker is still that pid. Returns NMQ_OK with its pid in *pid,
+// NMQ_ENOENT when it is not running (also when another pid holds the file
+// now), or the error of reading the pid file or of kill(); msg is filled
+// except on NMQ_OK.
+static nmq_err ctl_signal(const char *path, int sig, long *pid, char *msg, size_t msglen)
 {
-	char  err[256] = "";
-	pid_t p;
-	if (pidfile_read(path, &p, err, sizeof(err)) != NMQ_OK) {
+	char    err[256] = "";
+	pid_t   p;
+	nmq_err e = pidfile_read(path, &p, err, sizeof(err));
+	if (e != NMQ_OK) {
 		snprintf(msg, msglen, "%s", err);
-		return CTL_ERROR;
+		// NMQ_ENOENT means "not running" to the callers.
+		return e == NMQ_ENOENT ? NMQ_EIO : e;
 	}
 	if (p == 0 || (*pid != 0 && (long)p != *pid)) {
 		snprintf(
 		    msg, msglen, "nanomq is not running (no process holds the pid file %s)", path);
-		return CTL_NOT_RUNNING;
+		return NMQ_ENOENT;
 	}
 	*pid = (long)p;
 	if (kill(p, sig) != 0) {
-		if (errno == ESRCH) {
+		int k = errno;
+		if (k == ESRCH) {
 			snprintf(msg, msglen, "nanomq is not running (pid %ld has exited)", *pid);
-			return CTL_NOT_RUNNING;
+			return NMQ_ENOENT;
 		}
-		snprintf(msg, msglen, "cannot signal nanomq (pid %ld): %s%s", *pid, strerror(errno),
-		    errno == EPERM ? " (run as the user that started the broker)" : "");
-		return CTL_ERROR;
+		snprintf(msg, msglen, "cannot signal nanomq (pid %ld): %s%s", *pid, strerror(k),
+		    k == EPERM ? " (run as the user that started the broker)" : "");
+		return k == EPERM ? NMQ_EACCES : NMQ_EIO;
 	}
-	return CTL_OK;
+	return NMQ_OK;
 }
 
-// Returns an enum ctl_result with a report in msg: CTL_OK once the lock
-// is released, CTL_TIMEOUT, CTL_NOT_RUNNING, or CTL_ERROR when the pid file
-// cannot be read or the signal not sent.
-int ctl_stop(const char *path, int timeout_ms, bool kill_after, char *msg, size_t msglen)
+// Returns NMQ_OK once the lock is released, NMQ_ETIMEDOUT, NMQ_ENOENT (not
+// running), or the error of ctl_signal, with a report in msg.
+nmq_err ctl_stop(const char *path, int timeout_ms, bool kill_after, char *msg, size_t msglen)
 {
-	long pid = 0;
-	int  rc  = ctl_signal(path, SIGTERM, &pid, msg, msglen);
-	if (rc != CTL_OK) {
+	long    pid = 0;
+	nmq_err rc  = ctl_signal(path, SIGTERM, &pid, msg, msglen);
+	if (rc != NMQ_OK) {
 		return rc;
 	}
 	if (ctl_wait_gone(path, pid, timeout_ms)) {
 		snprintf(msg, msglen, "nanomq (pid %ld) stopped", pid);
-		return CTL_OK;
+		return NMQ_OK;
 	}
 	if (!kill_after) {
 		snprintf(msg, msglen, "nanomq (pid %ld) is still running after %d s", pid,
 		    timeout_ms / 1000);
-		return CTL_TIMEOUT;
+		return NMQ_ETIMEDOUT;
 	}
 	rc = ctl_signal(path, SIGKILL, &pid, msg, msglen);
-	if (rc == CTL_NOT_RUNNING) {
+	if (rc == NMQ_ENOENT) {
 		// It exited just as the wait ran out.
 		snprintf(msg, msglen, "nanomq (pid %ld) stopped", pid);
-		return CTL_OK;
+		return NMQ_OK;
 	}
-	if (rc != CTL_OK) {
+	if (rc != NMQ_OK) {
 		return rc;
 	}
 	if (ctl_wait_gone(path, pid, CTL_KILL_WAIT_MS)) {
 		snprintf(msg, msglen, "nanomq (pid %ld) killed after %d s", pid, timeout_ms / 1000);
-		return CTL_OK;
+		return NMQ_OK;
 	}
 	snprintf(msg, msglen, "nanomq (pid %ld) is still running after SIGKILL", pid);
-	return CTL_TIMEOUT;
+	return NMQ_ETIMEDOUT;
 }
 
-// Returns CTL_OK once SIGHUP is delivered, CTL_NOT_RUNNING or CTL_ERROR,
+// Returns NMQ_OK once SIGHUP is delivered, or the error of ctl_signal,
 // with a report in msg.
-int ctl_reload(const char *path, char *msg, size_t msglen)
+nmq_err ctl_reload(const char *path, char *msg, size_t msglen)
 {
-	long pid = 0;
-	int  rc  = ctl_signal(path, SIGHUP, &pid, msg, msglen);
-	if (rc == CTL_OK) {
+	long    pid = 0;
+	nmq_err rc  = ctl_signal(path, SIGHUP, &pid, msg, msglen);
+	if (rc == NMQ_OK) {
 		snprintf(msg, msglen, "reload signal sent to nanomq (pid %ld)", pid);
 	}
 	return rc;

@@ -18,29 +18,27 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "nng/core/nmq_err.h"
+
 // How long `stop` and `restart` wait for a graceful exit.
 #define CTL_STOP_TIMEOUT_MS 30000
 // How long `restart` waits for the lock to go after SIGKILL.
 #define CTL_KILL_WAIT_MS 5000
 
-enum ctl_result {
-	CTL_ERROR       = -1, // could not read the pid file or send the signal
-	CTL_OK          = 0, // stopped (or, for reload, signal delivered)
-	CTL_NOT_RUNNING = 1, // no broker holds the pid file
-	CTL_TIMEOUT     = 2, // still running after the wait (stop without kill)
-};
-
 // Sends SIGTERM to the broker holding the pid file at path and waits up to
 // timeout_ms for it to exit. With kill_after, a broker still running then
-// gets SIGKILL and CTL_KILL_WAIT_MS more. Returns an enum ctl_result, with
-// a report in msg ("nanomq (pid 123) stopped", "... killed after 30 s",
-// "nanomq is not running", or the error).
-int ctl_stop(const char *path, int timeout_ms, bool kill_after, char *msg, size_t msglen);
+// gets SIGKILL and CTL_KILL_WAIT_MS more. Returns, with a report in msg
+// ("nanomq (pid 123) stopped", "... killed after 30 s", "nanomq is not
+// running", or the error): NMQ_OK once it stopped; NMQ_ENOENT when no
+// broker holds the pid file; NMQ_ETIMEDOUT when it still runs after the
+// wait; NMQ_EACCES when the signal is not permitted; or the error of
+// reading the pid file (NMQ_ECORRUPT, ...).
+nmq_err ctl_stop(const char *path, int timeout_ms, bool kill_after, char *msg, size_t msglen);
 
-// Sends SIGHUP to the broker holding the pid file at path. Returns CTL_OK
+// Sends SIGHUP to the broker holding the pid file at path. Returns NMQ_OK
 // once the signal is delivered (the outcome of the reload itself is only in
-// the broker's log on this path), CTL_NOT_RUNNING or CTL_ERROR, with a
-// report in msg.
-int ctl_reload(const char *path, char *msg, size_t msglen);
+// the broker's log on this path), or fails as ctl_stop (NMQ_ENOENT: not
+// running), with a report in msg.
+nmq_err ctl_reload(const char *path, char *msg, size_t msglen);
 
 #endif // NMQ_CTL_H

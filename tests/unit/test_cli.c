@@ -675,7 +675,7 @@ static void test_ctl_stop_graceful(void **state)
 	char path[256], msg[256], want[64];
 	in_tmp(path, sizeof(path), "nanomq.pid");
 	holder h = start_holder(path, 0, NULL);
-	assert_int_equal(ctl_stop(path, 5000, false, msg, sizeof(msg)), CTL_OK);
+	assert_int_equal(ctl_stop(path, 5000, false, msg, sizeof(msg)), NMQ_OK);
 	snprintf(want, sizeof(want), "nanomq (pid %ld) stopped", (long)h.pid);
 	assert_string_equal(msg, want);
 	int st;
@@ -691,11 +691,11 @@ static void test_ctl_stop_timeout_then_kill(void **state)
 	in_tmp(path, sizeof(path), "nanomq.pid");
 	holder h = start_holder(path, 1, NULL); // ignores SIGTERM
 
-	assert_int_equal(ctl_stop(path, 200, false, msg, sizeof(msg)), CTL_TIMEOUT);
+	assert_int_equal(ctl_stop(path, 200, false, msg, sizeof(msg)), NMQ_ETIMEDOUT);
 	assert_non_null(strstr(msg, "still running"));
 	assert_int_equal(kill(h.pid, 0), 0);
 
-	assert_int_equal(ctl_stop(path, 200, true, msg, sizeof(msg)), CTL_OK);
+	assert_int_equal(ctl_stop(path, 200, true, msg, sizeof(msg)), NMQ_OK);
 	snprintf(want, sizeof(want), "nanomq (pid %ld) killed", (long)h.pid);
 	assert_non_null(strstr(msg, want));
 	int st;
@@ -718,12 +718,12 @@ static void test_ctl_stale_pid_is_never_signalled(void **state)
 	fprintf(f, "%ld\n", (long)getpid());
 	fclose(f);
 	signal(SIGHUP, SIG_DFL);
-	assert_int_equal(ctl_stop(path, 200, true, msg, sizeof(msg)), CTL_NOT_RUNNING);
+	assert_int_equal(ctl_stop(path, 200, true, msg, sizeof(msg)), NMQ_ENOENT);
 	assert_non_null(strstr(msg, "not running"));
-	assert_int_equal(ctl_reload(path, msg, sizeof(msg)), CTL_NOT_RUNNING);
+	assert_int_equal(ctl_reload(path, msg, sizeof(msg)), NMQ_ENOENT);
 	unlink(path);
-	assert_int_equal(ctl_stop(path, 200, false, msg, sizeof(msg)), CTL_NOT_RUNNING);
-	assert_int_equal(ctl_reload(path, msg, sizeof(msg)), CTL_NOT_RUNNING);
+	assert_int_equal(ctl_stop(path, 200, false, msg, sizeof(msg)), NMQ_ENOENT);
+	assert_int_equal(ctl_reload(path, msg, sizeof(msg)), NMQ_ENOENT);
 }
 
 static void test_ctl_reload_sends_sighup(void **state)
@@ -732,7 +732,7 @@ static void test_ctl_reload_sends_sighup(void **state)
 	int  report;
 	in_tmp(path, sizeof(path), "nanomq.pid");
 	holder h = start_holder(path, 0, &report);
-	assert_int_equal(ctl_reload(path, msg, sizeof(msg)), CTL_OK);
+	assert_int_equal(ctl_reload(path, msg, sizeof(msg)), NMQ_OK);
 	snprintf(want, sizeof(want), "reload signal sent to nanomq (pid %ld)", (long)h.pid);
 	assert_string_equal(msg, want);
 	char c = 0;
@@ -741,7 +741,7 @@ static void test_ctl_reload_sends_sighup(void **state)
 	// The broker keeps running after a reload.
 	assert_int_equal(kill(h.pid, 0), 0);
 	close(report);
-	assert_int_equal(ctl_stop(path, 5000, false, msg, sizeof(msg)), CTL_OK);
+	assert_int_equal(ctl_stop(path, 5000, false, msg, sizeof(msg)), NMQ_OK);
 	waitpid(h.pid, NULL, 0);
 }
 
