@@ -713,12 +713,17 @@ static void test_kill9_acked_survive(void **state)
 			child_writer(cid);
 		}
 		close(fds[1]);
-		usleep((useconds_t)(30000 + rand() % 120000));
+		// Kill at a random moment after the first ack (the child may be
+		// slow to start on a loaded machine).
+		uint64_t seq, last = 0;
+		assert_int_equal(read(fds[0], &seq, sizeof(seq)), (ssize_t)sizeof(seq));
+		assert_int_equal(seq, 1);
+		last = 1;
+		usleep((useconds_t)(10000 + rand() % 120000));
 		kill(pid, SIGKILL);
 		waitpid(pid, NULL, 0);
 		// Every ack written before the kill counts: the broker would
 		// have sent it.
-		uint64_t seq, last = 0;
 		while (read(fds[0], &seq, sizeof(seq)) == (ssize_t)sizeof(seq)) {
 			assert_int_equal(seq, last + 1); // acks come in queue order
 			last = seq;
