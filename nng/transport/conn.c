@@ -163,7 +163,12 @@ void conn_close_locked(nmq_conn *c)
 // Ends a drain whose output is all out; see conn_int.h.
 void conn_drain_done_locked(nmq_conn *c)
 {
-	conn_close_locked(c);
+	if (c->closing || c->lingering) {
+		return;
+	}
+	if (c->be->linger == NULL || !c->be->linger(c)) {
+		conn_close_locked(c);
+	}
 }
 
 void conn_close(nmq_conn *c)

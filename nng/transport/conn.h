@@ -91,7 +91,12 @@ void conn_release(nmq_conn *c);
 
 // Closes at once: pending output is discarded.
 void conn_close(nmq_conn *c);
-// Stops reading, sends what is queued (e.g. a DISCONNECT), then closes.
+// Stops reading, sends what is queued (e.g. a DISCONNECT), then closes
+// with a lingering close: closed() comes as soon as reading has stopped,
+// but the transport keeps reading and discarding the peer's input (a plain
+// socket half-closed after the last byte) until the peer closes, 64 KiB
+// were discarded or 2 s passed, so that a peer still sending reads the
+// last packet instead of a reset. Any thread.
 void conn_shutdown(nmq_conn *c);
 bool conn_is_closing(nmq_conn *c);
 // Stops (paused) or resumes reading from the client, for back-pressure: a

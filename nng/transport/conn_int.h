@@ -210,6 +210,11 @@ typedef struct conn_backend {
 	void (*close)(nmq_conn *c);
 	// The receive path has ended (conn_rx_finish, c->reading_done set).
 	void (*rx_done)(nmq_conn *c);
+	// A drain's output is all out (conn_drain_done_locked): half-close and
+	// discard input for a bounded time, so that the peer reads the last
+	// packet instead of a reset, then close. Returns false if it cannot
+	// (the caller closes at once). NULL: no lingering close.
+	bool (*linger)(nmq_conn *c);
 	// Frees the backend's resources. Without the mutex, on a worker (the
 	// owner, if any), after the last reference.
 	void (*fini)(nmq_conn *c);
@@ -290,6 +295,7 @@ struct nmq_conn {
 	bool     tx_busy;
 	bool     flush_pending;
 	bool     peer_heap; // set once at allocation
+	bool     lingering; // half-closed, discarding input (backend linger)
 	// Receive path: the last read filled the buffer.
 	bool rx_filled;
 	// Receive path: reads may go to the worker's scratch buffer while

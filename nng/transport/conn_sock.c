@@ -9,6 +9,15 @@
 // part still being written and arena segments are addressed by offset.
 // Only a full socket arms EPOLLOUT on the owner.
 // docs/decisions/0003-plain-tcp-event-loops.md.
+//
+// Lingering close: when a drain (conn_shutdown) has written its last
+// packet, e.g. a DISCONNECT with a reason code, the socket is half-closed
+// (shutdown(SHUT_WR): the peer reads the packet, then end of stream) and
+// its input is read and discarded until the peer closes, LINGER_BYTES have
+// been discarded or LINGER_MS have passed (a timerfd in the owner's epoll
+// set), whichever comes first; only then is it closed. Closing at once
+// with unread input would send a reset, which makes the peer's stack drop
+// the reason code it has not read yet. The linger holds a reference.
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -17,6 +26,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -24,6 +34,17 @@
 
 #define SOCK_IOV_MAX 64 // per writev
 #define SOCK_READS   8 // reads per readiness event before yielding
+#define LINGER_MS    2000 // longest lingering close
+#define LINGER_BYTES (64 * 1024) // input discarded at most while lingering
+
+// The state of a lingering close (c->be_state), owned by the owner
+// worker; freed with the connection.
+typedef struct sock_linger {
+	nmq_conn *c;
+	int       tfd; // the deadline; -1 once the linger is over
+	workq_io  tio;
+	size_t    discarded;
+} sock_linger;
 
 static void sock_io(workq_io *io, uint32_t events);
 static void sock_job(workq_job *job);
@@ -81,17 +102,28 @@ static void sock_start(nmq_conn *c)
 	}
 }
 
-// A receive path that could not start ends on the owner.
+// Ends the receive path on the owner: one that could not start, or one
+// that a lingering close cuts short (it holds a reference then, and the
+// path may have ended meanwhile on its own).
 static void sock_job(workq_job *job)
 {
 	nmq_conn *c = (nmq_conn *)((char *)job - offsetof(nmq_conn, job));
-	conn_rx_finish(c, true);
+	nmq_mutex_lock(&c->mtx);
+	bool lingering = c->lingering;
+	bool done      = c->reading_done;
+	nmq_mutex_unlock(&c->mtx);
+	if (!done) {
+		conn_rx_finish(c, !lingering);
+	}
+	if (lingering) {
+		conn_release(c); // the job's reference
+	}
 }
 
 // Stops or resumes watching for input.
 static void sock_set_paused(nmq_conn *c, bool paused)
 {
-	if (!c->ep_added || c->reading_done) {
+	if (!c->ep_added || c->reading_done || c->lingering) {
 		return;
 	}
 	if (paused) {
@@ -113,6 +145,14 @@ static void sock_close(nmq_conn *c)
 // output to send.
 static void sock_rx_done(nmq_conn *c)
 {
+	if (c->lingering) {
+		// Keep reading, to discard.
+		c->ep_events = EPOLLIN | EPOLLRDHUP;
+		if (c->ep_added) {
+			workq_io_mod(c->env->wq, c->owner, c->fd, &c->io, c->ep_events);
+		}
+		return;
+	}
 	if (!c->ep_added) {
 		return;
 	}
@@ -127,10 +167,123 @@ static void sock_rx_done(nmq_conn *c)
 
 static void sock_fini(nmq_conn *c)
 {
+	sock_linger *lg = c->be_state;
 	if (c->ep_added) {
 		workq_io_del(c->env->wq, c->owner, c->fd);
 	}
 	close(c->fd);
+	if (lg != NULL) {
+		if (lg->tfd >= 0) {
+			workq_io_del(c->env->wq, c->owner, lg->tfd);
+			close(lg->tfd);
+		}
+		free(lg);
+	}
+}
+
+// Ends a lingering close (the owner): stop watching, close, drop the
+// linger's reference. The state stays until the connection is freed, since
+// an event for it may still be pending in this batch.
+static void sock_linger_end(nmq_conn *c)
+{
+	sock_linger *lg = c->be_state;
+	nmq_mutex_lock(&c->mtx);
+	if (!c->lingering) {
+		nmq_mutex_unlock(&c->mtx);
+		return;
+	}
+	c->lingering = false;
+	workq_io_del(c->env->wq, c->owner, lg->tfd);
+	close(lg->tfd);
+	lg->tfd = -1;
+	if (c->ep_added && c->reading_done) {
+		workq_io_del(c->env->wq, c->owner, c->fd);
+		c->ep_added = false;
+	}
+	conn_close_locked(c);
+	nmq_mutex_unlock(&c->mtx);
+	conn_release(c); // the linger's reference
+}
+
+// The linger's deadline (the owner, on the timer's readiness).
+static void sock_linger_timer_io(workq_io *io, uint32_t events)
+{
+	sock_linger *lg = (sock_linger *)((char *)io - offsetof(sock_linger, tio));
+	(void)events;
+	sock_linger_end(lg->c);
+}
+
+// Reads and discards what the peer sends while lingering (the owner); ends
+// the linger at the peer's end of stream, an error or LINGER_BYTES.
+static void sock_discard(nmq_conn *c)
+{
+	sock_linger *lg = c->be_state;
+	for (;;) {
+		size_t   room;
+		uint8_t *buf = workq_scratch(&room);
+		ssize_t  n   = read(c->fd, buf, room);
+		if (n < 0 && errno == EINTR) {
+			continue;
+		}
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			return;
+		}
+		if (n <= 0) {
+			break;
+		}
+		lg->discarded += (size_t)n;
+		if (lg->discarded >= LINGER_BYTES) {
+			break;
+		}
+	}
+	sock_linger_end(c);
+}
+
+// Starts a lingering close; see conn_int.h and the top of this file.
+static bool sock_linger_start(nmq_conn *c)
+{
+	sock_linger      *lg  = c->be_state;
+	struct itimerspec its = { .it_value = {
+		                      .tv_sec  = LINGER_MS / 1000,
+		                      .tv_nsec = (LINGER_MS % 1000) * 1000000L,
+		                  } };
+	if (lg != NULL) {
+		return false; // lingered once already
+	}
+	if ((lg = calloc(1, sizeof(*lg))) == NULL) {
+		return false;
+	}
+	lg->c      = c;
+	lg->tio.fn = sock_linger_timer_io;
+	lg->tfd    = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	if (lg->tfd < 0 || timerfd_settime(lg->tfd, 0, &its, NULL) != 0
+	    || shutdown(c->fd, SHUT_WR) != 0
+	    || workq_io_add(c->env->wq, c->owner, lg->tfd, &lg->tio, EPOLLIN) != 0) {
+		// Out of descriptors, or the peer is gone already: close now.
+		if (lg->tfd >= 0) {
+			close(lg->tfd);
+		}
+		free(lg);
+		return false;
+	}
+	c->be_state  = lg;
+	c->lingering = true;
+	conn_hold(c);
+	// Watch for input to discard.
+	c->ep_events = EPOLLIN | EPOLLRDHUP;
+	if (c->ep_added) {
+		workq_io_mod(c->env->wq, c->owner, c->fd, &c->io, c->ep_events);
+	} else {
+		c->ep_added = workq_io_add(c->env->wq, c->owner, c->fd, &c->io, c->ep_events) == 0;
+	}
+	if (!c->reading_done) {
+		// The receive path may be idle, waiting for input that a peer
+		// told to go away need not send: end it now on the owner (the
+		// upper layer's closed() must not wait for the linger).
+		conn_hold(c);
+		workq_post_to(c->env->wq, c->owner, &c->job);
+	}
+	return true;
 }
 
 // Writes as much of the queued output as the socket takes now. Arms
@@ -255,15 +408,16 @@ static ssize_t read_scratch(nmq_conn *c, bool *stop)
 }
 
 // Reads what the socket has (a bounded number of reads, then yields to the
-// other connections of this worker) and dispatches the frames.
-static void sock_read(nmq_conn *c)
+// other connections of this worker) and dispatches the frames. Returns true
+// if the receive path has ended.
+static bool sock_read(nmq_conn *c)
 {
 	nmq_mutex_lock(&c->mtx);
 	bool stop = c->closing || c->draining;
 	nmq_mutex_unlock(&c->mtx);
 	if (stop) {
 		conn_rx_finish(c, c->closing);
-		return;
+		return true;
 	}
 	for (int i = 0; i < SOCK_READS; i++) {
 		ssize_t n;
@@ -283,11 +437,11 @@ static void sock_read(nmq_conn *c)
 			continue;
 		}
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-			return;
+			return false;
 		}
 		if (n <= 0 || fail) {
 			conn_rx_finish(c, true);
-			return;
+			return true;
 		}
 		nmq_mutex_lock(&c->mtx);
 		stop        = c->closing || c->draining;
@@ -295,15 +449,16 @@ static void sock_read(nmq_conn *c)
 		nmq_mutex_unlock(&c->mtx);
 		if (stop) {
 			conn_rx_finish(c, c->closing);
-			return;
+			return true;
 		}
 		if (paused) {
-			return;
+			return false;
 		}
 		if (!c->rx_filled) {
-			return; // the socket is most likely empty now
+			return false; // the socket is most likely empty now
 		}
 	}
+	return false;
 }
 
 // Readiness of the socket (its owner worker).
@@ -331,8 +486,18 @@ static void sock_io(workq_io *io, uint32_t events)
 		bool paused = c->rx_paused;
 		nmq_mutex_unlock(&c->mtx);
 		if (!done && (!paused || (events & (EPOLLHUP | EPOLLERR)))) {
-			sock_read(c);
-		} else if (events & (EPOLLHUP | EPOLLERR)) {
+			if (!sock_read(c)) {
+				return; // still reading
+			}
+		} else if (!done) {
+			return; // paused
+		}
+		nmq_mutex_lock(&c->mtx);
+		bool lingering = c->lingering;
+		nmq_mutex_unlock(&c->mtx);
+		if (lingering) {
+			sock_discard(c);
+		} else if (done && (events & (EPOLLHUP | EPOLLERR))) {
 			// Draining to a peer that went away: give up the output.
 			nmq_mutex_lock(&c->mtx);
 			conn_close_locked(c);
@@ -353,5 +518,6 @@ const conn_backend conn_sock_backend = {
 	.write      = sock_write,
 	.close      = sock_close,
 	.rx_done    = sock_rx_done,
+	.linger     = sock_linger_start,
 	.fini       = sock_fini,
 };

@@ -6,15 +6,27 @@
 // re-arms the receive: input is never read faster than it is processed.
 // Sends are NNG aios over a second buffer (send) while fill collects the
 // next batch; their completions continue the output.
+//
+// Lingering close: NNG streams have no half-close, so when a drain has
+// written its last packet the stream stays open and its input is received
+// and discarded until the peer closes or fails, LINGER_BYTES have been
+// discarded or LINGER_MS have passed (the receive aio's timeout), and only
+// then closed: the peer reads the last packet (a TLS record) instead of
+// losing it to a reset caused by input we never read. Without the FIN of
+// a half-close a peer that neither reads nor closes keeps the stream until
+// the time bound.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "nng/transport/conn_int.h"
 
 #define STREAM_IOV_MAX 8 // NNG's limit per aio
+#define LINGER_MS      2000 // longest lingering close
+#define LINGER_BYTES   (64 * 1024) // input discarded at most while lingering
 
 struct conn_stream_side {
 	nng_stream *s;
@@ -22,12 +34,24 @@ struct conn_stream_side {
 	nng_aio    *tx_aio;
 	txbuf       send; // the batch being sent while fill collects the next
 	nng_iov     iov[STREAM_IOV_MAX];
+	// Lingering close (mtx): when it ends, and what was discarded.
+	uint64_t linger_end; // ms on CLOCK_MONOTONIC
+	size_t   discarded;
+	bool     linger_rx; // the discarding receives have begun
 };
 
 // The stream side of c (c->be_state).
 #define NS(c) ((struct conn_stream_side *)(c)->be_state)
 
 static void rx_cb(void *arg);
+
+// Milliseconds on CLOCK_MONOTONIC.
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
 static void tx_cb(void *arg);
 static void rx_job(workq_job *job);
 
@@ -150,13 +174,84 @@ static void rx_cb(void *arg)
 	workq_post(c->env->wq, &c->job);
 }
 
+// Posts a receive whose bytes will be discarded, with the linger's
+// remaining time as its timeout. Caller holds mtx.
+static void linger_recv(nmq_conn *c)
+{
+	uint64_t now = now_ms();
+	uint64_t end = NS(c)->linger_end;
+	c->rx_len    = 0;
+	nng_iov iov  = { .iov_buf = c->rx, .iov_len = c->rx_cap };
+	nng_aio_set_iov(NS(c)->rx_aio, 1, &iov);
+	nng_aio_set_timeout(NS(c)->rx_aio, end > now ? (nng_duration)(end - now) : 1);
+	nng_stream_recv(NS(c)->s, NS(c)->rx_aio);
+}
+
+// Begins the discarding receives once (stream_linger or the end of the
+// receive path, whichever sees the other done). Caller holds mtx.
+static void linger_rx_start(nmq_conn *c)
+{
+	if (!NS(c)->linger_rx) {
+		NS(c)->linger_rx = true;
+		linger_recv(c);
+	}
+}
+
+// A discarding receive completed (worker): go on, or end the linger at the
+// peer's close or error, the timeout or LINGER_BYTES.
+static void linger_rx_job(nmq_conn *c)
+{
+	nmq_mutex_lock(&c->mtx);
+	NS(c)->discarded += c->rx_len;
+	if (c->rx_result == 0 && !c->closing && NS(c)->discarded < LINGER_BYTES
+	    && now_ms() < NS(c)->linger_end) {
+		linger_recv(c);
+		nmq_mutex_unlock(&c->mtx);
+		return;
+	}
+	c->lingering = false;
+	conn_close_locked(c);
+	nmq_mutex_unlock(&c->mtx);
+	conn_release(c); // the linger's reference
+}
+
+// Starts a lingering close; see conn_int.h and the top of this file.
+static bool stream_linger(nmq_conn *c)
+{
+	NS(c)->linger_end = now_ms() + LINGER_MS;
+	NS(c)->discarded  = 0;
+	c->lingering      = true;
+	conn_hold(c);
+	if (c->reading_done) {
+		linger_rx_start(c);
+	} else if (c->rx_parked) {
+		// Parked by a pause: let the receive path end now; rx_job then
+		// starts discarding.
+		c->rx_parked = false;
+		c->rx_result = NNG_ECLOSED;
+		workq_post(c->env->wq, &c->job);
+	} else {
+		// A receive may be posted for input a peer told to go away need
+		// not send: cancel it, so that the receive path ends (and the
+		// upper layer hears closed()) now; rx_job then starts
+		// discarding. A no-op while rx_job runs: it sees the drain.
+		nng_aio_cancel(NS(c)->rx_aio);
+	}
+	return true;
+}
+
 // The worker side of a receive: dispatch frames, then read again or
-// finish.
+// finish (and, once a lingering close has begun, discard).
 static void rx_job(workq_job *job)
 {
 	nmq_conn *c  = (nmq_conn *)((char *)job - offsetof(nmq_conn, job));
 	bool      go = c->rx_result == 0;
 	nmq_mutex_lock(&c->mtx);
+	if (c->lingering && c->reading_done) {
+		nmq_mutex_unlock(&c->mtx);
+		linger_rx_job(c);
+		return;
+	}
 	if (c->closing || c->draining) {
 		go = false;
 	}
@@ -175,7 +270,14 @@ static void rx_job(workq_job *job)
 		return;
 	}
 	nmq_mutex_unlock(&c->mtx);
+	conn_hold(c);
 	conn_rx_finish(c, c->rx_result != 0 || !go);
+	nmq_mutex_lock(&c->mtx);
+	if (c->lingering && !c->closing) {
+		linger_rx_start(c);
+	}
+	nmq_mutex_unlock(&c->mtx);
+	conn_release(c);
 }
 
 // Builds the iov list from the send buffer's current position and submits
@@ -288,5 +390,6 @@ const conn_backend conn_stream_backend = {
 	.write      = stream_write,
 	.close      = stream_close,
 	.rx_done    = stream_rx_done,
+	.linger     = stream_linger,
 	.fini       = stream_fini,
 };

@@ -198,6 +198,47 @@ class ServerTls(TlsCase):
         self.assert_paho_refused(ca="other-ca.crt")
         self.assert_broker_healthy()
 
+    # Lingering close over TLS (nng/transport/conn_stream.c): a 5.0 client
+    # whose packet makes the broker send DISCONNECT (a PUBLISH with QoS 3:
+    # Malformed Packet, 0x81) while it is still sending must be able to go
+    # on writing for a moment (the broker discards its input instead of
+    # closing at once, which would reset the client's next write) and then
+    # read the reason code.
+    def test_disconnect_reason_reaches_a_client_still_sending(self):
+        ctx = ssl.create_default_context(cafile=pki("ca.crt"))
+        ctx.check_hostname = False
+        with socket.create_connection((HOST, self.tls_port), timeout=5) as raw:
+            with ctx.wrap_socket(raw) as s:
+                s.sendall(nmq.connect_bytes("tls-linger", version=5))
+                head = s.recv(2)
+                self.assertEqual(head[0] >> 4, nmq.CONNACK)
+                body = b""
+                while len(body) < head[1]:
+                    body += s.recv(head[1] - len(body))
+                bad = bytearray(nmq.publish_bytes("tls/l", b"x", 0, version=5))
+                bad[0] |= 0x06  # QoS 3
+                s.sendall(bytes(bad))
+                for i in range(40):
+                    try:
+                        s.sendall(nmq.publish_bytes("tls/l", b"y" * 100, 0, version=5))
+                    except (BrokenPipeError, ConnectionResetError, ssl.SSLError) as e:
+                        self.fail("write %d after the bad packet failed: %r" % (i, e))
+                    time.sleep(0.005)
+                s.settimeout(5)
+                data = b""
+                try:
+                    while len(data) < 2 or len(data) < 2 + data[1]:
+                        d = s.recv(4096)
+                        if not d:
+                            break
+                        data += d
+                except (ConnectionResetError, ssl.SSLError) as e:
+                    self.fail("reset before the DISCONNECT was read (%r, read %r)" % (e, data))
+                self.assertGreaterEqual(len(data), 3, "closed without a DISCONNECT: %r" % data)
+                self.assertEqual(data[0] >> 4, nmq.DISCONNECT, data)
+                self.assertEqual(data[2], 0x81, data)
+        self.assert_broker_healthy()
+
     def test_hostile_bytes_on_tls_port_do_not_disturb_others(self):
         watcher = self.tls_paho("watcher", 4)
         watcher.subscribe("health/#", 1)
