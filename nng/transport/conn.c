@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "nng/codec/mqtt_codec.h"
+#include "nng/core/log.h"
 #include "nng/transport/conn_int.h"
 
 static atomic_long live_conns;
@@ -405,6 +406,8 @@ uint8_t *conn_tx_reserve(nmq_conn *c, size_t n)
 void conn_tx_commit(nmq_conn *c, size_t n)
 {
 	if (!txbuf_commit(&c->fill, n)) {
+		log_warn_rl("conn", "peer=%s event=closed reason=\"out of memory for output\"",
+		    conn_peer(c));
 		conn_close_locked(c);
 	}
 }

@@ -30,6 +30,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "nng/core/log.h"
 #include "nng/transport/conn_int.h"
 
 #define SOCK_IOV_MAX 64 // per writev
@@ -94,9 +95,11 @@ nmq_conn *conn_alloc_fd(int fd, const conn_env *env)
 static void sock_start(nmq_conn *c)
 {
 	c->ep_events = EPOLLIN | EPOLLRDHUP;
-	if (workq_io_add(c->env->wq, c->owner, c->fd, &c->io, c->ep_events) == 0) {
+	if (workq_io_add(c->env->wq, c->owner, c->fd, &c->io, c->ep_events) == NMQ_OK) {
 		c->ep_added = true;
 	} else {
+		log_warn_rl("conn", "peer=%s event=closed reason=\"epoll: %s\"", conn_peer(c),
+		    strerror(errno));
 		// Cannot watch it: let the receive path end at once.
 		workq_post_to(c->env->wq, c->owner, &c->job);
 	}
@@ -258,8 +261,10 @@ static bool sock_linger_start(nmq_conn *c)
 	lg->tfd    = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
 	if (lg->tfd < 0 || timerfd_settime(lg->tfd, 0, &its, NULL) != 0
 	    || shutdown(c->fd, SHUT_WR) != 0
-	    || workq_io_add(c->env->wq, c->owner, lg->tfd, &lg->tio, EPOLLIN) != 0) {
+	    || workq_io_add(c->env->wq, c->owner, lg->tfd, &lg->tio, EPOLLIN) != NMQ_OK) {
 		// Out of descriptors, or the peer is gone already: close now.
+		log_debug("conn", "peer=%s event=linger_skipped reason=\"%s\"", conn_peer(c),
+		    strerror(errno));
 		if (lg->tfd >= 0) {
 			close(lg->tfd);
 		}
@@ -274,7 +279,8 @@ static bool sock_linger_start(nmq_conn *c)
 	if (c->ep_added) {
 		workq_io_mod(c->env->wq, c->owner, c->fd, &c->io, c->ep_events);
 	} else {
-		c->ep_added = workq_io_add(c->env->wq, c->owner, c->fd, &c->io, c->ep_events) == 0;
+		c->ep_added
+		    = workq_io_add(c->env->wq, c->owner, c->fd, &c->io, c->ep_events) == NMQ_OK;
 	}
 	if (!c->reading_done) {
 		// The receive path may be idle, waiting for input that a peer
@@ -316,7 +322,7 @@ static bool sock_write(nmq_conn *c)
 				c->ep_events = EPOLLOUT;
 				c->ep_added  = workq_io_add(
 				                   c->env->wq, c->owner, c->fd, &c->io, c->ep_events)
-				    == 0;
+				    == NMQ_OK;
 			} else if (!(c->ep_events & EPOLLOUT)) {
 				c->ep_events |= EPOLLOUT;
 				workq_io_mod(c->env->wq, c->owner, c->fd, &c->io, c->ep_events);

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nng/core/log.h"
 #include "nng/transport/listener_int.h"
 
 static pthread_mutex_t retired_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -116,6 +117,8 @@ static void conn_gone(void *arg)
 void listener_adopt(nmq_listener *l, nmq_conn *c)
 {
 	if ((l->kind == KIND_WS || l->kind == KIND_WSS) && !conn_set_websocket(c, l->ws_path)) {
+		log_warn_rl("listener", "listener=%s event=accept_dropped reason=\"out of memory\"",
+		    l->name);
 		conn_release(c);
 		return;
 	}

@@ -20,6 +20,7 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
+#include "nng/core/log.h"
 #include "nng/transport/listener_int.h"
 
 // Accepts every pending connection (the owner worker, on readiness).
@@ -38,6 +39,9 @@ static void raw_accept_io(workq_io *io, uint32_t events)
 			}
 			// Out of descriptors or memory: stop watching for a while
 			// rather than spin on a socket that stays readable.
+			log_warn_rl("listener",
+			    "listener=%s event=accept_paused reason=\"%s\" pause_ms=%d", l->name,
+			    strerror(errno), ACCEPT_BACKOFF_MS);
 			pthread_mutex_lock(&l->mtx);
 			if (!l->stopping && l->watching) {
 				workq_io_del(l->env->wq, l->owner, l->lfd);
@@ -57,6 +61,8 @@ static void raw_accept_io(workq_io *io, uint32_t events)
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		nmq_conn *c = conn_alloc_fd(fd, l->env);
 		if (c == NULL) {
+			log_warn_rl("listener",
+			    "listener=%s event=accept_dropped reason=\"out of memory\"", l->name);
 			close(fd);
 			continue;
 		}
@@ -77,7 +83,7 @@ static void raw_backoff_io(workq_io *io, uint32_t events)
 	pthread_mutex_lock(&l->mtx);
 	l->sleeping = false;
 	if (!l->stopping && !l->watching
-	    && workq_io_add(l->env->wq, l->owner, l->lfd, &l->io, EPOLLIN) == 0) {
+	    && workq_io_add(l->env->wq, l->owner, l->lfd, &l->io, EPOLLIN) == NMQ_OK) {
 		l->watching = true;
 	}
 	pthread_mutex_unlock(&l->mtx);
@@ -196,8 +202,8 @@ nmq_err listener_tcp_listen(nmq_listener *l, char *err, size_t errlen)
 	l->io.fn  = raw_accept_io;
 	l->tio.fn = raw_backoff_io;
 	l->owner  = workq_pick(l->env->wq);
-	if (workq_io_add(l->env->wq, l->owner, l->tfd, &l->tio, EPOLLIN) != 0
-	    || workq_io_add(l->env->wq, l->owner, l->lfd, &l->io, EPOLLIN) != 0) {
+	if (workq_io_add(l->env->wq, l->owner, l->tfd, &l->tio, EPOLLIN) != NMQ_OK
+	    || workq_io_add(l->env->wq, l->owner, l->lfd, &l->io, EPOLLIN) != NMQ_OK) {
 		int e = errno;
 		snprintf(err, errlen, "%s: %s: epoll: %s", l->name, l->url, strerror(e));
 		return nmq_err_from_errno(e);

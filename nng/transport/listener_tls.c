@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "nng/core/log.h"
 #include "nng/transport/listener_int.h"
 #include "nng/transport/transport_err.h"
 
@@ -55,6 +56,8 @@ static void accept_cb(void *arg)
 		(void)nng_stream_set_bool(s, NNG_OPT_TCP_NODELAY, true);
 		nmq_conn *c = conn_alloc(s, l->env);
 		if (c == NULL) {
+			log_warn_rl("listener",
+			    "listener=%s event=accept_dropped reason=\"out of memory\"", l->name);
 			nng_stream_free(s);
 		} else {
 			listener_adopt(l, c);
@@ -68,6 +71,9 @@ static void accept_cb(void *arg)
 		// descriptors or memory, where accepting again at once would
 		// spin on the task threads that every client shares.
 		if (!l->stopping) {
+			log_warn_rl("listener",
+			    "listener=%s event=accept_paused reason=\"%s\" pause_ms=%d", l->name,
+			    nng_strerror(rv), ACCEPT_BACKOFF_MS);
 			l->sleeping = true;
 			nng_sleep_aio(ACCEPT_BACKOFF_MS, l->aio);
 		}

@@ -244,22 +244,25 @@ int workq_size(workq *wq)
 	return wq->n;
 }
 
-int workq_io_add(workq *wq, int w, int fd, workq_io *io, uint32_t events)
+nmq_err workq_io_add(workq *wq, int w, int fd, workq_io *io, uint32_t events)
 {
 	struct epoll_event ev = { .events = events, .data.ptr = io };
-	return epoll_ctl(wq->w[w].epfd, EPOLL_CTL_ADD, fd, &ev);
+	return epoll_ctl(wq->w[w].epfd, EPOLL_CTL_ADD, fd, &ev) == 0 ? NMQ_OK
+	                                                             : nmq_err_from_errno(errno);
 }
 
-int workq_io_mod(workq *wq, int w, int fd, workq_io *io, uint32_t events)
+nmq_err workq_io_mod(workq *wq, int w, int fd, workq_io *io, uint32_t events)
 {
 	struct epoll_event ev = { .events = events, .data.ptr = io };
-	return epoll_ctl(wq->w[w].epfd, EPOLL_CTL_MOD, fd, &ev);
+	return epoll_ctl(wq->w[w].epfd, EPOLL_CTL_MOD, fd, &ev) == 0 ? NMQ_OK
+	                                                             : nmq_err_from_errno(errno);
 }
 
-int workq_io_del(workq *wq, int w, int fd)
+nmq_err workq_io_del(workq *wq, int w, int fd)
 {
 	struct epoll_event ev = { 0 };
-	return epoll_ctl(wq->w[w].epfd, EPOLL_CTL_DEL, fd, &ev);
+	return epoll_ctl(wq->w[w].epfd, EPOLL_CTL_DEL, fd, &ev) == 0 ? NMQ_OK
+	                                                             : nmq_err_from_errno(errno);
 }
 
 // Queues fn(arg) to run after the current job or event batch; false if not

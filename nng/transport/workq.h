@@ -22,6 +22,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "nng/core/nmq_err.h"
+
 typedef struct workq_job {
 	struct workq_job *next;
 	void (*fn)(struct workq_job *job);
@@ -48,11 +50,13 @@ int workq_size(workq *wq);
 // Picks a worker round-robin (for assigning a new connection).
 int workq_pick(workq *wq);
 
-// Registers, changes or removes fd on worker w's epoll set. Return 0 or -1
-// (errno set).
-int workq_io_add(workq *wq, int w, int fd, workq_io *io, uint32_t events);
-int workq_io_mod(workq *wq, int w, int fd, workq_io *io, uint32_t events);
-int workq_io_del(workq *wq, int w, int fd);
+// Registers, changes or removes fd on worker w's epoll set. Return NMQ_OK,
+// or the error of epoll_ctl() (nmq_err_from_errno; errno is left set):
+// NMQ_ENOMEM, NMQ_EEXIST (already registered), NMQ_ENOENT (not
+// registered), NMQ_EIO.
+nmq_err workq_io_add(workq *wq, int w, int fd, workq_io *io, uint32_t events);
+nmq_err workq_io_mod(workq *wq, int w, int fd, workq_io *io, uint32_t events);
+nmq_err workq_io_del(workq *wq, int w, int fd);
 
 // Returns the calling worker's scratch buffer (WORKQ_SCRATCH bytes) and its
 // size in *len; NULL when not on a worker. Valid until the caller returns
