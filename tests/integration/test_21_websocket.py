@@ -484,6 +484,28 @@ class WebSocket(WsCase):
         with self.assertRaises(WsClosed):
             c.recv_frame(timeout=nmq.T_CLOSE)
 
+    def test_client_still_sending_reads_the_reason_and_close_frame(self):
+        # Lingering close (nng/transport/conn_sock.c for ws, conn_stream.c
+        # for wss): after DISCONNECT 0x82 and the close frame the broker
+        # discards what the client keeps sending for a moment instead of
+        # closing at once, so the client's writes do not fail and it then
+        # reads the reason code and the close frame.
+        for secure in (False, True):
+            with self.subTest(secure=secure):
+                kw = {"port": self.wss_port, "ca": pki("ca.crt")} if secure else {}
+                c = self.ws_connected("linger-%d" % secure, version=5, **kw)
+                c.send_frame(nmq.connect_bytes("again", version=5))
+                for i in range(40):
+                    try:
+                        c.send_frame(nmq.packet(PINGREQ, 0, b""))
+                    except (BrokenPipeError, ConnectionResetError, ssl.SSLError) as e:
+                        self.fail("write %d after the protocol error failed: %r" % (i, e))
+                    time.sleep(0.005)
+                p = c.read_packet(timeout=nmq.T_CLOSE)
+                self.assertEqual((p.type, p.rc), (nmq.DISCONNECT, 0x82))
+                self.assertEqual(c.expect_closed(), 1000)
+                c.close()
+
     def test_unmasked_frame_is_a_protocol_error(self):
         c = self.ws_connected("unmasked")
         pkt = nmq.packet(PINGREQ, 0, b"")
