@@ -187,6 +187,7 @@ free_port() {
 pki_ready() {
 	[ -f "$work/pki/ca.crt" ] && return 0
 	bash "$root/scripts/gen-certs.sh" "$work/pki" >/dev/null
+	chmod 711 "$work"
 	chmod 755 "$work/pki"
 	chmod 644 "$work/pki"/*
 }
