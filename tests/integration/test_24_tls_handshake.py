@@ -12,6 +12,7 @@ mosquitto_pub/sub, and nanomq_cli.  Certificates from scripts/gen-certs.sh
 import json
 import os
 import re
+import signal
 import socket
 import ssl
 import subprocess
@@ -289,6 +290,30 @@ class Configured(TlsCase):
         out = s_client(self.tls_port, "-cipher", "ECDHE-RSA-AES128-GCM-SHA256")
         self.assertIsNone(negotiated(out)[1], "a suite left out was negotiated:\n" + out)
 
+    def test_reload_applies_groups_and_drops_old_sessions(self):
+        self.start_with('  groups = "secp384r1"\n')
+        out = s_client(self.tls_port, "-groups", "P-256:P-384")
+        self.assertEqual(negotiated(out)[0], "ECDH, secp384r1, 384 bits", out)
+        ctx = py_ctx()
+        rc, sess, _ = mqtt_over_tls(self.tls_port, ctx, "before-reload")
+        self.assertEqual(rc, 0)
+        self.broker.conf = self.broker.conf.replace('groups = "secp384r1"',
+                                                    'groups = "secp256r1"')
+        self.broker._write_conf()
+        self.broker.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 5
+        group = None
+        while time.monotonic() < deadline:
+            group = negotiated(s_client(self.tls_port, "-groups", "P-256:P-384"))[0]
+            if group == "ECDH, prime256v1, 256 bits":
+                break
+            time.sleep(0.2)
+        self.assertEqual(group, "ECDH, prime256v1, 256 bits", "reload did not apply groups")
+        # The new configuration has new ticket keys and an empty cache: a
+        # session of the old one gets a full handshake.
+        rc, _, reused = mqtt_over_tls(self.tls_port, ctx, "after-reload", session=sess)
+        self.assertEqual((rc, reused), (0, False))
+
     def test_unknown_names_stop_the_broker_with_file_line_and_key(self):
         for key, value, word in (("groups", "x25519:p-999", "p-999"),
                                  ("ciphers", "TLS_NOT_A_SUITE", "TLS-NOT-A-SUITE")):
@@ -392,6 +417,13 @@ class CliServerTls(CliCase):
             if sub.poll() is None:
                 sub.kill()
                 sub.communicate()
+
+    def test_verbose_names_the_negotiated_suite(self):
+        r = cli(["conn", "-v", "--duration", "0.3", "--cafile", pki("ca.crt")] + self.target())
+        self.assertEqual(r.returncode, 0, r.stderr)
+        want = "AES-128-GCM" if cpu_has_aes() else "CHACHA20-POLY1305"
+        self.assertRegex(r.stderr, r"connected \(MQTT 3\.1\.1, TLSv1\.2 TLS-ECDHE-RSA-WITH-%s"
+                         % re.escape(want))
 
     def test_untrusted_server_is_refused(self):
         r = cli(["pub", "-t", "cli24/x", "-m", "x", "--cafile", pki("other-ca.crt")]

@@ -208,10 +208,13 @@ static void client_on_connack(cli_conn *c, const mqtt_connack *ack)
 	}
 	cl->connected = true;
 	if (g.o->verbose) {
-		fprintf(stderr, "%s: connected (MQTT %s)\n", cl->id,
+		char tls[160];
+		cli_tls_describe(c->tls, tls, sizeof(tls));
+		fprintf(stderr, "%s: connected (MQTT %s%s%s)\n", cl->id,
 		    g.o->version == 5       ? "5.0"
 		        : g.o->version == 4 ? "3.1.1"
-		                            : "3.1");
+		                            : "3.1",
+		    tls[0] ? ", " : "", tls);
 	}
 	if (g.o->verb == CLI_SUB) {
 		mqtt_sub_opts so = { .qos = (uint8_t)g.o->qos };

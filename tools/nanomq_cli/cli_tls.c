@@ -43,6 +43,7 @@ struct cli_tls {
 
 struct cli_tls_conn {
 	cli_tls            *t;
+	bool                resumed; // the handshake resumed the kept session
 	mbedtls_ssl_context ssl;
 	int                 fd;
 	int                 err; // errno of the last failed socket call
@@ -332,6 +333,7 @@ int cli_tls_handshake(cli_tls_conn *c, char *why, size_t whylen)
 		}
 		pthread_mutex_unlock(&t->lock);
 	}
+	c->resumed = resumed;
 	atomic_fetch_add(resumed ? &t->resumed : &t->full, 1);
 	return CLI_TLS_DONE;
 }
@@ -427,6 +429,17 @@ out:
 size_t cli_tls_pending(cli_tls_conn *c)
 {
 	return mbedtls_ssl_get_bytes_avail(&c->ssl);
+}
+
+// Describes the session; see cli_tls.h.
+void cli_tls_describe(cli_tls_conn *c, char *buf, size_t len)
+{
+	buf[0] = '\0';
+	if (c == NULL || c->ssl.state != MBEDTLS_SSL_HANDSHAKE_OVER) {
+		return;
+	}
+	snprintf(buf, len, "%s %s%s", mbedtls_ssl_get_version(&c->ssl),
+	    mbedtls_ssl_get_ciphersuite(&c->ssl), c->resumed ? ", resumed" : "");
 }
 
 // Queues close_notify; see cli_tls.h.

@@ -75,6 +75,10 @@ int cli_tls_prime(cli_tls *t, const struct sockaddr *addr, socklen_t addrlen, in
 // them).
 size_t cli_tls_pending(cli_tls_conn *c);
 
+// Describes the established session ("TLSv1.2 TLS-ECDHE-...-SHA256,
+// resumed") into buf; "" before the handshake is over.
+void cli_tls_describe(cli_tls_conn *c, char *buf, size_t len);
+
 // Queues a close_notify alert, best effort.
 void cli_tls_close_notify(cli_tls_conn *c);
 
