@@ -6,7 +6,7 @@
 
 #include "nng/codec/mqtt_publish_out.h"
 #include "nng/core/log.h"
-#include "nng/protocol/proto_impl.h"
+#include "nng/protocol/link.h"
 #include "nng/transport/listener.h"
 
 // Maps an MQTT 5 CONNACK reason to the nearest 3.1.1 return code.
@@ -47,85 +47,6 @@ static int refuse(nmq_link *l, uint8_t ver, uint8_t rc)
 	return -1;
 }
 
-// Builds a shared message from topic, v5 properties and payload. The
-// forwardable properties are re-encoded from the decoded set; message
-// expiry becomes an absolute deadline. Returns NULL on allocation failure.
-nmq_msg *proto_msg_build(uint8_t ver, mqtt_bytes topic, const mqtt_props *in, mqtt_bytes payload,
-    uint8_t qos, bool retain, uint64_t origin)
-{
-	mqtt_props fwd;
-	memset(&fwd, 0, sizeof(fwd));
-	mqtt_user_prop  stack_up[8];
-	mqtt_user_prop *up = stack_up;
-	if (ver == MQTT_PROTO_V5 && in != NULL) {
-		uint64_t keep = MQTT_PBIT(MQTT_PROP_PAYLOAD_FORMAT)
-		    | MQTT_PBIT(MQTT_PROP_CONTENT_TYPE) | MQTT_PBIT(MQTT_PROP_RESPONSE_TOPIC)
-		    | MQTT_PBIT(MQTT_PROP_CORRELATION_DATA);
-		fwd.present          = in->present & keep;
-		fwd.payload_format   = in->payload_format;
-		fwd.content_type     = in->content_type;
-		fwd.response_topic   = in->response_topic;
-		fwd.correlation_data = in->correlation_data;
-		if (in->n_user_props > 0) {
-			if (in->n_user_props > 8) {
-				up = malloc(in->n_user_props * sizeof(*up));
-				if (up == NULL) {
-					return NULL;
-				}
-			}
-			mqtt_prop_iter it;
-			uint32_t       n = 0;
-			mqtt_prop_iter_init(&it, in);
-			while (n < in->n_user_props
-			    && mqtt_prop_iter_next_user(&it, &up[n].key, &up[n].value)) {
-				n++;
-			}
-			fwd.user_props   = up;
-			fwd.n_user_props = n;
-			if (n > 0) {
-				fwd.present |= MQTT_PBIT(MQTT_PROP_USER_PROPERTY);
-			}
-		}
-	}
-	size_t   plen = (fwd.present != 0) ? mqtt_props_size(&fwd) : 0;
-	nmq_msg *m    = nmq_msg_alloc((const char *)topic.p, topic.len, plen, payload.len);
-	if (m != NULL) {
-		if (plen > 0) {
-			// Encode with room for the length prefix, then keep the body.
-			uint8_t  tmp[256];
-			uint8_t *t = plen + 4 <= sizeof(tmp) ? tmp : malloc(plen + 4);
-			if (t == NULL || mqtt_props_encode_body(t, plen + 4, &fwd) != plen) {
-				if (t != tmp) {
-					free(t);
-				}
-				nmq_msg_release(m);
-				m = NULL;
-				goto out;
-			}
-			memcpy(m->props, t, plen);
-			if (t != tmp) {
-				free(t);
-			}
-		}
-		if (payload.len > 0) {
-			memcpy(m->payload, payload.p, payload.len);
-		}
-		m->qos       = qos;
-		m->retain    = retain;
-		m->origin_id = origin;
-		if (ver == MQTT_PROTO_V5 && in != NULL
-		    && (in->present & MQTT_PBIT(MQTT_PROP_MESSAGE_EXPIRY))) {
-			m->expiry_interval = in->message_expiry;
-			m->expiry_at_ms    = nmq_clock_ms() + (uint64_t)in->message_expiry * 1000;
-		}
-	}
-out:
-	if (up != stack_up) {
-		free(up);
-	}
-	return m;
-}
-
 // Makes a unique client id for a client that sent an empty one.
 static void assign_client_id(nmq_proto *p, char *buf, size_t len)
 {
@@ -134,6 +55,28 @@ static void assign_client_id(nmq_proto *p, char *buf, size_t len)
 	snprintf(
 	    buf, len, "nmq-%llx-%llx", (unsigned long long)nmq_clock_ms(), (unsigned long long)n);
 	(void)p;
+}
+
+// What session_open() leaves to do once the session lock is released: the
+// connection the session was taken from is closed, a session discarded by
+// clean start is finished (its pending will published, its subscriptions
+// dropped).
+static void open_finish(nmq_proto *p, const session_open_res *so, const char *client_id)
+{
+	(void)p;
+	if (so->old_conn != NULL) {
+		log_info("conn", "client_id=%s peer=%s event=session_taken_over", client_id,
+		    conn_peer(so->old_conn));
+		if (so->old_v5) {
+			conn_shutdown(so->old_conn);
+		} else {
+			conn_close(so->old_conn);
+		}
+		conn_release(so->old_conn);
+	}
+	if (so->ended != NULL) {
+		session_discard(so->ended);
+	}
 }
 
 // Handles the first packet of a connection, which must be CONNECT.
@@ -196,6 +139,7 @@ int handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 		client_id = strndup((const char *)c->client_id.p, c->client_id.len);
 	}
 	if (client_id == NULL) {
+		proto_count_alloc_failure(p, "client_id");
 		return refuse(l, ver, MQTT_RC_SERVER_UNAVAILABLE);
 	}
 
@@ -237,6 +181,7 @@ int handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 		    ver == MQTT_PROTO_V5 ? &c->will_props : NULL, c->will_payload, c->will_qos,
 		    c->will_retain, 0);
 		if (l->will == NULL) {
+			proto_count_alloc_failure(p, "will");
 			free(client_id);
 			return refuse(l, ver, MQTT_RC_SERVER_UNAVAILABLE);
 		}
@@ -280,108 +225,55 @@ int handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 		if (l->in_alias_max > 0) {
 			l->in_alias = calloc((size_t)l->in_alias_max + 1, sizeof(char *));
 			if (l->in_alias == NULL) {
+				// Counted and logged; the CONNACK then offers no
+				// topic aliases.
+				proto_count_alloc_failure(p, "topic_alias");
 				l->in_alias_max = 0;
 			}
 		}
 	}
 
-	// Session lookup, takeover and creation.
-	nmq_session   *s;
-	nmq_conn      *old_conn        = NULL; // held; the old link may be freed
-	bool           old_v5          = false;
-	nmq_session   *ended           = NULL;
-	bool           session_present = false;
-	const uint8_t *owner           = !c->has_username ? NULL
-	              : c->username.p != NULL             ? c->username.p
-	                                                  : (const uint8_t *)"";
-	size_t         owner_len       = c->has_username ? c->username.len : 0;
-	pthread_mutex_lock(&p->tbl_mtx);
-	s = proto_table_find(p, client_id);
-	if (s != NULL) {
-		nmq_mutex_lock(&s->mtx);
-		if (proto_lim(p)->client_id_owner_check && !c->clean_start
-		    && !session_owned_by(s, owner, owner_len)) {
-			// Another user's session is not resumed (its queue and
-			// subscriptions are not handed over). A clean start by
-			// another user discards it as usual and starts a session of
-			// its own.
-			nmq_mutex_unlock(&s->mtx);
-			pthread_mutex_unlock(&p->tbl_mtx);
-			log_warn_rl("conn",
-			    "peer=%s client_id=%s event=client_id_owned_by_another_user",
-			    conn_peer(l->conn), client_id);
-			free(client_id);
-			atomic_fetch_add(&p->m.refused_connections, 1);
-			return refuse(l, ver, MQTT_RC_CLIENT_ID_INVALID);
-		}
-		if (s->link != NULL) {
-			nmq_link *old   = s->link;
-			old->taken_over = true;
-			old_conn        = old->conn;
-			old_v5          = old->ver == MQTT_PROTO_V5;
-			conn_hold(old_conn);
-			if (old_v5) {
-				link_send_disconnect(old, MQTT_RC_SESSION_TAKEN_OVER);
-			}
-			__atomic_store_n(&s->link, NULL, __ATOMIC_RELAXED);
-		}
-		if (c->clean_start || s->expiry_s == 0) {
-			// Discard the old session [MQTT-3.1.2-4]; a delayed will
-			// of the old session is published now. A session that
-			// lasts only as long as its connection (3.1.1 CleanSession
-			// 1, 5.0 Session Expiry 0) ends with the connection taken
-			// over, so it is not resumed either: its state is never
-			// reused [MQTT-3.1.2-6] (3.1.1) and Session Present is 0.
-			s->ended = true;
-			proto_table_remove(p, s);
-			ended = s;
-			s     = NULL;
-		} else {
-			session_present = true;
-			if (s->will != NULL) {
-				// Reconnected within the will delay: no will.
-				nmq_msg_release(s->will);
-				s->will = NULL;
-			}
-		}
-		if (ended != NULL) {
-			nmq_mutex_unlock(&ended->mtx);
-		}
-	}
-	if (s == NULL) {
-		s = session_alloc(p, client_id, owner, owner_len);
-		if (s == NULL) {
-			pthread_mutex_unlock(&p->tbl_mtx);
+	// Session lookup, takeover and creation. The link's copy of the user
+	// name is made first, so that nothing can fail once attached.
+	const uint8_t *owner     = !c->has_username ? NULL
+	        : c->username.p != NULL             ? c->username.p
+	                                            : (const uint8_t *)"";
+	size_t         owner_len = c->has_username ? c->username.len : 0;
+	char          *username  = NULL;
+	if (c->has_username) {
+		username = strndup((const char *)owner, owner_len);
+		if (username == NULL) {
+			proto_count_alloc_failure(p, "username");
 			free(client_id);
 			return refuse(l, ver, MQTT_RC_SERVER_UNAVAILABLE);
 		}
-		nmq_mutex_lock(&s->mtx);
-		proto_table_insert(p, s); // the table keeps the first reference
 	}
-	// s->mtx is held here. The table is done with: the CONNACK, the resend
-	// and the first pump run under the session lock only, so that a
-	// reconnect with a long queue does not hold up other CONNECTs (a
-	// concurrent CONNECT with this client id waits for s->mtx and then
-	// takes the session over from this link).
-	pthread_mutex_unlock(&p->tbl_mtx);
-	nmq_session_hold(s); // the link's reference
-	s->ver          = ver;
-	s->expiry_s     = expiry;
-	uint32_t window = proto_lim(p)->max_inflight_window;
-	s->infl_max     = l->client_receive_max < window ? l->client_receive_max : window;
-	if (s->infl_max == 0) {
-		s->infl_max = 1;
+	session_open_res so;
+	nmq_err          err = session_open(p, client_id, owner, owner_len, c->clean_start, &so);
+	if (err != NMQ_OK) {
+		open_finish(p, &so, client_id);
+		free(username);
+		if (err == NMQ_EACCES) {
+			log_warn_rl("conn",
+			    "peer=%s client_id=%s event=client_id_owned_by_another_user",
+			    conn_peer(l->conn), client_id);
+			atomic_fetch_add(&p->m.refused_connections, 1);
+		}
+		free(client_id);
+		return refuse(l, ver,
+		    err == NMQ_EACCES ? MQTT_RC_CLIENT_ID_INVALID : MQTT_RC_SERVER_UNAVAILABLE);
 	}
-	l->session   = s;
-	l->connected = true;
-	if (c->has_username) {
-		// Usually the session's creator: share its copy (the link holds
-		// the session until it is freed).
+	nmq_session *s = so.s; // locked, held for this link
+	l->session     = s;
+	l->connected   = true;
+	if (username != NULL) {
+		l->username = username;
 		if (session_owned_by(s, owner, owner_len)) {
+			// Usually the session's creator: share its copy (the link
+			// holds the session until it is freed).
+			free(username);
 			l->username        = (char *)session_owner(s);
 			l->username_shared = true;
-		} else {
-			l->username = strndup((const char *)c->username.p, c->username.len);
 		}
 	}
 
@@ -391,7 +283,7 @@ int handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 	ack.type = MQTT_CONNACK;
 	// MQTT 3.1 has no Session Present flag: its first CONNACK byte is
 	// reserved and always 0.
-	ack.u.connack.session_present = session_present && c->proto_level != MQTT_PROTO_V31;
+	ack.u.connack.session_present = so.present && c->proto_level != MQTT_PROTO_V31;
 	ack.u.connack.reason          = 0;
 	if (ver == MQTT_PROTO_V5) {
 		mqtt_props *ap = &ack.u.connack.props;
@@ -406,9 +298,9 @@ int handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 		ap->wildcard_sub_available = 1;
 		ap->sub_id_available       = 1;
 		ap->shared_sub_available   = 1;
-		if (proto_lim(p)->max_topic_alias > 0) {
+		if (l->in_alias_max > 0) {
 			ap->present |= MQTT_PBIT(MQTT_PROP_TOPIC_ALIAS_MAX);
-			ap->topic_alias_maximum = proto_lim(p)->max_topic_alias;
+			ap->topic_alias_maximum = l->in_alias_max;
 		}
 		if (server_keepalive) {
 			ap->present |= MQTT_PBIT(MQTT_PROP_SERVER_KEEP_ALIVE);
@@ -431,43 +323,14 @@ int handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 	} else {
 		link_send_packet(l, &ack);
 	}
-	__atomic_store_n(&s->link, l, __ATOMIC_RELAXED);
-	// Only the in-flight window that the new connection allows is filled;
-	// everything else waits in the queue.
-	session_resend_locked(s, false);
-	session_pump_locked(s);
-	session_timer_update_locked(s);
-	nmq_mutex_unlock(&s->mtx);
+	session_attach_locked(s, l, ver, expiry, l->client_receive_max);
+	session_unlock(s);
 
 	long n  = atomic_fetch_add(&p->m.connections, 1) + 1;
 	long mx = atomic_load(&p->m.connections_max);
 	while (n > mx && !atomic_compare_exchange_weak(&p->m.connections_max, &mx, n)) { }
 
-	if (old_conn != NULL) {
-		log_info("conn", "client_id=%s peer=%s event=session_taken_over", client_id,
-		    conn_peer(old_conn));
-		if (old_v5) {
-			conn_shutdown(old_conn);
-		} else {
-			conn_close(old_conn);
-		}
-		conn_release(old_conn);
-	}
-	if (ended != NULL) {
-		// Publish its pending will, drop its subscriptions.
-		nmq_msg *will = NULL;
-		nmq_mutex_lock(&ended->mtx);
-		will        = ended->will;
-		ended->will = NULL;
-		session_clear_locked(ended);
-		nmq_mutex_unlock(&ended->mtx);
-		timer_wheel_cancel(p->tw, &ended->timer);
-		if (will != NULL) {
-			proto_publish_will(p, will);
-		}
-		p->ops->session_end(p->app, ended);
-		nmq_session_release(ended);
-	}
+	open_finish(p, &so, client_id);
 
 	// Keepalive deadline replaces the CONNECT deadline.
 	if (l->keepalive > 0) {

@@ -1,26 +1,92 @@
-// PUBLISH from a client: topic aliases, inbound QoS 2 state (exactly once
-// until PUBREL), the Receive Maximum quota, routing and the ack.
+// PUBLISH from a client: topic aliases, inbound QoS 2 (exactly once until
+// PUBREL; the session keeps that state), the Receive Maximum quota, the
+// shared message built for routing, routing and the ack; then the acks of
+// both QoS flows (PUBACK, PUBREC, PUBREL, PUBCOMP).
 #include <stdlib.h>
 #include <string.h>
 
+#include "nng/codec/mqtt_publish_out.h"
 #include "nng/core/log.h"
-#include "nng/protocol/proto_impl.h"
+#include "nng/protocol/link.h"
 
-// Drops inbound QoS 2 ids that waited longer than await_rel_timeout.
-static void purge_rel(nmq_session *s, uint64_t now)
+// Builds a shared message from topic, v5 properties and payload (a PUBLISH
+// or a will); see link.h. The forwardable properties are re-encoded from
+// the decoded set; message expiry becomes an absolute deadline. Returns
+// NULL on allocation failure.
+nmq_msg *proto_msg_build(uint8_t ver, mqtt_bytes topic, const mqtt_props *in, mqtt_bytes payload,
+    uint8_t qos, bool retain, uint64_t origin)
 {
-	uint64_t limit = (uint64_t)proto_lim(s->p)->await_rel_timeout_s * 1000;
-	if (limit == 0) {
-		return;
-	}
-	for (uint32_t i = 0; i < s->rel_len;) {
-		if (now - s->rel[i].at_ms > limit) {
-			s->rel[i] = s->rel[--s->rel_len];
-			atomic_fetch_add(&s->p->m.await_rel_expired, 1);
-		} else {
-			i++;
+	mqtt_props fwd;
+	memset(&fwd, 0, sizeof(fwd));
+	mqtt_user_prop  stack_up[8];
+	mqtt_user_prop *up = stack_up;
+	if (ver == MQTT_PROTO_V5 && in != NULL) {
+		uint64_t keep = MQTT_PBIT(MQTT_PROP_PAYLOAD_FORMAT)
+		    | MQTT_PBIT(MQTT_PROP_CONTENT_TYPE) | MQTT_PBIT(MQTT_PROP_RESPONSE_TOPIC)
+		    | MQTT_PBIT(MQTT_PROP_CORRELATION_DATA);
+		fwd.present          = in->present & keep;
+		fwd.payload_format   = in->payload_format;
+		fwd.content_type     = in->content_type;
+		fwd.response_topic   = in->response_topic;
+		fwd.correlation_data = in->correlation_data;
+		if (in->n_user_props > 0) {
+			if (in->n_user_props > 8) {
+				up = malloc(in->n_user_props * sizeof(*up));
+				if (up == NULL) {
+					return NULL;
+				}
+			}
+			mqtt_prop_iter it;
+			uint32_t       n = 0;
+			mqtt_prop_iter_init(&it, in);
+			while (n < in->n_user_props
+			    && mqtt_prop_iter_next_user(&it, &up[n].key, &up[n].value)) {
+				n++;
+			}
+			fwd.user_props   = up;
+			fwd.n_user_props = n;
+			if (n > 0) {
+				fwd.present |= MQTT_PBIT(MQTT_PROP_USER_PROPERTY);
+			}
 		}
 	}
+	size_t   plen = (fwd.present != 0) ? mqtt_props_size(&fwd) : 0;
+	nmq_msg *m    = nmq_msg_alloc((const char *)topic.p, topic.len, plen, payload.len);
+	if (m != NULL) {
+		if (plen > 0) {
+			// Encode with room for the length prefix, then keep the body.
+			uint8_t  tmp[256];
+			uint8_t *t = plen + 4 <= sizeof(tmp) ? tmp : malloc(plen + 4);
+			if (t == NULL || mqtt_props_encode_body(t, plen + 4, &fwd) != plen) {
+				if (t != tmp) {
+					free(t);
+				}
+				nmq_msg_release(m);
+				m = NULL;
+				goto out;
+			}
+			memcpy(m->props, t, plen);
+			if (t != tmp) {
+				free(t);
+			}
+		}
+		if (payload.len > 0) {
+			memcpy(m->payload, payload.p, payload.len);
+		}
+		m->qos       = qos;
+		m->retain    = retain;
+		m->origin_id = origin;
+		if (ver == MQTT_PROTO_V5 && in != NULL
+		    && (in->present & MQTT_PBIT(MQTT_PROP_MESSAGE_EXPIRY))) {
+			m->expiry_interval = in->message_expiry;
+			m->expiry_at_ms    = nmq_clock_ms() + (uint64_t)in->message_expiry * 1000;
+		}
+	}
+out:
+	if (up != stack_up) {
+		free(up);
+	}
+	return m;
 }
 
 // Handles one PUBLISH. Returns 0, or -1 when the connection is ended.
@@ -52,9 +118,7 @@ int handle_publish(nmq_link *l, const mqtt_packet *pk)
 		r.type            = pub->qos == 1 ? MQTT_PUBACK : MQTT_PUBREC;
 		r.u.ack.packet_id = pub->packet_id;
 		r.u.ack.reason    = MQTT_RC_PAYLOAD_FORMAT_INVALID;
-		nmq_mutex_lock(&s->mtx);
-		link_send_packet(l, &r);
-		nmq_mutex_unlock(&s->mtx);
+		link_reply(l, &r);
 		return 0;
 	}
 
@@ -95,61 +159,38 @@ int handle_publish(nmq_link *l, const mqtt_packet *pk)
 	// Inbound QoS 2: a resent PUBLISH before PUBREL is acknowledged again
 	// but not routed again.
 	if (pub->qos == 2) {
-		bool dup = false;
-		nmq_mutex_lock(&s->mtx);
-		for (uint32_t i = 0; i < s->rel_len; i++) {
-			if (s->rel[i].pid == pub->packet_id) {
-				dup = true;
-				break;
-			}
-		}
-		if (!dup) {
-			uint64_t now = nmq_clock_ms();
-			if (s->rel_len >= proto_lim(p)->max_awaiting_rel) {
-				purge_rel(s, now);
-			}
-			if (s->rel_len >= proto_lim(p)->max_awaiting_rel) {
-				nmq_mutex_unlock(&s->mtx);
-				// Over our Receive Maximum [MQTT-3.3.4-9].
-				link_fail(l, MQTT_RC_RECEIVE_MAX_EXCEEDED);
-				return -1;
-			}
-			if (s->rel_len == s->rel_cap) {
-				uint32_t   ncap = s->rel_cap ? s->rel_cap * 2 : 4;
-				rel_entry *nr   = realloc(s->rel, ncap * sizeof(*nr));
-				if (nr == NULL) {
-					nmq_mutex_unlock(&s->mtx);
-					link_fail(l, MQTT_RC_UNSPECIFIED);
-					return -1;
-				}
-				s->rel     = nr;
-				s->rel_cap = ncap;
-			}
-			s->rel[s->rel_len].pid   = pub->packet_id;
-			s->rel[s->rel_len].at_ms = now;
-			s->rel_len++;
-		}
-		nmq_mutex_unlock(&s->mtx);
-		if (dup) {
+		session_lock(s);
+		nmq_err err = session_qos2_record_locked(s, pub->packet_id, nmq_clock_ms());
+		if (err == NMQ_EEXIST) {
 			mqtt_packet r;
 			memset(&r, 0, sizeof(r));
 			r.type            = MQTT_PUBREC;
 			r.u.ack.packet_id = pub->packet_id;
-			nmq_mutex_lock(&s->mtx);
 			link_send_packet(l, &r);
-			nmq_mutex_unlock(&s->mtx);
+			session_unlock(s);
 			return 0;
+		}
+		session_unlock(s);
+		if (err == NMQ_ELIMIT) {
+			// Over our Receive Maximum [MQTT-3.3.4-9].
+			link_fail(l, MQTT_RC_RECEIVE_MAX_EXCEEDED);
+			return -1;
+		}
+		if (err != NMQ_OK) {
+			link_fail(l, MQTT_RC_UNSPECIFIED);
+			return -1;
 		}
 	}
 
 	atomic_fetch_add_explicit(&p->m.msgs_received, 1, memory_order_relaxed);
 	nmq_msg *m = proto_msg_build(l->ver, topic, l->ver == MQTT_PROTO_V5 ? &pub->props : NULL,
-	    pub->payload, pub->qos, pub->retain, s->id);
+	    pub->payload, pub->qos, pub->retain, nmq_session_id(s));
 	if (m == NULL) {
+		proto_count_alloc_failure(p, "message");
 		link_fail(l, MQTT_RC_UNSPECIFIED);
 		return -1;
 	}
-	proto_who who = { s->client_id, l->username, conn_peer(l->conn) };
+	proto_who who = { nmq_session_client_id(s), l->username, conn_peer(l->conn) };
 	int       rv  = p->ops->route(p->app, s, &who, m);
 	uint8_t   rc  = (uint8_t)(rv & 0xFF);
 	nmq_msg_release(m);
@@ -178,24 +219,65 @@ int handle_publish(nmq_link *l, const mqtt_packet *pk)
 		r.type            = pub->qos == 1 ? MQTT_PUBACK : MQTT_PUBREC;
 		r.u.ack.packet_id = pub->packet_id;
 		r.u.ack.reason    = l->ver == MQTT_PROTO_V5 ? rc : 0;
+		session_lock(s);
 		if (pub->qos == 2 && rc >= 0x80) {
 			// A refused QoS 2 flow ends here: forget the id.
-			nmq_mutex_lock(&s->mtx);
-			for (uint32_t i = 0; i < s->rel_len; i++) {
-				if (s->rel[i].pid == pub->packet_id) {
-					s->rel[i] = s->rel[--s->rel_len];
-					break;
-				}
-			}
-			nmq_mutex_unlock(&s->mtx);
+			session_qos2_release_locked(s, pub->packet_id);
 		}
-		nmq_mutex_lock(&s->mtx);
 		link_send_packet(l, &r);
-		nmq_mutex_unlock(&s->mtx);
+		session_unlock(s);
 	}
 	if (rv & PROTO_RC_DISCONNECT) {
 		link_fail(l, rc);
 		return -1;
 	}
+	return 0;
+}
+
+// Sends a simple ack (PUBACK/PUBREC/PUBREL/PUBCOMP).
+static void send_ack(nmq_link *l, uint8_t type, uint16_t pid, uint8_t reason)
+{
+	mqtt_packet pk;
+	memset(&pk, 0, sizeof(pk));
+	pk.type            = type;
+	pk.flags           = type == MQTT_PUBREL ? 0x2 : 0;
+	pk.u.ack.packet_id = pid;
+	pk.u.ack.reason    = l->ver == MQTT_PROTO_V5 ? reason : 0;
+	link_send_packet(l, &pk);
+}
+
+// Handles PUBACK/PUBREC/PUBREL/PUBCOMP from the client.
+int handle_pub_ack(nmq_link *l, const mqtt_packet *pk)
+{
+	nmq_session *s   = l->session;
+	uint16_t     pid = pk->u.ack.packet_id;
+	session_lock(s);
+	if (session_link_locked(s) != l) {
+		session_unlock(s);
+		return -1;
+	}
+	switch (pk->type) {
+	case MQTT_PUBACK:
+		session_puback_locked(s, pid);
+		break;
+	case MQTT_PUBREC:
+		if (session_pubrec_locked(s, pid, pk->u.ack.reason >= 0x80)) {
+			if (pk->u.ack.reason < 0x80) {
+				send_ack(l, MQTT_PUBREL, pid, 0);
+			}
+		} else {
+			send_ack(l, MQTT_PUBREL, pid, MQTT_RC_PACKET_ID_NOT_FOUND);
+		}
+		break;
+	case MQTT_PUBCOMP:
+		session_pubcomp_locked(s, pid);
+		break;
+	case MQTT_PUBREL: {
+		bool found = session_qos2_release_locked(s, pid);
+		send_ack(l, MQTT_PUBCOMP, pid, found ? 0 : MQTT_RC_PACKET_ID_NOT_FOUND);
+		break;
+	}
+	}
+	session_unlock(s);
 	return 0;
 }

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "nng/core/log.h"
-#include "nng/protocol/proto_impl.h"
+#include "nng/protocol/link.h"
 
 #define SUB_MAX_FILTERS 4096
 
@@ -35,7 +35,8 @@ static bool filters_well_formed(nmq_link *l, const mqtt_packet *pk)
 	}
 	if (more) {
 		log_info("conn", "peer=%s client_id=%s reason=topic_filter_malformed packet=%s",
-		    conn_peer(l->conn), l->session->client_id, sub ? "SUBSCRIBE" : "UNSUBSCRIBE");
+		    conn_peer(l->conn), nmq_session_client_id(l->session),
+		    sub ? "SUBSCRIBE" : "UNSUBSCRIBE");
 	}
 	return !more;
 }
@@ -75,7 +76,7 @@ int handle_subscribe(nmq_link *l, const mqtt_packet *pk)
 	mqtt_sub_opts o;
 	uint32_t      i    = 0;
 	uint8_t       kick = 0;
-	proto_who     who  = { s->client_id, l->username, conn_peer(l->conn) };
+	proto_who     who  = { nmq_session_client_id(s), l->username, conn_peer(l->conn) };
 	mqtt_sub_iter_init(&it, sub, l->ver);
 	while (i < n && mqtt_sub_iter_next(&it, &f, &o)) {
 		existed[i] = false;
@@ -115,9 +116,7 @@ int handle_subscribe(nmq_link *l, const mqtt_packet *pk)
 	r.u.suback.packet_id = sub->packet_id;
 	r.u.suback.count     = i;
 	r.u.suback.codes     = codes;
-	nmq_mutex_lock(&s->mtx);
-	link_send_packet(l, &r);
-	nmq_mutex_unlock(&s->mtx);
+	link_reply(l, &r);
 	if (kick != 0) {
 		free(codes);
 		free(existed);
@@ -177,43 +176,7 @@ int handle_unsubscribe(nmq_link *l, const mqtt_packet *pk)
 	r.u.suback.packet_id = unsub->packet_id;
 	r.u.suback.count     = i;
 	r.u.suback.codes     = codes;
-	nmq_mutex_lock(&s->mtx);
-	link_send_packet(l, &r);
-	nmq_mutex_unlock(&s->mtx);
+	link_reply(l, &r);
 	free(codes);
 	return 0;
-}
-
-// Handles DISCONNECT from the client.
-int handle_disconnect(nmq_link *l, const mqtt_packet *pk)
-{
-	nmq_session *s = l->session;
-	if (l->ver == MQTT_PROTO_V5) {
-		const mqtt_disconnect *d = &pk->u.disconnect;
-		if (d->props.present & MQTT_PBIT(MQTT_PROP_SESSION_EXPIRY)) {
-			if (l->session_zero_expiry && d->props.session_expiry != 0) {
-				// [MQTT-3.14.2-2]
-				link_fail(l, MQTT_RC_PROTOCOL_ERROR);
-				return -1;
-			}
-			nmq_mutex_lock(&s->mtx);
-			if (s->link == l) {
-				s->expiry_s = d->props.session_expiry;
-			}
-			nmq_mutex_unlock(&s->mtx);
-		}
-		l->graceful = d->reason == MQTT_RC_SUCCESS;
-	} else {
-		l->graceful = true;
-	}
-	if (l->graceful && l->will != NULL) {
-		// [MQTT-3.1.2-10]: the will is discarded.
-		nmq_msg_release(l->will);
-		l->will = NULL;
-	}
-	// Detach now, not when the close completes: a client that reconnects
-	// at once must find a non-persistent session already gone.
-	link_detach(l);
-	conn_close(l->conn);
-	return -1;
 }

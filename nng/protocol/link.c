@@ -6,7 +6,7 @@
 
 #include "nng/codec/mqtt_publish_out.h"
 #include "nng/core/log.h"
-#include "nng/protocol/proto_impl.h"
+#include "nng/protocol/link.h"
 
 #define SHUTDOWN_GRACE_MS 2000
 // Payloads up to this size are copied into the connection's send buffer;
@@ -36,6 +36,9 @@ void proto_accept(nmq_proto *p, nmq_conn *c)
 {
 	nmq_link *l = calloc(1, sizeof(*l));
 	if (l == NULL || p->stopping) {
+		if (l == NULL) {
+			proto_count_alloc_failure(p, "link");
+		}
 		free(l);
 		conn_close(c);
 		conn_release(c);
@@ -47,8 +50,9 @@ void proto_accept(nmq_proto *p, nmq_conn *c)
 	atomic_init(&l->last_rx_ms, nmq_clock_ms());
 	tw_timer_init(&l->timer, link_timer_cb);
 	l->deadline_ms = nmq_clock_ms() + proto_lim(p)->connect_timeout_ms;
-	if (!proto_links_add(p, l)) {
-		// Shutting down (or out of memory): refuse the connection.
+	if (proto_links_add(p, l) != NMQ_OK) {
+		// Shutting down (or out of memory, counted and logged): refuse
+		// the connection.
 		free(l);
 		conn_close(c);
 		conn_release(c);
@@ -108,6 +112,7 @@ void link_backpressure(nmq_link *l, nmq_session *s)
 		// writer of l->bp; the struct lives until the link is freed).
 		link_bp *bp = calloc(1, sizeof(*bp));
 		if (bp == NULL) {
+			proto_count_alloc_failure(l->p, "backpressure");
 			bp_sess_release(s); // no pause: the queue bound holds
 			return;
 		}
@@ -181,11 +186,11 @@ static void link_timer_cb(tw_timer *t)
 		log_info("conn", "peer=%s reason=keepalive_timeout keepalive=%u",
 		    conn_peer(l->conn), l->keepalive);
 		if (l->ver == MQTT_PROTO_V5 && l->session != NULL) {
-			nmq_mutex_lock(&l->session->mtx);
-			if (l->session->link == l) {
+			session_lock(l->session);
+			if (session_link_locked(l->session) == l) {
 				link_send_disconnect(l, MQTT_RC_KEEP_ALIVE_TIMEOUT);
 			}
-			nmq_mutex_unlock(&l->session->mtx);
+			session_unlock(l->session);
 			conn_shutdown(l->conn);
 			l->shutting    = true;
 			l->deadline_ms = now + SHUTDOWN_GRACE_MS;
@@ -356,10 +361,31 @@ void link_close_if_too_large(nmq_link *l, uint8_t type)
 	if (too_large) {
 		log_info("conn",
 		    "peer=%s client_id=%s reason=packet_exceeds_client_maximum type=%u max=%u",
-		    conn_peer(l->conn), l->session != NULL ? l->session->client_id : "", type,
-		    l->client_max_packet);
+		    conn_peer(l->conn), l->session != NULL ? nmq_session_client_id(l->session) : "",
+		    type, l->client_max_packet);
 		conn_close(l->conn);
 	}
+}
+
+// Sends a control packet under the session lock; see link.h.
+bool link_reply(nmq_link *l, const mqtt_packet *pkt)
+{
+	session_lock(l->session);
+	bool ok = link_send_packet(l, pkt);
+	session_unlock(l->session);
+	return ok;
+}
+
+// The session was taken over from l; see link.h.
+nmq_conn *link_take_over_locked(nmq_link *l, bool *v5)
+{
+	l->taken_over = true;
+	*v5           = l->ver == MQTT_PROTO_V5;
+	conn_hold(l->conn);
+	if (*v5) {
+		link_send_disconnect(l, MQTT_RC_SESSION_TAKEN_OVER);
+	}
+	return l->conn;
 }
 
 // Sends a v5 DISCONNECT with a reason (nothing for 3.1.1).
@@ -387,12 +413,13 @@ void link_send_disconnect(nmq_link *l, uint8_t reason)
 void link_fail(nmq_link *l, uint8_t reason)
 {
 	log_info("conn", "peer=%s client_id=%s reason=%s(0x%02x)", conn_peer(l->conn),
-	    l->session != NULL ? l->session->client_id : "", mqtt_reason_name(reason), reason);
+	    l->session != NULL ? nmq_session_client_id(l->session) : "", mqtt_reason_name(reason),
+	    reason);
 	if (l->ver == MQTT_PROTO_V5 && l->connected) {
 		if (l->session != NULL) {
-			nmq_mutex_lock(&l->session->mtx);
+			session_lock(l->session);
 			link_send_disconnect(l, reason);
-			nmq_mutex_unlock(&l->session->mtx);
+			session_unlock(l->session);
 		} else {
 			link_send_disconnect(l, reason);
 		}
@@ -425,11 +452,13 @@ static uint16_t out_alias(nmq_link *l, const char *topic, size_t tlen, bool *fre
 	if (l->out_alias == NULL) {
 		l->out_alias = calloc(max, sizeof(char *));
 		if (l->out_alias == NULL) {
-			return 0;
+			proto_count_alloc_failure(l->p, "topic_alias");
+			return 0; // the topic goes in full
 		}
 	}
 	char *t = strndup(topic, tlen);
 	if (t == NULL) {
+		proto_count_alloc_failure(l->p, "topic_alias");
 		return 0;
 	}
 	l->out_alias[l->out_alias_len++] = t;
@@ -437,9 +466,9 @@ static uint16_t out_alias(nmq_link *l, const char *topic, size_t tlen, bool *fre
 	return l->out_alias_len;
 }
 
-// Encodes one PUBLISH for entry e; see proto_impl.h. Caller holds the
-// session mutex and the connection's tx lock.
-int link_send_publish(nmq_link *l, const out_entry *e, uint16_t pid, bool dup)
+// Encodes one PUBLISH for entry e; see link.h. Caller holds the session
+// mutex and the connection's tx lock.
+nmq_err link_send_publish(nmq_link *l, const out_entry *e, uint16_t pid, bool dup)
 {
 	nmq_msg          *m = e->msg;
 	mqtt_publish_head h;
@@ -466,7 +495,7 @@ int link_send_publish(nmq_link *l, const out_entry *e, uint16_t pid, bool dup)
 	}
 	size_t total = mqtt_publish_total_size(&h);
 	if (total == 0 || total > l->client_max_packet) {
-		return -1;
+		return NMQ_ELIMIT;
 	}
 	if (l->ver == MQTT_PROTO_V5 && l->client_alias_max > 0) {
 		bool     fresh;
@@ -484,10 +513,10 @@ int link_send_publish(nmq_link *l, const out_entry *e, uint16_t pid, bool dup)
 	bool           copy     = tail_len <= COPY_MAX;
 	uint8_t       *b        = conn_tx_reserve(l->conn, hs + (copy ? tail_len : 0));
 	if (b == NULL) {
-		return 0;
+		return NMQ_EBUSY;
 	}
 	if (mqtt_publish_head_encode(b, hs, &h) != hs) {
-		return -1;
+		return NMQ_ELIMIT;
 	}
 	if (copy) {
 		memcpy(b + hs, tail, tail_len);
@@ -495,65 +524,10 @@ int link_send_publish(nmq_link *l, const out_entry *e, uint16_t pid, bool dup)
 	} else {
 		conn_tx_commit(l->conn, hs);
 		if (!conn_tx_ref(l->conn, m, tail, tail_len)) {
-			return 0;
+			return NMQ_EBUSY;
 		}
 	}
-	return 1;
-}
-
-// Sends a simple ack (PUBACK/PUBREC/PUBREL/PUBCOMP).
-static void send_ack(nmq_link *l, uint8_t type, uint16_t pid, uint8_t reason)
-{
-	mqtt_packet pk;
-	memset(&pk, 0, sizeof(pk));
-	pk.type            = type;
-	pk.flags           = type == MQTT_PUBREL ? 0x2 : 0;
-	pk.u.ack.packet_id = pid;
-	pk.u.ack.reason    = l->ver == MQTT_PROTO_V5 ? reason : 0;
-	link_send_packet(l, &pk);
-}
-
-// Handles PUBACK/PUBREC/PUBREL/PUBCOMP from the client.
-static int handle_ack(nmq_link *l, const mqtt_packet *pk)
-{
-	nmq_session *s   = l->session;
-	uint16_t     pid = pk->u.ack.packet_id;
-	nmq_mutex_lock(&s->mtx);
-	if (s->link != l) {
-		nmq_mutex_unlock(&s->mtx);
-		return -1;
-	}
-	switch (pk->type) {
-	case MQTT_PUBACK:
-		session_puback_locked(s, pid);
-		break;
-	case MQTT_PUBREC:
-		if (session_pubrec_locked(s, pid, pk->u.ack.reason >= 0x80)) {
-			if (pk->u.ack.reason < 0x80) {
-				send_ack(l, MQTT_PUBREL, pid, 0);
-			}
-		} else {
-			send_ack(l, MQTT_PUBREL, pid, MQTT_RC_PACKET_ID_NOT_FOUND);
-		}
-		break;
-	case MQTT_PUBCOMP:
-		session_pubcomp_locked(s, pid);
-		break;
-	case MQTT_PUBREL: {
-		bool found = false;
-		for (uint32_t i = 0; i < s->rel_len; i++) {
-			if (s->rel[i].pid == pid) {
-				s->rel[i] = s->rel[--s->rel_len];
-				found     = true;
-				break;
-			}
-		}
-		send_ack(l, MQTT_PUBCOMP, pid, found ? 0 : MQTT_RC_PACKET_ID_NOT_FOUND);
-		break;
-	}
-	}
-	nmq_mutex_unlock(&s->mtx);
-	return 0;
+	return NMQ_OK;
 }
 
 // One complete frame from the connection (worker thread).
@@ -580,7 +554,7 @@ static int link_frame(void *upper, const uint8_t *frame, size_t len)
 	case MQTT_PUBREC:
 	case MQTT_PUBREL:
 	case MQTT_PUBCOMP:
-		return handle_ack(l, &pk);
+		return handle_pub_ack(l, &pk);
 	case MQTT_SUBSCRIBE:
 		return handle_subscribe(l, &pk);
 	case MQTT_UNSUBSCRIBE:
@@ -589,9 +563,7 @@ static int link_frame(void *upper, const uint8_t *frame, size_t len)
 		mqtt_packet r;
 		memset(&r, 0, sizeof(r));
 		r.type = MQTT_PINGRESP;
-		nmq_mutex_lock(&l->session->mtx);
-		link_send_packet(l, &r);
-		nmq_mutex_unlock(&l->session->mtx);
+		link_reply(l, &r);
 		return 0;
 	}
 	case MQTT_DISCONNECT:
@@ -643,11 +615,7 @@ static void link_writable(void *upper)
 	if (s == NULL || !l->connected) {
 		return;
 	}
-	nmq_mutex_lock(&s->mtx);
-	if (s->link == l && s->q.len + s->q0.len > 0) {
-		session_pump_locked(s);
-	}
-	nmq_mutex_unlock(&s->mtx);
+	session_writable(s, l);
 }
 
 // The connection ended (worker thread): will, session detach or end, and
@@ -665,40 +633,11 @@ void link_detach(nmq_link *l)
 	if (l->detached || s == NULL) {
 		return;
 	}
-	l->detached      = true;
-	bool     end     = false;
-	bool     current = false;
-	nmq_msg *will    = NULL;
-	nmq_mutex_lock(&s->mtx);
-	if (s->link == l) {
-		current = true;
-		__atomic_store_n(&s->link, NULL, __ATOMIC_RELAXED);
-		s->offline_since_ms = nmq_clock_ms();
-		if (s->expiry_s == 0) {
-			end = true;
-		}
-	}
-	if (!l->graceful && l->will != NULL) {
-		if (l->will_delay_s == 0 || end || s->ended) {
-			// No delay, or the session ends now (or a takeover with
-			// Clean Start ended it already: MQTT 5.0 3.1.4).
-			will    = l->will;
-			l->will = NULL;
-		} else if (current) {
-			if (s->will != NULL) {
-				nmq_msg_release(s->will);
-			}
-			s->will       = l->will;
-			l->will       = NULL;
-			s->will_at_ms = nmq_clock_ms() + (uint64_t)l->will_delay_s * 1000;
-		}
-		// Else a takeover resumed the session within the will delay:
-		// no will [MQTT-3.1.2-8].
-	}
-	if (current && !end) {
-		session_timer_update_locked(s);
-	}
-	nmq_mutex_unlock(&s->mtx);
+	l->detached = true;
+	bool     end;
+	nmq_msg *none = NULL;
+	// After a graceful DISCONNECT the will was discarded already.
+	nmq_msg *will = session_detach(s, l, l->graceful ? &none : &l->will, l->will_delay_s, &end);
 	if (will != NULL) {
 		proto_publish_will(p, will);
 	}
@@ -706,8 +645,8 @@ void link_detach(nmq_link *l)
 		p->ops->client_status(p->app, s, false, l->graceful ? 0 : MQTT_RC_UNSPECIFIED,
 		    conn_peer(l->conn), l->username, l->keepalive, l->clean_start);
 	}
-	log_info("conn", "client_id=%s peer=%s event=disconnected graceful=%d", s->client_id,
-	    conn_peer(l->conn), l->graceful);
+	log_info("conn", "client_id=%s peer=%s event=disconnected graceful=%d",
+	    nmq_session_client_id(s), conn_peer(l->conn), l->graceful);
 	if (end) {
 		session_end(s);
 	}

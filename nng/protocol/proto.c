@@ -3,7 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "nng/protocol/proto_impl.h"
+#include "nng/core/log.h"
+#include "nng/protocol/link.h"
 
 // FNV-1a over a NUL-terminated client id.
 static size_t hash_id(const char *s)
@@ -50,16 +51,19 @@ nmq_proto *proto_alloc(
 	return p;
 }
 
-void proto_set_limits(nmq_proto *p, const proto_limits *limits)
+// Publishes a new set of limits; see proto.h.
+nmq_err proto_set_limits(nmq_proto *p, const proto_limits *limits)
 {
 	lim_node *n = calloc(1, sizeof(*n));
 	if (n == NULL) {
-		return; // the running limits stay
+		proto_count_alloc_failure(p, "limits");
+		return NMQ_ENOMEM; // the running limits stay
 	}
 	n->lim  = *limits;
 	n->prev = p->lim;
 	__atomic_store_n(&p->lim, n, __ATOMIC_RELEASE);
 	__atomic_store_n(&p->env.max_packet_size, limits->max_packet_size, __ATOMIC_RELAXED);
+	return NMQ_OK;
 }
 
 proto_metrics *proto_metrics_get(nmq_proto *p)
@@ -77,6 +81,12 @@ void proto_count_drop(nmq_proto *p, atomic_long *why)
 	proto_count_drops(p, why, 1);
 }
 
+void proto_count_alloc_failure(nmq_proto *p, const char *what)
+{
+	long n = atomic_fetch_add(&p->m.alloc_failures, 1) + 1;
+	log_warn_rl("proto", "event=alloc_failed for=%s alloc_failures=%ld", what, n);
+}
+
 void proto_count_drops(nmq_proto *p, atomic_long *why, size_t n)
 {
 	if (n == 0) {
@@ -88,8 +98,8 @@ void proto_count_drops(nmq_proto *p, atomic_long *why, size_t n)
 	}
 }
 
-// Finds a session by client id; returns it held, or NULL. Caller holds
-// tbl_mtx.
+// Finds a session by client id; returns it (not held), or NULL. Caller
+// holds tbl_mtx.
 nmq_session *proto_table_find(nmq_proto *p, const char *client_id)
 {
 	size_t mask = p->tbl_cap - 1;
@@ -98,51 +108,69 @@ nmq_session *proto_table_find(nmq_proto *p, const char *client_id)
 		if (s == NULL) {
 			return NULL;
 		}
-		if (s != (nmq_session *)p && strcmp(s->client_id, client_id) == 0) {
+		if (s != (nmq_session *)p && strcmp(nmq_session_client_id(s), client_id) == 0) {
 			return s;
 		}
 	}
 }
 
-// Rebuilds the table at a new capacity, dropping tombstones.
-static void table_resize(nmq_proto *p, size_t ncap)
+// Rebuilds the table at a new capacity, dropping tombstones. Returns false
+// when out of memory (counted and logged; the table is unchanged).
+static bool table_resize(nmq_proto *p, size_t ncap)
 {
 	nmq_session **nt = calloc(ncap, sizeof(*nt));
 	if (nt == NULL) {
-		return;
+		proto_count_alloc_failure(p, "session_table");
+		return false;
 	}
 	for (size_t i = 0; i < p->tbl_cap; i++) {
 		nmq_session *s = p->tbl[i];
 		if (s == NULL || s == (nmq_session *)p) {
 			continue;
 		}
-		size_t j = hash_id(s->client_id) & (ncap - 1);
+		size_t j = hash_id(nmq_session_client_id(s)) & (ncap - 1);
 		while (nt[j] != NULL) {
 			j = (j + 1) & (ncap - 1);
 		}
 		nt[j] = s;
 	}
 	free(p->tbl);
-	p->tbl     = nt;
-	p->tbl_cap = ncap;
+	p->tbl      = nt;
+	p->tbl_cap  = ncap;
+	p->tbl_tomb = 0;
+	return true;
 }
 
-// Inserts s (the table keeps the caller's reference). Caller holds tbl_mtx.
-void proto_table_insert(nmq_proto *p, nmq_session *s)
+// Inserts s (the table keeps the caller's reference); see proto_impl.h.
+// Caller holds tbl_mtx.
+nmq_err proto_table_insert(nmq_proto *p, nmq_session *s)
 {
-	if ((p->tbl_len + 1) * 2 > p->tbl_cap) {
-		table_resize(p, p->tbl_cap * 2);
+	// Live entries and tombstones together stay under half the slots, so
+	// that a probe always meets an empty slot: grow when the live ones
+	// pass half, else rebuild at the same size to drop the tombstones.
+	size_t used = p->tbl_len + p->tbl_tomb + 1;
+	if (used * 2 > p->tbl_cap) {
+		size_t ncap = (p->tbl_len + 1) * 2 > p->tbl_cap ? p->tbl_cap * 2 : p->tbl_cap;
+		if (!table_resize(p, ncap) && used * 8 > p->tbl_cap * 7) {
+			// Could not rebuild, and probing would get too long
+			// (or never end): refuse this session.
+			return NMQ_ENOMEM;
+		}
 	}
 	size_t mask = p->tbl_cap - 1;
-	size_t i    = hash_id(s->client_id) & mask;
+	size_t i    = hash_id(nmq_session_client_id(s)) & mask;
 	while (p->tbl[i] != NULL && p->tbl[i] != (nmq_session *)p) {
 		i = (i + 1) & mask;
+	}
+	if (p->tbl[i] != NULL) {
+		p->tbl_tomb--;
 	}
 	p->tbl[i] = s;
 	p->tbl_len++;
 	long n  = atomic_fetch_add(&p->m.sessions, 1) + 1;
 	long mx = atomic_load(&p->m.sessions_max);
 	while (n > mx && !atomic_compare_exchange_weak(&p->m.sessions_max, &mx, n)) { }
+	return NMQ_OK;
 }
 
 // Removes s (a tombstone keeps probe chains intact; the table's reference
@@ -150,32 +178,34 @@ void proto_table_insert(nmq_proto *p, nmq_session *s)
 void proto_table_remove(nmq_proto *p, nmq_session *s)
 {
 	size_t mask = p->tbl_cap - 1;
-	for (size_t i = hash_id(s->client_id) & mask;; i = (i + 1) & mask) {
+	for (size_t i = hash_id(nmq_session_client_id(s)) & mask;; i = (i + 1) & mask) {
 		if (p->tbl[i] == NULL) {
 			return;
 		}
 		if (p->tbl[i] == s) {
 			p->tbl[i] = (nmq_session *)p; // tombstone
 			p->tbl_len--;
+			p->tbl_tomb++;
 			atomic_fetch_sub(&p->m.sessions, 1);
 			return;
 		}
 	}
 }
 
-bool proto_links_add(nmq_proto *p, nmq_link *l)
+nmq_err proto_links_add(nmq_proto *p, nmq_link *l)
 {
 	pthread_mutex_lock(&p->links_mtx);
 	if (p->stopping) {
 		pthread_mutex_unlock(&p->links_mtx);
-		return false;
+		return NMQ_ECLOSED;
 	}
 	if (p->links_len == p->links_cap) {
 		size_t     ncap = p->links_cap ? p->links_cap * 2 : 64;
 		nmq_link **nl   = realloc(p->links, ncap * sizeof(*nl));
 		if (nl == NULL) {
 			pthread_mutex_unlock(&p->links_mtx);
-			return false;
+			proto_count_alloc_failure(p, "links");
+			return NMQ_ENOMEM;
 		}
 		p->links     = nl;
 		p->links_cap = ncap;
@@ -183,7 +213,7 @@ bool proto_links_add(nmq_proto *p, nmq_link *l)
 	l->links_idx             = (uint32_t)p->links_len;
 	p->links[p->links_len++] = l;
 	pthread_mutex_unlock(&p->links_mtx);
-	return true;
+	return NMQ_OK;
 }
 
 void proto_links_remove(nmq_proto *p, nmq_link *l)
@@ -219,12 +249,12 @@ static void close_links(nmq_proto *p, bool wills_only)
 				// Lock order is session -> conn; the links list lock
 				// is a leaf for everyone else, so take the session
 				// lock by trying and otherwise just close.
-				if (nmq_mutex_trylock(&s->mtx)) {
-					if (s->link == l) {
+				if (session_trylock(s)) {
+					if (session_link_locked(s) == l) {
 						link_send_disconnect(
 						    l, MQTT_RC_SERVER_SHUTTING_DOWN);
 					}
-					nmq_mutex_unlock(&s->mtx);
+					session_unlock(s);
 				}
 			}
 			conn_shutdown(l->conn);
@@ -274,15 +304,7 @@ void proto_free(nmq_proto *p)
 		}
 		p->tbl[i] = NULL;
 		pthread_mutex_unlock(&p->tbl_mtx);
-		timer_wheel_cancel(p->tw, &s->timer);
-		nmq_mutex_lock(&s->mtx);
-		s->ended = true;
-		session_clear_locked(s);
-		if (s->will != NULL) {
-			nmq_msg_release(s->will);
-			s->will = NULL;
-		}
-		nmq_mutex_unlock(&s->mtx);
+		session_drop(s);
 		p->ops->session_end(p->app, s);
 		nmq_session_release(s);
 		pthread_mutex_lock(&p->tbl_mtx);

@@ -21,6 +21,7 @@
 
 #include "nng/codec/mqtt_codec.h"
 #include "nng/core/msg.h"
+#include "nng/core/nmq_err.h"
 #include "nng/protocol/timer_wheel.h"
 #include "nng/transport/conn.h"
 
@@ -145,6 +146,9 @@ typedef struct proto_metrics {
 	atomic_long refused_topics; // max_topic_length / max_topic_levels
 	atomic_long refused_subscriptions; // mqtt.max_subscriptions reached
 	atomic_long await_rel_expired;
+	// Allocations that failed in the protocol layer (each is logged, rate
+	// limited, with what it was for; what it cost is said there too).
+	atomic_long alloc_failures;
 } proto_metrics;
 
 // True if a topic name or filter is within the length and level limits.
@@ -165,8 +169,9 @@ void proto_shutdown_all(nmq_proto *p);
 // says when they are gone.
 void   proto_shutdown_wills(nmq_proto *p);
 size_t proto_links_with_will(nmq_proto *p);
-// Replaces the reloadable limits.
-void            proto_set_limits(nmq_proto *p, const proto_limits *limits);
+// Replaces the reloadable limits. Returns NMQ_OK, or NMQ_ENOMEM (logged
+// and counted; the running limits stay).
+nmq_err         proto_set_limits(nmq_proto *p, const proto_limits *limits);
 proto_metrics  *proto_metrics_get(nmq_proto *p);
 const conn_env *proto_conn_env(nmq_proto *p);
 

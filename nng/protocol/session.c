@@ -5,20 +5,28 @@
 #include <string.h>
 
 #include "nng/core/log.h"
-#include "nng/protocol/proto_impl.h"
+#include "nng/protocol/link.h"
+#include "nng/protocol/session_impl.h"
 
 // Bytes a pump leaves in a send buffer while over mqtt.max_message_memory.
 #define PUMP_TIGHT (16 * 1024)
 // Largest queue ring kept once it is empty (entries).
 #define RING_KEEP 64
+// When the session timer retries work it could not post (out of memory).
+#define SESSION_RETRY_MS 1000
 
 static void session_timer_cb(tw_timer *t);
+static void session_clear_locked(nmq_session *s);
+static void session_pump_locked(nmq_session *s);
+static void session_resend_locked(nmq_session *s, bool only_old);
+static void session_timer_update_locked(nmq_session *s);
 
 // The first subscriber session that a delivery on this thread found
 // congested (held), for the publisher's receive path to act on.
 static __thread nmq_session *tls_congested;
 
-// Returns a new session of ref 1 (not yet in the table), or NULL.
+// Returns a new session of ref 1 (not yet in the table), or NULL; see
+// session.h.
 nmq_session *session_alloc(
     nmq_proto *p, const char *client_id, const uint8_t *owner, size_t owner_len)
 {
@@ -109,6 +117,26 @@ void **nmq_session_app_data(nmq_session *s)
 	return &s->app_data;
 }
 
+void session_lock(nmq_session *s)
+{
+	nmq_mutex_lock(&s->mtx);
+}
+
+void session_unlock(nmq_session *s)
+{
+	nmq_mutex_unlock(&s->mtx);
+}
+
+bool session_trylock(nmq_session *s)
+{
+	return nmq_mutex_trylock(&s->mtx);
+}
+
+nmq_link *session_link_locked(const nmq_session *s)
+{
+	return s->link;
+}
+
 // Gives back the array of an empty ring larger than RING_KEEP: a burst is
 // over (it counts against mqtt.max_message_memory, and an idle session
 // keeps little).
@@ -134,7 +162,7 @@ static void ring_clear(out_ring *r)
 }
 
 // Releases queued and in-flight messages and inbound QoS 2 state.
-void session_clear_locked(nmq_session *s)
+static void session_clear_locked(nmq_session *s)
 {
 	ring_clear(&s->q);
 	ring_clear(&s->q0);
@@ -227,16 +255,20 @@ size_t nmq_session_drop_queued(
 	return gone;
 }
 
-// Queues e (QoS 0 and QoS 1/2 apart); false when the session's queue bound
-// is reached.
-static bool queue_push(nmq_session *s, out_entry *e)
+// Queues e (QoS 0 and QoS 1/2 apart). Returns NMQ_OK, NMQ_ELIMIT when the
+// session's queue bound is reached, or NMQ_ENOMEM.
+static nmq_err queue_push(nmq_session *s, out_entry *e)
 {
 	uint32_t bound = proto_lim(s->p)->max_mqueue_len;
 	if (s->q.len + s->q0.len >= bound) {
-		return false;
+		return NMQ_ELIMIT;
 	}
-	e->seq = s->q_seq++;
-	return ring_push(e->qos == 0 ? &s->q0 : &s->q, e, bound);
+	e->seq = s->q_seq;
+	if (!ring_push(e->qos == 0 ? &s->q0 : &s->q, e, bound)) {
+		return NMQ_ENOMEM;
+	}
+	s->q_seq++;
+	return NMQ_OK;
 }
 
 // Returns true if pid is in flight.
@@ -277,6 +309,7 @@ static bool infl_push(nmq_session *s, const infl_entry *f)
 			uint32_t    ncap = s->infl_cap ? s->infl_cap * 2 : 8;
 			infl_entry *ni   = realloc(s->infl, (size_t)ncap * sizeof(*ni));
 			if (ni == NULL) {
+				proto_count_alloc_failure(s->p, "inflight_window");
 				return false;
 			}
 			nmq_mem_buffers_add((int64_t)(ncap - s->infl_cap) * (int64_t)sizeof(*ni));
@@ -321,7 +354,7 @@ static void infl_remove(nmq_session *s, uint32_t i)
 
 // Sends queued messages while the window and the socket allow: the
 // older of the two queue heads first; QoS 0 alone when the window is full.
-void session_pump_locked(nmq_session *s)
+static void session_pump_locked(nmq_session *s)
 {
 	nmq_link *l = s->link;
 	if (l == NULL || !l->connected) {
@@ -361,11 +394,11 @@ void session_pump_locked(nmq_session *s)
 			}
 		}
 		if (e->qos == 0) {
-			int rv = link_send_publish(l, e, 0, false);
-			if (rv == 0) {
+			nmq_err rv = link_send_publish(l, e, 0, false);
+			if (rv == NMQ_EBUSY) {
 				break;
 			}
-			if (rv < 0) {
+			if (rv != NMQ_OK) {
 				proto_count_drop(p, &p->m.drop_too_large);
 			} else {
 				atomic_fetch_add_explicit(&p->m.msgs_sent, 1, memory_order_relaxed);
@@ -382,21 +415,22 @@ void session_pump_locked(nmq_session *s)
 		if (now == 0) {
 			now = nmq_clock_ms();
 		}
-		f.sent_ms = now;
-		int rv    = link_send_publish(l, e, f.pid, false);
-		if (rv == 0) {
+		f.sent_ms  = now;
+		nmq_err rv = link_send_publish(l, e, f.pid, false);
+		if (rv == NMQ_EBUSY) {
 			break;
 		}
-		if (rv < 0) {
+		if (rv != NMQ_OK) {
 			proto_count_drop(p, &p->m.drop_too_large);
 			nmq_msg_release(e->msg);
 			ring_pop(r);
 			continue;
 		}
 		if (!infl_push(s, &f)) {
-			// Sent but cannot be tracked: keep the reference in the
-			// queue and stop; the client may ack an unknown id,
-			// which is harmless.
+			// Sent but cannot be tracked (counted and logged): keep
+			// the reference in the queue and stop; the client may
+			// ack an unknown id, which is harmless, and the message
+			// goes again at the next pump.
 			break;
 		}
 		atomic_fetch_add_explicit(&p->m.msgs_sent, 1, memory_order_relaxed);
@@ -443,7 +477,14 @@ void nmq_session_deliver(nmq_session *s, nmq_msg *msg, uint8_t qos, bool retain,
 	for (uint32_t i = 0; i < n_sub_ids && i < SUBIDS_INLINE; i++) {
 		e.sub_ids[e.n_sub_ids++] = sub_ids[i];
 	}
-	if (!queue_push(s, &e)) {
+	nmq_err qe = queue_push(s, &e);
+	if (qe == NMQ_ENOMEM) {
+		proto_count_drop(p, NULL);
+		proto_count_alloc_failure(p, "session_queue");
+		nmq_mutex_unlock(&s->mtx);
+		return;
+	}
+	if (qe != NMQ_OK) {
 		proto_count_drop(p, &p->m.drop_queue_full);
 		if (qos > 0) {
 			log_warn_rl("session",
@@ -466,7 +507,7 @@ void nmq_session_deliver(nmq_session *s, nmq_msg *msg, uint8_t qos, bool retain,
 	nmq_mutex_unlock(&s->mtx);
 }
 
-// See proto_impl.h: pause publishers at 3/4 of a queue bound of at least
+// See session.h: pause publishers at 3/4 of a queue bound of at least
 // 128 messages; smaller bounds are meant to drop.
 uint32_t session_congestion_mark(const nmq_proto *p)
 {
@@ -492,7 +533,7 @@ uint32_t session_queue_len(nmq_session *s, bool *online)
 
 // Resends in-flight PUBLISH (DUP) and PUBREL packets in their original
 // order; with only_old, just those sent more than retry_interval ago.
-void session_resend_locked(nmq_session *s, bool only_old)
+static void session_resend_locked(nmq_session *s, bool only_old)
 {
 	nmq_link *l = s->link;
 	if (l == NULL || !l->connected) {
@@ -516,7 +557,7 @@ void session_resend_locked(nmq_session *s, bool only_old)
 			if (!link_put_packet_locked(l, &pk)) {
 				break;
 			}
-		} else if (link_send_publish(l, &f->e, f->pid, true) == 0) {
+		} else if (link_send_publish(l, &f->e, f->pid, true) == NMQ_EBUSY) {
 			break;
 		}
 		f->sent_ms = now;
@@ -576,6 +617,227 @@ bool session_pubcomp_locked(nmq_session *s, uint16_t pid)
 	return true;
 }
 
+// The socket of l has room again; see session.h.
+void session_writable(nmq_session *s, nmq_link *l)
+{
+	nmq_mutex_lock(&s->mtx);
+	if (s->link == l && s->q.len + s->q0.len > 0) {
+		session_pump_locked(s);
+	}
+	nmq_mutex_unlock(&s->mtx);
+}
+
+// Drops inbound QoS 2 ids that waited longer than await_rel_timeout.
+static void qos2_purge(nmq_session *s, uint64_t now)
+{
+	uint64_t limit = (uint64_t)proto_lim(s->p)->await_rel_timeout_s * 1000;
+	if (limit == 0) {
+		return;
+	}
+	for (uint32_t i = 0; i < s->rel_len;) {
+		if (now - s->rel[i].at_ms > limit) {
+			s->rel[i] = s->rel[--s->rel_len];
+			atomic_fetch_add(&s->p->m.await_rel_expired, 1);
+		} else {
+			i++;
+		}
+	}
+}
+
+// Index of pid among the ids awaiting PUBREL, or -1.
+static int64_t qos2_find(const nmq_session *s, uint16_t pid)
+{
+	for (uint32_t i = 0; i < s->rel_len; i++) {
+		if (s->rel[i].pid == pid) {
+			return i;
+		}
+	}
+	return -1;
+}
+
+// Records an inbound QoS 2 packet id; see session.h.
+nmq_err session_qos2_record_locked(nmq_session *s, uint16_t pid, uint64_t now_ms)
+{
+	if (qos2_find(s, pid) >= 0) {
+		return NMQ_EEXIST;
+	}
+	uint32_t max = proto_lim(s->p)->max_awaiting_rel;
+	if (s->rel_len >= max) {
+		qos2_purge(s, now_ms);
+	}
+	if (s->rel_len >= max) {
+		return NMQ_ELIMIT;
+	}
+	if (s->rel_len == s->rel_cap) {
+		uint32_t   ncap = s->rel_cap ? s->rel_cap * 2 : 4;
+		rel_entry *nr   = realloc(s->rel, ncap * sizeof(*nr));
+		if (nr == NULL) {
+			proto_count_alloc_failure(s->p, "qos2_state");
+			return NMQ_ENOMEM;
+		}
+		s->rel     = nr;
+		s->rel_cap = ncap;
+	}
+	s->rel[s->rel_len].pid   = pid;
+	s->rel[s->rel_len].at_ms = now_ms;
+	s->rel_len++;
+	return NMQ_OK;
+}
+
+bool session_qos2_pending_locked(const nmq_session *s, uint16_t pid)
+{
+	return qos2_find(s, pid) >= 0;
+}
+
+bool session_qos2_release_locked(nmq_session *s, uint16_t pid)
+{
+	int64_t i = qos2_find(s, pid);
+	if (i < 0) {
+		return false;
+	}
+	s->rel[i] = s->rel[--s->rel_len];
+	return true;
+}
+
+// The session part of a CONNECT; see session.h.
+nmq_err session_open(nmq_proto *p, const char *client_id, const uint8_t *owner, size_t owner_len,
+    bool clean_start, session_open_res *r)
+{
+	memset(r, 0, sizeof(*r));
+	pthread_mutex_lock(&p->tbl_mtx);
+	nmq_session *s = proto_table_find(p, client_id);
+	if (s != NULL) {
+		nmq_mutex_lock(&s->mtx);
+		if (proto_lim(p)->client_id_owner_check && !clean_start
+		    && !session_owned_by(s, owner, owner_len)) {
+			// Another user's session is not resumed (its queue and
+			// subscriptions are not handed over). A clean start by
+			// another user discards it as usual and starts a session of
+			// its own.
+			nmq_mutex_unlock(&s->mtx);
+			pthread_mutex_unlock(&p->tbl_mtx);
+			return NMQ_EACCES;
+		}
+		if (s->link != NULL) {
+			r->old_conn = link_take_over_locked(s->link, &r->old_v5);
+			__atomic_store_n(&s->link, NULL, __ATOMIC_RELAXED);
+		}
+		if (clean_start || s->expiry_s == 0) {
+			// Discard the old session [MQTT-3.1.2-4]; a delayed will
+			// of the old session is published by session_discard(). A
+			// session that lasts only as long as its connection (3.1.1
+			// CleanSession 1, 5.0 Session Expiry 0) ends with the
+			// connection taken over, so it is not resumed either: its
+			// state is never reused [MQTT-3.1.2-6] (3.1.1) and Session
+			// Present is 0.
+			s->ended = true;
+			proto_table_remove(p, s);
+			nmq_mutex_unlock(&s->mtx);
+			r->ended = s; // the table's reference
+			s        = NULL;
+		} else {
+			r->present = true;
+			if (s->will != NULL) {
+				// Reconnected within the will delay: no will.
+				nmq_msg_release(s->will);
+				s->will = NULL;
+			}
+		}
+	}
+	if (s == NULL) {
+		s = session_alloc(p, client_id, owner, owner_len);
+		if (s == NULL) {
+			pthread_mutex_unlock(&p->tbl_mtx);
+			proto_count_alloc_failure(p, "session");
+			return NMQ_ENOMEM;
+		}
+		nmq_mutex_lock(&s->mtx);
+		if (proto_table_insert(p, s) != NMQ_OK) { // the table keeps this reference
+			nmq_mutex_unlock(&s->mtx);
+			pthread_mutex_unlock(&p->tbl_mtx);
+			nmq_session_release(s);
+			return NMQ_ENOMEM;
+		}
+	}
+	// s->mtx is held here. The table is done with: the CONNACK, the resend
+	// and the first pump run under the session lock only, so that a
+	// reconnect with a long queue does not hold up other CONNECTs (a
+	// concurrent CONNECT with this client id waits for s->mtx and then
+	// takes the session over from this link).
+	pthread_mutex_unlock(&p->tbl_mtx);
+	nmq_session_hold(s); // the link's reference
+	r->s = s;
+	return NMQ_OK;
+}
+
+// Attaches a connection after its CONNACK; see session.h.
+void session_attach_locked(
+    nmq_session *s, nmq_link *l, uint8_t ver, uint32_t expiry_s, uint16_t receive_max)
+{
+	s->ver          = ver;
+	s->expiry_s     = expiry_s;
+	uint32_t window = proto_lim(s->p)->max_inflight_window;
+	s->infl_max     = receive_max < window ? receive_max : window;
+	if (s->infl_max == 0) {
+		s->infl_max = 1;
+	}
+	__atomic_store_n(&s->link, l, __ATOMIC_RELAXED);
+	// Only the in-flight window that the new connection allows is filled;
+	// everything else waits in the queue.
+	session_resend_locked(s, false);
+	session_pump_locked(s);
+	session_timer_update_locked(s);
+}
+
+void session_set_expiry(nmq_session *s, const nmq_link *l, uint32_t expiry_s)
+{
+	nmq_mutex_lock(&s->mtx);
+	if (s->link == l) {
+		s->expiry_s = expiry_s;
+	}
+	nmq_mutex_unlock(&s->mtx);
+}
+
+// Detaches a connection; see session.h.
+nmq_msg *session_detach(
+    nmq_session *s, nmq_link *l, nmq_msg **will, uint32_t will_delay_s, bool *end)
+{
+	bool     current = false;
+	nmq_msg *now     = NULL;
+	*end             = false;
+	nmq_mutex_lock(&s->mtx);
+	if (s->link == l) {
+		current = true;
+		__atomic_store_n(&s->link, NULL, __ATOMIC_RELAXED);
+		s->offline_since_ms = nmq_clock_ms();
+		if (s->expiry_s == 0) {
+			*end = true;
+		}
+	}
+	if (*will != NULL) {
+		if (will_delay_s == 0 || *end || s->ended) {
+			// No delay, or the session ends now (or a takeover with
+			// Clean Start ended it already: MQTT 5.0 3.1.4).
+			now   = *will;
+			*will = NULL;
+		} else if (current) {
+			if (s->will != NULL) {
+				nmq_msg_release(s->will);
+			}
+			s->will       = *will;
+			*will         = NULL;
+			s->will_at_ms = nmq_clock_ms() + (uint64_t)will_delay_s * 1000;
+		}
+		// Else a takeover resumed the session within the will delay:
+		// no will [MQTT-3.1.2-8].
+	}
+	if (current && !*end) {
+		session_timer_update_locked(s);
+	}
+	nmq_mutex_unlock(&s->mtx);
+	return now;
+}
+
 // Publishes a will message through the application and releases it.
 void proto_publish_will(nmq_proto *p, nmq_msg *will)
 {
@@ -590,6 +852,24 @@ static bool session_expired_locked(nmq_session *s, uint64_t now)
 {
 	return s->link == NULL && s->expiry_s != UINT32_MAX
 	    && now >= s->offline_since_ms + (uint64_t)s->expiry_s * 1000;
+}
+
+// The end of a session already out of the table and marked ended (caller
+// holds s->mtx, which this releases): its state is dropped, a pending will
+// published, the application told, and the caller's reference released.
+static void session_finish_locked(nmq_session *s)
+{
+	nmq_proto *p    = s->p;
+	nmq_msg   *will = s->will;
+	s->will         = NULL;
+	session_clear_locked(s);
+	nmq_mutex_unlock(&s->mtx);
+	timer_wheel_cancel(p->tw, &s->timer);
+	if (will != NULL) {
+		proto_publish_will(p, will);
+	}
+	p->ops->session_end(p->app, s);
+	nmq_session_release(s);
 }
 
 // Ends s (with only_if_expired: only if it is still offline and expired,
@@ -609,16 +889,7 @@ static void session_end_when(nmq_session *s, bool only_if_expired)
 	s->ended = true;
 	proto_table_remove(p, s);
 	pthread_mutex_unlock(&p->tbl_mtx);
-	nmq_msg *will = s->will;
-	s->will       = NULL;
-	session_clear_locked(s);
-	nmq_mutex_unlock(&s->mtx);
-	timer_wheel_cancel(p->tw, &s->timer);
-	if (will != NULL) {
-		proto_publish_will(p, will);
-	}
-	p->ops->session_end(p->app, s);
-	nmq_session_release(s); // the table's reference
+	session_finish_locked(s); // the table's reference
 }
 
 void session_end(nmq_session *s)
@@ -626,9 +897,28 @@ void session_end(nmq_session *s)
 	session_end_when(s, false);
 }
 
+void session_discard(nmq_session *s)
+{
+	nmq_mutex_lock(&s->mtx);
+	session_finish_locked(s);
+}
+
+void session_drop(nmq_session *s)
+{
+	timer_wheel_cancel(s->p->tw, &s->timer);
+	nmq_mutex_lock(&s->mtx);
+	s->ended = true;
+	session_clear_locked(s);
+	if (s->will != NULL) {
+		nmq_msg_release(s->will);
+		s->will = NULL;
+	}
+	nmq_mutex_unlock(&s->mtx);
+}
+
 // Re-arms the session timer: expiry while offline, the delayed will, and
 // QoS retry for 3.1.1 clients with messages in flight.
-void session_timer_update_locked(nmq_session *s)
+static void session_timer_update_locked(nmq_session *s)
 {
 	uint64_t at = 0;
 	if (s->ended) {
@@ -712,7 +1002,22 @@ static void session_timer_cb(tw_timer *t)
 	if (will != NULL || end) {
 		session_work *w = calloc(1, sizeof(*w));
 		if (w == NULL) {
+			// Counted and logged; the will goes back to the session
+			// and the timer tries again in a second, so neither the
+			// will nor the session's end is lost.
+			proto_count_alloc_failure(s->p, "session_work");
+			nmq_mutex_lock(&s->mtx);
+			if (!s->ended) {
+				if (will != NULL && s->will == NULL) {
+					s->will = will;
+					will    = NULL;
+				}
+				s->timer_at = now + SESSION_RETRY_MS;
+				timer_wheel_schedule(s->p->tw, &s->timer, s->timer_at);
+			}
+			nmq_mutex_unlock(&s->mtx);
 			if (will != NULL) {
+				// Ended meanwhile, or replaced by a newer will.
 				nmq_msg_release(will);
 			}
 			return;

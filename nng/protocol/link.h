@@ -1,0 +1,104 @@
+// The per-connection protocol state (link.c) and the packet handlers
+// (handle_*.c) that the link dispatches to. Private to nng/protocol.
+#ifndef NMQ_LINK_H
+#define NMQ_LINK_H
+
+#include "nng/protocol/proto_impl.h"
+#include "nng/protocol/session.h"
+
+// Back-pressure state of a link, allocated at its first pause (most
+// connections never pause): reading is paused while `sess` (held; set by
+// the receive path, cleared by the timer, both atomically) has a nearly
+// full queue.
+typedef struct link_bp {
+	tw_timer     timer;
+	nmq_link    *l;
+	nmq_session *sess;
+	uint64_t     since_ms;
+} link_bp;
+
+// Per-connection protocol state. Fields marked rx are touched only on the
+// connection's receive path (one worker at a time); fields marked s are
+// guarded by the session lock once attached. Ordered by size to keep it
+// small (one per connection).
+struct nmq_link {
+	nmq_proto    *p;
+	nmq_conn     *conn; // held until the connection closes
+	tw_timer      timer;
+	atomic_ullong last_rx_ms;
+	uint64_t      deadline_ms; // keepalive or CONNECT deadline; timer only
+	nmq_session  *session; // rx; held while attached
+	char        **in_alias; // rx: inbound topic aliases, 1..max_topic_alias
+	nmq_msg      *will; // rx
+	char         *username; // rx
+	char        **out_alias; // s: outbound aliases, topics[i] has alias i + 1
+	link_bp      *bp; // rx writes it once; NULL until the first pause
+	uint32_t      will_delay_s; // rx
+	uint32_t      client_max_packet; // s (read-mostly after CONNECT)
+	uint32_t      links_idx; // position in p->links (links_mtx)
+	uint16_t      keepalive; // rx
+	uint16_t      in_alias_max; // rx
+	uint16_t      client_receive_max; // s
+	uint16_t      client_alias_max; // s
+	uint16_t      out_alias_len; // s
+	uint8_t       ver; // rx
+	bool          shutting; // timer: close hard at deadline
+	bool          connected; // rx
+	bool          graceful; // rx: DISCONNECT 0x00 received
+	bool          session_zero_expiry; // rx: CONNECT had expiry 0 (v5)
+	bool          clean_start; // rx
+	bool          request_problem_info; // s
+	bool          taken_over; // s
+	bool          detached; // rx path: link_detach() done
+	bool          username_shared; // username points into the session
+	bool          tx_too_large; // tx lock: a packet did not fit client_max_packet
+};
+
+// Writing control packets (caller holds the session lock if attached, or
+// is on the receive path before attachment). Return false if closing or
+// out of memory.
+bool link_send_packet(nmq_link *l, const mqtt_packet *pkt);
+bool link_put_packet_locked(nmq_link *l, const mqtt_packet *pkt); // tx lock held
+// Closes l if link_put_packet_locked refused a packet (of this type) as too
+// large for the client; call without the tx lock.
+void link_close_if_too_large(nmq_link *l, uint8_t type);
+// Sends a control packet from the receive path of an attached link, under
+// the session lock (so that it is ordered with the session's PUBLISH
+// stream).
+bool link_reply(nmq_link *l, const mqtt_packet *pkt);
+void link_send_disconnect(nmq_link *l, uint8_t reason);
+// Encodes one PUBLISH for an out_entry. Caller holds the session lock and
+// the connection's tx lock. Returns NMQ_OK (queued), NMQ_EBUSY (no room,
+// or closing: try later) or NMQ_ELIMIT (too large for this client).
+nmq_err link_send_publish(nmq_link *l, const out_entry *e, uint16_t pid, bool dup);
+// Protocol error: v5 DISCONNECT with reason then close; v3 close.
+void link_fail(nmq_link *l, uint8_t reason);
+void link_detach(nmq_link *l);
+// l's session was taken over by another connection (caller holds the
+// session lock): marks l, tells a v5 client (DISCONNECT 0x8E) and returns
+// its connection, held, for the caller to close after the locks; *v5 says
+// whether to shut down (v5) or close (3.1.1).
+nmq_conn *link_take_over_locked(nmq_link *l, bool *v5);
+// Pauses reading from l until s drains (consumes the reference to s), or,
+// with s = LINK_BP_MEMORY, until all messages together hold less than 7/8
+// of mqtt.max_message_memory; at most 1 s at a time either way.
+void                      link_backpressure(nmq_link *l, nmq_session *s);
+extern nmq_session *const LINK_BP_MEMORY;
+
+// The packet handlers, on the receive path. Each returns 0, or -1 when
+// the connection is ended (the conn_ops.frame contract).
+int handle_connect(nmq_link *l, const uint8_t *frame, size_t len);
+int handle_publish(nmq_link *l, const mqtt_packet *pkt);
+// PUBACK, PUBREC, PUBREL and PUBCOMP (handle_publish.c).
+int handle_pub_ack(nmq_link *l, const mqtt_packet *pkt);
+int handle_subscribe(nmq_link *l, const mqtt_packet *pkt);
+int handle_unsubscribe(nmq_link *l, const mqtt_packet *pkt);
+int handle_disconnect(nmq_link *l, const mqtt_packet *pkt);
+
+// Builds a shared message from a PUBLISH or a will (handle_publish.c):
+// topic, forwardable v5 properties, payload; message expiry becomes an
+// absolute deadline. Returns NULL on allocation failure.
+nmq_msg *proto_msg_build(uint8_t ver, mqtt_bytes topic, const mqtt_props *in, mqtt_bytes payload,
+    uint8_t qos, bool retain, uint64_t origin);
+
+#endif // NMQ_LINK_H

@@ -1,0 +1,86 @@
+// The session's state. Private to the session module: only session.c (and
+// its unit test, tests/unit/test_session.c, which inspects it) include this
+// header; everything else goes through the functions of session.h, so that
+// the session alone decides how its state changes (and, later, persists).
+#ifndef NMQ_SESSION_IMPL_H
+#define NMQ_SESSION_IMPL_H
+
+#include "nng/protocol/session.h"
+
+// A ring of queued entries.
+typedef struct out_ring {
+	out_entry *v;
+	uint32_t   head;
+	uint32_t   len;
+	uint32_t   cap;
+} out_ring;
+
+enum infl_state {
+	INFL_WAIT_PUBACK = 1,
+	INFL_WAIT_PUBREC,
+	INFL_WAIT_PUBCOMP, // PUBREL sent; msg already released
+};
+
+typedef struct infl_entry {
+	out_entry e;
+	uint16_t  pid;
+	uint8_t   state;
+	uint64_t  sent_ms;
+} infl_entry;
+
+// An inbound QoS 2 packet id awaiting PUBREL, and when it arrived.
+typedef struct rel_entry {
+	uint16_t pid;
+	uint64_t at_ms;
+} rel_entry;
+
+// A session, keyed by client id. Everything below `mtx` (and expiry_s) is
+// guarded by it. Ordered by size to keep it small (one per client).
+struct nmq_session {
+	atomic_int refs;
+	uint32_t   expiry_s; // (mtx) session expiry interval; UINT32_MAX never
+	nmq_proto *p;
+	uint64_t   id;
+	void      *app_data;
+
+	nmq_mutex mtx;
+	nmq_link *link; // current connection, NULL while offline
+	uint64_t  offline_since_ms;
+
+	// Outbound queues, together bounded by limits.max_mqueue_len: QoS 1/2
+	// messages wait for the in-flight window, QoS 0 ones only for the
+	// socket, so QoS 0 keeps flowing while the window is full [MQTT-4.9.0-3].
+	// With both flowing they leave in arrival order (seq).
+	out_ring q; // QoS 1/2
+	out_ring q0; // QoS 0
+	uint64_t q_seq;
+
+	// In-flight outbound QoS 1/2, in send order (array from infl_start).
+	infl_entry *infl;
+	uint32_t    infl_start;
+	uint32_t    infl_len; // entries from infl_start
+	uint32_t    infl_cap;
+	uint32_t    infl_max;
+
+	// Inbound QoS 2 packet ids awaiting PUBREL.
+	rel_entry *rel;
+	uint32_t   rel_len;
+	uint32_t   rel_cap;
+
+	// A delayed will waiting for its time (or the session end).
+	nmq_msg *will;
+	uint64_t will_at_ms;
+
+	tw_timer timer; // expiry, will delay and QoS retry
+	uint64_t timer_at;
+
+	uint16_t next_pid;
+	uint8_t  ver;
+	bool     ended; // removed from the table
+	bool     has_owner; // the creating CONNECT had a user name
+	// The client id, NUL-terminated, then (has_owner) the user name of the
+	// CONNECT that created the session, both allocated with the struct.
+	char client_id[];
+};
+
+#endif // NMQ_SESSION_IMPL_H

@@ -1,0 +1,454 @@
+// Unit tests of the session (nng/protocol/session.c): the queue bound and
+// its drop counters, the in-flight window and packet ids, inbound QoS 2
+// state, expiry and the delayed will. The test sees the session's private
+// struct (session_impl.h) to check what the functions did to it.
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <signal.h>
+
+#include "nng/protocol/link.h"
+#include "nng/protocol/session_impl.h"
+#include "proto_test_util.h"
+
+static nmq_msg *msg_new(const char *topic, const char *payload, uint8_t qos)
+{
+	nmq_msg *m = nmq_msg_alloc(topic, strlen(topic), 0, strlen(payload));
+	assert_non_null(m);
+	memcpy(m->payload, payload, strlen(payload));
+	m->qos = qos;
+	return m;
+}
+
+// Delivers one message (the test's reference is dropped after).
+static void deliver(nmq_session *s, const char *topic, uint8_t qos)
+{
+	nmq_msg *m = msg_new(topic, "x", qos);
+	nmq_session_deliver(s, m, qos, false, NULL, 0);
+	nmq_msg_release(m);
+}
+
+static long metric(env *e, atomic_long *f)
+{
+	(void)e;
+	return atomic_load(f);
+}
+
+static bool keep_not_b(void *arg, const nmq_msg *msg)
+{
+	(void)arg;
+	return !(msg->topic_len == 1 && msg->topic[0] == 'b');
+}
+
+// An offline session keeps at most max_mqueue_len QoS 1/2 messages; the
+// rest are counted as drop_queue_full. QoS 0 is not kept offline. A reload
+// that takes read access away drops queued messages as drop_acl; over
+// max_message_memory an offline session keeps nothing (drop_memory).
+static void test_queue_bound(void **state)
+{
+	(void)state;
+	proto_limits lim;
+	default_limits(&lim);
+	lim.max_mqueue_len = 5;
+	env           *e   = env_new(&lim);
+	proto_metrics *m   = proto_metrics_get(e->p);
+	nmq_session   *s   = session_alloc(e->p, "q", NULL, 0);
+	assert_non_null(s);
+
+	bool online = true;
+	for (int i = 0; i < 4; i++) {
+		deliver(s, "a", 1);
+	}
+	deliver(s, "b", 2);
+	assert_int_equal(session_queue_len(s, &online), 5);
+	assert_false(online);
+	assert_int_equal(metric(e, &m->drop_queue_full), 0);
+	deliver(s, "a", 1);
+	deliver(s, "a", 2);
+	assert_int_equal(session_queue_len(s, &online), 5);
+	assert_int_equal(metric(e, &m->drop_queue_full), 2);
+	assert_int_equal(metric(e, &m->msgs_dropped), 2);
+	// Order of arrival is kept across the QoS 1 and 2 entries.
+	assert_int_equal(s->q.len, 5);
+	assert_int_equal(s->q0.len, 0);
+
+	// QoS 0 for an offline session is not kept (nor counted).
+	deliver(s, "a", 0);
+	assert_int_equal(session_queue_len(s, &online), 5);
+	assert_int_equal(metric(e, &m->msgs_dropped), 2);
+
+	// The ACL filter drops the one message on "b".
+	assert_int_equal(nmq_session_drop_queued(s, keep_not_b, NULL), 1);
+	assert_int_equal(session_queue_len(s, &online), 4);
+	assert_int_equal(metric(e, &m->drop_acl), 1);
+	assert_int_equal(metric(e, &m->msgs_dropped), 3);
+	// Room again under the bound.
+	deliver(s, "a", 1);
+	assert_int_equal(session_queue_len(s, &online), 5);
+
+	// Over max_message_memory (1 byte: the queued messages pass it).
+	lim.max_message_memory = 1;
+	assert_int_equal(proto_set_limits(e->p, &lim), NMQ_OK);
+	assert_true(nmq_mem_in_use() > 1);
+	assert_int_equal(metric(e, &m->drop_memory), 0);
+	deliver(s, "a", 1);
+	assert_int_equal(metric(e, &m->drop_memory), 1);
+	assert_int_equal(metric(e, &m->msgs_dropped), 4);
+	assert_int_equal(session_queue_len(s, &online), 5);
+	assert_int_equal(metric(e, &m->alloc_failures), 0);
+
+	nmq_session_release(s); // frees the queued messages
+	env_free(e);
+}
+
+// Inbound QoS 2: an id is recorded once; a duplicate is reported until the
+// release; at max_awaiting_rel ids more are refused unless the oldest
+// waited past await_rel_timeout, which are then forgotten and counted.
+static void test_qos2_inbound(void **state)
+{
+	(void)state;
+	proto_limits lim;
+	default_limits(&lim);
+	lim.max_awaiting_rel    = 3;
+	lim.await_rel_timeout_s = 10;
+	env         *e          = env_new(&lim);
+	nmq_session *s          = session_alloc(e->p, "q2", NULL, 0);
+	assert_non_null(s);
+
+	session_lock(s);
+	assert_false(session_qos2_pending_locked(s, 5));
+	assert_int_equal(session_qos2_record_locked(s, 5, 1000), NMQ_OK);
+	assert_true(session_qos2_pending_locked(s, 5));
+	// The PUBLISH resent before PUBREL.
+	assert_int_equal(session_qos2_record_locked(s, 5, 1200), NMQ_EEXIST);
+	assert_int_equal(s->rel_len, 1);
+	// PUBREL releases it once.
+	assert_true(session_qos2_release_locked(s, 5));
+	assert_false(session_qos2_pending_locked(s, 5));
+	assert_false(session_qos2_release_locked(s, 5));
+	// After the release the id is new again.
+	assert_int_equal(session_qos2_record_locked(s, 5, 1000), NMQ_OK);
+
+	// The bound: three wait, a fourth is refused while they are young.
+	assert_int_equal(session_qos2_record_locked(s, 6, 1000), NMQ_OK);
+	assert_int_equal(session_qos2_record_locked(s, 7, 2000), NMQ_OK);
+	assert_int_equal(session_qos2_record_locked(s, 8, 5000), NMQ_ELIMIT);
+	assert_false(session_qos2_pending_locked(s, 8));
+	assert_int_equal(atomic_load(&proto_metrics_get(e->p)->await_rel_expired), 0);
+	// At 11.5 s the two from 1 s passed the 10 s timeout; 7 has not.
+	assert_int_equal(session_qos2_record_locked(s, 8, 11500), NMQ_OK);
+	assert_int_equal(atomic_load(&proto_metrics_get(e->p)->await_rel_expired), 2);
+	assert_false(session_qos2_pending_locked(s, 5));
+	assert_false(session_qos2_pending_locked(s, 6));
+	assert_true(session_qos2_pending_locked(s, 7));
+	assert_true(session_qos2_pending_locked(s, 8));
+	session_unlock(s);
+
+	// await_rel_timeout 0: ids never expire, the bound holds.
+	lim.await_rel_timeout_s = 0;
+	assert_int_equal(proto_set_limits(e->p, &lim), NMQ_OK);
+	session_lock(s);
+	assert_int_equal(session_qos2_record_locked(s, 9, 1000), NMQ_OK);
+	assert_int_equal(session_qos2_record_locked(s, 10, 999999999), NMQ_ELIMIT);
+	session_unlock(s);
+	assert_int_equal(atomic_load(&proto_metrics_get(e->p)->await_rel_expired), 2);
+
+	nmq_session_release(s);
+	env_free(e);
+}
+
+// Reads one PUBLISH of QoS 1 and returns its packet id.
+static uint16_t recv_pub_pid(int fd)
+{
+	uint8_t     buf[256];
+	mqtt_packet pk;
+	assert_true(recv_pkt(fd, MQTT_PROTO_V5, buf, sizeof(buf), &pk));
+	assert_int_equal(pk.type, MQTT_PUBLISH);
+	assert_int_equal(pk.u.publish.qos, 1);
+	return pk.u.publish.packet_id;
+}
+
+// True if nothing arrives within ms.
+static bool quiet_for(int fd, int ms)
+{
+	struct timeval tv = { 0, ms * 1000 };
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	uint8_t     buf[256];
+	mqtt_packet pk;
+	bool        got = recv_pkt(fd, MQTT_PROTO_V5, buf, sizeof(buf), &pk);
+	tv.tv_sec       = 5;
+	tv.tv_usec      = 0;
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	return !got;
+}
+
+// Connects a v5 client with a Receive Maximum; returns its socket and the
+// session (held by the fake application).
+static int connect_rm(env *e, const char *id, uint16_t receive_max, nmq_session **s)
+{
+	int fd = client_open(e);
+	send_connect_rm(fd, MQTT_PROTO_V5, id, 30, true, 0, NULL, receive_max);
+	uint8_t     buf[256];
+	mqtt_packet pk;
+	assert_true(recv_pkt(fd, MQTT_PROTO_V5, buf, sizeof(buf), &pk));
+	assert_int_equal(pk.type, MQTT_CONNACK);
+	assert_int_equal(pk.u.connack.reason, 0);
+	pthread_mutex_lock(&e->app.mtx);
+	*s = e->app.last_online;
+	assert_non_null(*s);
+	assert_string_equal(nmq_session_client_id(*s), id);
+	pthread_mutex_unlock(&e->app.mtx);
+	return fd;
+}
+
+// The in-flight window is min(Receive Maximum, max_inflight_window);
+// packet ids are allocated in turn, skip 0 and the ids in flight, and are
+// reused once acknowledged.
+static void test_inflight_window_pids(void **state)
+{
+	(void)state;
+	proto_limits lim;
+	default_limits(&lim);
+	lim.max_inflight_window = 8;
+	env         *e          = env_new(&lim);
+	nmq_session *s;
+	int          fd = connect_rm(e, "w", 3, &s);
+	session_lock(s);
+	assert_int_equal(s->infl_max, 3);
+	session_unlock(s);
+
+	for (int i = 0; i < 10; i++) {
+		deliver(s, "t", 1);
+	}
+	assert_int_equal(recv_pub_pid(fd), 1);
+	assert_int_equal(recv_pub_pid(fd), 2);
+	assert_int_equal(recv_pub_pid(fd), 3);
+	assert_true(quiet_for(fd, 200)); // the window is full
+	bool online;
+	assert_int_equal(session_queue_len(s, &online), 7);
+	assert_true(online);
+
+	// One ack, one more message.
+	send_ack(fd, MQTT_PROTO_V5, MQTT_PUBACK, 2);
+	assert_int_equal(recv_pub_pid(fd), 4);
+	assert_true(quiet_for(fd, 100));
+	// In flight: 1, 3, 4. From 65535 the ids wrap past 0 to the ids
+	// already acknowledged.
+	session_lock(s);
+	s->next_pid = 65535;
+	session_unlock(s);
+	send_ack(fd, MQTT_PROTO_V5, MQTT_PUBACK, 1);
+	assert_int_equal(recv_pub_pid(fd), 65535);
+	send_ack(fd, MQTT_PROTO_V5, MQTT_PUBACK, 4);
+	assert_int_equal(recv_pub_pid(fd), 1); // reused after its ack
+	// In flight: 3, 65535, 1. The next id, 2, is free; 3 is in flight and
+	// is skipped.
+	send_ack(fd, MQTT_PROTO_V5, MQTT_PUBACK, 65535);
+	assert_int_equal(recv_pub_pid(fd), 2);
+	send_ack(fd, MQTT_PROTO_V5, MQTT_PUBACK, 1);
+	assert_int_equal(recv_pub_pid(fd), 4);
+	// An ack for an id not in flight changes nothing.
+	send_ack(fd, MQTT_PROTO_V5, MQTT_PUBACK, 999);
+	assert_true(quiet_for(fd, 100));
+	// Ten delivered, eight sent.
+	assert_int_equal(session_queue_len(s, &online), 2);
+	session_lock(s);
+	assert_int_equal(s->infl_len, 3);
+	session_unlock(s);
+	close(fd);
+
+	// The configured window is smaller than the client's maximum.
+	lim.max_inflight_window = 2;
+	assert_int_equal(proto_set_limits(e->p, &lim), NMQ_OK);
+	fd = connect_rm(e, "w2", 5, &s);
+	session_lock(s);
+	assert_int_equal(s->infl_max, 2);
+	session_unlock(s);
+	for (int i = 0; i < 4; i++) {
+		deliver(s, "t", 1);
+	}
+	assert_int_equal(recv_pub_pid(fd), 1);
+	assert_int_equal(recv_pub_pid(fd), 2);
+	assert_true(quiet_for(fd, 200));
+	close(fd);
+	assert_int_equal(atomic_load(&proto_metrics_get(e->p)->msgs_dropped), 0);
+	env_free(e);
+}
+
+static int wait_count(env *e, const int *field, int want, int limit_ms)
+{
+	int v = 0;
+	for (int i = 0; i < limit_ms / 10; i++) {
+		v = app_get(&e->app, field);
+		if (v >= want) {
+			break;
+		}
+		sleep_ms(10);
+	}
+	return v;
+}
+
+// A session opened, attached to a stand-in link and detached: with an
+// expiry interval it stays in the table until the interval passes, its
+// delayed will is published when the delay passes, and with expiry 0 it is
+// to end at once. Resuming it in time reports it present.
+static void test_open_detach_expiry(void **state)
+{
+	(void)state;
+	proto_limits lim;
+	default_limits(&lim);
+	env           *e = env_new(&lim);
+	proto_metrics *m = proto_metrics_get(e->p);
+	nmq_link       fake;
+	memset(&fake, 0, sizeof(fake)); // not connected: nothing is sent
+	fake.p = e->p;
+
+	session_open_res r;
+	assert_int_equal(session_open(e->p, "x", NULL, 0, false, &r), NMQ_OK);
+	assert_false(r.present);
+	assert_null(r.ended);
+	assert_null(r.old_conn);
+	session_attach_locked(r.s, &fake, MQTT_PROTO_V5, 1, 10);
+	assert_ptr_equal(session_link_locked(r.s), &fake);
+	session_unlock(r.s);
+	assert_int_equal(atomic_load(&m->sessions), 1);
+	assert_true(nmq_session_online(r.s));
+
+	// Abnormal end with a will delayed by 1 s; the session expires 2 s
+	// after (DISCONNECT's interval replaces the CONNECT's).
+	session_set_expiry(r.s, &fake, 2);
+	nmq_msg *will = msg_new("will", "w", 0);
+	bool     end  = true;
+	assert_null(session_detach(r.s, &fake, &will, 1, &end));
+	assert_false(end);
+	assert_null(will); // the session keeps it
+	assert_false(nmq_session_online(r.s));
+	assert_int_equal(app_get(&e->app, &e->app.n_routed), 0);
+	// The will after about 1 s, the end after about 2 s.
+	uint64_t t0 = nmq_clock_ms();
+	assert_int_equal(wait_count(e, &e->app.n_routed, 1, 3000), 1);
+	assert_true(nmq_clock_ms() - t0 >= 900);
+	pthread_mutex_lock(&e->app.mtx);
+	assert_string_equal(e->app.last_topic, "will");
+	pthread_mutex_unlock(&e->app.mtx);
+	assert_int_equal(app_get(&e->app, &e->app.n_ended), 0);
+	assert_int_equal(wait_count(e, &e->app.n_ended, 1, 4000), 1);
+	assert_true(nmq_clock_ms() - t0 >= 1900);
+	assert_int_equal(atomic_load(&m->sessions), 0);
+	nmq_session_release(r.s); // the link's reference
+
+	// Resumed within its expiry: present, and the pending will is dropped.
+	assert_int_equal(session_open(e->p, "y", NULL, 0, false, &r), NMQ_OK);
+	session_attach_locked(r.s, &fake, MQTT_PROTO_V5, 60, 10);
+	session_unlock(r.s);
+	will = msg_new("will", "w", 0);
+	assert_null(session_detach(r.s, &fake, &will, 30, &end));
+	assert_false(end);
+	nmq_session_release(r.s);
+	assert_int_equal(session_open(e->p, "y", NULL, 0, false, &r), NMQ_OK);
+	assert_true(r.present);
+	assert_null(r.s->will);
+	// A session with expiry 0 is to end when its link detaches, and a
+	// will without delay is handed back to publish now.
+	session_attach_locked(r.s, &fake, MQTT_PROTO_V5, 0, 10);
+	session_unlock(r.s);
+	will         = msg_new("will", "now", 0);
+	nmq_msg *pub = session_detach(r.s, &fake, &will, 0, &end);
+	assert_true(end);
+	assert_non_null(pub);
+	assert_null(will);
+	nmq_msg_release(pub);
+	int ended = app_get(&e->app, &e->app.n_ended);
+	session_end(r.s);
+	assert_int_equal(app_get(&e->app, &e->app.n_ended), ended + 1);
+	nmq_session_release(r.s);
+	assert_int_equal(atomic_load(&m->sessions), 0);
+
+	// A session that lasts only as long as its connection (expiry 0) is
+	// not resumed by a takeover [MQTT-3.1.2-6]: handed back as ended.
+	assert_int_equal(session_open(e->p, "v", NULL, 0, false, &r), NMQ_OK);
+	session_attach_locked(r.s, &fake, MQTT_PROTO_V5, 0, 10);
+	session_unlock(r.s);
+	nmq_session *conn_long = r.s;
+	nmq_msg     *none      = NULL;
+	assert_null(session_detach(conn_long, &fake, &none, 0, &end));
+	assert_true(end); // (the link would end it; a CONNECT comes first)
+	assert_int_equal(session_open(e->p, "v", NULL, 0, false, &r), NMQ_OK);
+	assert_false(r.present);
+	assert_ptr_equal(r.ended, conn_long);
+	session_unlock(r.s);
+	session_discard(r.ended);
+	nmq_session_release(conn_long);
+	nmq_session_release(r.s);
+
+	// Clean start discards the old session: handed back as ended.
+	assert_int_equal(session_open(e->p, "z", NULL, 0, false, &r), NMQ_OK);
+	session_attach_locked(r.s, &fake, MQTT_PROTO_V5, 60, 10);
+	session_unlock(r.s);
+	nmq_session *first = r.s;
+	assert_null(session_detach(first, &fake, &none, 0, &end));
+	assert_false(end);
+	assert_int_equal(session_open(e->p, "z", NULL, 0, true, &r), NMQ_OK);
+	assert_false(r.present);
+	assert_ptr_equal(r.ended, first);
+	assert_ptr_not_equal(r.s, first);
+	session_unlock(r.s);
+	ended = app_get(&e->app, &e->app.n_ended);
+	session_discard(r.ended);
+	assert_int_equal(app_get(&e->app, &e->app.n_ended), ended + 1);
+	nmq_session_release(first); // the first open's link reference
+	nmq_session_release(r.s);
+	// In the table: the new sessions of "v" and "z".
+	assert_int_equal(atomic_load(&m->sessions), 2);
+	env_free(e);
+}
+
+// With client_id_owner_check, another user's session is not resumed.
+static void test_open_owner(void **state)
+{
+	(void)state;
+	proto_limits lim;
+	default_limits(&lim);
+	lim.client_id_owner_check = true;
+	env             *e        = env_new(&lim);
+	session_open_res r;
+	assert_int_equal(session_open(e->p, "o", (const uint8_t *)"alice", 5, false, &r), NMQ_OK);
+	assert_string_equal(session_owner(r.s), "alice");
+	// A session that outlives its connection (expiry 60 s), now offline.
+	nmq_link fake;
+	memset(&fake, 0, sizeof(fake));
+	fake.p = e->p;
+	session_attach_locked(r.s, &fake, MQTT_PROTO_V5, 60, 10);
+	session_unlock(r.s);
+	nmq_session *s    = r.s;
+	nmq_msg     *none = NULL;
+	bool         end;
+	assert_null(session_detach(s, &fake, &none, 0, &end));
+	assert_false(end);
+	assert_int_equal(session_open(e->p, "o", (const uint8_t *)"bob", 3, false, &r), NMQ_EACCES);
+	assert_int_equal(session_open(e->p, "o", NULL, 0, false, &r), NMQ_EACCES);
+	assert_int_equal(session_open(e->p, "o", (const uint8_t *)"alice", 5, false, &r), NMQ_OK);
+	assert_true(r.present);
+	assert_ptr_equal(r.s, s);
+	session_unlock(r.s);
+	nmq_session_release(s);
+	nmq_session_release(s);
+	env_free(e);
+}
+
+int main(void)
+{
+	signal(SIGPIPE, SIG_IGN);
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_queue_bound),
+		cmocka_unit_test(test_qos2_inbound),
+		cmocka_unit_test(test_inflight_window_pids),
+		cmocka_unit_test(test_open_detach_expiry),
+		cmocka_unit_test(test_open_owner),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
