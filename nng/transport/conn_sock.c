@@ -45,6 +45,7 @@ typedef struct sock_linger {
 	int       tfd; // the deadline; -1 once the linger is over
 	workq_io  tio;
 	size_t    discarded;
+	bool      job_held; // (mtx) sock_job was posted with a reference
 } sock_linger;
 
 static void sock_io(workq_io *io, uint32_t events);
@@ -110,15 +111,23 @@ static void sock_start(nmq_conn *c)
 // path may have ended meanwhile on its own).
 static void sock_job(workq_job *job)
 {
-	nmq_conn *c = (nmq_conn *)((char *)job - offsetof(nmq_conn, job));
+	nmq_conn    *c  = (nmq_conn *)((char *)job - offsetof(nmq_conn, job));
+	sock_linger *lg = c->be_state;
 	nmq_mutex_lock(&c->mtx);
 	bool lingering = c->lingering;
 	bool done      = c->reading_done;
+	// The reference was taken when the job was posted; the linger may have
+	// ended since (the peer closed first), so it is not c->lingering that
+	// says whether to drop it.
+	bool held = lg != NULL && lg->job_held;
+	if (held) {
+		lg->job_held = false;
+	}
 	nmq_mutex_unlock(&c->mtx);
 	if (!done) {
 		conn_rx_finish(c, !lingering);
 	}
-	if (lingering) {
+	if (held) {
 		conn_release(c); // the job's reference
 	}
 }
@@ -287,6 +296,7 @@ static bool sock_linger_start(nmq_conn *c)
 		// told to go away need not send: end it now on the owner (the
 		// upper layer's closed() must not wait for the linger).
 		conn_hold(c);
+		lg->job_held = true;
 		workq_post_to(c->env->wq, c->owner, &c->job);
 	}
 	return true;
