@@ -132,6 +132,7 @@ int handle_publish(nmq_link *l, const mqtt_packet *pk)
 		if (topic.len > 0) {
 			char *t = strndup((const char *)topic.p, topic.len);
 			if (t == NULL) {
+				proto_count_alloc_failure(p, "topic_alias");
 				link_fail(l, MQTT_RC_UNSPECIFIED);
 				return -1;
 			}

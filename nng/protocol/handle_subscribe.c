@@ -59,6 +59,7 @@ int handle_subscribe(nmq_link *l, const mqtt_packet *pk)
 	uint8_t *codes   = malloc(n);
 	bool    *existed = malloc(n * sizeof(bool));
 	if (codes == NULL || existed == NULL) {
+		proto_count_alloc_failure(p, "subscribe");
 		free(codes);
 		free(existed);
 		link_fail(l, MQTT_RC_UNSPECIFIED);
@@ -160,6 +161,7 @@ int handle_unsubscribe(nmq_link *l, const mqtt_packet *pk)
 	}
 	uint8_t *codes = malloc(n);
 	if (codes == NULL) {
+		proto_count_alloc_failure(p, "unsubscribe");
 		link_fail(l, MQTT_RC_UNSPECIFIED);
 		return -1;
 	}

@@ -255,6 +255,17 @@ static void ss_put(nmq_broker *b, sess_subs *ss)
 	}
 }
 
+// A failed allocation: logged (rate limited, naming what it was for) and
+// counted with the protocol layer's (proto_metrics.alloc_failures).
+static void alloc_failed(nmq_broker *b, const char *what)
+{
+	long n = 1;
+	if (b->proto != NULL) {
+		n = atomic_fetch_add(&proto_metrics_get(b->proto)->alloc_failures, 1) + 1;
+	}
+	log_warn_rl("broker", "event=alloc_failed for=%s alloc_failures=%ld", what, n);
+}
+
 // Returns the session's subscription record list with a reference (release
 // with ss_put), creating it when create is set; NULL when there is none
 // or memory runs out.
@@ -268,6 +279,7 @@ static sess_subs *ss_get(nmq_broker *b, nmq_session *s, bool create)
 		ss = calloc(1, sizeof(*ss));
 		if (ss == NULL) {
 			pthread_mutex_unlock(l);
+			alloc_failed(b, "subscriptions");
 			return NULL;
 		}
 		pthread_mutex_init(&ss->mtx, NULL);
@@ -477,7 +489,7 @@ nmq_broker *broker_alloc(const nmq_conf *conf)
 	pthread_mutex_init(&b->reg_mtx, NULL);
 	pthread_mutex_init(&b->auth_mtx, NULL);
 	char err[256];
-	if (broker_reconfigure(b, conf, err, sizeof(err)) != 0) {
+	if (broker_reconfigure(b, conf, err, sizeof(err)) != NMQ_OK) {
 		log_error("auth", "%s", err);
 		broker_free(b);
 		return NULL;
@@ -490,13 +502,12 @@ void broker_set_proto(nmq_broker *b, nmq_proto *p)
 	b->proto = p;
 }
 
-// Builds the authentication state of conf and swaps it in. Returns 0, or
-// -1 with a message in err (the running state is kept).
-int broker_reconfigure(nmq_broker *b, const nmq_conf *conf, char *err, size_t errlen)
+// Builds the authentication state of conf and swaps it in; see broker.h.
+nmq_err broker_reconfigure(nmq_broker *b, const nmq_conf *conf, char *err, size_t errlen)
 {
 	auth_ctx *a = auth_ctx_alloc(conf, err, errlen);
 	if (a == NULL) {
-		return -1;
+		return NMQ_EINVAL;
 	}
 	pthread_mutex_lock(&b->auth_mtx);
 	auth_ctx *old      = b->auth;
@@ -515,7 +526,7 @@ int broker_reconfigure(nmq_broker *b, const nmq_conf *conf, char *err, size_t er
 		auth_ctx_release(old);
 	}
 	acl_swapped(b);
-	return 0;
+	return NMQ_OK;
 }
 
 void broker_free(nmq_broker *b)
@@ -670,6 +681,9 @@ static void ident_adopt(nmq_broker *b, nmq_session *s, const char *username, con
 	sess_ident *id = ident_alloc(nmq_session_client_id(s), username,
 	    username != NULL ? strlen(username) : 0, peer != NULL ? peer : "");
 	if (id == NULL) {
+		// The subscriptions keep the old identity's stamps; with an ACL
+		// the delivery checks then use the old identity too.
+		alloc_failed(b, "identity");
 		ss_put(b, ss);
 		return;
 	}
@@ -863,6 +877,7 @@ static int b_route(void *app, nmq_session *from, const proto_who *who, nmq_msg *
 	}
 	thread_state *ts = thread_state_get();
 	if (ts == NULL) {
+		alloc_failed(b, "route_state");
 		return MQTT_RC_UNSPECIFIED;
 	}
 	topic_match_vec *mv = &ts->mv;
@@ -925,6 +940,7 @@ static int b_subscribe(void *app, nmq_session *s, const proto_who *who, const ch
 		sess_ident *id = ident_alloc(who->client_id, who->username,
 		    who->username != NULL ? strlen(who->username) : 0, who->peer);
 		if (id == NULL) {
+			alloc_failed(b, "identity");
 			rv = MQTT_RC_UNSPECIFIED;
 			goto out;
 		}
@@ -964,6 +980,7 @@ static int b_subscribe(void *app, nmq_session *s, const proto_who *who, const ch
 			size_t   ncap = ss->cap ? ss->cap * 2 : 4;
 			sub_rec *nv   = realloc(ss->v, ncap * sizeof(*nv));
 			if (nv == NULL) {
+				alloc_failed(b, "subscriptions");
 				rv = MQTT_RC_UNSPECIFIED;
 				goto out;
 			}
@@ -972,6 +989,7 @@ static int b_subscribe(void *app, nmq_session *s, const proto_who *who, const ch
 		}
 		ss->v[i].filter = strndup(filter, len);
 		if (ss->v[i].filter == NULL) {
+			alloc_failed(b, "subscriptions");
 			rv = MQTT_RC_UNSPECIFIED;
 			goto out;
 		}
@@ -1248,6 +1266,7 @@ static void b_client_status(void *app, nmq_session *s, bool online, uint8_t reas
 			cap = n;
 			buf = malloc(cap + 1);
 			if (buf == NULL) {
+				alloc_failed(b, "client_status");
 				return;
 			}
 		}
@@ -1255,6 +1274,10 @@ static void b_client_status(void *app, nmq_session *s, bool online, uint8_t reas
 	char topic[300];
 	int  tl = snprintf(topic, sizeof(topic), "$SYS/brokers/client_status/%s", cid);
 	if (tl <= 0 || (size_t)tl >= sizeof(topic)) {
+		log_info_rl("broker",
+		    "client_id=%.64s... event=client_status_not_published "
+		    "reason=client_id_too_long",
+		    cid);
 		free(buf);
 		return;
 	}
@@ -1264,6 +1287,8 @@ static void b_client_status(void *app, nmq_session *s, bool online, uint8_t reas
 		m->qos = 0;
 		b_route(b, NULL, NULL, m);
 		nmq_msg_release(m);
+	} else {
+		alloc_failed(b, "client_status");
 	}
 	free(buf);
 }

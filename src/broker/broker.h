@@ -7,6 +7,7 @@
 #ifndef NMQ_BROKER_H
 #define NMQ_BROKER_H
 
+#include "nng/core/nmq_err.h"
 #include "nng/protocol/proto.h"
 #include "src/conf/conf.h"
 #include "src/topic/retain.h"
@@ -23,13 +24,14 @@ nmq_broker *broker_alloc(const nmq_conf *conf);
 // Binds the protocol layer (after proto_alloc with this broker as app).
 void broker_set_proto(nmq_broker *b, nmq_proto *p);
 // Applies the reloadable settings of conf (passwords, ACL,
-// allow_anonymous, deny_action) at once. Returns 0, or -1 with a message in
-// err, in which case nothing changed. With an ACL in force it then
+// allow_anonymous, deny_action) at once. Returns NMQ_OK, or NMQ_EINVAL with
+// a message in err (a password or ACL file that cannot be read or parsed,
+// or out of memory), in which case nothing changed. With an ACL in force it then
 // re-decides, session by session, which subscriptions need a read check
 // per delivery (O(subscriptions x rules), on the calling thread); until a
 // session is done, every delivery to it is checked.
-int  broker_reconfigure(nmq_broker *b, const nmq_conf *conf, char *err, size_t errlen);
-void broker_free(nmq_broker *b);
+nmq_err broker_reconfigure(nmq_broker *b, const nmq_conf *conf, char *err, size_t errlen);
+void    broker_free(nmq_broker *b);
 
 // Limits for the protocol layer from a configuration.
 void broker_limits_from_conf(const nmq_conf *conf, proto_limits *lim);
