@@ -290,6 +290,26 @@ class Configured(TlsCase):
         out = s_client(self.tls_port, "-cipher", "ECDHE-RSA-AES128-GCM-SHA256")
         self.assertIsNone(negotiated(out)[1], "a suite left out was negotiated:\n" + out)
 
+    def test_wss_inherits_from_ssl_and_may_override(self):
+        wss_port = nmq.free_port()
+        self.start_with('  groups = "secp384r1"\n}\n'
+                        'listeners.wss {\n'
+                        '  bind = "%s:%d/mqtt"\n'
+                        '  ciphers = "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256"\n'
+                        % (HOST, wss_port))
+        self.assertTrue(nmq_ops.wait_port(wss_port, 5.0), "nothing listens on the wss port")
+        out = s_client(self.tls_port, "-groups", "X25519:P-384")
+        group, cipher, _ = negotiated(out)
+        self.assertEqual(group, "ECDH, secp384r1, 384 bits", out)
+        self.assertNotIn("CHACHA", cipher or "", out)
+        # The TLS handshake comes before the HTTP upgrade; a request
+        # without the upgrade headers gets an error and the close.
+        out = s_client(wss_port, "-groups", "X25519:P-384",
+                       stdin=b"GET /mqtt HTTP/1.0\r\n\r\n")
+        group, cipher, _ = negotiated(out)
+        self.assertEqual(group, "ECDH, secp384r1, 384 bits", "wss did not inherit groups:\n" + out)
+        self.assertEqual(cipher, "ECDHE-RSA-CHACHA20-POLY1305", out)
+
     def test_reload_applies_groups_and_drops_old_sessions(self):
         self.start_with('  groups = "secp384r1"\n')
         out = s_client(self.tls_port, "-groups", "P-256:P-384")
