@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "nng/core/droplog.h"
 #include "nng/core/msg.h"
 #include "nng/protocol/proto.h"
 #include "nng/transport/listener.h"
@@ -552,6 +553,8 @@ static int run(const cli_args *args, nmq_conf *conf, const char *argv0, int read
 	signal(SIGPIPE, SIG_IGN);
 	raise_nofile_limit();
 
+	// The ring of recent drops and refusals, before anything can record.
+	(void)droplog_init(srv.conf.drop_log_size);
 	proto_limits lim;
 	broker_limits_from_conf(&srv.conf, &lim);
 	srv.tw     = timer_wheel_alloc(TIMER_TICK_MS);
@@ -637,6 +640,7 @@ static int run(const cli_args *args, nmq_conf *conf, const char *argv0, int read
 		proto_free(srv.proto);
 		broker_free(srv.broker);
 		timer_wheel_free(srv.tw);
+		droplog_fini(); // no thread records any more
 		// Everything that held messages is gone: the memory accountant
 		// must be back at zero (a drift would make
 		// mqtt.max_message_memory bite early). Debug builds (the test
@@ -677,6 +681,7 @@ fail:
 		timer_wheel_free(srv.tw);
 	}
 	daemon_ready(ready_fd, 1, err);
+	droplog_fini();
 	*conf = srv.conf;
 	if (srv.have_boot) {
 		conf_free(&srv.boot);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "nng/codec/mqtt_publish_out.h"
+#include "nng/core/droplog.h"
 #include "nng/core/log.h"
 #include "nng/protocol/link.h"
 #include "nng/transport/listener.h"
@@ -168,6 +169,7 @@ int handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 	    && (uint64_t)atomic_load(&p->m.connections) >= proto_lim(p)->max_connections) {
 		// mqtt.max_connections: one more client would pass the limit.
 		atomic_fetch_add(&p->m.refused_connections, 1);
+		droplog_record(DENY_MAX_CONNECTIONS, client_id, NULL, 0, DROPLOG_NO_QOS, 1);
 		arc = MQTT_RC_QUOTA_EXCEEDED;
 	}
 	if (arc != 0) {
@@ -258,6 +260,7 @@ int handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 			    "peer=%s client_id=%s event=client_id_owned_by_another_user",
 			    conn_peer(l->conn), client_id);
 			atomic_fetch_add(&p->m.refused_connections, 1);
+			droplog_record(DENY_CLIENT_ID_OWNER, client_id, NULL, 0, DROPLOG_NO_QOS, 1);
 		}
 		free(client_id);
 		return refuse(l, ver,

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "nng/codec/mqtt_publish_out.h"
+#include "nng/core/droplog.h"
 #include "nng/core/log.h"
 #include "nng/protocol/link.h"
 
@@ -153,6 +154,8 @@ int handle_publish(nmq_link *l, const mqtt_packet *pk)
 
 	if (!proto_topic_within_limits(p, topic.p, topic.len)) {
 		atomic_fetch_add(&p->m.refused_topics, 1);
+		droplog_record(DENY_TOPIC_LIMIT, nmq_session_client_id(s), (const char *)topic.p,
+		    topic.len, pub->qos, 1);
 		link_fail(l, MQTT_RC_TOPIC_NAME_INVALID);
 		return -1;
 	}

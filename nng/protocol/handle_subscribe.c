@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nng/core/droplog.h"
 #include "nng/core/log.h"
 #include "nng/protocol/link.h"
 
@@ -83,6 +84,8 @@ int handle_subscribe(nmq_link *l, const mqtt_packet *pk)
 		existed[i] = false;
 		if (!proto_topic_within_limits(p, f.p, f.len)) {
 			atomic_fetch_add(&p->m.refused_topics, 1);
+			droplog_record(DENY_TOPIC_LIMIT, nmq_session_client_id(s),
+			    (const char *)f.p, f.len, o.qos, 1);
 			codes[i++] = l->ver == MQTT_PROTO_V5 ? MQTT_RC_TOPIC_FILTER_INVALID : 0x80;
 			continue;
 		}

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nng/core/droplog.h"
 #include "nng/core/log.h"
 #include "nng/protocol/link.h"
 #include "nng/protocol/session_impl.h"
@@ -252,6 +253,7 @@ size_t nmq_session_drop_queued(
 	}
 	nmq_mutex_unlock(&s->mtx);
 	proto_count_drops(s->p, &s->p->m.drop_acl, gone);
+	droplog_record(DROP_ACL_REQUEUE, s->client_id, NULL, 0, DROPLOG_NO_QOS, (uint32_t)gone);
 	return gone;
 }
 
@@ -388,6 +390,8 @@ static void session_pump_locked(nmq_session *s)
 			}
 			if (nmq_msg_remaining(e->msg, now) == 0) {
 				proto_count_drop(p, &p->m.drop_expired);
+				droplog_record(DROP_EXPIRED, s->client_id, e->msg->topic,
+				    e->msg->topic_len, e->qos, 1);
 				nmq_msg_release(e->msg);
 				ring_pop(r);
 				continue;
@@ -400,6 +404,8 @@ static void session_pump_locked(nmq_session *s)
 			}
 			if (rv != NMQ_OK) {
 				proto_count_drop(p, &p->m.drop_too_large);
+				droplog_record(DROP_TOO_LARGE, s->client_id, e->msg->topic,
+				    e->msg->topic_len, e->qos, 1);
 			} else {
 				atomic_fetch_add_explicit(&p->m.msgs_sent, 1, memory_order_relaxed);
 			}
@@ -422,6 +428,8 @@ static void session_pump_locked(nmq_session *s)
 		}
 		if (rv != NMQ_OK) {
 			proto_count_drop(p, &p->m.drop_too_large);
+			droplog_record(DROP_TOO_LARGE, s->client_id, e->msg->topic,
+			    e->msg->topic_len, e->qos, 1);
 			nmq_msg_release(e->msg);
 			ring_pop(r);
 			continue;
@@ -461,6 +469,7 @@ void nmq_session_deliver(nmq_session *s, nmq_msg *msg, uint8_t qos, bool retain,
 		// mqtt.max_message_memory: what cannot be paced by pausing the
 		// publisher (QoS 0, or a session nobody reads) is not kept.
 		proto_count_drop(p, &p->m.drop_memory);
+		droplog_record(DROP_MEMORY, s->client_id, msg->topic, msg->topic_len, qos, 1);
 		if (qos > 0) {
 			log_warn_rl("session",
 			    "client_id=%s reason=max_message_memory topic=%s qos=%u action=drop",
@@ -486,6 +495,7 @@ void nmq_session_deliver(nmq_session *s, nmq_msg *msg, uint8_t qos, bool retain,
 	}
 	if (qe != NMQ_OK) {
 		proto_count_drop(p, &p->m.drop_queue_full);
+		droplog_record(DROP_QUEUE_FULL, s->client_id, msg->topic, msg->topic_len, qos, 1);
 		if (qos > 0) {
 			log_warn_rl("session",
 			    "client_id=%s reason=queue_full max_mqueue_len=%u topic=%s qos=%u "
@@ -638,6 +648,7 @@ static void qos2_purge(nmq_session *s, uint64_t now)
 		if (now - s->rel[i].at_ms > limit) {
 			s->rel[i] = s->rel[--s->rel_len];
 			atomic_fetch_add(&s->p->m.await_rel_expired, 1);
+			droplog_record(DROP_AWAIT_REL_EXPIRED, s->client_id, NULL, 0, 2, 1);
 		} else {
 			i++;
 		}

@@ -29,6 +29,7 @@
 #include <string.h>
 #include <sys/time.h>
 
+#include "nng/core/droplog.h"
 #include "src/auth/auth.h"
 #include "src/broker/route.h"
 #include "src/log/log.h"
@@ -644,11 +645,13 @@ static uint8_t b_authenticate(void *app, const proto_client_info *info)
 		// A TLS listener with verify_peer and no verified certificate.
 		log_info("auth", "client_id=%s peer=%s event=refused reason=tls_peer_not_verified",
 		    info->client_id, info->peer);
+		droplog_record(DENY_AUTH, info->client_id, NULL, 0, DROPLOG_NO_QOS, 1);
 		return MQTT_RC_NOT_AUTHORIZED;
 	}
 	if (info->listener_over_limit) {
 		// listeners.<name>.max_connections reached.
 		atomic_fetch_add(&proto_metrics_get(b->proto)->refused_connections, 1);
+		droplog_record(DENY_MAX_CONNECTIONS, info->client_id, NULL, 0, DROPLOG_NO_QOS, 1);
 		log_info("auth",
 		    "client_id=%s peer=%s listener=%s event=refused "
 		    "reason=listener_max_connections",
@@ -663,6 +666,7 @@ static uint8_t b_authenticate(void *app, const proto_client_info *info)
 	if (rc != 0) {
 		log_info("auth", "client_id=%s peer=%s event=refused reason=0x%02x",
 		    info->client_id, info->peer, rc);
+		droplog_record(DENY_AUTH, info->client_id, NULL, 0, DROPLOG_NO_QOS, 1);
 		return rc;
 	}
 	return 0;
@@ -763,6 +767,8 @@ static bool may_read(read_check *rc, nmq_session *s)
 		return true;
 	}
 	atomic_fetch_add(&rc->b->acl_deliveries_denied, 1);
+	droplog_record(
+	    DROP_ACL_DELIVER, nmq_session_client_id(s), rc->topic, rc->len, DROPLOG_NO_QOS, 1);
 	log_info_rl("acl", "client_id=%s action=deliver topic=%.*s event=denied",
 	    nmq_session_client_id(s), (int)(rc->len > 200 ? 200 : rc->len), rc->topic);
 	return false;
@@ -856,6 +862,8 @@ static int b_route(void *app, nmq_session *from, const proto_who *who, nmq_msg *
 		proto_metrics *m = proto_metrics_get(b->proto);
 		atomic_fetch_add(&m->msgs_dropped, 1);
 		atomic_fetch_add(&m->drop_acl, 1);
+		droplog_record(
+		    DROP_ACL_PUBLISH, who->client_id, msg->topic, msg->topic_len, msg->qos, 1);
 		return MQTT_RC_NOT_AUTHORIZED | (disconnect ? PROTO_RC_DISCONNECT : 0);
 	}
 	if (msg->retain) {
@@ -867,6 +875,8 @@ static int b_route(void *app, nmq_session *from, const proto_who *who, nmq_msg *
 			proto_metrics *m = proto_metrics_get(b->proto);
 			atomic_fetch_add(&m->msgs_dropped, 1);
 			atomic_fetch_add(&m->drop_memory, 1);
+			droplog_record(DROP_MEMORY, who != NULL ? who->client_id : NULL, msg->topic,
+			    msg->topic_len, msg->qos, 1);
 			log_warn_rl("broker",
 			    "topic=%.*s reason=max_message_memory action=retained_not_stored",
 			    (int)(msg->topic_len > 200 ? 200 : msg->topic_len), msg->topic);
@@ -922,6 +932,7 @@ static int b_subscribe(void *app, nmq_session *s, const proto_who *who, const ch
 	nmq_broker *b = app;
 	bool        disconnect;
 	if (!acl_allows(b, who, ACL_SUBSCRIBE, filter, len, &disconnect)) {
+		droplog_record(DENY_ACL_SUBSCRIBE, who->client_id, filter, len, opts->qos, 1);
 		return MQTT_RC_NOT_AUTHORIZED | (disconnect ? PROTO_RC_DISCONNECT : 0);
 	}
 	int        rv    = opts->qos;
@@ -971,6 +982,7 @@ static int b_subscribe(void *app, nmq_session *s, const proto_who *who, const ch
 	if (i == ss->n && max > 0 && ss->n >= max) {
 		// mqtt.max_subscriptions: a new filter beyond the limit.
 		atomic_fetch_add(&proto_metrics_get(b->proto)->refused_subscriptions, 1);
+		droplog_record(DENY_MAX_SUBSCRIPTIONS, who->client_id, filter, len, opts->qos, 1);
 		rv = MQTT_RC_QUOTA_EXCEEDED;
 		goto out;
 	}

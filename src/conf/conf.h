@@ -107,6 +107,7 @@ typedef struct nmq_conf {
 	uint64_t max_message_memory; // bytes, 0 = no cap
 	uint32_t property_size;
 	bool     batch_resend;
+	uint32_t drop_log_size; // events in the drop ring, 0 = none
 
 	// listeners (enabled ones only, in file order; at least one TCP
 	// listener on 0.0.0.0:1883 when the file has no listeners section)

@@ -240,6 +240,12 @@ const conf_key conf_schema[] = {
 	{ .path = "mqtt.batch_resend", .type = CONF_T_BOOL, .store = CONF_ST_BOOL, CF(batch_resend),
 	    .reload = true, .status = CONF_S_NOEFFECT, .def = "false",
 	    .help = "Accepted for compatibility; queued messages already go out as acks arrive." },
+	{ .path = "mqtt.drop_log_size", .type = CONF_T_INT, .store = CONF_ST_U32, CF(drop_log_size),
+	    .def = "1024", .min = 0, .max = 1000000,
+	    .help = "Events kept in the ring of recent drops and refusals (extension): time, "
+	        "reason, client id, topic and QoS of the last N messages dropped or requests "
+	        "refused, served by the REST API as `/api/v4/drops` (0 = counters only). "
+	        "About 220 bytes per event, used only as events arrive." },
 
 	// ---------------------------------------------------------- listeners
 	{ .path = "listeners", .type = CONF_T_SECTION,

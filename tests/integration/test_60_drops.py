@@ -1,0 +1,87 @@
+#!/usr/bin/python3
+"""60: "why was my message dropped?" (docs/compatibility.md, the drop log):
+every message the broker discards and every request it refuses is counted
+per reason, kept in a ring of recent events (time, reason, client id,
+topic, QoS) and sampled into the log. These tests cause known drops and
+refusals with real clients and check what the broker says about them."""
+
+import re
+import time
+import unittest
+
+from nmq import BrokerTestCase, skip_on_mosquitto
+
+
+def drop_lines(broker, reason):
+    """The sampled log lines of one reason, as dicts of their fields."""
+    out = []
+    for line in broker.log_text().splitlines():
+        m = re.search(r"drops: reason=%s client_id=(\S*) topic=(\S*)(?: qos=(-?\d+))? "
+                      r"count=(\d+)" % reason, line)
+        if m:
+            out.append({"client": m.group(1), "topic": m.group(2),
+                        "qos": m.group(3), "count": int(m.group(4))})
+    return out
+
+
+def wait_for(pred, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.05)
+    return pred()
+
+
+@skip_on_mosquitto("the drop log is nanomq's")
+class QueueFullTests(BrokerTestCase):
+    CONF = "mqtt.max_mqueue_len = 4"
+
+    def test_offline_queue_overflow_names_client_topic_and_qos(self):
+        # A persistent session goes offline with a QoS 1 subscription; 10
+        # QoS 1 messages for it overflow its queue of 4: 6 drops.
+        sub = self.raw(4)
+        sub.connect("parked", clean=False)
+        sub.subscribe([("q/#", 1)])
+        sub.disconnect()
+        sub.expect_closed()
+        time.sleep(0.1)
+        pub = self.paho("pub1")
+        for i in range(10):
+            pub.publish("q/%d" % i, b"x", qos=1).wait_for_publish(5)
+        lines = wait_for(lambda: len(drop_lines(self.broker, "queue_full")) >= 6 and
+                         drop_lines(self.broker, "queue_full"))
+        self.assertEqual(len(lines), 6, lines)
+        self.assertEqual([l["topic"] for l in lines], ["q/%d" % i for i in range(4, 10)])
+        for l in lines:
+            self.assertEqual((l["client"], l["qos"], l["count"]), ("parked", "1", 1))
+        # The four queued ones are still delivered when the client returns.
+        back = self.raw(4)
+        ack = back.connect("parked", clean=False)
+        self.assertTrue(ack.session_present)
+        got = back.expect_publishes(4)
+        self.assertEqual([p.topic for p in got], ["q/0", "q/1", "q/2", "q/3"])
+
+
+@skip_on_mosquitto("the drop log is nanomq's")
+class RefusalTests(BrokerTestCase):
+    CONF = "mqtt { max_subscriptions = 1, max_topic_length = 16 }"
+
+    def test_refused_filters_are_recorded(self):
+        c = self.raw(5)
+        c.connect("subber")
+        c.subscribe([("a/1", 1)])
+        c.subscribe([("b/2", 2)])  # over max_subscriptions
+        c.subscribe([("c/" + "x" * 20, 0)])  # over max_topic_length
+        subs = wait_for(lambda: drop_lines(self.broker, "max_subscriptions"))
+        self.assertEqual(subs, [{"client": "subber", "topic": "b/2", "qos": None, "count": 1}])
+        tl = wait_for(lambda: drop_lines(self.broker, "topic_limit"))
+        self.assertEqual(tl, [{"client": "subber", "topic": "c/" + "x" * 20, "qos": None,
+                               "count": 1}])
+        # The client itself is unaffected: its first subscription works.
+        self.assert_broker_healthy()
+
+
+if __name__ == "__main__":
+    unittest.main()
