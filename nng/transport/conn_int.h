@@ -124,13 +124,37 @@ static inline uint8_t *txbuf_reserve(txbuf *b, size_t n)
 	if (b->arena_len + n <= b->arena_cap) {
 		return b->arena + b->arena_len;
 	}
+	if (b->arena_cap == 0 && n <= POOL_ARENA) {
+		// The first block, once per write batch of a plain socket.
+		uint8_t *a = conn_pool_get(false);
+		if (a == NULL) {
+			return NULL;
+		}
+		b->arena     = a;
+		b->arena_cap = POOL_ARENA;
+		nmq_mem_buffers_add(POOL_ARENA);
+		return a;
+	}
 	return txbuf_reserve_slow(b, n);
 }
 // Makes room for one more segment; false when out of memory.
 bool               txbuf_seg_grow(txbuf *b);
 static inline bool txbuf_seg_room(txbuf *b)
 {
-	return b->nsegs < b->seg_cap || txbuf_seg_grow(b);
+	if (b->nsegs < b->seg_cap) {
+		return true;
+	}
+	if (b->seg_cap == 0) {
+		// The first block, once per write batch of a plain socket.
+		b->segs = conn_pool_get(true);
+		if (b->segs == NULL) {
+			return false;
+		}
+		b->seg_cap = POOL_SEGS;
+		nmq_mem_buffers_add((int64_t)(POOL_SEGS * sizeof(tx_seg)));
+		return true;
+	}
+	return txbuf_seg_grow(b);
 }
 // Appends a segment for the next n arena bytes (reserved, with seg room
 // checked by the caller) and counts them.
