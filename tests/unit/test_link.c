@@ -302,6 +302,42 @@ static void test_session_resume_expiry(void **state)
 	env_free(e);
 }
 
+// A second CONNECT with the same client id takes the session over: the old
+// v5 connection gets DISCONNECT 0x8E and is closed; the new one finds the
+// session present (it has an expiry interval) with its subscription.
+static void test_takeover(void **state)
+{
+	(void)state;
+	proto_limits lim;
+	default_limits(&lim);
+	env *e   = env_new(&lim);
+	int  old = client_connect(e, MQTT_PROTO_V5, "dup", 30, 60, NULL, NULL);
+	client_subscribe(old, MQTT_PROTO_V5, "d", 1);
+
+	bool present = false;
+	int  fd      = client_connect(e, MQTT_PROTO_V5, "dup", 30, 60, NULL, &present);
+	assert_true(present);
+	uint8_t     buf[256];
+	mqtt_packet pk;
+	assert_true(recv_pkt(old, MQTT_PROTO_V5, buf, sizeof(buf), &pk));
+	assert_int_equal(pk.type, MQTT_DISCONNECT);
+	assert_int_equal(pk.u.disconnect.reason, MQTT_RC_SESSION_TAKEN_OVER);
+	uint8_t last;
+	assert_true(wait_eof(old, MQTT_PROTO_V5, &last));
+	close(old);
+	assert_int_equal(atomic_load(&proto_metrics_get(e->p)->sessions), 1);
+
+	// The subscription came along: a message reaches the new connection.
+	int pub = client_connect(e, MQTT_PROTO_V311, "p", 30, 0, NULL, NULL);
+	send_publish(pub, MQTT_PROTO_V311, "d", "still", 1, 3);
+	expect_ack(pub, MQTT_PROTO_V311, MQTT_PUBACK, 3);
+	uint16_t pid = expect_publish(fd, MQTT_PROTO_V5, "d", "still", 1);
+	send_ack(fd, MQTT_PROTO_V5, MQTT_PUBACK, pid);
+	close(pub);
+	close(fd);
+	env_free(e);
+}
+
 int main(void)
 {
 	// Writes to a client that closed must not kill the test (the broker
@@ -314,6 +350,7 @@ int main(void)
 		cmocka_unit_test(test_disconnect_will),
 		cmocka_unit_test(test_timeouts),
 		cmocka_unit_test(test_session_resume_expiry),
+		cmocka_unit_test(test_takeover),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
