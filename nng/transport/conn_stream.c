@@ -272,11 +272,20 @@ static void rx_job(workq_job *job)
 	nmq_mutex_unlock(&c->mtx);
 	conn_hold(c);
 	conn_rx_finish(c, c->rx_result != 0 || !go);
+	bool linger_over = false;
 	nmq_mutex_lock(&c->mtx);
 	if (c->lingering && !c->closing) {
 		linger_rx_start(c);
+	} else if (c->lingering && !NS(c)->linger_rx) {
+		// Closed (conn_close) before the discarding began: nothing will
+		// end the linger but this.
+		c->lingering = false;
+		linger_over  = true;
 	}
 	nmq_mutex_unlock(&c->mtx);
+	if (linger_over) {
+		conn_release(c); // the linger's reference
+	}
 	conn_release(c);
 }
 
