@@ -1,6 +1,6 @@
 // MQTT over WebSocket (RFC 6455), server side: the HTTP/1.1 upgrade request
 // and the frame codec. Pure functions over byte buffers: no I/O, no
-// allocation, no global state. The transport (nng/transport/conn.c) feeds
+// allocation, no global state. The transport (nng/transport/conn_ws.c) feeds
 // them the bytes of a connection.
 //
 // MQTT rules applied here (MQTT 5.0 §6, 3.1.1 §6): data travels in binary
