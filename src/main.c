@@ -22,6 +22,7 @@
 #include "nng/protocol/proto.h"
 #include "nng/transport/listener.h"
 #include "src/auth/auth_passwd.h"
+#include "src/bridge/bridge.h"
 #include "src/broker/broker.h"
 #include "src/conf/conf.h"
 #include "src/daemon/args.h"
@@ -31,6 +32,9 @@
 #include "src/daemon/pidfile.h"
 #include "src/daemon/sd_notify.h"
 #include "src/log/log.h"
+#ifdef NMQ_HAVE_STORE
+#include "src/store/store_conf.h"
+#endif
 
 #define TIMER_TICK_MS    20
 #define DRAIN_TIMEOUT_MS 5000
@@ -64,18 +68,20 @@ typedef struct ctl_request {
 } ctl_request;
 
 typedef struct server {
-	nmq_conf      conf; // the configuration applied last
-	nmq_conf      boot; // as started: what restart-only keys run with
-	bool          have_boot;
-	bool          conf_old; // conf.path is in the legacy flat format
-	timer_wheel  *tw;
-	workq        *wq;
-	nmq_broker   *broker;
-	nmq_proto    *proto;
-	nmq_listener *listeners[CONF_MAX_LISTENERS];
-	int           n_listeners;
-	ipc_server   *ipc; // the command channel, NULL when off
-	ctl_request   ctl;
+	nmq_conf          conf; // the configuration applied last
+	nmq_conf          boot; // as started: what restart-only keys run with
+	bool              have_boot;
+	bool              conf_old; // conf.path is in the legacy flat format
+	timer_wheel      *tw;
+	workq            *wq;
+	nmq_broker       *broker;
+	nmq_proto        *proto;
+	nmq_bridges      *bridges;
+	struct nmq_store *store; // NULL when nothing asks for one
+	nmq_listener     *listeners[CONF_MAX_LISTENERS];
+	int               n_listeners;
+	ipc_server       *ipc; // the command channel, NULL when off
+	ctl_request       ctl;
 } server;
 
 // Sleeps ms milliseconds (nng_msleep() would start NNG's threads on the
@@ -381,6 +387,9 @@ static int reload(
 	broker_limits_from_conf(&nc, &lim);
 	proto_set_limits(srv->proto, &lim);
 	reload_listeners(srv, &nc);
+	if (srv->bridges != NULL) {
+		bridges_reconfigure(srv->bridges, &nc);
+	}
 	log_set_level(nc.log_level);
 	// Keep the values that need a restart from the running configuration:
 	// swap in the new one only for what was applied above.
@@ -517,6 +526,38 @@ static void ctl_stop_channel(server *srv)
 }
 
 // Runs the broker until SIGTERM/SIGINT. Returns the exit status.
+// Opens the durable store when the configuration asks for one (the
+// bridges' offline cache). Returns 0, or -1 with a message in err.
+static int open_store(server *srv, char *err, size_t errlen)
+{
+#ifdef NMQ_HAVE_STORE
+	if (store_conf_open(&srv->store, &srv->conf, bridges_store_evicted, NULL, err, errlen)
+	    != NMQ_OK) {
+		return -1;
+	}
+#else
+	(void)err;
+	(void)errlen;
+	if (srv->conf.bridge_cache_enable) {
+		log_warn(
+		    "main", "key=bridges.mqtt.cache event=ignored reason=built_without_sqlite");
+	}
+#endif
+	return 0;
+}
+
+static void close_store(server *srv)
+{
+#ifdef NMQ_HAVE_STORE
+	if (srv->store != NULL) {
+		store_close(srv->store);
+		srv->store = NULL;
+	}
+#else
+	(void)srv;
+#endif
+}
+
 static int run(const cli_args *args, nmq_conf *conf, const char *argv0, int ready_fd, pidfile *pf)
 {
 	server srv;
@@ -570,7 +611,15 @@ static int run(const cli_args *args, nmq_conf *conf, const char *argv0, int read
 		goto fail;
 	}
 	broker_set_proto(srv.broker, srv.proto);
+	if (open_store(&srv, err, sizeof(err)) != 0) {
+		goto fail;
+	}
 	if (start_listeners(&srv, err, sizeof(err)) != 0) {
+		goto fail;
+	}
+	bridge_env benv = { srv.broker, proto_conn_env(srv.proto), srv.store };
+	if ((srv.bridges = bridges_start(&srv.conf, &benv)) == NULL) {
+		snprintf(err, sizeof(err), "out of memory at startup (bridges)");
 		goto fail;
 	}
 	ctl_start(&srv);
@@ -628,6 +677,8 @@ static int run(const cli_args *args, nmq_conf *conf, const char *argv0, int read
 		sleep_ms(10);
 	}
 	sleep_ms(WILL_FLUSH_MS);
+	bridges_stop(srv.bridges);
+	srv.bridges = NULL;
 	proto_shutdown_all(srv.proto);
 	for (int waited = 0; waited < DRAIN_TIMEOUT_MS && conn_live_count() > 0; waited += 10) {
 		sleep_ms(10);
@@ -640,6 +691,7 @@ static int run(const cli_args *args, nmq_conf *conf, const char *argv0, int read
 		proto_free(srv.proto);
 		broker_free(srv.broker);
 		timer_wheel_free(srv.tw);
+		close_store(&srv);
 		droplog_fini(); // no thread records any more
 		// Everything that held messages is gone: the memory accountant
 		// must be back at zero (a drift would make
@@ -680,6 +732,7 @@ fail:
 	if (srv.tw != NULL) {
 		timer_wheel_free(srv.tw);
 	}
+	close_store(&srv);
 	daemon_ready(ready_fd, 1, err);
 	droplog_fini();
 	*conf = srv.conf;

@@ -95,10 +95,7 @@ int handle_subscribe(nmq_link *l, const mqtt_packet *pkt);
 int handle_unsubscribe(nmq_link *l, const mqtt_packet *pkt);
 int handle_disconnect(nmq_link *l, const mqtt_packet *pkt);
 
-// Builds a shared message from a PUBLISH or a will (handle_publish.c):
-// topic, forwardable v5 properties, payload; message expiry becomes an
-// absolute deadline. Returns NULL on allocation failure.
-nmq_msg *proto_msg_build(uint8_t ver, mqtt_bytes topic, const mqtt_props *in, mqtt_bytes payload,
-    uint8_t qos, bool retain, uint64_t origin);
+// proto_msg_build (handle_publish.c) is declared in proto.h: the bridge
+// builds its received messages with it too.
 
 #endif // NMQ_LINK_H

@@ -192,6 +192,14 @@ void nmq_session_deliver(nmq_session *s, nmq_msg *msg, uint8_t qos, bool retain,
 size_t nmq_session_drop_queued(
     nmq_session *s, bool (*keep)(void *arg, const nmq_msg *msg), void *arg);
 
+// Builds a shared message from a decoded PUBLISH (or will) of version
+// ver: topic, the forwardable v5 properties of `in` (may be NULL),
+// payload, QoS and retain; message expiry becomes an absolute deadline.
+// origin is the publisher's session id (0: none). Returns NULL on
+// allocation failure. Any thread (handle_publish.c).
+nmq_msg *proto_msg_build(uint8_t ver, mqtt_bytes topic, const mqtt_props *in, mqtt_bytes payload,
+    uint8_t qos, bool retain, uint64_t origin);
+
 void        nmq_session_hold(nmq_session *s);
 void        nmq_session_release(nmq_session *s);
 bool        nmq_session_online(nmq_session *s);

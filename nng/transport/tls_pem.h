@@ -45,4 +45,17 @@ nmq_err tls_pem_check(const tls_pem_spec *s, char *err, size_t errlen);
 nmq_err tls_pem_config_build(
     const tls_pem_spec *s, nng_tls_mode mode, nng_tls_config **cfgp, char *err, size_t errlen);
 
+// The CA bundle a client falls back on when it verifies the server and
+// names no cacertfile.
+#define TLS_PEM_SYSTEM_CA "/etc/ssl/certs/ca-certificates.crt"
+
+// Builds a client configuration (an outbound link): the server's
+// certificate is verified when s->verify_peer (against s->cacertfile, else
+// the system bundle above), and the handshake fails if it does not verify;
+// certfile and keyfile are optional (a client certificate); server_name
+// (may be NULL) is sent as SNI and checked against the certificate.
+// Returns as tls_pem_config_build.
+nmq_err tls_pem_client_build(const tls_pem_spec *s, const char *server_name, nng_tls_config **cfgp,
+    char *err, size_t errlen);
+
 #endif // NMQ_TLS_PEM_H

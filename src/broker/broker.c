@@ -24,6 +24,7 @@
 #include "src/broker/broker.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -435,19 +436,46 @@ static void acl_swapped(nmq_broker *b)
 	    epoch);
 }
 
+// A subscriber in the tree is a session, or a broker_sink whose pointer
+// carries a tag in its lowest bit (both are at least pointer-aligned).
+#define SINK_TAG ((uintptr_t)1)
+
+static bool is_sink(const void *sub)
+{
+	return ((uintptr_t)sub & SINK_TAG) != 0;
+}
+
+static broker_sink *sink_of(const void *sub)
+{
+	return (broker_sink *)((uintptr_t)sub & ~SINK_TAG);
+}
+
+static void *sink_key(broker_sink *s)
+{
+	return (void *)((uintptr_t)s | SINK_TAG);
+}
+
 static void sess_hold(void *s)
 {
+	if (is_sink(s)) {
+		sink_of(s)->hold(sink_of(s));
+		return;
+	}
 	nmq_session_hold(s);
 }
 
 static void sess_release(void *s)
 {
+	if (is_sink(s)) {
+		sink_of(s)->release(sink_of(s));
+		return;
+	}
 	nmq_session_release(s);
 }
 
 static bool sess_eligible(void *s)
 {
-	return nmq_session_online(s);
+	return is_sink(s) || nmq_session_online(s);
 }
 
 static const topic_tree_ops tree_ops = {
@@ -822,9 +850,12 @@ typedef struct route_ctx {
 // session.
 static bool route_admit(void *arg, const topic_match *v, size_t n)
 {
-	route_ctx *ctx     = arg;
-	bool       proven  = false;
-	bool       refused = false;
+	route_ctx *ctx = arg;
+	if (is_sink(v[0].sub)) {
+		return true; // a bridge's forward: configured by the operator
+	}
+	bool proven  = false;
+	bool refused = false;
 	for (size_t i = 0; i < n; i++) {
 		proven  = proven || v[i].opts.stamp == ctx->rc->epoch;
 		refused = refused || v[i].opts.stamp == STAMP_REFUSED;
@@ -835,6 +866,10 @@ static bool route_admit(void *arg, const topic_match *v, size_t n)
 static void route_queue(void *arg, const route_delivery *d)
 {
 	route_ctx *ctx = arg;
+	if (is_sink(d->sub)) {
+		sink_of(d->sub)->deliver(sink_of(d->sub), ctx->msg, d->qos, d->retain);
+		return;
+	}
 	nmq_session_deliver(d->sub, ctx->msg, d->qos, d->retain, d->ids, d->n_ids);
 }
 
@@ -852,11 +887,11 @@ static void retain_log(const nmq_msg *msg, nmq_err e)
 	}
 }
 
-// Routes one message; see proto.h.
-static int b_route(void *app, nmq_session *from, const proto_who *who, nmq_msg *msg)
+// Routes one message published by from (a session, a tagged sink, or
+// NULL); see proto.h.
+static int route_msg(nmq_broker *b, const void *from, const proto_who *who, nmq_msg *msg)
 {
-	nmq_broker *b = app;
-	bool        disconnect;
+	bool disconnect;
 	if (who != NULL
 	    && !acl_allows(b, who, ACL_PUBLISH, msg->topic, msg->topic_len, &disconnect)) {
 		proto_metrics *m = proto_metrics_get(b->proto);
@@ -922,6 +957,35 @@ static int b_route(void *app, nmq_session *from, const proto_who *who, nmq_msg *
 	topic_match_vec_clear(mv, &tree_ops);
 	auth_ctx_release(rcs.auth);
 	return 0;
+}
+
+static int b_route(void *app, nmq_session *from, const proto_who *who, nmq_msg *msg)
+{
+	return route_msg(app, from, who, msg);
+}
+
+nmq_err broker_sink_subscribe(
+    nmq_broker *b, broker_sink *s, const char *filter, uint8_t qos, bool no_local)
+{
+	size_t len = strlen(filter);
+	if (mqtt_share_split((const uint8_t *)filter, len, NULL) != MQTT_SHARE_NONE) {
+		return NMQ_EINVAL;
+	}
+	topic_sub_opts o;
+	memset(&o, 0, sizeof(o));
+	o.qos      = qos;
+	o.no_local = no_local;
+	return topic_tree_insert(b->tree, filter, len, sink_key(s), &o, NULL);
+}
+
+nmq_err broker_sink_unsubscribe(nmq_broker *b, broker_sink *s, const char *filter)
+{
+	return topic_tree_remove(b->tree, filter, strlen(filter), sink_key(s));
+}
+
+int broker_sink_publish(nmq_broker *b, broker_sink *s, const proto_who *who, nmq_msg *msg)
+{
+	return route_msg(b, sink_key(s), who, msg);
 }
 
 // Adds or replaces one subscription, stamped when the ACL lets the client

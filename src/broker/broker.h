@@ -44,4 +44,33 @@ retain_store *broker_retain(nmq_broker *b);
 // subscription members included). Lock-free read.
 long broker_acl_deliveries_denied(nmq_broker *b);
 
+// A subscriber that is not a session (a bridge's forwards): its filters
+// sit in the topic tree like a client's, so a message costs it what it
+// costs one subscriber. The broker keeps no reference of its own: the
+// owner unsubscribes every filter before it frees the sink, and keeps it
+// alive while hold() references are out (the tree holds a matched sink
+// until the delivery returns).
+typedef struct broker_sink broker_sink;
+struct broker_sink {
+	// One delivery, on the publisher's worker thread: must not block (it
+	// queues and returns). qos is min(granted, published); msg is
+	// borrowed (hold it to keep it).
+	void (*deliver)(broker_sink *s, nmq_msg *msg, uint8_t qos, bool retain);
+	void (*hold)(broker_sink *s);
+	void (*release)(broker_sink *s);
+};
+
+// Adds (or replaces) a filter of sink s. no_local: messages the sink
+// itself published (broker_sink_publish) are not delivered to it. Returns
+// NMQ_OK, NMQ_EINVAL for an invalid or shared filter, NMQ_ENOMEM.
+nmq_err broker_sink_subscribe(
+    nmq_broker *b, broker_sink *s, const char *filter, uint8_t qos, bool no_local);
+// Removes a filter of s. Returns NMQ_OK or NMQ_ENOENT.
+nmq_err broker_sink_unsubscribe(nmq_broker *b, broker_sink *s, const char *filter);
+// Publishes msg locally on behalf of s, as a client would: the ACL's
+// publish check for who, retained messages, routing (the reference is
+// borrowed). Returns 0 or an MQTT 5 reason code (0x87 refused by the ACL).
+// Any thread but a tree callback.
+int broker_sink_publish(nmq_broker *b, broker_sink *s, const proto_who *who, nmq_msg *msg);
+
 #endif // NMQ_BROKER_H

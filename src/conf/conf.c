@@ -65,6 +65,7 @@ void conf_free(nmq_conf *conf)
 	free(conf->pid_file);
 	cJSON_Delete(conf->auth_password);
 	cJSON_Delete(conf->auth_acl);
+	conf_bridges_free(conf);
 	memset(conf, 0, sizeof(*conf));
 }
 
@@ -446,6 +447,21 @@ nmq_err conf_diff(const nmq_conf *a, const nmq_conf *b, conf_changes *out)
 	}
 	if (json_differs(a->auth_acl, b->auth_acl) && add_change(out, "auth.acl", false) != 0) {
 		goto fail;
+	}
+	for (int i = 0; i < a->n_bridges; i++) {
+		const conf_bridge *bb = conf_bridge_find(b, a->bridges[i].name);
+		snprintf(key, sizeof(key), "bridges.mqtt.%.200s", a->bridges[i].name);
+		if ((bb == NULL || !conf_bridge_equal(&a->bridges[i], bb))
+		    && add_change(out, key, false) != 0) {
+			goto fail;
+		}
+	}
+	for (int i = 0; i < b->n_bridges; i++) {
+		snprintf(key, sizeof(key), "bridges.mqtt.%.200s", b->bridges[i].name);
+		if (conf_bridge_find(a, b->bridges[i].name) == NULL
+		    && add_change(out, key, false) != 0) {
+			goto fail;
+		}
 	}
 	return NMQ_OK;
 

@@ -76,6 +76,88 @@ enum conf_deny_action {
 	CONF_DENY_DISCONNECT,
 };
 
+// bridges.mqtt.<name>.forwards[]: local topics sent to the remote broker.
+typedef struct conf_bridge_fwd {
+	char *local_topic; // filter matched locally
+	char *remote_topic; // "" keeps the topic as published
+	char *prefix; // added before the remote topic, NULL = none
+	char *suffix; // added after it, NULL = none
+	int   qos; // -1 keeps the message's QoS
+	int   retain; // 0 or 1 override, 2 keeps the message's flag
+} conf_bridge_fwd;
+
+// bridges.mqtt.<name>.subscription[]: remote filters published locally.
+typedef struct conf_bridge_sub {
+	char *remote_topic; // filter subscribed on the remote broker
+	int   qos;
+	char *local_topic; // NULL: the topic as received
+	char *prefix;
+	char *suffix;
+	int   retain; // 0 or 1 override, 2 keeps the flag as received
+	bool  retain_as_published;
+	int   retain_handling;
+	bool  nolocal;
+} conf_bridge_sub;
+
+// One bridges.mqtt.<name> object. Strings are NULL when not set.
+typedef struct conf_bridge {
+	char    *name;
+	bool     enable;
+	char    *server; // "mqtt-tcp://host:port" or "tls+mqtt-tcp://host:port"
+	char   **hybrid_servers; // failover list, tried after server in order
+	int      n_hybrid_servers;
+	bool     hybrid_bridging;
+	int      proto_ver; // 3, 4 or 5
+	char    *clientid; // NULL: "<name>-<hostname>"
+	uint32_t keepalive_s;
+	bool     clean_start;
+	char    *username;
+	char    *password;
+	uint32_t backoff_max_s;
+	bool     transparent;
+	bool     no_local_v4;
+	bool     retry_qos_0;
+	int      parallel;
+	uint32_t max_send_queue_len;
+	uint32_t max_recv_queue_len;
+	uint32_t resend_interval_ms;
+	uint32_t resend_wait_ms;
+	uint32_t cancel_timeout_ms;
+	// conn_properties (v5)
+	uint32_t cp_maximum_packet_size; // 0 = not sent
+	uint32_t cp_receive_maximum; // 0 = not sent
+	uint32_t cp_topic_alias_maximum;
+	int      cp_request_problem_information; // -1 = not sent
+	int      cp_request_response_information; // -1 = not sent
+	uint32_t cp_session_expiry_interval;
+	// will
+	char *will_topic;
+	char *will_payload;
+	int   will_qos;
+	bool  will_retain;
+	// ssl / tls
+	bool  tls; // the server URL says tls+mqtt-tcp
+	char *keyfile;
+	char *certfile;
+	char *cacertfile;
+	char *key_password;
+	bool  verify_peer;
+	// tcp
+	bool     tcp_nodelay;
+	bool     tcp_keepalive;
+	uint32_t tcp_keepidle;
+	uint32_t tcp_keepintvl;
+	uint32_t tcp_keepcnt;
+	char    *bind_interface;
+	// sub_properties
+	uint32_t sub_identifier; // 0 = none
+
+	conf_bridge_fwd *fwds;
+	int              n_fwds;
+	conf_bridge_sub *subs;
+	int              n_subs;
+} conf_bridge;
+
 typedef struct nmq_conf {
 	char *path; // file that was read, NULL if none
 
@@ -155,6 +237,16 @@ typedef struct nmq_conf {
 	// objects holding only username/clientid/ipaddrs) and "topics" (array
 	// of strings, kept literally: "${clientid}", "@a/#"). NULL if not set.
 	struct cJSON *auth_acl;
+
+	// bridges.mqtt: the enabled and disabled bridges, in file order.
+	conf_bridge *bridges;
+	int          n_bridges;
+	// bridges.mqtt.cache: the offline cache shared by the bridges.
+	bool     bridge_cache_enable; // the section is present and enabled
+	uint32_t bridge_cache_disk_size; // most messages kept, 0 = no bound
+	char    *bridge_cache_path; // directory of the database
+	uint32_t bridge_cache_flush; // flush_mem_threshold
+	uint32_t bridge_cache_resend_ms;
 } nmq_conf;
 
 // Collected problems. Each message is one line "file:line: key: reason" (or
@@ -281,9 +373,22 @@ void conf_defaults(nmq_conf *conf);
 int conf_load_text(nmq_conf *conf, const char *text, size_t len, const char *name, const char *dir,
     conf_errors *errs);
 
+// Bridges (conf_bridge.c). conf_bridge_equal: same settings, forwards and
+// subscriptions. conf_bridge_find: the bridge of that name, or NULL.
+// conf_bridge_url: splits "mqtt-tcp://host:port" or
+// "tls+mqtt-tcp://host:port"; returns 0, or -1 with a reason in why.
+bool conf_bridge_equal(const conf_bridge *a, const conf_bridge *b);
+// A deep copy (NULL when out of memory), freed with conf_bridge_free.
+conf_bridge       *conf_bridge_dup(const conf_bridge *b);
+void               conf_bridge_free(conf_bridge *b);
+const conf_bridge *conf_bridge_find(const nmq_conf *c, const char *name);
+int                conf_bridge_url(
+                   const char *url, bool *tls, char *host, size_t hostlen, int *port, char *why, size_t whylen);
+
 // Reload support. conf_diff() compares the running configuration a with a
 // newly loaded b and lists every key whose value differs, in schema order,
-// with whether applying it needs a restart (docs/compatibility.md §1). Listeners are
+// with whether applying it needs a restart (docs/compatibility.md §1). A bridge
+// added, removed or changed is "bridges.mqtt.<name>" (applied). Listeners are
 // reported as "listeners.<name>" (added, removed or bind changed: restart)
 // and "listeners.<name>.<file key>" (TLS files: applied to new connections).
 // auth.password and auth.acl are reported as a whole.

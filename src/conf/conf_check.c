@@ -227,6 +227,10 @@ static void walk_section(conf_ctx *ctx, const cJSON *obj, const char *prefix)
 			conf_check_acl(ctx, c);
 			continue;
 		}
+		if (strcmp(path, "bridges.mqtt") == 0) {
+			conf_check_bridges(ctx, c);
+			continue;
+		}
 		if ((k = conf_schema_find(path, &alias)) != NULL) {
 			if (k->status == CONF_S_NOT_YET) {
 				conf_key_msg(ctx, false, c, path, "not supported yet; ignored");

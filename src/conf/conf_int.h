@@ -53,6 +53,9 @@ enum conf_store {
 enum conf_base {
 	CONF_BASE_CONF = 0, // nmq_conf
 	CONF_BASE_LISTENER, // conf_listener
+	CONF_BASE_BRIDGE, // conf_bridge
+	CONF_BASE_BRIDGE_FWD, // conf_bridge_fwd
+	CONF_BASE_BRIDGE_SUB, // conf_bridge_sub
 };
 
 enum conf_status {
@@ -176,6 +179,9 @@ void conf_check_listeners(conf_ctx *ctx, const cJSON *listeners);
 void conf_check_password(conf_ctx *ctx, const cJSON *node);
 void conf_check_acl(conf_ctx *ctx, const cJSON *node);
 void conf_listener_free(conf_listener *l);
+// The bridges.mqtt section (conf_bridge.c).
+void conf_check_bridges(conf_ctx *ctx, const cJSON *node);
+void conf_bridges_free(nmq_conf *conf);
 
 // Overlays (conf_env.c): NANOMQ_* variables and the command line, written
 // into the tree before it is checked. Problems go to errs.

@@ -51,13 +51,11 @@ def tearDownModule():
 UNSUPPORTED = {
     "nanomq.conf": ["http_server"],
     "nanomq_example.conf": ["http_server", "auth.http_auth", "webhook", "sqlite",
-                            "bridges.mqtt", "bridges.aws", "preset", "rules",
+                            "bridges.aws", "preset", "rules",
                             "exchange_client", "parquet", "plugin"],
-    "nanomq_bridge.conf": ["bridges.mqtt"],
     "doc-http-server.conf": ["http_server"],
     "doc-http-auth.conf": ["auth.http_auth"],
     "doc-webhook.conf": ["webhook"],
-    "doc-bridge-tls.conf": ["bridges.mqtt"],
     "doc-preset-session.conf": ["preset"],
     "doc-sqlite.conf": ["sqlite"],
 }

@@ -644,8 +644,8 @@ static void test_warnings(void **state)
 	load_warn("webhook {\n  url = \"http://x\"\n}\n",
 	    "t.conf:1: webhook: not supported yet; ignored");
 	load_warn("sqlite.enable = true\n", "t.conf:1: sqlite: not supported yet; ignored");
-	load_warn("bridges.mqtt.emqx { server = \"mqtt-tcp://h:1883\" }\n",
-	    "t.conf:1: bridges.mqtt: not supported yet; ignored");
+	load_warn("bridges.mqtt.emqx { server = \"mqtt-tcp://h:1883\", quic_keepalive = 3s }\n",
+	    "t.conf:1: bridges.mqtt.emqx.quic_keepalive: QUIC is not supported; ignored");
 	load_warn("preset.session = []\n", "t.conf:1: preset: not supported yet; ignored");
 	load_warn("auth.http_auth.auth_req.url = \"http://x\"\n",
 	    "t.conf:1: auth.http_auth: not supported yet; ignored");
@@ -1206,11 +1206,13 @@ static void test_old_conf(void **state)
 	assert_int_equal(c.log_level, LOG_LEVEL_INFO);
 	assert_int_equal(c.log_to, CONF_LOG_TO_CONSOLE | CONF_LOG_TO_FILE);
 	assert_int_equal(errs.n_errors, 0);
-	assert_int_equal(errs.n_warnings, 2);
+	assert_int_equal(errs.n_warnings, 1);
 	snprintf(want, sizeof(want), "%s:23: mystery: unknown flat key; ignored", p);
 	assert_string_equal(errs.warnings[0], want);
-	snprintf(want, sizeof(want), "%s:22: bridges.mqtt: not supported yet; ignored", p);
-	assert_string_equal(errs.warnings[1], want);
+	// The flat bridge key names a bridge (address is server's alias).
+	assert_int_equal(c.n_bridges, 1);
+	assert_string_equal(c.bridges[0].name, "emqx");
+	assert_string_equal(c.bridges[0].server, "mqtt-tcp://h:1883");
 	conf_free(&c);
 	conf_errors_free(&errs);
 

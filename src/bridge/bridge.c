@@ -1,0 +1,1830 @@
+// MQTT bridges; see bridge.h.
+//
+// Locks: bridge.mtx -> connection tx lock (conn.h), bridge.mtx -> store
+// queue (store_* calls never wait on the disk). No bridge lock is held
+// while a message is routed locally (routing may deliver to this very
+// bridge's forwards), nor while the link thread connects.
+//
+// The send queue is one list in arrival (seq) order. An entry is QUEUED
+// (not sent on this link), SENT (PUBLISH sent, awaiting PUBACK/PUBREC) or
+// RELEASED (PUBREL sent, awaiting PUBCOMP); next_unsent is the first
+// entry not sent on the current link. A disconnect resets next_unsent to
+// the head: SENT entries go again with DUP and their packet id, RELEASED
+// ones as PUBREL, as MQTT requires of a resumed session.
+//
+// With the cache, every QoS 1/2 entry is written to the store when it is
+// queued (write-through, so a kill -9 loses nothing that was committed)
+// and deleted when acked; QoS 2 state changes are recorded so that a
+// restart resends PUBREL rather than the message. Beyond
+// max_send_queue_len entries in memory, new messages are only written to
+// the store (disk_only counts them) and the memory queue is refilled from
+// it, in seq order, as acks free room.
+#include "src/bridge/bridge.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "nng/codec/mqtt_codec.h"
+#include "nng/codec/mqtt_publish_out.h"
+#include "nng/core/log.h"
+#include "nng/protocol/timer_wheel.h"
+#include "nng/transport/conn_dial.h"
+#include "nng/transport/tls_pem.h"
+#include "src/topic/topic_tree.h"
+#ifdef NMQ_HAVE_STORE
+#include "src/store/store.h"
+#endif
+
+#define CONNECT_TIMEOUT_MS 10000
+#define SUB_PID            65535 // the SUBSCRIBE of each connect; never a PUBLISH's
+#define V3_WINDOW          256 // in flight on a 3.1.1 link (no Receive Maximum)
+#define DISK_UNKNOWN       (UINT64_MAX / 2) // rows on disk not yet counted
+#define POOL_MAX           1024 // free entries kept per bridge
+#define SYS_PERIOD_MS      10000 // health on $SYS/brokers/bridges/<name>
+
+enum { Q_QUEUED = 0, Q_SENT = 1, Q_RELEASED = 2 }; // = enum store_qstate
+
+enum bstate { BS_STOPPED = 0, BS_CONNECTING, BS_UP, BS_DOWN, BS_BACKOFF };
+static const char *const state_names[] = { "stopped", "connecting", "up", "down", "backing_off" };
+
+typedef struct bentry {
+	struct bentry *prev, *next;
+	nmq_msg       *msg; // the topic is the remote one
+	uint64_t       seq; // row in the cache, 0 = memory only
+	uint64_t       at_ms; // when it was queued (or loaded)
+	uint16_t       pid;
+	uint8_t        qos;
+	bool           retain;
+	uint8_t        state;
+	bool           dup; // sent before on an earlier link
+} bentry;
+
+typedef struct bridge bridge;
+
+// One forward: a subscriber in the broker's topic tree.
+typedef struct bfwd {
+	broker_sink            sink; // first: the tree's subscriber
+	bridge                *b;
+	const conf_bridge_fwd *cfg; // in b's configuration (kept until b is freed)
+	bool                   dead; // guarded by b->mtx
+} bfwd;
+
+// One connection of the link; the connection's upper-layer pointer.
+typedef struct blink {
+	bridge   *b;
+	nmq_conn *c;
+	bool      closed; // guarded by b->mtx
+} blink;
+
+// Configurations and forward arrays replaced by a reload, freed with the
+// bridge (a worker may still hold a forward matched before the swap).
+typedef struct retired {
+	struct retired *next;
+	conf_bridge    *cfg;
+	bfwd           *fwds;
+} retired;
+
+struct bridge {
+	atomic_int   refs;
+	nmq_bridges *set;
+	bridge      *next; // in the set
+	char        *name;
+	char        *store_id; // "$bridge/<name>"
+	char        *host_id; // "<name>-<hostname>", the default client id
+	uint64_t     origin; // marks messages received from the remote
+	broker_sink  self; // the publisher of inbound messages (not in the tree)
+
+	pthread_mutex_t mtx;
+	pthread_cond_t  cv;
+	pthread_t       thr;
+	bool            thr_started;
+	bool            stop;
+	bool            restart; // reconnect with a new configuration
+
+	conf_bridge *cfg;
+	bfwd        *fwds;
+	int          n_fwds;
+	retired     *retired;
+
+	// the link
+	blink   *link;
+	bool     up; // CONNACK accepted on link
+	uint8_t  ver; // 3, 4 or 5 on the current link
+	int      state; // enum bstate
+	uint64_t state_since_ms;
+	uint64_t last_rx_ms;
+	uint64_t ping_at_ms;
+	bool     ping_pending;
+	uint32_t window; // most in flight (the remote's Receive Maximum)
+	uint32_t remote_max_packet;
+	bool     logged_up; // link up was logged (once per change)
+	char     last_error[200];
+	char     server_now[256];
+
+	// the send queue
+	bentry    *head, *tail, *next_unsent;
+	size_t     n_mem;
+	size_t     inflight;
+	bentry   **by_pid; // 65536 slots
+	uint16_t   next_pid;
+	bentry    *pool;
+	size_t     n_pool;
+	uint64_t   next_seq;
+	uint64_t   mem_last_seq; // newest cached seq held in memory
+	uint64_t   disk_only; // cached rows not in memory
+	uint64_t   puts_since_read;
+	bool       reading;
+	uint32_t   read_asked, read_got;
+	uint64_t   oldest_disk_ms; // queue time of the oldest row on disk only
+	nmq_store *store;
+
+	// inbound QoS 2 packet ids awaiting PUBREL
+	uint8_t rel[65536 / 8];
+
+	// counters (guarded by mtx)
+	uint64_t forwarded, received, dropped, dropped_qos0, evicted, refused, reconnects,
+	    loop_guarded;
+};
+
+struct nmq_bridges {
+	pthread_mutex_t mtx; // the list
+	bridge         *head;
+	bridge_env      env;
+	uint64_t        next_origin;
+};
+
+static _Atomic(nmq_bridges *) g_set; // for the store's eviction callback
+
+static void bridge_release(bridge *b);
+static void pump_locked(bridge *b);
+
+static uint64_t now_ms(void)
+{
+	return nmq_clock_ms();
+}
+
+static uint64_t wall_us(void)
+{
+	struct timeval tv;
+	gettimeofday(&tv, NULL);
+	return (uint64_t)tv.tv_sec * 1000000u + (uint64_t)tv.tv_usec;
+}
+
+static void set_state_locked(bridge *b, int st)
+{
+	if (b->state != st) {
+		b->state          = st;
+		b->state_since_ms = now_ms();
+	}
+}
+
+static void set_error_locked(bridge *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_error_locked(bridge *b, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(b->last_error, sizeof(b->last_error), fmt, ap);
+	va_end(ap);
+}
+
+// ---------------------------------------------------------------- queue
+
+static bentry *entry_new(bridge *b)
+{
+	bentry *e = b->pool;
+	if (e != NULL) {
+		b->pool = e->next;
+		b->n_pool--;
+		memset(e, 0, sizeof(*e));
+		return e;
+	}
+	return calloc(1, sizeof(*e));
+}
+
+static void entry_free(bridge *b, bentry *e)
+{
+	if (e->msg != NULL) {
+		nmq_msg_release(e->msg);
+	}
+	if (b->n_pool < POOL_MAX) {
+		e->next = b->pool;
+		b->pool = e;
+		b->n_pool++;
+		return;
+	}
+	free(e);
+}
+
+static void list_append(bridge *b, bentry *e)
+{
+	e->next = NULL;
+	e->prev = b->tail;
+	if (b->tail != NULL) {
+		b->tail->next = e;
+	} else {
+		b->head = e;
+	}
+	b->tail = e;
+	b->n_mem++;
+	if (b->next_unsent == NULL) {
+		b->next_unsent = e;
+	}
+}
+
+// Unlinks e (acked, refused or dropped) and frees it; deletes its row.
+static void entry_remove(bridge *b, bentry *e, bool delete_row)
+{
+	if (b->next_unsent == e) {
+		b->next_unsent = e->next;
+	}
+	if (e->prev != NULL) {
+		e->prev->next = e->next;
+	} else {
+		b->head = e->next;
+	}
+	if (e->next != NULL) {
+		e->next->prev = e->prev;
+	} else {
+		b->tail = e->prev;
+	}
+	b->n_mem--;
+	if (e->pid != 0 && b->by_pid[e->pid] == e) {
+		b->by_pid[e->pid] = NULL;
+		if (e->state != Q_QUEUED && b->inflight > 0 && !e->dup) {
+			b->inflight--;
+		}
+	}
+#ifdef NMQ_HAVE_STORE
+	if (delete_row && e->seq != 0 && b->store != NULL) {
+		nmq_err err = store_queue_del(b->store, b->store_id, e->seq, NULL, NULL);
+		if (err != NMQ_OK) {
+			log_warn_rl("bridge",
+			    "bridge=%s seq=%" PRIu64 " event=cache_delete_failed reason=%s",
+			    b->name, e->seq, nmq_strerror(err));
+		}
+	}
+#else
+	(void)delete_row;
+#endif
+	entry_free(b, e);
+}
+
+// Returns a free packet id (1..65534), or 0 when every one is in use.
+static uint16_t pid_alloc(bridge *b, bentry *e)
+{
+	for (uint32_t i = 0; i < 65534; i++) {
+		uint16_t p  = b->next_pid;
+		b->next_pid = p >= 65534 ? 1 : (uint16_t)(p + 1);
+		if (p != 0 && b->by_pid[p] == NULL) {
+			b->by_pid[p] = e;
+			e->pid       = p;
+			return p;
+		}
+	}
+	return 0;
+}
+
+#ifdef NMQ_HAVE_STORE
+static void record_state(bridge *b, bentry *e)
+{
+	if (e->seq == 0 || b->store == NULL || e->qos != 2) {
+		return;
+	}
+	(void)store_queue_state(b->store, b->store_id, e->seq, e->state, e->pid, NULL, NULL);
+}
+#else
+static void record_state(bridge *b, bentry *e)
+{
+	(void)b;
+	(void)e;
+}
+#endif
+
+// The oldest entry not in flight (the one a full memory queue drops).
+static bentry *oldest_queued(bridge *b)
+{
+	for (bentry *e = b->head; e != NULL; e = e->next) {
+		if (e->state == Q_QUEUED && (e->pid == 0 || b->by_pid[e->pid] != e)) {
+			return e;
+		}
+	}
+	return NULL;
+}
+
+// Queues msg (held by the caller's reference, consumed) for the remote.
+static void enqueue_locked(bridge *b, nmq_msg *msg, uint8_t qos, bool retain)
+{
+	uint64_t now = now_ms();
+#ifdef NMQ_HAVE_STORE
+	if (b->store != NULL && (qos > 0 || b->cfg->retry_qos_0)) {
+		uint64_t seq = ++b->next_seq;
+		bool     mem = b->disk_only == 0 && b->n_mem < b->cfg->max_send_queue_len;
+		nmq_err  e   = store_queue_put(
+		       b->store, b->store_id, seq, msg, qos, retain, NULL, 0, NULL, NULL);
+		if (e == NMQ_OK && !mem) {
+			if (b->disk_only == 0 || b->oldest_disk_ms == 0) {
+				b->oldest_disk_ms = now;
+			}
+			b->disk_only++;
+			b->puts_since_read++;
+			nmq_msg_release(msg);
+			return;
+		}
+		if (e != NMQ_OK) {
+			log_warn_rl("bridge", "bridge=%s event=cache_write_failed reason=%s",
+			    b->name, nmq_strerror(e));
+			seq = 0;
+			if (b->disk_only > 0) {
+				// Cannot keep it in order behind the rows on disk.
+				b->dropped++;
+				nmq_msg_release(msg);
+				return;
+			}
+		}
+		if (b->n_mem >= b->cfg->max_send_queue_len) {
+			bentry *old = oldest_queued(b);
+			if (old == NULL) {
+				b->dropped++;
+				nmq_msg_release(msg);
+				return;
+			}
+			b->dropped++;
+			log_warn_rl(
+			    "bridge", "bridge=%s event=dropped reason=max_send_queue_len", b->name);
+			entry_remove(b, old, true);
+		}
+		bentry *en = entry_new(b);
+		if (en == NULL) {
+			b->dropped++;
+			nmq_msg_release(msg);
+			return;
+		}
+		en->msg    = msg;
+		en->seq    = seq;
+		en->qos    = qos;
+		en->retain = retain;
+		en->at_ms  = now;
+		if (seq != 0) {
+			b->mem_last_seq = seq;
+		}
+		list_append(b, en);
+		return;
+	}
+#endif
+	if (b->n_mem >= b->cfg->max_send_queue_len) {
+		bentry *old = oldest_queued(b);
+		b->dropped++;
+		log_warn_rl("bridge", "bridge=%s event=dropped reason=max_send_queue_len", b->name);
+		if (old == NULL) {
+			nmq_msg_release(msg);
+			return;
+		}
+		entry_remove(b, old, false);
+	}
+	bentry *en = entry_new(b);
+	if (en == NULL) {
+		b->dropped++;
+		nmq_msg_release(msg);
+		return;
+	}
+	en->msg    = msg;
+	en->qos    = qos;
+	en->retain = retain;
+	en->at_ms  = now;
+	list_append(b, en);
+}
+
+// ------------------------------------------------------------ the cache
+
+#ifdef NMQ_HAVE_STORE
+// A row read back from the cache (store thread).
+static void read_row(void *arg, const store_qmsg *q)
+{
+	bridge *b = arg;
+	pthread_mutex_lock(&b->mtx);
+	b->read_got++;
+	if (q->seq > b->mem_last_seq) {
+		bentry *e = entry_new(b);
+		if (e != NULL) {
+			nmq_msg_hold(q->msg);
+			e->msg    = q->msg;
+			e->seq    = q->seq;
+			e->qos    = q->qos;
+			e->retain = q->retain;
+			e->at_ms  = b->oldest_disk_ms != 0 ? b->oldest_disk_ms : now_ms();
+			if (q->state != Q_QUEUED && q->packet_id != 0 && q->packet_id != SUB_PID
+			    && b->by_pid[q->packet_id] == NULL) {
+				// In flight when the broker stopped: resent as such.
+				e->state                = q->state;
+				e->pid                  = q->packet_id;
+				e->dup                  = true;
+				b->by_pid[q->packet_id] = e;
+			}
+			list_append(b, e);
+		}
+		b->mem_last_seq = q->seq;
+		if (b->disk_only != DISK_UNKNOWN && b->disk_only > 0) {
+			b->disk_only--;
+		}
+		if (q->seq >= b->next_seq) {
+			b->next_seq = q->seq;
+		}
+	}
+	pthread_mutex_unlock(&b->mtx);
+}
+
+static void read_done(void *arg, nmq_err err)
+{
+	bridge *b = arg;
+	pthread_mutex_lock(&b->mtx);
+	b->reading = false;
+	if (err != NMQ_OK) {
+		log_warn("bridge", "bridge=%s event=cache_read_failed reason=%s", b->name,
+		    nmq_strerror(err));
+	}
+	if (b->read_got < b->read_asked) {
+		// Everything on disk before the read is in memory now.
+		b->disk_only = b->puts_since_read;
+	}
+	if (b->disk_only == 0) {
+		b->oldest_disk_ms = 0;
+	}
+	pump_locked(b);
+	pthread_mutex_unlock(&b->mtx);
+	bridge_release(b);
+}
+
+// Refills the memory queue from the cache when it has room.
+static void refill_locked(bridge *b)
+{
+	uint32_t max = b->cfg->max_send_queue_len;
+	if (b->store == NULL || b->disk_only == 0 || b->reading || b->stop || b->n_mem > max / 2) {
+		return;
+	}
+	b->read_asked      = (uint32_t)(max - b->n_mem);
+	b->read_got        = 0;
+	b->puts_since_read = 0;
+	atomic_fetch_add(&b->refs, 1);
+	nmq_err e = store_queue_read(
+	    b->store, b->store_id, b->mem_last_seq, b->read_asked, read_row, read_done, b);
+	if (e != NMQ_OK) {
+		atomic_fetch_sub(&b->refs, 1);
+		log_warn_rl("bridge", "bridge=%s event=cache_read_failed reason=%s", b->name,
+		    nmq_strerror(e));
+		return;
+	}
+	b->reading = true;
+}
+#else
+static void refill_locked(bridge *b)
+{
+	(void)b;
+}
+#endif
+
+// -------------------------------------------------------------- sending
+
+// Encodes and queues one packet on the link. Returns false on failure.
+static bool send_packet_locked(bridge *b, const mqtt_packet *pk)
+{
+	nmq_conn *c     = b->link->c;
+	uint8_t   proto = b->ver == MQTT_PROTO_V5 ? MQTT_PROTO_V5 : MQTT_PROTO_V311;
+	size_t    n     = mqtt_encoded_size(proto, pk);
+	if (n == 0) {
+		return false;
+	}
+	conn_tx_lock(c);
+	uint8_t *p = conn_tx_reserve(c, n);
+	if (p != NULL) {
+		mqtt_encode(p, n, proto, pk);
+		conn_tx_commit(c, n);
+	}
+	conn_tx_unlock(c);
+	conn_tx_flush_later(c);
+	return p != NULL;
+}
+
+static void send_ack_locked(bridge *b, uint8_t type, uint16_t pid)
+{
+	mqtt_packet pk;
+	memset(&pk, 0, sizeof(pk));
+	pk.type            = type;
+	pk.flags           = type == MQTT_PUBREL ? 0x2 : 0;
+	pk.u.ack.packet_id = pid;
+	(void)send_packet_locked(b, &pk);
+}
+
+// Encodes one PUBLISH of e. Returns 1 sent, 0 no room (try later), -1 it
+// can never be sent (too large).
+static int send_publish_locked(bridge *b, bentry *e, bool dup)
+{
+	nmq_msg          *m = e->msg;
+	mqtt_publish_head h;
+	memset(&h, 0, sizeof(h));
+	h.proto       = b->ver == MQTT_PROTO_V5 ? MQTT_PROTO_V5 : MQTT_PROTO_V311;
+	h.qos         = e->qos;
+	h.dup         = dup && e->qos > 0;
+	h.retain      = e->retain;
+	h.topic       = (const uint8_t *)m->topic;
+	h.topic_len   = m->topic_len;
+	h.packet_id   = e->qos > 0 ? e->pid : 0;
+	h.payload_len = m->payload_len;
+	if (h.proto == MQTT_PROTO_V5) {
+		h.fwd_props_len = m->props_len;
+		if (m->expiry_at_ms != 0) {
+			h.has_expiry = true;
+			h.expiry     = nmq_msg_remaining(m, now_ms());
+			if (h.expiry == 0) {
+				h.expiry = 1;
+			}
+		}
+	}
+	size_t total = mqtt_publish_total_size(&h);
+	if (total == 0 || (b->remote_max_packet != 0 && total > b->remote_max_packet)) {
+		return -1;
+	}
+	nmq_conn      *c        = b->link->c;
+	size_t         hs       = mqtt_publish_head_size(&h);
+	const uint8_t *tail     = h.proto == MQTT_PROTO_V5 ? m->props : m->payload;
+	size_t         tail_len = m->payload_len + (h.proto == MQTT_PROTO_V5 ? m->props_len : 0);
+	bool           copy     = tail_len <= 1024;
+	int            rc       = 1;
+	conn_tx_lock(c);
+	uint8_t *p = conn_tx_reserve(c, hs + (copy ? tail_len : 0));
+	if (p == NULL) {
+		rc = 0;
+	} else if (mqtt_publish_head_encode(p, hs, &h) != hs) {
+		rc = -1;
+	} else if (copy) {
+		memcpy(p + hs, tail, tail_len);
+		conn_tx_commit(c, hs + tail_len);
+	} else {
+		conn_tx_commit(c, hs);
+		if (!conn_tx_ref(c, m, tail, tail_len)) {
+			rc = 0;
+		}
+	}
+	conn_tx_unlock(c);
+	return rc;
+}
+
+// Sends what the window allows, oldest first: entries to resend after a
+// reconnect (dup: PUBLISH with DUP, or PUBREL) and new ones. Then refills
+// the memory queue from the cache.
+static void pump_locked(bridge *b)
+{
+	if (b->link != NULL && b->up && !b->link->closed) {
+		nmq_conn *c    = b->link->c;
+		bool      sent = false;
+		while (b->next_unsent != NULL && !conn_tx_full(c)) {
+			bentry *e      = b->next_unsent;
+			bool    counts = e->qos > 0 && (e->state == Q_QUEUED || e->dup);
+			if (counts && b->inflight >= b->window) {
+				break;
+			}
+			if (e->state != Q_QUEUED && !e->dup) {
+				b->next_unsent = e->next; // sent on this link already
+				continue;
+			}
+			if (e->state == Q_RELEASED) {
+				send_ack_locked(b, MQTT_PUBREL, e->pid);
+				e->dup = false;
+				b->inflight++;
+				b->next_unsent = e->next;
+				sent           = true;
+				continue;
+			}
+			if (e->qos > 0 && e->pid == 0 && pid_alloc(b, e) == 0) {
+				break;
+			}
+			int rc = send_publish_locked(b, e, e->state == Q_SENT);
+			if (rc == 0) {
+				break;
+			}
+			sent           = true;
+			b->next_unsent = e->next;
+			if (rc < 0) {
+				b->dropped++;
+				log_warn_rl("bridge",
+				    "bridge=%s topic=%.*s event=dropped "
+				    "reason=larger_than_remote_maximum",
+				    b->name,
+				    (int)(e->msg->topic_len > 200 ? 200 : e->msg->topic_len),
+				    e->msg->topic);
+				entry_remove(b, e, true);
+				continue;
+			}
+			if (e->qos == 0) {
+				b->forwarded++;
+				entry_remove(b, e, true);
+				continue;
+			}
+			b->inflight++;
+			e->dup = false;
+			if (e->state == Q_QUEUED) {
+				e->state = Q_SENT;
+				record_state(b, e);
+			}
+		}
+		if (sent) {
+			conn_tx_flush_later(c);
+		}
+	}
+	refill_locked(b);
+}
+
+// --------------------------------------------------------------- forwards
+
+static void fwd_hold(broker_sink *s)
+{
+	atomic_fetch_add(&((bfwd *)s)->b->refs, 1);
+}
+
+static void fwd_release(broker_sink *s)
+{
+	bridge_release(((bfwd *)s)->b);
+}
+
+// Builds "<prefix><topic><suffix>" for the remote topic of f, or holds m
+// when nothing changes. Returns NULL when out of memory or too long.
+static nmq_msg *rewrite(nmq_msg *m, const char *topic, const char *prefix, const char *suffix)
+{
+	size_t tl = topic != NULL && topic[0] != '\0' ? strlen(topic) : m->topic_len;
+	size_t pl = prefix != NULL ? strlen(prefix) : 0;
+	size_t sl = suffix != NULL ? strlen(suffix) : 0;
+	if ((topic == NULL || topic[0] == '\0') && pl == 0 && sl == 0) {
+		nmq_msg_hold(m);
+		return m;
+	}
+	size_t n = pl + tl + sl;
+	if (n > 65535) {
+		return NULL;
+	}
+	char *t = malloc(n + 1);
+	if (t == NULL) {
+		return NULL;
+	}
+	memcpy(t, prefix != NULL ? prefix : "", pl);
+	memcpy(t + pl, topic != NULL && topic[0] != '\0' ? topic : m->topic, tl);
+	memcpy(t + pl + tl, suffix != NULL ? suffix : "", sl);
+	t[n]       = '\0';
+	nmq_msg *c = nmq_msg_alloc(t, n, m->props_len, m->payload_len);
+	free(t);
+	if (c == NULL) {
+		return NULL;
+	}
+	memcpy(c->props, m->props, m->props_len);
+	memcpy(c->payload, m->payload, m->payload_len);
+	c->qos             = m->qos;
+	c->retain          = m->retain;
+	c->expiry_interval = m->expiry_interval;
+	c->expiry_at_ms    = m->expiry_at_ms;
+	c->origin_id       = m->origin_id;
+	return c;
+}
+
+// A local message matched forward s (publisher's worker thread).
+static void fwd_deliver(broker_sink *s, nmq_msg *msg, uint8_t qos, bool retain)
+{
+	bfwd   *f = (bfwd *)s;
+	bridge *b = f->b;
+	pthread_mutex_lock(&b->mtx);
+	if (f->dead || b->stop) {
+		pthread_mutex_unlock(&b->mtx);
+		return;
+	}
+	if (msg->origin_id == b->origin
+	    && (b->cfg->proto_ver == MQTT_PROTO_V5 || b->cfg->no_local_v4)) {
+		b->loop_guarded++;
+		pthread_mutex_unlock(&b->mtx);
+		return;
+	}
+	const conf_bridge_fwd *fc = f->cfg;
+	if (fc->qos >= 0) {
+		qos = (uint8_t)fc->qos;
+	} else {
+		qos = msg->qos;
+	}
+	if (fc->retain != 2) {
+		retain = fc->retain == 1;
+	} else {
+		retain = msg->retain;
+	}
+	if (qos == 0 && !b->up && !b->cfg->retry_qos_0) {
+		b->dropped_qos0++;
+		b->dropped++;
+		pthread_mutex_unlock(&b->mtx);
+		return;
+	}
+	nmq_msg *m = rewrite(msg, fc->remote_topic, fc->prefix, fc->suffix);
+	if (m == NULL) {
+		b->dropped++;
+		log_warn_rl("bridge", "bridge=%s event=dropped reason=out_of_memory", b->name);
+		pthread_mutex_unlock(&b->mtx);
+		return;
+	}
+	enqueue_locked(b, m, qos, retain);
+	pump_locked(b);
+	pthread_mutex_unlock(&b->mtx);
+}
+
+static void self_hold(broker_sink *s)
+{
+	(void)s;
+}
+
+static void self_release(broker_sink *s)
+{
+	(void)s;
+}
+
+static void self_deliver(broker_sink *s, nmq_msg *msg, uint8_t qos, bool retain)
+{
+	(void)s;
+	(void)msg;
+	(void)qos;
+	(void)retain;
+}
+
+// Puts b's forwards in the tree (b->mtx not held: the tree may call back).
+static void fwds_subscribe(bridge *b, bfwd *fw, int n)
+{
+	for (int i = 0; i < n; i++) {
+		nmq_err e = broker_sink_subscribe(
+		    b->set->env.broker, &fw[i].sink, fw[i].cfg->local_topic, 2, false);
+		if (e != NMQ_OK) {
+			log_warn("bridge", "bridge=%s filter=%s event=forward_not_added reason=%s",
+			    b->name, fw[i].cfg->local_topic, nmq_strerror(e));
+		}
+	}
+}
+
+static void fwds_unsubscribe(bridge *b, bfwd *fw, int n)
+{
+	for (int i = 0; i < n; i++) {
+		(void)broker_sink_unsubscribe(
+		    b->set->env.broker, &fw[i].sink, fw[i].cfg->local_topic);
+	}
+}
+
+static bfwd *fwds_alloc(bridge *b, const conf_bridge *cfg)
+{
+	bfwd *fw = calloc((size_t)(cfg->n_fwds > 0 ? cfg->n_fwds : 1), sizeof(*fw));
+	if (fw == NULL) {
+		return NULL;
+	}
+	for (int i = 0; i < cfg->n_fwds; i++) {
+		fw[i].sink.deliver = fwd_deliver;
+		fw[i].sink.hold    = fwd_hold;
+		fw[i].sink.release = fwd_release;
+		fw[i].b            = b;
+		fw[i].cfg          = &cfg->fwds[i];
+	}
+	return fw;
+}
+
+// ---------------------------------------------------------------- inbound
+
+static const conf_bridge_sub *sub_for(const conf_bridge *cfg, const uint8_t *t, size_t len)
+{
+	for (int i = 0; i < cfg->n_subs; i++) {
+		const conf_bridge_sub *s = &cfg->subs[i];
+		if (topic_filter_match(
+		        s->remote_topic, strlen(s->remote_topic), (const char *)t, len)) {
+			return s;
+		}
+	}
+	return NULL;
+}
+
+// Publishes a message from the remote locally (link worker, b->mtx not
+// held). Returns false when it could not be built.
+static bool publish_local(bridge *b, const conf_bridge *cfg, const mqtt_publish *p)
+{
+	const conf_bridge_sub *s = sub_for(cfg, p->topic.p, p->topic.len);
+	const char *base         = s != NULL && s->local_topic != NULL && s->local_topic[0] != '\0'
+	            ? s->local_topic
+	            : NULL;
+	const char *prefix       = s != NULL && s->prefix != NULL ? s->prefix : "";
+	const char *suffix       = s != NULL && s->suffix != NULL ? s->suffix : "";
+	size_t      bl           = base != NULL ? strlen(base) : p->topic.len;
+	size_t      pl = strlen(prefix), sl = strlen(suffix);
+	char        stack[512];
+	char       *t = pl + bl + sl + 1 <= sizeof(stack) ? stack : malloc(pl + bl + sl + 1);
+	if (t == NULL) {
+		return false;
+	}
+	memcpy(t, prefix, pl);
+	memcpy(t + pl, base != NULL ? base : (const char *)p->topic.p, bl);
+	memcpy(t + pl + bl, suffix, sl);
+	size_t n = pl + bl + sl;
+	t[n]     = '\0';
+	bool rt  = p->retain;
+	if (s != NULL && s->retain != 2) {
+		rt = s->retain == 1;
+	}
+	mqtt_bytes tb = { (const uint8_t *)t, (uint32_t)n };
+	nmq_msg   *m  = NULL;
+	if (n <= 65535 && mqtt_topic_name_valid((const uint8_t *)t, n)) {
+		m = proto_msg_build(b->ver == MQTT_PROTO_V5 ? MQTT_PROTO_V5 : MQTT_PROTO_V311, tb,
+		    b->ver == MQTT_PROTO_V5 ? &p->props : NULL, p->payload, p->qos, rt, b->origin);
+	}
+	if (t != stack) {
+		free(t);
+	}
+	if (m == NULL) {
+		return false;
+	}
+	proto_who who
+	    = { cfg->clientid != NULL ? cfg->clientid : b->host_id, cfg->username, b->server_now };
+	int rc = broker_sink_publish(b->set->env.broker, &b->self, &who, m);
+	nmq_msg_release(m);
+	if (rc != 0) {
+		log_info_rl("bridge", "bridge=%s event=inbound_refused reason=0x%02x", b->name, rc);
+		return false;
+	}
+	return true;
+}
+
+// ------------------------------------------------------------ link frames
+
+static void handle_connack_locked(bridge *b, const mqtt_connack *ca)
+{
+	if (ca->reason != 0) {
+		set_error_locked(b, "CONNACK refused: %s (0x%02x)",
+		    b->ver == MQTT_PROTO_V5 ? mqtt_reason_name(ca->reason) : "v3 return code",
+		    ca->reason);
+		conn_close(b->link->c);
+		return;
+	}
+	b->up                = true;
+	b->window            = b->ver == MQTT_PROTO_V5 ? 65535 : V3_WINDOW;
+	b->remote_max_packet = 0;
+	if (b->ver == MQTT_PROTO_V5) {
+		if (ca->props.present & MQTT_PBIT(MQTT_PROP_RECEIVE_MAXIMUM)) {
+			b->window = ca->props.receive_maximum;
+		}
+		if (ca->props.present & MQTT_PBIT(MQTT_PROP_MAX_PACKET_SIZE)) {
+			b->remote_max_packet = ca->props.maximum_packet_size;
+		}
+	}
+	if (b->window > 1024) {
+		b->window = 1024;
+	}
+	set_state_locked(b, BS_UP);
+	b->last_error[0] = '\0';
+	if (!ca->session_present) {
+		// The remote lost the session: a message whose PUBREC came back
+		// was received; the rest go again. Inbound QoS 2 state is void.
+		memset(b->rel, 0, sizeof(b->rel));
+		for (bentry *e = b->head, *nx; e != NULL; e = nx) {
+			nx = e->next;
+			if (e->state == Q_RELEASED) {
+				b->forwarded++;
+				entry_remove(b, e, true);
+			}
+		}
+	}
+	if (!b->logged_up) {
+		log_info("bridge",
+		    "bridge=%s server=%s event=link_up session_present=%d backlog=%zu", b->name,
+		    b->server_now, ca->session_present ? 1 : 0,
+		    b->n_mem + (b->disk_only == DISK_UNKNOWN ? 0 : (size_t)b->disk_only));
+		b->logged_up = true;
+	}
+	// Subscriptions, in one SUBSCRIBE.
+	const conf_bridge *cfg = b->cfg;
+	if (cfg->n_subs > 0) {
+		size_t cap = 0;
+		for (int i = 0; i < cfg->n_subs; i++) {
+			cap += strlen(cfg->subs[i].remote_topic) + 3;
+		}
+		uint8_t *list  = malloc(cap);
+		size_t   n     = 0;
+		uint8_t  proto = b->ver == MQTT_PROTO_V5 ? MQTT_PROTO_V5 : MQTT_PROTO_V311;
+		for (int i = 0; list != NULL && i < cfg->n_subs; i++) {
+			const conf_bridge_sub *s = &cfg->subs[i];
+			mqtt_sub_opts          o = { (uint8_t)s->qos, false, false, 0 };
+			if (proto == MQTT_PROTO_V5) {
+				o.no_local            = s->nolocal;
+				o.retain_as_published = s->retain_as_published;
+				o.retain_handling     = (uint8_t)s->retain_handling;
+			}
+			mqtt_bytes f = { (const uint8_t *)s->remote_topic,
+				(uint32_t)strlen(s->remote_topic) };
+			n += mqtt_sub_list_put(list + n, cap - n, proto, f, &o);
+		}
+		mqtt_packet pk;
+		memset(&pk, 0, sizeof(pk));
+		pk.type                  = MQTT_SUBSCRIBE;
+		pk.flags                 = 0x2;
+		pk.u.subscribe.packet_id = SUB_PID;
+		pk.u.subscribe.count     = (uint32_t)cfg->n_subs;
+		pk.u.subscribe.list.p    = list;
+		pk.u.subscribe.list.len  = (uint32_t)n;
+		if (proto == MQTT_PROTO_V5 && cfg->sub_identifier > 0) {
+			pk.u.subscribe.props.present |= MQTT_PBIT(MQTT_PROP_SUBSCRIPTION_ID);
+			pk.u.subscribe.props.subscription_id = cfg->sub_identifier;
+		}
+		if (list == NULL || !send_packet_locked(b, &pk)) {
+			log_warn("bridge", "bridge=%s event=subscribe_not_sent", b->name);
+		}
+		free(list);
+	}
+	// The backlog, at once: unacked first (DUP), then the rest.
+	b->next_unsent = b->head;
+	for (bentry *e = b->head; e != NULL; e = e->next) {
+		if (e->state != Q_QUEUED) {
+			e->dup = true;
+		}
+	}
+	b->inflight = 0;
+	pump_locked(b);
+}
+
+static int link_frame(void *upper, const uint8_t *frame, size_t len)
+{
+	blink  *l = upper;
+	bridge *b = l->b;
+	pthread_mutex_lock(&b->mtx);
+	if (b->link != l || l->closed) {
+		pthread_mutex_unlock(&b->mtx);
+		return -1;
+	}
+	mqtt_packet pk;
+	uint8_t     proto = b->ver == MQTT_PROTO_V5 ? MQTT_PROTO_V5 : MQTT_PROTO_V311;
+	int         rc    = mqtt_decode(frame, len, proto, &pk);
+	if (rc != 0) {
+		set_error_locked(
+		    b, "malformed packet from the remote: %s", mqtt_reason_name((uint8_t)rc));
+		conn_close(l->c);
+		pthread_mutex_unlock(&b->mtx);
+		return -1;
+	}
+	b->last_rx_ms   = now_ms();
+	b->ping_pending = false;
+	if (!b->up && pk.type != MQTT_CONNACK) {
+		set_error_locked(b, "%s before CONNACK", mqtt_packet_name(pk.type));
+		conn_close(l->c);
+		pthread_mutex_unlock(&b->mtx);
+		return -1;
+	}
+	switch (pk.type) {
+	case MQTT_CONNACK:
+		if (b->up) {
+			break;
+		}
+		handle_connack_locked(b, &pk.u.connack);
+		pthread_cond_broadcast(&b->cv);
+		break;
+	case MQTT_PUBACK:
+	case MQTT_PUBCOMP: {
+		uint16_t pid = pk.u.ack.packet_id;
+		bentry  *e   = b->by_pid[pid];
+		if (e != NULL && e->state != Q_QUEUED
+		    && (pk.type == MQTT_PUBACK ? e->qos == 1 : e->state == Q_RELEASED)) {
+			if (pk.u.ack.reason >= 0x80) {
+				b->refused++;
+				b->dropped++;
+				log_warn_rl("bridge",
+				    "bridge=%s event=refused_by_remote reason=%s(0x%02x)", b->name,
+				    mqtt_reason_name(pk.u.ack.reason), pk.u.ack.reason);
+			} else {
+				b->forwarded++;
+			}
+			entry_remove(b, e, true);
+			pump_locked(b);
+		}
+		break;
+	}
+	case MQTT_PUBREC: {
+		uint16_t pid = pk.u.ack.packet_id;
+		bentry  *e   = b->by_pid[pid];
+		if (e != NULL && e->qos == 2 && e->state == Q_SENT) {
+			if (pk.u.ack.reason >= 0x80) {
+				b->refused++;
+				b->dropped++;
+				entry_remove(b, e, true);
+				pump_locked(b);
+				break;
+			}
+			e->state = Q_RELEASED;
+			record_state(b, e);
+			send_ack_locked(b, MQTT_PUBREL, pid);
+		} else if (e != NULL && e->state == Q_RELEASED) {
+			send_ack_locked(b, MQTT_PUBREL, pid);
+		}
+		break;
+	}
+	case MQTT_PUBLISH: {
+		mqtt_publish      *p      = &pk.u.publish;
+		const conf_bridge *cfg    = b->cfg;
+		uint16_t           pid    = p->packet_id;
+		bool               dup_q2 = p->qos == 2 && (b->rel[pid / 8] & (1u << (pid % 8)));
+		pthread_mutex_unlock(&b->mtx);
+		bool ok = true;
+		if (!dup_q2) {
+			ok = publish_local(b, cfg, p);
+		}
+		pthread_mutex_lock(&b->mtx);
+		if (b->link != l || l->closed) {
+			break;
+		}
+		if (!dup_q2) {
+			if (ok) {
+				b->received++;
+			} else {
+				b->dropped++;
+			}
+		}
+		if (p->qos == 1) {
+			send_ack_locked(b, MQTT_PUBACK, pid);
+		} else if (p->qos == 2) {
+			b->rel[pid / 8] |= (uint8_t)(1u << (pid % 8));
+			send_ack_locked(b, MQTT_PUBREC, pid);
+		}
+		break;
+	}
+	case MQTT_PUBREL: {
+		uint16_t pid = pk.u.ack.packet_id;
+		b->rel[pid / 8] &= (uint8_t) ~(1u << (pid % 8));
+		send_ack_locked(b, MQTT_PUBCOMP, pid);
+		break;
+	}
+	case MQTT_SUBACK:
+		for (uint32_t i = 0; i < pk.u.suback.count; i++) {
+			if (pk.u.suback.codes[i] >= 0x80) {
+				log_warn("bridge",
+				    "bridge=%s event=subscription_refused index=%u reason=0x%02x",
+				    b->name, i, pk.u.suback.codes[i]);
+			}
+		}
+		break;
+	case MQTT_PINGRESP:
+	case MQTT_UNSUBACK:
+		break;
+	case MQTT_DISCONNECT:
+		set_error_locked(b, "DISCONNECT from the remote: %s (0x%02x)",
+		    mqtt_reason_name(pk.u.disconnect.reason), pk.u.disconnect.reason);
+		conn_close(l->c);
+		pthread_mutex_unlock(&b->mtx);
+		return -1;
+	default:
+		set_error_locked(b, "unexpected %s from the remote", mqtt_packet_name(pk.type));
+		conn_close(l->c);
+		pthread_mutex_unlock(&b->mtx);
+		return -1;
+	}
+	pthread_mutex_unlock(&b->mtx);
+	return 0;
+}
+
+static void link_too_large(void *upper, uint32_t size)
+{
+	blink  *l = upper;
+	bridge *b = l->b;
+	pthread_mutex_lock(&b->mtx);
+	set_error_locked(b, "packet of %u bytes from the remote exceeds the maximum", size);
+	pthread_mutex_unlock(&b->mtx);
+	conn_close(l->c);
+}
+
+static void link_closed(void *upper)
+{
+	blink  *l = upper;
+	bridge *b = l->b;
+	pthread_mutex_lock(&b->mtx);
+	l->closed = true;
+	pthread_cond_broadcast(&b->cv);
+	pthread_mutex_unlock(&b->mtx);
+}
+
+static void link_writable(void *upper)
+{
+	blink  *l = upper;
+	bridge *b = l->b;
+	pthread_mutex_lock(&b->mtx);
+	if (b->link == l && !l->closed) {
+		pump_locked(b);
+	}
+	pthread_mutex_unlock(&b->mtx);
+}
+
+static const conn_ops link_ops = {
+	.frame     = link_frame,
+	.header    = NULL,
+	.too_large = link_too_large,
+	.closed    = link_closed,
+	.writable  = link_writable,
+};
+
+// ------------------------------------------------------------- link thread
+
+static void send_connect_locked(bridge *b)
+{
+	const conf_bridge *cfg = b->cfg;
+	mqtt_packet        pk;
+	memset(&pk, 0, sizeof(pk));
+	pk.type          = MQTT_CONNECT;
+	mqtt_connect *c  = &pk.u.connect;
+	c->proto_level   = (uint8_t)cfg->proto_ver;
+	c->clean_start   = cfg->clean_start;
+	c->keep_alive    = (uint16_t)cfg->keepalive_s;
+	const char *cid  = cfg->clientid != NULL ? cfg->clientid : b->host_id;
+	c->client_id.p   = (const uint8_t *)cid;
+	c->client_id.len = (uint32_t)strlen(cid);
+	if (cfg->username != NULL) {
+		c->has_username = true;
+		c->username.p   = (const uint8_t *)cfg->username;
+		c->username.len = (uint32_t)strlen(cfg->username);
+	}
+	if (cfg->password != NULL) {
+		c->has_password = true;
+		c->password.p   = (const uint8_t *)cfg->password;
+		c->password.len = (uint32_t)strlen(cfg->password);
+	}
+	if (cfg->will_topic != NULL) {
+		c->will_flag        = true;
+		c->will_qos         = (uint8_t)cfg->will_qos;
+		c->will_retain      = cfg->will_retain;
+		c->will_topic.p     = (const uint8_t *)cfg->will_topic;
+		c->will_topic.len   = (uint32_t)strlen(cfg->will_topic);
+		const char *wp      = cfg->will_payload != NULL ? cfg->will_payload : "";
+		c->will_payload.p   = (const uint8_t *)wp;
+		c->will_payload.len = (uint32_t)strlen(wp);
+	}
+	if (cfg->proto_ver == MQTT_PROTO_V5) {
+		mqtt_props *p   = &c->props;
+		uint32_t    exp = cfg->cp_session_expiry_interval;
+		if (exp == 0 && !cfg->clean_start) {
+			exp = UINT32_MAX;
+		}
+		if (exp != 0) {
+			p->present |= MQTT_PBIT(MQTT_PROP_SESSION_EXPIRY);
+			p->session_expiry = exp;
+		}
+		if (cfg->cp_receive_maximum != 0) {
+			p->present |= MQTT_PBIT(MQTT_PROP_RECEIVE_MAXIMUM);
+			p->receive_maximum = (uint16_t)cfg->cp_receive_maximum;
+		}
+		uint32_t mps = cfg->cp_maximum_packet_size;
+		if (mps == 0 || mps > b->set->env.cenv->max_packet_size) {
+			mps = b->set->env.cenv->max_packet_size;
+		}
+		if (mps != 0) {
+			p->present |= MQTT_PBIT(MQTT_PROP_MAX_PACKET_SIZE);
+			p->maximum_packet_size = mps;
+		}
+		if (cfg->cp_topic_alias_maximum != 0) {
+			// Topic aliases from the remote are not resolved by the
+			// bridge: none are asked for.
+		}
+		if (cfg->cp_request_problem_information >= 0) {
+			p->present |= MQTT_PBIT(MQTT_PROP_REQUEST_PROBLEM);
+			p->request_problem_info = (uint8_t)cfg->cp_request_problem_information;
+		}
+		if (cfg->cp_request_response_information >= 0) {
+			p->present |= MQTT_PBIT(MQTT_PROP_REQUEST_RESPONSE);
+			p->request_response_info = (uint8_t)cfg->cp_request_response_information;
+		}
+	}
+	if (!send_packet_locked(b, &pk)) {
+		set_error_locked(b, "CONNECT could not be encoded");
+		conn_close(b->link->c);
+	}
+}
+
+// The health JSON of b (mtx held). Returns what snprintf returns.
+static int health_locked(bridge *b, char *buf, size_t cap)
+{
+	uint64_t now    = now_ms();
+	uint64_t disk   = b->disk_only == DISK_UNKNOWN ? 0 : b->disk_only;
+	uint64_t oldest = b->head != NULL ? b->head->at_ms : b->oldest_disk_ms;
+	char     err[sizeof(b->last_error) * 2];
+	size_t   j = 0;
+	for (const char *p = b->last_error; *p != '\0' && j + 2 < sizeof(err); p++) {
+		if (*p == '"' || *p == '\\') {
+			err[j++] = '\\';
+		}
+		err[j++] = (unsigned char)*p < 0x20 ? ' ' : *p;
+	}
+	err[j] = '\0';
+	return snprintf(buf, cap,
+	    "{\"name\":\"%s\",\"state\":\"%s\",\"state_ms\":%" PRIu64 ",\"server\":\"%s\","
+	    "\"last_error\":\"%s\",\"backlog\":%" PRIu64 ",\"backlog_memory\":%zu,"
+	    "\"backlog_disk\":%" PRIu64 ",\"backlog_disk_counted\":%s,\"oldest_age_ms\":%" PRIu64
+	    ",\"inflight\":%zu,\"forwarded\":%" PRIu64 ",\"received\":%" PRIu64
+	    ",\"dropped\":%" PRIu64 ",\"dropped_qos0\":%" PRIu64 ",\"evicted\":%" PRIu64
+	    ",\"refused\":%" PRIu64 ",\"loop_guarded\":%" PRIu64 ",\"reconnects\":%" PRIu64 "}",
+	    b->name, state_names[b->state], now - b->state_since_ms, b->server_now, err,
+	    (uint64_t)b->n_mem + disk, b->n_mem, disk,
+	    b->disk_only == DISK_UNKNOWN ? "false" : "true",
+	    oldest != 0 && now > oldest ? now - oldest : 0, b->inflight, b->forwarded, b->received,
+	    b->dropped, b->dropped_qos0, b->evicted, b->refused, b->loop_guarded, b->reconnects);
+}
+
+// Publishes the health of b on $SYS/brokers/bridges/<name> (retained).
+static void publish_health(bridge *b)
+{
+	char buf[1024];
+	pthread_mutex_lock(&b->mtx);
+	int n = health_locked(b, buf, sizeof(buf));
+	pthread_mutex_unlock(&b->mtx);
+	if (n <= 0 || (size_t)n >= sizeof(buf)) {
+		return;
+	}
+	char topic[300];
+	int  tl = snprintf(topic, sizeof(topic), "$SYS/brokers/bridges/%s", b->name);
+	if (tl <= 0 || (size_t)tl >= sizeof(topic)) {
+		return;
+	}
+	nmq_msg *m = nmq_msg_alloc(topic, (size_t)tl, 0, (size_t)n);
+	if (m == NULL) {
+		return;
+	}
+	memcpy(m->payload, buf, (size_t)n);
+	m->qos    = 0;
+	m->retain = true;
+	(void)broker_sink_publish(b->set->env.broker, &b->self, NULL, m);
+	nmq_msg_release(m);
+}
+
+// Waits on b->cv until deadline (nmq_clock_ms) or a signal. mtx held.
+static void wait_until_locked(bridge *b, uint64_t deadline)
+{
+	uint64_t now = now_ms();
+	if (deadline <= now) {
+		return;
+	}
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	uint64_t d = deadline - now;
+	ts.tv_sec += (time_t)(d / 1000);
+	ts.tv_nsec += (long)(d % 1000) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	pthread_cond_timedwait(&b->cv, &b->mtx, &ts);
+}
+
+// Connects to url; on success sets b->link (mtx held on return, released
+// while connecting). Returns true when connected.
+static bool dial_locked(bridge *b, const char *url)
+{
+	char        host[256], why[256];
+	int         port;
+	bool        tls;
+	conf_bridge cfg_copy = *b->cfg; // scalar settings; strings stay valid (retired, not freed)
+	snprintf(b->server_now, sizeof(b->server_now), "%s", url);
+	if (conf_bridge_url(url, &tls, host, sizeof(host), &port, why, sizeof(why)) != 0) {
+		set_error_locked(b, "%s", why);
+		return false;
+	}
+	pthread_mutex_unlock(&b->mtx);
+	nmq_conn *c = NULL;
+	char      err[256];
+	nmq_err   e;
+	if (!tls) {
+		conn_dial_opts o  = { cfg_copy.tcp_nodelay, cfg_copy.tcp_keepalive,
+			 (int)cfg_copy.tcp_keepidle, (int)cfg_copy.tcp_keepintvl,
+			 (int)cfg_copy.tcp_keepcnt, cfg_copy.bind_interface };
+		int            fd = -1;
+		e = conn_dial_tcp(host, port, &o, CONNECT_TIMEOUT_MS, &fd, err, sizeof(err));
+		if (e == NMQ_OK && (c = conn_alloc_fd(fd, b->set->env.cenv)) == NULL) {
+			close(fd);
+			e = NMQ_ENOMEM;
+			snprintf(err, sizeof(err), "out of memory");
+		}
+	} else {
+		tls_pem_spec s;
+		memset(&s, 0, sizeof(s));
+		char name[300];
+		snprintf(name, sizeof(name), "bridges.mqtt.%s.ssl", b->name);
+		s.name             = name;
+		s.certfile         = cfg_copy.certfile;
+		s.keyfile          = cfg_copy.keyfile;
+		s.cacertfile       = cfg_copy.cacertfile;
+		s.key_password     = cfg_copy.key_password;
+		s.verify_peer      = cfg_copy.verify_peer;
+		nng_tls_config *tc = NULL;
+		e                  = tls_pem_client_build(&s, host, &tc, err, sizeof(err));
+		nng_stream *st     = NULL;
+		if (e == NMQ_OK) {
+			e = conn_dial_tls(
+			    host, port, tc, CONNECT_TIMEOUT_MS, &st, err, sizeof(err));
+			nng_tls_config_free(tc);
+		}
+		if (e == NMQ_OK && (c = conn_alloc(st, b->set->env.cenv)) == NULL) {
+			nng_stream_free(st);
+			e = NMQ_ENOMEM;
+			snprintf(err, sizeof(err), "out of memory");
+		}
+	}
+	pthread_mutex_lock(&b->mtx);
+	if (e != NMQ_OK) {
+		set_error_locked(b, "%s", err);
+		return false;
+	}
+	blink *l = calloc(1, sizeof(*l));
+	if (l == NULL) {
+		set_error_locked(b, "out of memory");
+		conn_release(c);
+		return false;
+	}
+	l->b            = b;
+	l->c            = c;
+	b->link         = l;
+	b->up           = false;
+	b->ver          = (uint8_t)b->cfg->proto_ver;
+	b->last_rx_ms   = now_ms();
+	b->ping_pending = false;
+	// Frames may arrive as soon as it starts; they wait for mtx.
+	conn_start(c, &link_ops, l);
+	send_connect_locked(b);
+	return true;
+}
+
+// Runs one connection until it closes (mtx held).
+static void serve_locked(bridge *b)
+{
+	blink   *l        = b->link;
+	uint64_t deadline = now_ms() + CONNECT_TIMEOUT_MS;
+	uint64_t next_sys = 0;
+	while (!l->closed) {
+		uint64_t now = now_ms();
+		uint64_t ka  = (uint64_t)b->cfg->keepalive_s * 1000;
+		if (b->stop || b->restart) {
+			conn_close(l->c);
+			b->restart = false;
+			set_error_locked(b, b->stop ? "stopping" : "configuration changed");
+		} else if (!b->up) {
+			if (now >= deadline) {
+				set_error_locked(
+				    b, "no CONNACK within %d s", CONNECT_TIMEOUT_MS / 1000);
+				conn_close(l->c);
+			}
+		} else {
+			if (b->ping_pending && now - b->ping_at_ms >= ka) {
+				set_error_locked(b,
+				    "link stalled: no answer within keepalive (%u s)",
+				    b->cfg->keepalive_s);
+				conn_close(l->c);
+			} else if (!b->ping_pending && now - b->last_rx_ms >= ka / 2) {
+				mqtt_packet pk;
+				memset(&pk, 0, sizeof(pk));
+				pk.type         = MQTT_PINGREQ;
+				b->ping_pending = true;
+				b->ping_at_ms   = now;
+				(void)send_packet_locked(b, &pk);
+			}
+		}
+		if (b->up && now >= next_sys) {
+			next_sys = now + SYS_PERIOD_MS;
+			pthread_mutex_unlock(&b->mtx);
+			publish_health(b);
+			pthread_mutex_lock(&b->mtx);
+			continue;
+		}
+		uint64_t next = now + 1000;
+		if (!b->up && deadline < next) {
+			next = deadline;
+		}
+		if (b->up && next_sys < next) {
+			next = next_sys;
+		}
+		if (b->up) {
+			uint64_t t = b->ping_pending ? b->ping_at_ms + ka : b->last_rx_ms + ka / 2;
+			if (t < next) {
+				next = t;
+			}
+		}
+		bool was_up = b->up;
+		wait_until_locked(b, next > now ? next : now + 1);
+		if (!was_up && b->up) {
+			pthread_mutex_unlock(&b->mtx);
+			publish_health(b);
+			pthread_mutex_lock(&b->mtx);
+		}
+	}
+	// Closed: every entry goes again on the next link.
+	b->link        = NULL;
+	b->up          = false;
+	b->inflight    = 0;
+	b->next_unsent = b->head;
+	for (bentry *e = b->head; e != NULL; e = e->next) {
+		if (e->state != Q_QUEUED) {
+			e->dup = true;
+		}
+	}
+	pthread_mutex_unlock(&b->mtx);
+	conn_release(l->c);
+	free(l);
+	pthread_mutex_lock(&b->mtx);
+}
+
+static void *bridge_main(void *arg)
+{
+	bridge *b = arg;
+	char    tname[16];
+	snprintf(tname, sizeof(tname), "nmq:br:%.8s", b->name);
+	pthread_setname_np(pthread_self(), tname);
+	unsigned attempt = 0;
+	int      idx     = 0;
+	uint32_t seed    = (uint32_t)wall_us() ^ (uint32_t)(uintptr_t)b;
+	bool     was_up  = false;
+	pthread_mutex_lock(&b->mtx);
+	while (!b->stop) {
+		const conf_bridge *cfg = b->cfg;
+		int                n   = 1 + cfg->n_hybrid_servers;
+		const char *url = idx == 0 ? cfg->server : cfg->hybrid_servers[(idx - 1) % n];
+		b->restart      = false;
+		set_state_locked(b, BS_CONNECTING);
+		if (dial_locked(b, url)) {
+			serve_locked(b);
+			if (b->logged_up) {
+				log_info("bridge",
+				    "bridge=%s server=%s event=link_down reason=\"%s\"", b->name,
+				    b->server_now, b->last_error);
+				b->logged_up = false;
+				b->reconnects++;
+			}
+		}
+		bool had_up = b->state == BS_UP;
+		if (b->stop) {
+			break;
+		}
+		set_state_locked(b, BS_DOWN);
+		if (had_up) {
+			attempt = 0;
+			was_up  = true;
+		}
+		if (was_up || attempt == 0) {
+			// First failure after a change: logged once.
+			log_warn("bridge", "bridge=%s server=%s event=connect_failed reason=\"%s\"",
+			    b->name, url, b->last_error);
+			was_up = false;
+		}
+		if (n > 1 && !had_up) {
+			idx = (idx + 1) % n;
+		}
+		pthread_mutex_unlock(&b->mtx);
+		publish_health(b);
+		pthread_mutex_lock(&b->mtx);
+		if (b->stop) {
+			break;
+		}
+		// Exponential backoff with jitter: 1 s, 2 s, 4 s ... backoff_max,
+		// each between half and all of it.
+		uint64_t cap   = (uint64_t)b->cfg->backoff_max_s * 1000;
+		uint64_t delay = attempt >= 20 ? cap : (uint64_t)1000 << attempt;
+		if (delay > cap) {
+			delay = cap;
+		}
+		seed  = seed * 1103515245u + 12345u;
+		delay = delay / 2 + (delay / 2) * ((seed >> 8) % 1000) / 1000;
+		if (b->restart) {
+			delay = 0;
+		}
+		attempt++;
+		set_state_locked(b, BS_BACKOFF);
+		uint64_t until = now_ms() + delay;
+		while (!b->stop && !b->restart && now_ms() < until) {
+			wait_until_locked(b, until);
+		}
+	}
+	set_state_locked(b, BS_STOPPED);
+	pthread_mutex_unlock(&b->mtx);
+	return NULL;
+}
+
+// ------------------------------------------------------------ life cycle
+
+static void bridge_free(bridge *b)
+{
+	size_t lost = 0;
+	for (bentry *e = b->head, *nx; e != NULL; e = nx) {
+		nx = e->next;
+		lost += e->seq == 0;
+		if (e->msg != NULL) {
+			nmq_msg_release(e->msg);
+		}
+		free(e);
+	}
+	if (lost > 0) {
+		log_warn("bridge", "bridge=%s event=stopped lost_uncached=%zu", b->name, lost);
+	}
+	for (bentry *e = b->pool, *nx; e != NULL; e = nx) {
+		nx = e->next;
+		free(e);
+	}
+	for (retired *r = b->retired, *nx; r != NULL; r = nx) {
+		nx = r->next;
+		conf_bridge_free(r->cfg);
+		free(r->fwds);
+		free(r);
+	}
+	conf_bridge_free(b->cfg);
+	free(b->fwds);
+	free(b->by_pid);
+	free(b->name);
+	free(b->store_id);
+	free(b->host_id);
+	pthread_mutex_destroy(&b->mtx);
+	pthread_cond_destroy(&b->cv);
+	free(b);
+}
+
+static void bridge_release(bridge *b)
+{
+	if (atomic_fetch_sub(&b->refs, 1) == 1) {
+		bridge_free(b);
+	}
+}
+
+static bridge *bridge_new(nmq_bridges *set, const conf_bridge *cb)
+{
+	bridge *b = calloc(1, sizeof(*b));
+	if (b == NULL) {
+		return NULL;
+	}
+	atomic_init(&b->refs, 1);
+	pthread_mutex_init(&b->mtx, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&b->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	b->set            = set;
+	b->cfg            = conf_bridge_dup(cb);
+	b->name           = strdup(cb->name);
+	b->by_pid         = calloc(65536, sizeof(bentry *));
+	b->next_pid       = 1;
+	b->origin         = (UINT64_C(1) << 63) | ++set->next_origin;
+	b->self.deliver   = self_deliver;
+	b->self.hold      = self_hold;
+	b->self.release   = self_release;
+	b->store          = set->env.store;
+	b->next_seq       = wall_us();
+	b->state_since_ms = now_ms();
+	char host[128]    = "localhost";
+	(void)gethostname(host, sizeof(host) - 1);
+	host[sizeof(host) - 1] = '\0';
+	size_t nl              = strlen(cb->name);
+	b->store_id            = malloc(nl + 9);
+	b->host_id             = malloc(nl + strlen(host) + 2);
+	if (b->cfg == NULL || b->name == NULL || b->by_pid == NULL || b->store_id == NULL
+	    || b->host_id == NULL) {
+		bridge_free(b);
+		return NULL;
+	}
+	snprintf(b->store_id, nl + 9, "$bridge/%s", cb->name);
+	snprintf(b->host_id, nl + strlen(host) + 2, "%s-%s", cb->name, host);
+	if (b->store != NULL) {
+		b->disk_only = DISK_UNKNOWN; // counted by the first read
+	}
+	b->fwds   = fwds_alloc(b, b->cfg);
+	b->n_fwds = b->cfg->n_fwds;
+	if (b->fwds == NULL) {
+		bridge_free(b);
+		return NULL;
+	}
+	return b;
+}
+
+static void bridge_run(bridge *b)
+{
+	fwds_subscribe(b, b->fwds, b->n_fwds);
+	pthread_mutex_lock(&b->mtx);
+	refill_locked(b);
+	pthread_mutex_unlock(&b->mtx);
+	atomic_fetch_add(&b->refs, 1); // the thread's
+	if (pthread_create(&b->thr, NULL, bridge_main, b) != 0) {
+		atomic_fetch_sub(&b->refs, 1);
+		log_error("bridge", "bridge=%s event=not_started reason=thread", b->name);
+		return;
+	}
+	b->thr_started = true;
+	log_info("bridge",
+	    "bridge=%s server=%s forwards=%d subscriptions=%d cache=%s event=started", b->name,
+	    b->cfg->server, b->cfg->n_fwds, b->cfg->n_subs, b->store != NULL ? "on" : "off");
+}
+
+// Stops b's link and removes its forwards; the caller drops its reference.
+static void bridge_halt(bridge *b)
+{
+	fwds_unsubscribe(b, b->fwds, b->n_fwds);
+	pthread_mutex_lock(&b->mtx);
+	b->stop = true;
+	for (int i = 0; i < b->n_fwds; i++) {
+		b->fwds[i].dead = true;
+	}
+	if (b->link != NULL) {
+		conn_close(b->link->c);
+	}
+	pthread_cond_broadcast(&b->cv);
+	pthread_mutex_unlock(&b->mtx);
+	if (b->thr_started) {
+		pthread_join(b->thr, NULL);
+		b->thr_started = false;
+		bridge_release(b);
+	}
+	// Wait for a cache read in progress (it holds a reference and pumps).
+	for (int i = 0; i < 5000; i++) {
+		pthread_mutex_lock(&b->mtx);
+		bool r = b->reading;
+		pthread_mutex_unlock(&b->mtx);
+		if (!r) {
+			break;
+		}
+		usleep(1000);
+	}
+	log_info("bridge", "bridge=%s event=stopped", b->name);
+}
+
+// Applies a changed configuration to a running bridge, keeping its queue.
+static void bridge_update(bridge *b, const conf_bridge *cb)
+{
+	conf_bridge *ncfg = conf_bridge_dup(cb);
+	bfwd        *nfw  = ncfg != NULL ? fwds_alloc(b, ncfg) : NULL;
+	retired     *r    = calloc(1, sizeof(*r));
+	if (ncfg == NULL || nfw == NULL || r == NULL) {
+		log_error("bridge", "bridge=%s event=reload_failed reason=out_of_memory", b->name);
+		if (ncfg != NULL) {
+			conf_bridge_free(ncfg);
+		}
+		free(nfw);
+		free(r);
+		return;
+	}
+	fwds_unsubscribe(b, b->fwds, b->n_fwds);
+	pthread_mutex_lock(&b->mtx);
+	for (int i = 0; i < b->n_fwds; i++) {
+		b->fwds[i].dead = true;
+	}
+	r->cfg     = b->cfg;
+	r->fwds    = b->fwds;
+	r->next    = b->retired;
+	b->retired = r;
+	b->cfg     = ncfg;
+	b->fwds    = nfw;
+	b->n_fwds  = ncfg->n_fwds;
+	b->restart = true;
+	if (b->link != NULL) {
+		set_error_locked(b, "configuration changed");
+		conn_close(b->link->c);
+	}
+	pthread_cond_broadcast(&b->cv);
+	pthread_mutex_unlock(&b->mtx);
+	fwds_subscribe(b, b->fwds, b->n_fwds);
+	log_info("bridge", "bridge=%s event=reconfigured", b->name);
+}
+
+nmq_bridges *bridges_start(const nmq_conf *conf, const bridge_env *env)
+{
+	nmq_bridges *set = calloc(1, sizeof(*set));
+	if (set == NULL) {
+		return NULL;
+	}
+	pthread_mutex_init(&set->mtx, NULL);
+	set->env = *env;
+	atomic_store(&g_set, set);
+	bridges_reconfigure(set, conf);
+	return set;
+}
+
+void bridges_reconfigure(nmq_bridges *set, const nmq_conf *conf)
+{
+	// Removed or disabled: stopped.
+	pthread_mutex_lock(&set->mtx);
+	bridge **pp   = &set->head;
+	bridge  *gone = NULL;
+	while (*pp != NULL) {
+		bridge            *b  = *pp;
+		const conf_bridge *cb = conf_bridge_find(conf, b->name);
+		if (cb == NULL || !cb->enable) {
+			*pp     = b->next;
+			b->next = gone;
+			gone    = b;
+			continue;
+		}
+		pp = &b->next;
+	}
+	pthread_mutex_unlock(&set->mtx);
+	for (bridge *b = gone, *nx; b != NULL; b = nx) {
+		nx = b->next;
+		bridge_halt(b);
+		bridge_release(b);
+	}
+	for (int i = 0; i < conf->n_bridges; i++) {
+		const conf_bridge *cb = &conf->bridges[i];
+		if (!cb->enable) {
+			continue;
+		}
+		pthread_mutex_lock(&set->mtx);
+		bridge *b = set->head;
+		while (b != NULL && strcmp(b->name, cb->name) != 0) {
+			b = b->next;
+		}
+		pthread_mutex_unlock(&set->mtx);
+		if (b != NULL) {
+			if (!conf_bridge_equal(b->cfg, cb)) {
+				bridge_update(b, cb);
+			}
+			continue;
+		}
+		if ((b = bridge_new(set, cb)) == NULL) {
+			log_error(
+			    "bridge", "bridge=%s event=not_started reason=out_of_memory", cb->name);
+			continue;
+		}
+		pthread_mutex_lock(&set->mtx);
+		b->next   = set->head;
+		set->head = b;
+		pthread_mutex_unlock(&set->mtx);
+		bridge_run(b);
+	}
+}
+
+void bridges_stop(nmq_bridges *set)
+{
+	if (set == NULL) {
+		return;
+	}
+	atomic_store(&g_set, NULL);
+	pthread_mutex_lock(&set->mtx);
+	bridge *head = set->head;
+	set->head    = NULL;
+	pthread_mutex_unlock(&set->mtx);
+	for (bridge *b = head, *nx; b != NULL; b = nx) {
+		nx = b->next;
+		bridge_halt(b);
+		bridge_release(b);
+	}
+	pthread_mutex_destroy(&set->mtx);
+	free(set);
+}
+
+void bridges_store_evicted(void *arg, const char *client_id, uint64_t seq)
+{
+	(void)arg;
+	nmq_bridges *set = atomic_load(&g_set);
+	if (set == NULL || strncmp(client_id, "$bridge/", 8) != 0) {
+		return;
+	}
+	pthread_mutex_lock(&set->mtx);
+	for (bridge *b = set->head; b != NULL; b = b->next) {
+		if (strcmp(b->store_id, client_id) != 0) {
+			continue;
+		}
+		pthread_mutex_lock(&b->mtx);
+		b->evicted++;
+		b->dropped++;
+		if (seq > b->mem_last_seq && b->disk_only != DISK_UNKNOWN && b->disk_only > 0) {
+			b->disk_only--;
+		}
+		pthread_mutex_unlock(&b->mtx);
+		break;
+	}
+	pthread_mutex_unlock(&set->mtx);
+}
+
+size_t bridges_health_json(nmq_bridges *set, const char *name, char *buf, size_t cap)
+{
+	size_t n = 0;
+	if (cap > 0) {
+		buf[0] = '\0';
+	}
+	pthread_mutex_lock(&set->mtx);
+	if (name == NULL) {
+		n += (size_t)snprintf(buf, cap, "[");
+	}
+	bool found = false;
+	for (bridge *b = set->head; b != NULL; b = b->next) {
+		if (name != NULL && strcmp(name, b->name) != 0) {
+			continue;
+		}
+		if (found && name == NULL) {
+			n += (size_t)snprintf(n < cap ? buf + n : NULL, n < cap ? cap - n : 0, ",");
+		}
+		found = true;
+		pthread_mutex_lock(&b->mtx);
+		int k = health_locked(b, n < cap ? buf + n : NULL, n < cap ? cap - n : 0);
+		pthread_mutex_unlock(&b->mtx);
+		n += k > 0 ? (size_t)k : 0;
+	}
+	if (name == NULL) {
+		n += (size_t)snprintf(n < cap ? buf + n : NULL, n < cap ? cap - n : 0, "]");
+	}
+	pthread_mutex_unlock(&set->mtx);
+	return name != NULL && !found ? 0 : n;
+}
