@@ -197,7 +197,12 @@ typedef struct mqtt_props {
 } mqtt_props;
 
 typedef struct mqtt_connect {
-	uint8_t    proto_level; // 3, 4 or 5
+	uint8_t proto_level; // 3, 4 or 5
+	// Encode only, 3.1/3.1.1: set bit 7 of the protocol level, the marker
+	// by which a bridge asks brokers that know it (Mosquitto) not to send
+	// back what the bridge itself published. Brokers that do not refuse
+	// the CONNECT (level unsupported).
+	bool       bridge_marker;
 	bool       clean_start;
 	bool       will_flag;
 	uint8_t    will_qos;

@@ -37,7 +37,7 @@ static void body_connect(mqtt_wr *w, uint8_t proto, const mqtt_connect *c)
 	flags |= c->will_retain ? 0x20 : 0;
 	flags |= c->has_password ? 0x40 : 0;
 	flags |= c->has_username ? 0x80 : 0;
-	wr_u8(w, level);
+	wr_u8(w, (uint8_t)(level | (c->bridge_marker && level != MQTT_PROTO_V5 ? 0x80 : 0)));
 	wr_u8(w, flags);
 	wr_u16(w, c->keep_alive);
 	if (level == MQTT_PROTO_V5) {

@@ -46,10 +46,13 @@
 
 #define CONNECT_TIMEOUT_MS 10000
 #define SUB_PID            65535 // the SUBSCRIBE of each connect; never a PUBLISH's
-#define V3_WINDOW          256 // in flight on a 3.1.1 link (no Receive Maximum)
-#define DISK_UNKNOWN       (UINT64_MAX / 2) // rows on disk not yet counted
-#define POOL_MAX           1024 // free entries kept per bridge
-#define SYS_PERIOD_MS      10000 // health on $SYS/brokers/bridges/<name>
+// In flight on a 3.1.1 link, which has no Receive Maximum: brokers still
+// bound what a client may have unacknowledged (Mosquitto: 20, refusing the
+// excess silently, since a 3.1.1 PUBACK carries no reason code).
+#define V3_WINDOW     16
+#define DISK_UNKNOWN  (UINT64_MAX / 2) // rows on disk not yet counted
+#define POOL_MAX      1024 // free entries kept per bridge
+#define SYS_PERIOD_MS 10000 // health on $SYS/brokers/bridges/<name>
 
 enum { Q_QUEUED = 0, Q_SENT = 1, Q_RELEASED = 2 }; // = enum store_qstate
 
@@ -127,6 +130,9 @@ struct bridge {
 	uint32_t window; // most in flight (the remote's Receive Maximum)
 	uint32_t remote_max_packet;
 	bool     logged_up; // link up was logged (once per change)
+	bool     marker_sent; // this CONNECT carried the v3 bridge marker
+	bool     marker_refused; // the remote refused it: plain CONNECT from now on
+	bool     marker_retry; // reconnect at once, without it
 	char     last_error[200];
 	char     server_now[256];
 
@@ -857,8 +863,46 @@ static bool publish_local(bridge *b, const conf_bridge *cfg, const mqtt_publish 
 
 // ------------------------------------------------------------ link frames
 
+// The remote refused e for now (quota exceeded, rate too high): e goes
+// back to the queue, in its place, and the window halves so that the
+// remote's real limit is found.
+static void requeue_locked(bridge *b, bentry *e)
+{
+	b->by_pid[e->pid] = NULL;
+	e->pid            = 0;
+	e->state          = Q_QUEUED;
+	e->dup            = false;
+	if (b->inflight > 0) {
+		b->inflight--;
+	}
+	b->window = b->window > 2 ? b->window / 2 : 1;
+	bentry *x = b->next_unsent;
+	while (x != NULL && x != e) {
+		x = x->next;
+	}
+	if (x == NULL) {
+		b->next_unsent = e; // e is older than everything not yet sent
+	}
+	log_info_rl(
+	    "bridge", "bridge=%s event=remote_quota_exceeded window=%u", b->name, b->window);
+	record_state(b, e);
+}
+
 static void handle_connack_locked(bridge *b, const mqtt_connack *ca)
 {
+	if (ca->reason == MQTT_V3_BAD_PROTOCOL && b->ver != MQTT_PROTO_V5 && b->marker_sent) {
+		// The remote does not know the bridge marker: the loop guard is
+		// then ours alone (messages from the remote are never forwarded
+		// back; the remote may still echo what we forward).
+		b->marker_refused = true;
+		b->marker_retry   = true;
+		log_info("bridge", "bridge=%s event=bridge_marker_refused action=plain_connect",
+		    b->name);
+		set_error_locked(
+		    b, "the remote refused the bridge protocol marker; retrying without");
+		conn_close(b->link->c);
+		return;
+	}
 	if (ca->reason != 0) {
 		set_error_locked(b, "CONNACK refused: %s (0x%02x)",
 		    b->ver == MQTT_PROTO_V5 ? mqtt_reason_name(ca->reason) : "v3 return code",
@@ -992,6 +1036,12 @@ static int link_frame(void *upper, const uint8_t *frame, size_t len)
 		bentry  *e   = b->by_pid[pid];
 		if (e != NULL && e->state != Q_QUEUED
 		    && (pk.type == MQTT_PUBACK ? e->qos == 1 : e->state == Q_RELEASED)) {
+			if (pk.type == MQTT_PUBACK
+			    && (pk.u.ack.reason == MQTT_RC_QUOTA_EXCEEDED
+			        || pk.u.ack.reason == MQTT_RC_MESSAGE_RATE_TOO_HIGH)) {
+				requeue_locked(b, e);
+				break;
+			}
 			if (pk.u.ack.reason >= 0x80) {
 				b->refused++;
 				b->dropped++;
@@ -1010,6 +1060,11 @@ static int link_frame(void *upper, const uint8_t *frame, size_t len)
 		uint16_t pid = pk.u.ack.packet_id;
 		bentry  *e   = b->by_pid[pid];
 		if (e != NULL && e->qos == 2 && e->state == Q_SENT) {
+			if (pk.u.ack.reason == MQTT_RC_QUOTA_EXCEEDED
+			    || pk.u.ack.reason == MQTT_RC_MESSAGE_RATE_TOO_HIGH) {
+				requeue_locked(b, e);
+				break;
+			}
 			if (pk.u.ack.reason >= 0x80) {
 				b->refused++;
 				b->dropped++;
@@ -1134,9 +1189,12 @@ static void send_connect_locked(bridge *b)
 	const conf_bridge *cfg = b->cfg;
 	mqtt_packet        pk;
 	memset(&pk, 0, sizeof(pk));
-	pk.type          = MQTT_CONNECT;
-	mqtt_connect *c  = &pk.u.connect;
-	c->proto_level   = (uint8_t)cfg->proto_ver;
+	pk.type         = MQTT_CONNECT;
+	mqtt_connect *c = &pk.u.connect;
+	c->proto_level  = (uint8_t)cfg->proto_ver;
+	c->bridge_marker
+	    = cfg->proto_ver != MQTT_PROTO_V5 && cfg->no_local_v4 && !b->marker_refused;
+	b->marker_sent   = c->bridge_marker;
 	c->clean_start   = cfg->clean_start;
 	c->keep_alive    = (uint16_t)cfg->keepalive_s;
 	const char *cid  = cfg->clientid != NULL ? cfg->clientid : b->host_id;
@@ -1341,13 +1399,14 @@ static bool dial_locked(bridge *b, const char *url)
 		conn_release(c);
 		return false;
 	}
-	l->b            = b;
-	l->c            = c;
-	b->link         = l;
-	b->up           = false;
-	b->ver          = (uint8_t)b->cfg->proto_ver;
-	b->last_rx_ms   = now_ms();
-	b->ping_pending = false;
+	l->b             = b;
+	l->c             = c;
+	b->last_error[0] = '\0';
+	b->link          = l;
+	b->up            = false;
+	b->ver           = (uint8_t)b->cfg->proto_ver;
+	b->last_rx_ms    = now_ms();
+	b->ping_pending  = false;
 	// Frames may arrive as soon as it starts; they wait for mtx.
 	conn_start(c, &link_ops, l);
 	send_connect_locked(b);
@@ -1357,8 +1416,14 @@ static bool dial_locked(bridge *b, const char *url)
 // Runs one connection until it closes (mtx held).
 static void serve_locked(bridge *b)
 {
-	blink   *l        = b->link;
-	uint64_t deadline = now_ms() + CONNECT_TIMEOUT_MS;
+	blink *l = b->link;
+	// CONNACK within the keepalive (at least 2 s, at most 10 s): a remote
+	// that accepts TCP and then says nothing is a stall like any other.
+	uint64_t wait_ms  = (uint64_t)b->cfg->keepalive_s * 1000;
+	wait_ms           = wait_ms < 2000           ? 2000
+	              : wait_ms > CONNECT_TIMEOUT_MS ? CONNECT_TIMEOUT_MS
+	                                             : wait_ms;
+	uint64_t deadline = now_ms() + wait_ms;
 	uint64_t next_sys = 0;
 	while (!l->closed) {
 		uint64_t now = now_ms();
@@ -1415,6 +1480,11 @@ static void serve_locked(bridge *b)
 			publish_health(b);
 			pthread_mutex_lock(&b->mtx);
 		}
+	}
+	if (b->last_error[0] == '\0') {
+		set_error_locked(b,
+		    b->up ? "connection closed by the remote"
+		          : "connection closed by the remote before CONNACK");
 	}
 	// Closed: every entry goes again on the next link.
 	b->link        = NULL;
@@ -1492,8 +1562,9 @@ static void *bridge_main(void *arg)
 		}
 		seed  = seed * 1103515245u + 12345u;
 		delay = delay / 2 + (delay / 2) * ((seed >> 8) % 1000) / 1000;
-		if (b->restart) {
-			delay = 0;
+		if (b->restart || b->marker_retry) {
+			delay           = 0;
+			b->marker_retry = false;
 		}
 		attempt++;
 		set_state_locked(b, BS_BACKOFF);

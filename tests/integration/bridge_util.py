@@ -1,0 +1,190 @@
+"""Helpers for the bridge tests (test_50_bridge*.py): a remote mosquitto, a
+fault-injecting TCP proxy, and the checks on what arrived.
+
+FaultProxy sits between our broker's bridge and the remote broker on the
+loopback interface and can:
+  * cut()       close every connection and close new ones at once (link down),
+  * blackhole() keep the connections open but pass no byte either way (a
+                stalled link: the bridge must notice it by its keepalive),
+  * delay(s)    hold every chunk for s seconds before passing it on,
+  * up()        pass bytes again (new connections; black-holed ones stay dead).
+"""
+
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+import nmq
+from nmq import HOST, free_port
+from nmq_ops import port_accepts, wait_for
+
+
+class FaultProxy:
+    def __init__(self, target_port):
+        self.target = target_port
+        self.mode = "pass"
+        self.delay_s = 0.0
+        self.lock = threading.Lock()
+        self.pairs = []
+        self.accepted = 0
+        self.ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.ls.bind((HOST, 0))
+        self.ls.listen(64)
+        self.ls.settimeout(0.1)
+        self.port = self.ls.getsockname()[1]
+        self.stopped = False
+        self.t = threading.Thread(target=self._accept_loop, daemon=True)
+        self.t.start()
+
+    def _accept_loop(self):
+        while not self.stopped:
+            try:
+                c, _ = self.ls.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            self.accepted += 1
+            mode = self.mode
+            if mode == "down":
+                c.close()
+                continue
+            pair = {"c": c, "u": None, "dead": mode == "blackhole", "closed": False}
+            if mode != "blackhole":
+                try:
+                    pair["u"] = socket.create_connection((HOST, self.target), timeout=2)
+                except OSError:
+                    c.close()
+                    continue
+            with self.lock:
+                self.pairs.append(pair)
+            threading.Thread(target=self._pump, args=(pair, "c", "u"), daemon=True).start()
+            if pair["u"] is not None:
+                threading.Thread(target=self._pump, args=(pair, "u", "c"), daemon=True).start()
+
+    def _close_pair(self, pair):
+        if pair["closed"]:
+            return
+        pair["closed"] = True
+        for k in ("c", "u"):
+            s = pair[k]
+            if s is not None:
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                s.close()
+
+    def _pump(self, pair, src, dst):
+        s = pair[src]
+        while not pair["closed"] and not self.stopped:
+            try:
+                r, _, _ = select.select([s], [], [], 0.1)
+            except (OSError, ValueError):
+                break
+            if not r:
+                continue
+            try:
+                data = s.recv(65536)
+            except OSError:
+                break
+            if not data:
+                break
+            if pair["dead"]:
+                continue  # black hole: swallow everything
+            if self.delay_s > 0:
+                time.sleep(self.delay_s)
+            try:
+                pair[dst].sendall(data)
+            except OSError:
+                break
+        if not pair["dead"] or self.stopped:
+            self._close_pair(pair)
+
+    def cut(self):
+        self.mode = "down"
+        with self.lock:
+            pairs, self.pairs = self.pairs, []
+        for p in pairs:
+            self._close_pair(p)
+
+    def blackhole(self):
+        self.mode = "blackhole"
+        with self.lock:
+            for p in self.pairs:
+                p["dead"] = True
+
+    def delay(self, seconds):
+        self.delay_s = seconds
+
+    def up(self):
+        self.mode = "pass"
+        self.delay_s = 0.0
+
+    def close(self):
+        self.stopped = True
+        self.cut()
+        self.ls.close()
+
+
+class Mosquitto:
+    """Debian's mosquitto on a loopback port, as the remote broker."""
+
+    def __init__(self, tmp, extra=""):
+        self.port = free_port()
+        self.conf = os.path.join(tmp, "mosquitto-%d.conf" % self.port)
+        with open(self.conf, "w") as f:
+            f.write("listener %d %s\nallow_anonymous true\npersistence false\n"
+                    "max_queued_messages 100000\n%s\n" % (self.port, HOST, extra))
+        self.log = open(os.path.join(tmp, "mosquitto-%d.log" % self.port), "wb")
+        self.p = subprocess.Popen(["mosquitto", "-c", self.conf], stdout=self.log,
+                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        wait_for(lambda: port_accepts(self.port, 0.2), 10.0)
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGTERM)
+            try:
+                self.p.wait(5)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+        self.log.close()
+
+
+def bridge_conf(name, server, proto_ver=4, keepalive=2, forwards="", subs="", extra=""):
+    return ("bridges.mqtt.%s {\n  server = \"%s\"\n  proto_ver = %d\n  clientid = \"%s-gw\"\n"
+            "  keepalive = %ds\n  backoff_max = 2s\n  forwards = [%s]\n  subscription = [%s]\n"
+            "%s\n}\n" % (name, server, proto_ver, name, keepalive, forwards, subs, extra))
+
+
+def first_order(payloads):
+    """The payloads with later repeats removed (QoS 1 may repeat)."""
+    seen, out = set(), []
+    for p in payloads:
+        if p not in seen:
+            seen.add(p)
+            out.append(p)
+    return out
+
+
+def health(client, name, timeout=5.0, pred=None):
+    """The latest $SYS/brokers/bridges/<name> document that satisfies pred
+    (client is subscribed to it)."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        m = client.wait_message(timeout=max(0.01, deadline - time.monotonic()),
+                                match=lambda m: m.topic == "$SYS/brokers/bridges/" + name)
+        if m is None:
+            break
+        last = json.loads(m.payload)
+        if pred is None or pred(last):
+            return last
+    return last

@@ -1,0 +1,277 @@
+#!/usr/bin/python3
+"""50: MQTT bridges (docs/bridge.md): forwards and subscriptions with topic
+rewriting, v3.1.1 and v5 links to a real remote broker (Debian's mosquitto,
+and our own broker), the loop guard of a bridge that forwards and
+subscribes the same topics, health on $SYS/brokers/bridges/<name>, QoS 0
+dropped and counted while the link is down, TLS (a wrong CA is refused,
+the right one works), and reload (a bridge changed keeps its queue, one
+removed stops, one added starts).
+
+The link faults and restarts are in test_51_bridge_faults.py."""
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import unittest
+
+import nmq
+import nmq_ops
+from bridge_util import FaultProxy, Mosquitto, bridge_conf, first_order, health
+from nmq import free_port
+from nmq_ops import OpsTestCase, wait_for
+
+CERTS = None
+
+
+def setUpModule():
+    global CERTS
+    if nmq.USE_MOSQUITTO:
+        raise unittest.SkipTest("bridges of our broker only")
+    nmq_ops.nanomq_bin()
+    if shutil.which("mosquitto") is None:
+        raise unittest.SkipTest("Debian's mosquitto is needed as the remote broker")
+    CERTS = tempfile.mkdtemp(prefix="nmq-bridge-pki-")
+    subprocess.run(["bash", os.path.join(nmq_ops.SRC, "scripts", "gen-certs.sh"), CERTS],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def tearDownModule():
+    if CERTS and not nmq.KEEP_TMP:
+        shutil.rmtree(CERTS, ignore_errors=True)
+
+
+class BridgeCase(OpsTestCase):
+
+    def remote_mosquitto(self, inst):
+        m = Mosquitto(inst.tmp)
+        self.addCleanup(m.stop)
+        return m
+
+    def proxy(self, port):
+        p = FaultProxy(port)
+        self.addCleanup(p.close)
+        return p
+
+    def broker(self, inst, extra, name="nanomq.conf"):
+        port = free_port()
+        conf = inst.conf(port, extra=extra, name=name)
+        proc = self.start_broker(inst, ["start", "--conf", conf], port=port)
+        return port, proc, conf
+
+    def linked(self, inst, count=1, timeout=10.0, proc=None):
+        hits = inst.wait_output(r"event=link_up", timeout=timeout, count=count, proc=proc)
+        self.assertGreaterEqual(len(hits), count, "link not up:\n" + inst.output(proc)[-3000:])
+
+
+class TestBridgeBasics(BridgeCase):
+
+    # Forwards rewrite the topic (remote_topic, prefix, suffix) and override
+    # QoS; subscriptions publish locally under local_topic / prefix. A v3.1.1
+    # link to mosquitto.
+    def test_forward_and_subscription_v311(self):
+        inst = self.instance()
+        m = self.remote_mosquitto(inst)
+        fwd = ('{ local_topic = "sensors/#", remote_topic = "", prefix = "site1/", qos = 1 },'
+               '{ local_topic = "alarm", remote_topic = "alerts/all", suffix = "/x", qos = 2 }')
+        sub = ('{ remote_topic = "cmd/#", qos = 1, prefix = "cloud/" },'
+               '{ remote_topic = "cfg/one", local_topic = "config", qos = 2 }')
+        port, _, _ = self.broker(inst, bridge_conf(
+            "b1", "mqtt-tcp://127.0.0.1:%d" % m.port, 4, 10, fwd, sub))
+        self.linked(inst)
+        remote = self.client(m.port, "remote-sub")
+        remote.connect()
+        remote.subscribe("site1/#", 2)
+        remote.subscribe("alerts/#", 2)
+        remote.subscribe("other/#", 2)
+        local = self.client(port, "local-sub")
+        local.connect()
+        local.subscribe("cloud/#", 2)
+        local.subscribe("config", 2)
+        pub = self.client(port, "local-pub")
+        pub.connect()
+        pub.publish("sensors/t1", b"21.5", qos=0)
+        pub.publish("alarm", b"fire", qos=1)
+        got = remote.wait_messages(2, timeout=5)
+        by_topic = {x.topic: x for x in got}
+        self.assertEqual(by_topic["site1/sensors/t1"].payload, b"21.5")
+        self.assertEqual(by_topic["site1/sensors/t1"].qos, 1)  # overridden
+        self.assertEqual(by_topic["alerts/all/x"].payload, b"fire")
+        self.assertEqual(by_topic["alerts/all/x"].qos, 2)  # the forward's qos overrides
+        rpub = self.client(m.port, "remote-pub")
+        rpub.connect()
+        rpub.publish("cmd/reboot", b"now", qos=1)
+        rpub.publish("cfg/one", b"v2", qos=2)
+        got = local.wait_messages(2, timeout=5)
+        self.assertEqual(sorted((x.topic, x.payload) for x in got),
+                         [("cloud/cmd/reboot", b"now"), ("config", b"v2")])
+        # Not forwarded: no forward matches.
+        pub.publish("other/topic", b"no", qos=1)
+        remote.expect_no_message(0.5)
+
+    # A bridge that forwards and subscribes the same topics does not echo:
+    # v5 (No Local at the remote, origin marking here) with our own broker as
+    # the remote; v3.1.1 with mosquitto (the bridge marker on CONNECT).
+    def test_both_ways_no_echo(self):
+        for ver in (5, 4):
+            with self.subTest(proto_ver=ver):
+                inst = self.instance()
+                if ver == 5:
+                    rport = free_port()
+                    rinst = self.instance()
+                    self.start_broker(rinst, ["start", "--conf", rinst.conf(rport)], port=rport)
+                else:
+                    rport = self.remote_mosquitto(inst).port
+                both_f = '{ local_topic = "x/#", remote_topic = "", qos = 1 }'
+                both_s = '{ remote_topic = "x/#", qos = 1 }'
+                port, _, _ = self.broker(inst, bridge_conf(
+                    "loop", "mqtt-tcp://127.0.0.1:%d" % rport, ver, 10, both_f, both_s))
+                self.linked(inst)
+                a = self.client(port, "a-sub", version=ver)
+                a.connect()
+                a.subscribe("x/#", 1)
+                b = self.client(rport, "b-sub", version=ver)
+                b.connect()
+                b.subscribe("x/#", 1)
+                time.sleep(0.3)  # the bridge's SUBSCRIBE is in place
+                a.publish("x/from-a", b"1", qos=1)
+                self.assertEqual(b.wait_message(5).topic, "x/from-a")
+                self.assertEqual(a.wait_message(5).topic, "x/from-a")
+                b.publish("x/from-b", b"2", qos=1)
+                self.assertEqual(a.wait_message(5).topic, "x/from-b")
+                self.assertEqual(b.wait_message(5).topic, "x/from-b")
+                a.expect_no_message(1.0)
+                b.expect_no_message(0.3)
+
+    # Health on $SYS/brokers/bridges/<name>: state, counters; QoS 0 forwards
+    # are dropped and counted while the link is down, QoS 1 ones kept.
+    def test_health_and_qos0_while_down(self):
+        inst = self.instance()
+        m = self.remote_mosquitto(inst)
+        px = self.proxy(m.port)
+        port, _, _ = self.broker(inst, bridge_conf(
+            "hb", "mqtt-tcp://127.0.0.1:%d" % px.port, 5, 2,
+            '{ local_topic = "t/#", remote_topic = "" }'))
+        self.linked(inst)
+        mon = self.client(port, "mon")
+        mon.connect()
+        mon.subscribe("$SYS/brokers/bridges/#", 0)
+        h = health(mon, "hb", pred=lambda h: h["state"] == "up")
+        self.assertEqual(h["state"], "up", h)
+        remote = self.client(m.port, "remote", version=5)
+        remote.connect()
+        remote.subscribe("t/#", 1)
+        pub = self.client(port, "pub")
+        pub.connect()
+        pub.publish("t/1", b"a", qos=1)
+        self.assertEqual(remote.wait_message(5).payload, b"a")
+        px.cut()
+        inst.wait_output(r"event=link_down", timeout=5)
+        for i in range(5):
+            pub.publish("t/q0", b"%d" % i, qos=0)
+        pub.publish("t/q1", b"kept", qos=1)
+        h = health(mon, "hb", timeout=8,
+                   pred=lambda h: h["state"] != "up" and h["dropped_qos0"] >= 5)
+        self.assertGreaterEqual(h["dropped_qos0"], 5, h)
+        self.assertEqual(h["backlog"], 1, h)
+        self.assertNotEqual(h["last_error"], "", h)
+        px.up()
+        got = remote.wait_message(10)
+        self.assertIsNotNone(got, "queued QoS 1 message not delivered after reconnect")
+        self.assertEqual(got.payload, b"kept")
+        remote.expect_no_message(0.5)  # the QoS 0 ones were dropped
+        h = health(mon, "hb", timeout=12,
+                   pred=lambda h: h["state"] == "up" and h["backlog"] == 0)
+        self.assertEqual((h["state"], h["backlog"]), ("up", 0), h)
+        self.assertGreaterEqual(h["forwarded"], 2, h)
+        self.assertGreaterEqual(h["reconnects"], 1, h)
+
+    # TLS: the server certificate is verified by default; a wrong CA never
+    # brings the link up, the right one does.
+    def test_tls_wrong_ca_refused(self):
+        rinst = self.instance()
+        rport, sport = free_port(), free_port()
+        rconf = rinst.conf(rport, extra=(
+            "listeners.ssl {\n bind = \"127.0.0.1:%d\"\n keyfile = \"%s/server.key\"\n"
+            " certfile = \"%s/server.crt\"\n}\n" % (sport, CERTS, CERTS)))
+        self.start_broker(rinst, ["start", "--conf", rconf], port=rport)
+        remote = self.client(rport, "tls-remote")
+        remote.connect()
+        remote.subscribe("s/#", 1)
+        for ca, ok in (("other-ca.crt", False), ("ca.crt", True)):
+            with self.subTest(ca=ca):
+                inst = self.instance()
+                port, _, _ = self.broker(inst, bridge_conf(
+                    "tb", "tls+mqtt-tcp://localhost:%d" % sport, 4, 10,
+                    '{ local_topic = "s/#", remote_topic = "", qos = 1 }',
+                    extra='ssl { cacertfile = "%s/%s" }' % (CERTS, ca)))
+                if ok:
+                    self.linked(inst)
+                    pub = self.client(port, "tls-pub")
+                    pub.connect()
+                    pub.publish("s/1", b"secure", qos=1)
+                    self.assertEqual(remote.wait_message(5).payload, b"secure")
+                else:
+                    hits = inst.wait_output(r"event=connect_failed", timeout=10)
+                    self.assertTrue(hits, inst.output()[-2000:])
+                    time.sleep(1.5)
+                    self.assertNotIn("event=link_up", inst.output())
+                    pub = self.client(port, "tls-pub")
+                    pub.connect()
+                    pub.publish("s/1", b"must-not-pass", qos=1)
+                    remote.expect_no_message(0.5)
+                self.assert_stops(inst)
+
+
+class TestBridgeReload(BridgeCase):
+
+    # A bridge changed by a reload keeps its queue (messages queued before
+    # keep their rewritten topic); removed, it stops forwarding; added back,
+    # it starts again.
+    def test_reload_change_remove_add(self):
+        inst = self.instance()
+        m = self.remote_mosquitto(inst)
+        px = self.proxy(m.port)
+        remote = self.client(m.port, "remote", version=5)
+        remote.connect()
+        remote.subscribe("#", 1)
+        one = bridge_conf("rb", "mqtt-tcp://127.0.0.1:%d" % px.port, 5, 2,
+                          '{ local_topic = "r/#", remote_topic = "", prefix = "one/", qos = 1 }')
+        port, proc, conf = self.broker(inst, one)
+        self.linked(inst)
+        pub = self.client(port, "pub")
+        pub.connect()
+        px.cut()
+        inst.wait_output(r"event=link_down", timeout=5)
+        for i in range(10):
+            pub.publish("r/%d" % i, b"%d" % i, qos=1)
+        inst.write("nanomq.conf", nmq_ops.base_conf(port, inst.ipc_url, extra=one.replace(
+            "one/", "two/")))
+        inst.kill(signal.SIGHUP)
+        self.assertTrue(inst.wait_output(r"bridge=rb event=reconfigured", timeout=5))
+        px.up()
+        got = remote.wait_messages(10, timeout=10)
+        self.assertEqual([x.topic for x in got], ["one/r/%d" % i for i in range(10)])
+        self.linked(inst, count=2)
+        pub.publish("r/new", b"n", qos=1)
+        self.assertEqual(remote.wait_message(5).topic, "two/r/new")
+        # Removed: no longer forwards.
+        inst.write("nanomq.conf", nmq_ops.base_conf(port, inst.ipc_url))
+        inst.kill(signal.SIGHUP)
+        self.assertTrue(inst.wait_output(r"bridge=rb event=stopped", timeout=5))
+        pub.publish("r/gone", b"g", qos=1)
+        remote.expect_no_message(0.7)
+        # Added back.
+        inst.write("nanomq.conf", nmq_ops.base_conf(port, inst.ipc_url, extra=one))
+        inst.kill(signal.SIGHUP)
+        self.linked(inst, count=3)
+        time.sleep(0.2)
+        pub.publish("r/back", b"b", qos=1)
+        self.assertEqual(remote.wait_message(5).topic, "one/r/back")
+        self.assert_stops(inst)
+
+
+if __name__ == "__main__":
+    nmq.main()

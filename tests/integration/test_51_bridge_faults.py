@@ -1,0 +1,170 @@
+#!/usr/bin/python3
+"""51: store-and-forward through a link that drops, stalls and comes back
+(docs/bridge.md "Guarantees").
+
+A fault-injecting proxy (bridge_util.FaultProxy) sits between our broker's
+bridge and the remote broker (Debian's mosquitto). Streams of QoS 1 and
+QoS 2 forwards must arrive complete and in order (QoS 2 exactly once)
+through cuts, a black hole (detected by the keepalive), delays and flapping;
+and, with the offline cache, through a kill -9 and restart of our broker
+during an outage, with the backlog replayed at once after the reconnect
+(no new local traffic needed) and beyond max_send_queue_len (from disk)."""
+
+import shutil
+import signal
+import threading
+import time
+import unittest
+
+import nmq
+import nmq_ops
+from bridge_util import FaultProxy, Mosquitto, bridge_conf, first_order
+from nmq import free_port
+from nmq_ops import OpsTestCase, wait_for
+
+
+def setUpModule():
+    if nmq.USE_MOSQUITTO:
+        raise unittest.SkipTest("bridges of our broker only")
+    nmq_ops.nanomq_bin()
+    if shutil.which("mosquitto") is None:
+        raise unittest.SkipTest("Debian's mosquitto is needed as the remote broker")
+
+
+class TestBridgeFaults(OpsTestCase):
+
+    def setup_link(self, ver, extra_conf="", keepalive=2, queue_len=1024):
+        inst = self.instance()
+        m = Mosquitto(inst.tmp)
+        self.addCleanup(m.stop)
+        px = FaultProxy(m.port)
+        self.addCleanup(px.close)
+        # The collector on the remote: a persistent QoS 2 subscriber that
+        # stays connected throughout.
+        col = self.client(m.port, "collector", version=5)
+        col.connect()
+        col.subscribe("q1/#", 1)
+        col.subscribe("q2/#", 2)
+        port = free_port()
+        conf = inst.conf(port, extra=bridge_conf(
+            "f", "mqtt-tcp://127.0.0.1:%d" % px.port, ver, keepalive,
+            '{ local_topic = "q1/#", remote_topic = "" },'
+            '{ local_topic = "q2/#", remote_topic = "" }',
+            extra="max_send_queue_len = %d" % queue_len) + extra_conf)
+        self.start_broker(inst, ["start", "--conf", conf], port=port)
+        self.assertTrue(inst.wait_output(r"event=link_up", timeout=10), inst.output()[-2000:])
+        return inst, px, col, port, conf
+
+    def check_streams(self, col, n1, n2, timeout):
+        want1 = [b"%d" % i for i in range(n1)]
+        want2 = [b"%d" % i for i in range(n2)]
+
+        def done():
+            with col._lock:
+                got1 = {x.payload for x in col.received if x.topic == "q1/s"}
+                got2 = [x.payload for x in col.received if x.topic == "q2/s"]
+            return len(got1) >= n1 and len(got2) >= n2
+        wait_for(done, timeout, step=0.2)
+        time.sleep(0.5)  # late duplicates, if any
+        with col._lock:
+            got1 = [x.payload for x in col.received if x.topic == "q1/s"]
+            got2 = [x.payload for x in col.received if x.topic == "q2/s"]
+        # QoS 1: all of them, in order of first arrival (repeats allowed).
+        self.assertEqual(first_order(got1), want1,
+                         "QoS 1 stream: %d of %d, first missing %r" % (
+                             len(set(got1)), n1, sorted(set(want1) - set(got1))[:5]))
+        # QoS 2: exactly once, in order.
+        self.assertEqual(got2, want2, "QoS 2 stream: %d received, %d distinct, want %d" % (
+            len(got2), len(set(got2)), n2))
+
+    # Both streams keep flowing while the link is cut, black-holed, delayed
+    # and flapped; v3.1.1 and v5 links.
+    def test_streams_through_faults(self):
+        for ver in (5, 4):
+            with self.subTest(proto_ver=ver):
+                inst, px, col, port, _ = self.setup_link(ver)
+                pub = self.client(port, "pub")
+                pub.connect()
+                n = 120
+                done = threading.Event()
+                errors = []
+
+                def publish():
+                    try:
+                        for i in range(n):
+                            pub.publish("q1/s", b"%d" % i, qos=1)
+                            pub.publish("q2/s", b"%d" % i, qos=2)
+                            time.sleep(0.04)
+                    except AssertionError as e:
+                        errors.append(e)
+                    done.set()
+                t = threading.Thread(target=publish, daemon=True)
+                t.start()
+                ups = lambda: inst.output().count("event=link_up")
+                time.sleep(0.5)
+                px.cut()                      # down ...
+                time.sleep(1.0)
+                n_up = ups()
+                px.up()                       # ... and back
+                self.assertTrue(wait_for(lambda: ups() > n_up, 8), inst.output()[-2000:])
+                time.sleep(0.5)
+                px.blackhole()                # a stall: only the keepalive sees it
+                self.assertTrue(inst.wait_output(r"link stalled", timeout=8),
+                                inst.output()[-2000:])
+                n_up = ups()
+                px.up()
+                self.assertTrue(wait_for(lambda: ups() > n_up, 8), inst.output()[-2000:])
+                px.delay(0.05)                # slow
+                time.sleep(0.8)
+                px.up()
+                for _ in range(3):            # flapping
+                    px.cut()
+                    time.sleep(0.2)
+                    px.up()
+                    time.sleep(0.3)
+                done.wait(30)
+                t.join(5)
+                self.assertEqual(errors, [])
+                self.check_streams(col, n, n, timeout=25)
+                out = inst.output()
+                # Up and down are logged once per change.
+                ups = out.count("event=link_up")
+                downs = out.count("event=link_down")
+                self.assertTrue(ups - downs in (0, 1), out[-3000:])
+                self.assert_stops(inst)
+
+    # With the offline cache: an outage, a backlog beyond the memory queue
+    # (so on disk), kill -9 of our broker, a restart still in the outage,
+    # then the link comes back: the backlog arrives at once, complete and
+    # in order, QoS 2 exactly once, without any new local publish.
+    def test_kill9_during_outage_with_cache(self):
+        inst = self.instance()
+        cache = "bridges.mqtt.cache {\n disk_cache_size = 100000\n mounted_file_path = \"%s\"\n}\n" \
+            % inst.tmp
+        inst, px, col, port, conf = self.setup_link(4, cache, queue_len=40)
+        pub = self.client(port, "pub")
+        pub.connect()
+        for i in range(5):
+            pub.publish("q1/s", b"%d" % i, qos=1)
+            pub.publish("q2/s", b"%d" % i, qos=2)
+        wait_for(lambda: len(col.received) >= 10, 5)
+        px.cut()
+        self.assertTrue(inst.wait_output(r"event=link_down", timeout=5))
+        n1, n2 = 300, 150
+        for i in range(5, n1):
+            pub.publish("q1/s", b"%d" % i, qos=1)
+            if i < n2:
+                pub.publish("q2/s", b"%d" % i, qos=2)
+        pub.close()
+        time.sleep(0.5)  # the last group commit
+        inst.kill(signal.SIGKILL)
+        inst.proc.wait(5)
+        self.start_broker(inst, ["start", "--conf", conf], port=port)
+        time.sleep(0.5)
+        px.up()
+        self.check_streams(col, n1, n2, timeout=20)
+        self.assert_stops(inst)
+
+
+if __name__ == "__main__":
+    nmq.main()
