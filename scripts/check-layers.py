@@ -33,7 +33,7 @@ LAYERS = [
     "src/auth",  # passwords, ACL
     "src/store",  # (future) persistence of sessions and messages
     "src/broker",  # routing policy between sessions
-    "src/bridge",  # (future) links to remote brokers
+    "src/bridge",  # MQTT bridges: links to remote brokers
     "src/http",  # (future) REST API
     "src/daemon",  # command line, pid file, command channel, systemd
     "src/main.c",  # wiring
