@@ -71,8 +71,9 @@ class TestBridgeFaults(OpsTestCase):
             got2 = [x.payload for x in col.received if x.topic == "q2/s"]
         # QoS 1: all of them, in order of first arrival (repeats allowed).
         self.assertEqual(first_order(got1), want1,
-                         "QoS 1 stream: %d of %d, first missing %r" % (
-                             len(set(got1)), n1, sorted(set(want1) - set(got1))[:5]))
+                         "QoS 1 stream: %d of %d, first missing %r, as received: %s" % (
+                             len(set(got1)), n1, sorted(set(want1) - set(got1))[:5],
+                             " ".join(x.decode() for x in got1)))
         # QoS 2: exactly once, in order.
         self.assertEqual(got2, want2, "QoS 2 stream: %d received, %d distinct, want %d" % (
             len(got2), len(set(got2)), n2))
