@@ -35,6 +35,7 @@ LAYERS = [
     "src/broker",  # routing policy between sessions
     "src/bridge",  # MQTT bridges: links to remote brokers
     "src/http",  # (future) REST API
+    "src/events",  # $SYS statistics, outbound notifications
     "src/daemon",  # command line, pid file, command channel, systemd
     "src/main.c",  # wiring
 ]

@@ -31,6 +31,7 @@
 #include "src/daemon/ipc.h"
 #include "src/daemon/pidfile.h"
 #include "src/daemon/sd_notify.h"
+#include "src/events/sys_stats.h"
 #include "src/log/log.h"
 #ifdef NMQ_HAVE_STORE
 #include "src/store/store_conf.h"
@@ -81,6 +82,7 @@ typedef struct server {
 	nmq_listener     *listeners[CONF_MAX_LISTENERS];
 	int               n_listeners;
 	ipc_server       *ipc; // the command channel, NULL when off
+	sys_stats        *sys; // $SYS/broker statistics
 	ctl_request       ctl;
 } server;
 
@@ -386,6 +388,7 @@ static int reload(
 	proto_limits lim;
 	broker_limits_from_conf(&nc, &lim);
 	proto_set_limits(srv->proto, &lim);
+	sys_stats_set_interval(srv->sys, nc.sys_interval_s);
 	reload_listeners(srv, &nc);
 	if (srv->bridges != NULL) {
 		bridges_reconfigure(srv->bridges, &nc);
@@ -614,6 +617,10 @@ static int run(const cli_args *args, nmq_conf *conf, const char *argv0, int read
 	if (open_store(&srv, err, sizeof(err)) != 0) {
 		goto fail;
 	}
+	if (sys_stats_start(srv.broker, srv.proto, srv.conf.sys_interval_s, &srv.sys) != NMQ_OK) {
+		snprintf(err, sizeof(err), "cannot start the $SYS statistics (see the log)");
+		goto fail;
+	}
 	if (start_listeners(&srv, err, sizeof(err)) != 0) {
 		goto fail;
 	}
@@ -671,6 +678,8 @@ static int run(const cli_args *args, nmq_conf *conf, const char *argv0, int read
 	for (int i = 0; i < srv.n_listeners; i++) {
 		listener_stop(srv.listeners[i]);
 	}
+	sys_stats_stop(srv.sys);
+	srv.sys = NULL;
 	proto_shutdown_wills(srv.proto);
 	for (int waited = 0; waited < WILL_DRAIN_MS && proto_links_with_will(srv.proto) > 0;
 	     waited += 10) {
@@ -721,6 +730,7 @@ fail:
 	for (int i = 0; i < srv.n_listeners; i++) {
 		listener_stop(srv.listeners[i]);
 	}
+	sys_stats_stop(srv.sys);
 	if (srv.proto != NULL) {
 		proto_shutdown_all(srv.proto);
 	}

@@ -151,6 +151,18 @@ long conn_live_count(void)
 	return atomic_load(&live_conns);
 }
 
+_Atomic uint64_t conn_rx_bytes_total, conn_tx_bytes_total;
+
+uint64_t conn_bytes_received(void)
+{
+	return atomic_load_explicit(&conn_rx_bytes_total, memory_order_relaxed);
+}
+
+uint64_t conn_bytes_sent(void)
+{
+	return atomic_load_explicit(&conn_tx_bytes_total, memory_order_relaxed);
+}
+
 // Closes the connection once; see conn_int.h.
 void conn_close_locked(nmq_conn *c)
 {

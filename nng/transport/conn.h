@@ -140,4 +140,9 @@ void conn_tx_flush_later(nmq_conn *c);
 // Connections allocated and not yet destroyed (for a drain at shutdown).
 long conn_live_count(void);
 
+// Bytes read from and written to client connections since start, as the
+// backends see them (after TLS, WebSocket framing included). Lock-free.
+uint64_t conn_bytes_received(void);
+uint64_t conn_bytes_sent(void);
+
 #endif // NMQ_CONN_H

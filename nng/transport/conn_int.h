@@ -381,4 +381,16 @@ static inline void conn_tx_seal(nmq_conn *c)
 	}
 }
 
+// The byte totals of conn_bytes_received/sent, added once per read or
+// write call by the backends.
+extern _Atomic uint64_t conn_rx_bytes_total, conn_tx_bytes_total;
+static inline void      conn_count_rx(size_t n)
+{
+	atomic_fetch_add_explicit(&conn_rx_bytes_total, n, memory_order_relaxed);
+}
+static inline void conn_count_tx(size_t n)
+{
+	atomic_fetch_add_explicit(&conn_tx_bytes_total, n, memory_order_relaxed);
+}
+
 #endif // NMQ_CONN_INT_H

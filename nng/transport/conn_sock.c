@@ -339,6 +339,9 @@ static bool sock_write(nmq_conn *c)
 			}
 			return false;
 		}
+		if (w > 0) {
+			conn_count_tx((size_t)w);
+		}
 		if (w < 0) {
 			conn_close_locked(c);
 			txbuf_reset(b);
@@ -400,6 +403,7 @@ static ssize_t read_scratch(nmq_conn *c, bool *stop)
 	if (n <= 0) {
 		return n;
 	}
+	conn_count_rx((size_t)n);
 	c->rx_filled = (size_t)n == room;
 	size_t used;
 	size_t want;
@@ -444,6 +448,7 @@ static bool sock_read(nmq_conn *c)
 			size_t room = c->rx_cap - c->rx_len;
 			n           = read(c->fd, c->rx + c->rx_len, room);
 			if (n > 0) {
+				conn_count_rx((size_t)n);
 				c->rx_filled = (size_t)n == room;
 				c->rx_len += (size_t)n;
 				fail = !conn_rx_dispatch(c);

@@ -165,6 +165,7 @@ static void rx_cb(void *arg)
 	c->rx_result = nng_aio_result(NS(c)->rx_aio);
 	if (c->rx_result == 0) {
 		size_t n = nng_aio_count(NS(c)->rx_aio);
+		conn_count_rx(n);
 		if (n == 0) {
 			c->rx_result = NNG_ECLOSED;
 		}
@@ -334,11 +335,12 @@ static bool stream_write(nmq_conn *c)
 // the rest of a short send, then the next batch.
 static void tx_cb(void *arg)
 {
-	nmq_conn *c      = arg;
-	int       rv     = nng_aio_result(NS(c)->tx_aio);
-	size_t    n      = nng_aio_count(NS(c)->tx_aio);
-	bool      end    = false;
-	bool      notify = false;
+	nmq_conn *c   = arg;
+	int       rv  = nng_aio_result(NS(c)->tx_aio);
+	size_t    n   = nng_aio_count(NS(c)->tx_aio);
+	bool      end = false;
+	conn_count_tx(n);
+	bool notify = false;
 	nmq_mutex_lock(&c->mtx);
 	if (rv != 0) {
 		conn_close_locked(c);

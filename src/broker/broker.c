@@ -1369,6 +1369,11 @@ static void b_client_status(void *app, nmq_session *s, bool online, uint8_t reas
 	free(buf);
 }
 
+void broker_publish(nmq_broker *b, nmq_msg *msg)
+{
+	(void)b_route(b, NULL, NULL, msg);
+}
+
 const proto_app_ops broker_proto_ops = {
 	.authenticate  = b_authenticate,
 	.route         = b_route,

@@ -36,6 +36,11 @@ void    broker_free(nmq_broker *b);
 // Limits for the protocol layer from a configuration.
 void broker_limits_from_conf(const nmq_conf *conf, proto_limits *lim);
 
+// Routes a message the broker itself publishes ($SYS statistics): no
+// publisher, no ACL check; retained if msg->retain. Any thread; the
+// reference is borrowed.
+void broker_publish(nmq_broker *b, nmq_msg *msg);
+
 topic_tree   *broker_topic_tree(nmq_broker *b);
 retain_store *broker_retain(nmq_broker *b);
 

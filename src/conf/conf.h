@@ -190,6 +190,7 @@ typedef struct nmq_conf {
 	uint32_t property_size;
 	bool     batch_resend;
 	uint32_t drop_log_size; // events in the drop ring, 0 = none
+	uint32_t sys_interval_s; // $SYS/broker statistics period, 0 = off
 
 	// listeners (enabled ones only, in file order; at least one TCP
 	// listener on 0.0.0.0:1883 when the file has no listeners section)

@@ -244,6 +244,11 @@ const conf_key conf_schema[] = {
 	{ .path = "mqtt.batch_resend", .type = CONF_T_BOOL, .store = CONF_ST_BOOL, CF(batch_resend),
 	    .reload = true, .status = CONF_S_NOEFFECT, .def = "false",
 	    .help = "Accepted for compatibility; queued messages already go out as acks arrive." },
+	{ .path = "mqtt.sys_interval", .type = CONF_T_DUR_S, .store = CONF_ST_U32,
+	    CF(sys_interval_s), .reload = true, .def = "10s", .min = 0, .max = 86400,
+	    .help = "Period of the broker statistics published, retained, under `$SYS/broker/` "
+	        "(extension, the topics Mosquitto publishes: uptime, clients, messages, load, "
+	        "bytes, subscriptions, retained messages, heap); 0 = off." },
 	{ .path = "mqtt.drop_log_size", .type = CONF_T_INT, .store = CONF_ST_U32, CF(drop_log_size),
 	    .def = "1024", .min = 0, .max = 1000000,
 	    .help = "Events kept in the ring of recent drops and refusals (extension): time, "
