@@ -484,5 +484,66 @@ class CliMutualTls(CliCase):
         self.assertNotEqual(r.returncode, 0, "a self-signed client certificate was accepted")
 
 
+class CliWebSocket(CliCase):
+    """nanomq_cli over ws:// and wss:// (--ws)."""
+
+    def setUp(self):
+        if not CLI or not os.access(CLI, os.X_OK):
+            self.skipTest("NANOMQ_CLI_BIN is not set to an executable")
+        self._clients = []
+        last = None
+        for _ in range(3):
+            self.tls_port, self.ws_port = nmq.free_port(), nmq.free_port()
+            self.wss_port = nmq.free_port()
+            conf = t20.ssl_conf(self.tls_port) + (
+                'listeners.ws.bind = "%s:%d/mqtt"\n'
+                'listeners.wss.bind = "%s:%d/mqtt"\n' % (HOST, self.ws_port, HOST, self.wss_port))
+            self.broker = Broker(conf)
+            try:
+                self.broker.start()
+                break
+            except BrokerError as e:
+                last = e
+                if "in use" not in str(e).lower():
+                    raise
+        else:
+            raise last
+        self.port = self.broker.port
+        self.addCleanup(self._stop_broker)
+        for p in (self.ws_port, self.wss_port):
+            self.assertTrue(nmq_ops.wait_port(p, 5.0), "nothing listens on %d" % p)
+
+    def test_pub_sub_over_ws_and_wss(self):
+        big = "x" * 70000  # frames with a 64-bit length
+        for port, tls in ((self.ws_port, []), (self.wss_port, ["-s", "--cafile", pki("ca.crt")])):
+            with self.subTest(tls=bool(tls)):
+                topic = "cli24/ws/%d" % port
+                r = cli(["pub", "-t", topic, "-m", big, "-q", "1", "-r", "--ws", "-h", "localhost",
+                         "-p", str(port)] + tls)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                r = cli(["sub", "-t", topic, "-L", "1", "--ws", "-h", "localhost", "-p",
+                         str(port), "--duration", "10"] + tls)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertEqual(r.stdout.strip(), "%s: %s" % (topic, big))
+
+    def test_bench_over_wss_loses_nothing_at_qos1(self):
+        r = cli(["bench", "pubsub", "--pubs", "1", "--subs", "20", "-t", "cli24/wsb", "-q", "1",
+                 "-I", "0", "-i", "0", "--duration", "1", "--json", "--ws", "-S", "--cafile",
+                 pki("ca.crt"), "-h", "localhost", "-p", str(self.wss_port)], timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        rep = json.loads(r.stdout.strip().splitlines()[-1])
+        self.assertEqual(rep["connect"]["ok"], 21)
+        self.assertGreater(rep["received"], 0)
+        self.assertEqual(rep["lost"], 0, r.stdout)
+        self.assertEqual(rep["duplicated"], 0, r.stdout)
+
+    def test_wrong_path_is_refused(self):
+        r = cli(["conn", "--ws-path", "/nope", "-h", "localhost", "-p", str(self.ws_port),
+                 "--duration", "1"])
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("upgrade refused", r.stderr)
+        self.assert_broker_healthy()
+
+
 if __name__ == "__main__":
     nmq.main()

@@ -78,6 +78,8 @@ void cli_conn_fini(cli_conn *c)
 {
 	cli_tls_conn_free(c->tls);
 	c->tls = NULL;
+	free(c->ws);
+	c->ws = NULL;
 	if (c->watch.fd >= 0) {
 		cli_loop_del(c->loop, &c->watch);
 		close(c->watch.fd);
@@ -105,6 +107,11 @@ void cli_conn_close(cli_conn *c, const char *why)
 		cli_tls_conn_free(c->tls);
 		c->tls = NULL;
 	}
+	free(c->ws);
+	c->ws            = NULL;
+	c->ws_hdr_len    = 0;
+	c->ws_hdr_off    = 0;
+	c->ws_frame_left = 0;
 	if (c->watch.fd >= 0) {
 		cli_loop_del(c->loop, &c->watch);
 		close(c->watch.fd);
@@ -319,11 +326,27 @@ static void conn_want_out(cli_conn *c, bool on)
 // Writes what is queued. Returns true if the connection is still open.
 static bool conn_flush(cli_conn *c)
 {
-	while (c->woff < c->wlen) {
+	bool framed = c->ws != NULL && c->ws->open;
+	while (c->woff < c->wlen || c->ws_hdr_off < c->ws_hdr_len) {
+		const uint8_t *p;
+		size_t         len;
+		if (c->ws_hdr_off < c->ws_hdr_len) {
+			p   = c->ws_hdr + c->ws_hdr_off;
+			len = (size_t)(c->ws_hdr_len - c->ws_hdr_off);
+		} else if (framed && c->ws_frame_left == 0) {
+			// The queued bytes become one masked binary frame.
+			c->ws_frame_left = c->wlen - c->woff;
+			c->ws_hdr_len    = (uint8_t)cli_ws_frame(
+			       c->ws_hdr, 2, c->wbuf + c->woff, c->ws_frame_left);
+			c->ws_hdr_off = 0;
+			continue;
+		} else {
+			p   = c->wbuf + c->woff;
+			len = framed ? c->ws_frame_left : c->wlen - c->woff;
+		}
 		char    why[200] = "";
-		ssize_t n        = c->tls != NULL
-		           ? cli_tls_send(c->tls, c->wbuf + c->woff, c->wlen - c->woff, why, sizeof(why))
-		           : send(c->watch.fd, c->wbuf + c->woff, c->wlen - c->woff, MSG_NOSIGNAL);
+		ssize_t n        = c->tls != NULL ? cli_tls_send(c->tls, p, len, why, sizeof(why))
+		                                  : send(c->watch.fd, p, len, MSG_NOSIGNAL);
 		if (n < 0) {
 			if (errno == EINTR) {
 				continue;
@@ -335,7 +358,17 @@ static bool conn_flush(cli_conn *c)
 			cli_conn_close(c, why[0] ? why : strerror(errno));
 			return false;
 		}
+		if (c->ws_hdr_off < c->ws_hdr_len) {
+			c->ws_hdr_off += (uint8_t)n;
+			if (c->ws_hdr_off == c->ws_hdr_len) {
+				c->ws_hdr_off = c->ws_hdr_len = 0; // its payload follows
+			}
+			continue;
+		}
 		c->woff += (size_t)n;
+		if (framed) {
+			c->ws_frame_left -= (size_t)n;
+		}
 	}
 	c->woff = c->wlen = 0;
 	conn_want_out(c, false);
@@ -379,6 +412,7 @@ static void conn_timer(cli_timer *t)
 	switch (c->state) {
 	case CLI_CONN_CONNECTING:
 	case CLI_CONN_TLS:
+	case CLI_CONN_WS:
 	case CLI_CONN_CONNACK:
 		cli_conn_close(c, "connect timeout");
 		return;
@@ -436,9 +470,31 @@ static void conn_connected(cli_conn *c)
 	conn_send_first(c);
 }
 
-// Sends CONNECT once the transport is up; closes c on failure.
+// Sends the WebSocket upgrade request (if configured) or CONNECT once the
+// transport is up; closes c on failure.
 static void conn_send_first(cli_conn *c)
 {
+	const cli_conn_cfg *cfg = c->cfg;
+	if (cfg->ws_path != NULL && c->ws == NULL) {
+		char   req[CLI_WS_REQ_MAX];
+		size_t n;
+		if ((c->ws = calloc(1, sizeof(*c->ws))) == NULL
+		    || wbuf_reserve(c, CLI_WS_REQ_MAX) != 0) {
+			cli_conn_close(c, "out of memory");
+			return;
+		}
+		n = cli_ws_request(
+		    c->ws, cfg->ws_host, cfg->ws_port, cfg->ws_path, req, sizeof(req));
+		if (n == 0) {
+			cli_conn_close(c, "WebSocket: request too long (check --ws-path)");
+			return;
+		}
+		memcpy(c->wbuf + c->wlen, req, n);
+		c->wlen += n;
+		c->state = CLI_CONN_WS;
+		cli_loop_post(c->loop, &c->flush);
+		return;
+	}
 	c->state = CLI_CONN_CONNACK;
 	if (conn_send_connect(c) != CLI_CONN_OK) {
 		cli_conn_close(c, "cannot encode CONNECT (check the options)");
@@ -760,6 +816,57 @@ static int conn_keep_tail(cli_conn *c, const uint8_t *buf, size_t len)
 	return 0;
 }
 
+// Turns the WebSocket bytes at p (*n of them) into MQTT bytes in place:
+// the upgrade answer first, then frames. Returns 0 with *n set, or -1 if c
+// was closed.
+static int conn_ws_input(cli_conn *c, uint8_t *p, size_t *n)
+{
+	char why[200];
+	if (!c->ws->open) {
+		size_t used;
+		int    r = cli_ws_response(c->ws, p, *n, &used, why, sizeof(why));
+		if (r < 0) {
+			cli_conn_close(c, why);
+			return -1;
+		}
+		memmove(p, p + used, *n - used);
+		*n -= used;
+		if (r == 0) {
+			return 0;
+		}
+		c->state = CLI_CONN_CONNACK;
+		if (conn_send_connect(c) != CLI_CONN_OK) {
+			cli_conn_close(c, "cannot encode CONNECT (check the options)");
+			return -1;
+		}
+	}
+	long m = cli_ws_unframe(c->ws, p, *n, why, sizeof(why));
+	if (m < 0) {
+		cli_conn_close(c, why);
+		return -1;
+	}
+	if (c->ws->closed) {
+		cli_conn_close(c,
+		    c->state == CLI_CONN_CLOSING ? "disconnected" : "connection closed by server");
+		return -1;
+	}
+	if (c->ws->want_pong && c->ws_hdr_len == 0 && c->ws_frame_left == 0) {
+		// The pong goes out before the next data frame (a control frame may
+		// not interrupt one of ours that is half sent; then it waits for the
+		// next ping).
+		size_t pl = c->ws->pong_len;
+		memcpy(c->ws_hdr + CLI_WS_HDR_MAX, c->ws->pong, pl);
+		size_t hl = cli_ws_frame(c->ws_hdr, 10, c->ws_hdr + CLI_WS_HDR_MAX, pl);
+		memmove(c->ws_hdr + hl, c->ws_hdr + CLI_WS_HDR_MAX, pl);
+		c->ws_hdr_len    = (uint8_t)(hl + pl);
+		c->ws_hdr_off    = 0;
+		c->ws->want_pong = false;
+		cli_loop_post(c->loop, &c->flush);
+	}
+	*n = (size_t)m;
+	return 0;
+}
+
 // Reads what the socket has and handles every complete frame; may close c.
 static void conn_read(cli_conn *c)
 {
@@ -815,8 +922,12 @@ static void conn_read(cli_conn *c)
 			}
 			return;
 		}
-		c->rx_ns     = cli_now_ns();
-		size_t  len  = have + (size_t)n;
+		c->rx_ns   = cli_now_ns();
+		size_t got = (size_t)n; // of the socket's (or TLS's) bytes
+		if (c->ws != NULL && conn_ws_input(c, buf + have, &got) != 0) {
+			return;
+		}
+		size_t  len  = have + got;
 		ssize_t used = conn_parse(c, buf, len);
 		if (used < 0) {
 			return;

@@ -20,6 +20,7 @@
 #include "nng/codec/mqtt_codec.h"
 #include "tools/nanomq_cli/cli_loop.h"
 #include "tools/nanomq_cli/cli_tls.h"
+#include "tools/nanomq_cli/cli_ws.h"
 
 // Connection settings; shared read-only by many connections.
 typedef struct cli_conn_cfg {
@@ -52,6 +53,11 @@ typedef struct cli_conn_cfg {
 	// TLS: NULL = plain TCP. Shared by the connections; owned by whoever
 	// filled the config (cli_opts_conn_cfg_fini frees it).
 	cli_tls *tls;
+	// WebSocket (over TCP or TLS): the request path, NULL = none; host and
+	// port for the Host header.
+	const char *ws_path;
+	const char *ws_host;
+	uint16_t    ws_port;
 	// Local limits.
 	uint16_t inflight; // QoS 1/2 publish window (server may lower it)
 	uint32_t connect_timeout_ms; // TCP connect + CONNACK
@@ -83,6 +89,7 @@ enum cli_conn_state {
 	CLI_CONN_IDLE = 0,
 	CLI_CONN_CONNECTING, // TCP handshake
 	CLI_CONN_TLS, // TLS handshake
+	CLI_CONN_WS, // WebSocket upgrade request sent
 	CLI_CONN_CONNACK, // CONNECT sent
 	CLI_CONN_READY,
 	CLI_CONN_CLOSING, // DISCONNECT queued, flushing
@@ -109,8 +116,14 @@ struct cli_conn {
 	const char         *client_id;
 	int                 state;
 	cli_tls_conn       *tls; // during and after the TLS handshake
-	uint8_t             proto; // wire version after CONNECT: 4 or 5
-	uint64_t            rx_ns; // when the bytes being handled were read
+	cli_ws             *ws; // WebSocket state (allocated when used)
+	// Header of the data frame being sent, or a whole pong frame.
+	uint8_t  ws_hdr[CLI_WS_HDR_MAX + 125];
+	uint8_t  ws_hdr_len;
+	uint8_t  ws_hdr_off;
+	size_t   ws_frame_left; // its masked payload at wbuf + woff
+	uint8_t  proto; // wire version after CONNECT: 4 or 5
+	uint64_t rx_ns; // when the bytes being handled were read
 	// Buffers.
 	uint8_t *rbuf; // unparsed tail of the input, if any
 	size_t   rlen;

@@ -28,6 +28,7 @@ enum {
 	OPT_QUIC,
 	OPT_WS,
 	OPT_INSECURE,
+	OPT_WS_PATH,
 	OPT_RESUME,
 	OPT_IFADDR,
 	OPT_PREFIX,
@@ -81,6 +82,8 @@ static const struct option common_long[] = {
 	{ "cafile", required_argument, NULL, OPT_CAFILE },
 	{ "insecure", no_argument, NULL, OPT_INSECURE },
 	{ "resume", no_argument, NULL, OPT_RESUME },
+	{ "ws", no_argument, NULL, OPT_WS },
+	{ "ws-path", required_argument, NULL, OPT_WS_PATH },
 	{ "quic", no_argument, NULL, OPT_QUIC },
 	{ "ifaddr", required_argument, NULL, OPT_IFADDR },
 	{ "duration", required_argument, NULL, OPT_DURATION },
@@ -118,7 +121,6 @@ static const struct option bench_long[] = {
 	{ "ssl", no_argument, NULL, 'S' },
 	{ "certfile", required_argument, NULL, OPT_CERT },
 	{ "keyfile", required_argument, NULL, OPT_KEY },
-	{ "ws", no_argument, NULL, OPT_WS },
 	{ "prefix", required_argument, NULL, OPT_PREFIX },
 	{ "parallel", required_argument, NULL, OPT_PARALLEL },
 	{ "threads", required_argument, NULL, OPT_PARALLEL },
@@ -410,6 +412,17 @@ static int parse_common(cli_opts *o, int c, const char *arg, char *err, size_t e
 	case OPT_RESUME:
 		o->resume = true;
 		return 0;
+	case OPT_WS:
+		o->ws = true;
+		return 0;
+	case OPT_WS_PATH:
+		if (arg[0] != '/' || strlen(arg) > 512 || strpbrk(arg, " \r\n") != NULL) {
+			snprintf(err, errlen, "--ws-path: '%s' is not a path starting with /", arg);
+			return -1;
+		}
+		o->ws      = true;
+		o->ws_path = arg;
+		return 0;
 	case OPT_QUIC:
 		snprintf(err, errlen, "--quic: QUIC is not supported");
 		return -1;
@@ -503,9 +516,6 @@ static int parse_bench(cli_opts *o, int c, const char *arg, char *err, size_t er
 	case OPT_CERT:
 		o->certfile = arg;
 		return 0;
-	case OPT_WS:
-		snprintf(err, errlen, "--ws is not supported by this nanomq_cli build");
-		return -1;
 	case OPT_PREFIX:
 		o->prefix = arg;
 		return 0;
@@ -620,8 +630,8 @@ static int finish(cli_opts *o, char *err, size_t errlen)
 		snprintf(err, errlen, "--resume needs TLS (%s)", o->bench ? "-S" : "-s");
 		return -1;
 	}
-	if (o->secure && !o->port_given) {
-		o->port = 8883;
+	if (!o->port_given) {
+		o->port = o->ws ? (o->secure ? 8086 : 8083) : (o->secure ? 8883 : 1883);
 	}
 	if (o->selftest) {
 		return 0;
@@ -794,6 +804,11 @@ int cli_opts_conn_cfg(const cli_opts *o, cli_conn_cfg *cfg, char *err, size_t er
 	cfg->inflight             = o->inflight;
 	cfg->connect_timeout_ms   = o->connect_timeout_ms;
 	cfg->wbuf_high            = 256 * 1024;
+	if (o->ws) {
+		cfg->ws_path = o->ws_path != NULL ? o->ws_path : "/mqtt";
+		cfg->ws_host = o->host;
+		cfg->ws_port = o->port;
+	}
 	if (o->secure) {
 		cli_tls_opts to = {
 			.cafile      = o->cafile,
@@ -898,6 +913,8 @@ static const char usage_client[]
       "      --insecure              do not verify the server's certificate\n"
       "      --resume                with -C N: offer the last session on later\n"
       "                              connections (abbreviated handshakes)\n"
+      "      --ws, --ws-path <path>  MQTT over WebSocket (wss with -s) [/mqtt];\n"
+      "                              port 8083 (wss 8086) unless -p\n"
       "  --quic is refused.\n";
 
 static const char usage_pub[]
@@ -969,7 +986,8 @@ static const char usage_bench[]
       "      --resume                 resume TLS sessions: after the first full\n"
       "                               handshake of the run, connections offer its\n"
       "                               session (ticket or id)\n"
-      "      --ws is refused.\n"
+      "      --ws, --ws-path <path>   MQTT over WebSocket (wss with -S) [/mqtt];\n"
+      "                               port 8083 (wss 8086) unless -p\n"
       "\n"
       "Extensions:\n"
       "      --parallel <n>           threads [CPUs this process may use, max 8]\n"

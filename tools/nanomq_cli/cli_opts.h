@@ -54,6 +54,8 @@ typedef struct cli_opts {
 	const char *keypass;
 	bool        insecure; // --insecure: do not verify the server
 	bool        resume; // --resume: resume the TLS session on reconnects
+	bool        ws; // --ws: MQTT over WebSocket (with TLS: wss)
+	const char *ws_path; // --ws-path [/mqtt]
 	// Load shape.
 	uint32_t clients; // pub/sub/conn -C; bench -c
 	uint32_t threads; // -n/--parallel (pub/sub/conn), --parallel (bench)
