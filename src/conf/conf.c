@@ -65,6 +65,8 @@ void conf_free(nmq_conf *conf)
 	free(conf->pid_file);
 	cJSON_Delete(conf->auth_password);
 	cJSON_Delete(conf->auth_acl);
+	cJSON_Delete(conf->webhook_headers);
+	cJSON_Delete(conf->webhook_events);
 	conf_bridges_free(conf);
 	memset(conf, 0, sizeof(*conf));
 }
@@ -446,6 +448,14 @@ nmq_err conf_diff(const nmq_conf *a, const nmq_conf *b, conf_changes *out)
 		goto fail;
 	}
 	if (json_differs(a->auth_acl, b->auth_acl) && add_change(out, "auth.acl", false) != 0) {
+		goto fail;
+	}
+	if (json_differs(a->webhook_headers, b->webhook_headers)
+	    && add_change(out, "webhook.headers", true) != 0) {
+		goto fail;
+	}
+	if (json_differs(a->webhook_events, b->webhook_events)
+	    && add_change(out, "webhook.events", true) != 0) {
 		goto fail;
 	}
 	for (int i = 0; i < a->n_bridges; i++) {

@@ -239,6 +239,19 @@ typedef struct nmq_conf {
 	// of strings, kept literally: "${clientid}", "@a/#"). NULL if not set.
 	struct cJSON *auth_acl;
 
+	// webhook (docs/webhooks.md). webhook_present: the section is in the
+	// file. headers: {"name": "value", ...}; events: [{"event": "on_...",
+	// "topic": "filter" (optional)}, ...], validated. NULL if not set.
+	bool          webhook_present;
+	bool          webhook_enable;
+	char         *webhook_url;
+	int           webhook_encoding; // 0 plain, 1 base64, 2 base62
+	uint32_t      webhook_pool_size;
+	uint32_t      webhook_timeout_ms;
+	uint32_t      webhook_queue_size;
+	struct cJSON *webhook_headers;
+	struct cJSON *webhook_events;
+
 	// bridges.mqtt: the enabled and disabled bridges, in file order.
 	conf_bridge *bridges;
 	int          n_bridges;

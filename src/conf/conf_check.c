@@ -227,6 +227,14 @@ static void walk_section(conf_ctx *ctx, const cJSON *obj, const char *prefix)
 			conf_check_acl(ctx, c);
 			continue;
 		}
+		if (strcmp(path, "webhook.headers") == 0) {
+			conf_check_webhook_headers(ctx, c);
+			continue;
+		}
+		if (strcmp(path, "webhook.events") == 0) {
+			conf_check_webhook_events(ctx, c);
+			continue;
+		}
 		if (strcmp(path, "bridges.mqtt") == 0) {
 			conf_check_bridges(ctx, c);
 			continue;
@@ -250,6 +258,9 @@ static void walk_section(conf_ctx *ctx, const cJSON *obj, const char *prefix)
 				}
 				if (strcmp(path, "http_server") == 0) {
 					ctx->conf->http_enable = true;
+				}
+				if (strcmp(path, "webhook") == 0) {
+					ctx->conf->webhook_present = true;
 				}
 				walk_section(ctx, c, path);
 				continue;
@@ -322,6 +333,7 @@ static void check_after(conf_ctx *ctx)
 			    "get 401");
 		}
 	}
+	conf_check_webhook_after(ctx, node_at(ctx, "webhook"));
 	if ((c->log_to & CONF_LOG_TO_UDS) && c->log_uds_addr == NULL) {
 		conf_key_msg(ctx, true, node_at(ctx, "log.to"), "log.uds_addr",
 		    "required when log.to includes uds");

@@ -178,6 +178,11 @@ int conf_check_tree(hocon_doc *doc, nmq_conf *conf, conf_errors *errs);
 void conf_check_listeners(conf_ctx *ctx, const cJSON *listeners);
 void conf_check_password(conf_ctx *ctx, const cJSON *node);
 void conf_check_acl(conf_ctx *ctx, const cJSON *node);
+// webhook.headers and webhook.events (conf_webhook.c), and the section's
+// cross-key checks after the walk (section: its node, for messages).
+void conf_check_webhook_headers(conf_ctx *ctx, const cJSON *node);
+void conf_check_webhook_events(conf_ctx *ctx, const cJSON *node);
+void conf_check_webhook_after(conf_ctx *ctx, const cJSON *section);
 void conf_listener_free(conf_listener *l);
 // The bridges.mqtt section (conf_bridge.c).
 void conf_check_bridges(conf_ctx *ctx, const cJSON *node);

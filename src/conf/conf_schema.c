@@ -660,8 +660,37 @@ const conf_key conf_schema[] = {
 	// ------------------------------------- recognised, not supported yet
 	{ .path = "sqlite", .flat = "sqlite.", .type = CONF_T_SECTION, .status = CONF_S_NOT_YET,
 	    .help = "SQLite persistence of sessions and messages." },
-	{ .path = "webhook", .flat = "web.hook.", .type = CONF_T_SECTION, .status = CONF_S_NOT_YET,
-	    .help = "HTTP POST of broker events." },
+	{ .path = "webhook", .flat = "web.hook.", .type = CONF_T_SECTION,
+	    .help = "HTTP POST of broker events (docs/webhooks.md); the section being present "
+	        "enables it. Changes need a restart." },
+	{ .path = "webhook.enable", .type = CONF_T_BOOL, .store = CONF_ST_BOOL, CF(webhook_enable),
+	    .def = "true", .help = "`false` keeps the section but sends nothing." },
+	{ .path = "webhook.url", .type = CONF_T_STR, .store = CONF_ST_STR, CF(webhook_url),
+	    .help = "Target of the POST requests, `http://host[:port]/path` (required when "
+	        "enabled; `https://` is not supported yet and refused at startup)." },
+	{ .path = "webhook.headers", .type = CONF_T_OBJECT,
+	    .help = "Extra request headers, e.g. `headers.content-type = \"application/json\"` "
+	        "(the default)." },
+	{ .path = "webhook.body", .type = CONF_T_SECTION, .help = "Request body options." },
+	{ .path = "webhook.body.encoding", .type = CONF_T_ENUM, .store = CONF_ST_INT,
+	    CF(webhook_encoding), .def = "plain", .words = "plain|base64|base62",
+	    .help = "Encoding of the `payload` field of message events." },
+	{ .path = "webhook.pool_size", .type = CONF_T_INT, .store = CONF_ST_U32,
+	    CF(webhook_pool_size), .def = "32", .min = 1, .max = 1024,
+	    .help = "Concurrent HTTP requests." },
+	{ .path = "webhook.cancel_timeout", .type = CONF_T_DUR_MS, .store = CONF_ST_U32,
+	    CF(webhook_timeout_ms), .def = "5000", .min = 1, .max = 3600000,
+	    .help = "Time one request (connect, send, answer) may take; a request that fails or "
+	        "times out is retried after 1, 2 and 4 s, then counted as failed." },
+	{ .path = "webhook.queue_size", .type = CONF_T_INT, .store = CONF_ST_U32,
+	    CF(webhook_queue_size), .def = "10000", .min = 1, .max = 10000000,
+	    .help = "Events waiting to be sent (extension); when full, new events are dropped "
+	        "and counted." },
+	{ .path = "webhook.events", .type = CONF_T_ARRAY,
+	    .help = "`[{event = \"on_message_publish\", topic = \"a/#\"}, ...]`: the events sent, "
+	        "each with an optional topic filter (events with a topic)." },
+	{ .path = "webhook.ssl", .type = CONF_T_SECTION, .status = CONF_S_NOT_YET,
+	    .help = "TLS for https targets." },
 	{ .path = "preset", .type = CONF_T_SECTION, .status = CONF_S_NOT_YET,
 	    .help = "Persistent sessions created at startup." },
 
