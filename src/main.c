@@ -32,6 +32,7 @@
 #include "src/daemon/pidfile.h"
 #include "src/daemon/sd_notify.h"
 #include "src/events/sys_stats.h"
+#include "src/events/webhook.h"
 #include "src/log/log.h"
 #ifdef NMQ_HAVE_STORE
 #include "src/store/store_conf.h"
@@ -83,6 +84,7 @@ typedef struct server {
 	int               n_listeners;
 	ipc_server       *ipc; // the command channel, NULL when off
 	sys_stats        *sys; // $SYS/broker statistics
+	webhook          *hook; // NULL when the webhook section is off
 	ctl_request       ctl;
 } server;
 
@@ -617,6 +619,9 @@ static int run(const cli_args *args, nmq_conf *conf, const char *argv0, int read
 	if (open_store(&srv, err, sizeof(err)) != 0) {
 		goto fail;
 	}
+	if (webhook_start(&srv.conf, srv.broker, &srv.hook, err, sizeof(err)) != NMQ_OK) {
+		goto fail;
+	}
 	if (sys_stats_start(srv.broker, srv.proto, srv.conf.sys_interval_s, &srv.sys) != NMQ_OK) {
 		snprintf(err, sizeof(err), "cannot start the $SYS statistics (see the log)");
 		goto fail;
@@ -701,6 +706,10 @@ static int run(const cli_args *args, nmq_conf *conf, const char *argv0, int read
 		broker_free(srv.broker);
 		timer_wheel_free(srv.tw);
 		close_store(&srv);
+		// Nothing reports events any more: release what the webhook
+		// queue still holds.
+		webhook_stop(srv.hook);
+		srv.hook = NULL;
 		droplog_fini(); // no thread records any more
 		// Everything that held messages is gone: the memory accountant
 		// must be back at zero (a drift would make
@@ -743,6 +752,7 @@ fail:
 		timer_wheel_free(srv.tw);
 	}
 	close_store(&srv);
+	webhook_stop(srv.hook);
 	daemon_ready(ready_fd, 1, err);
 	droplog_fini();
 	*conf = srv.conf;

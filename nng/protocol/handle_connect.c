@@ -160,6 +160,7 @@ int handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 	nmq_listener *ln         = conn_tag(l->conn);
 	info.peer                = conn_peer(l->conn);
 	info.proto_ver           = c->proto_level;
+	info.keepalive           = c->keep_alive;
 	info.listener            = ln != NULL ? listener_name(ln) : "";
 	info.tls_peer_ok         = listener_conn_authorized(l->conn, cn, sizeof(cn));
 	info.tls_cn              = cn;

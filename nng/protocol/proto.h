@@ -70,6 +70,7 @@ typedef struct proto_client_info {
 	const char    *listener; // the accepting listener's name; "" if none
 	const char    *tls_cn; // common name of a verified TLS peer; "" if none
 	uint8_t        proto_ver;
+	uint16_t       keepalive; // as the CONNECT asked
 	// false: a TLS listener with verify_peer, and the client presented no
 	// certificate that verified (or none while fail_if_no_peer_cert).
 	bool tls_peer_ok;

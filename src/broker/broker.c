@@ -104,7 +104,40 @@ struct nmq_broker {
 	_Atomic uint32_t max_subscriptions; // per client, 0 = no limit
 	_Atomic uint64_t max_message_memory; // 0 = no cap
 	atomic_long      acl_deliveries_denied;
+
+	// The observer (webhooks): set before clients connect, then read only.
+	broker_event_fn obs_fn;
+	void           *obs_arg;
+	uint32_t        obs_mask;
 };
+
+void broker_set_observer(nmq_broker *b, broker_event_fn fn, void *arg, uint32_t mask)
+{
+	b->obs_fn   = fn;
+	b->obs_arg  = arg;
+	b->obs_mask = fn != NULL ? mask : 0;
+}
+
+// True when the observer wants events of type t (one load and a test).
+static inline bool obs_wants(const nmq_broker *b, broker_event_type t)
+{
+	return (b->obs_mask & (1u << t)) != 0;
+}
+
+static void obs_emit(nmq_broker *b, broker_event_type t, const char *client_id,
+    const char *username, const char *topic, size_t topic_len, uint8_t qos, uint8_t rc)
+{
+	broker_event ev;
+	memset(&ev, 0, sizeof(ev));
+	ev.type      = t;
+	ev.client_id = client_id;
+	ev.username  = username;
+	ev.topic     = topic;
+	ev.topic_len = topic_len;
+	ev.qos       = qos;
+	ev.rc        = rc;
+	b->obs_fn(b->obs_arg, &ev);
+}
 
 // Takes a reference to the current authentication state, with the flags
 // and ACL epoch that go with it (each output may be NULL).
@@ -665,10 +698,50 @@ static thread_state *thread_state_get(void)
 
 // Authentication: the password list and auth.allow_anonymous
 // (docs/compatibility.md §2).
+static uint8_t authenticate(nmq_broker *b, const proto_client_info *info);
+
+// Reports CONNECT and its answer to the observer around authenticate().
 static uint8_t b_authenticate(void *app, const proto_client_info *info)
 {
 	nmq_broker *b = app;
-	bool        anon;
+	char        user[256];
+	const char *u = NULL;
+	if (b->obs_mask & ((1u << BEV_CLIENT_CONNECT) | (1u << BEV_CLIENT_CONNACK))) {
+		if (info->username != NULL) {
+			snprintf(user, sizeof(user), "%.*s",
+			    (int)(info->username_len < 255 ? info->username_len : 255),
+			    (const char *)info->username);
+			u = user;
+		}
+		if (obs_wants(b, BEV_CLIENT_CONNECT)) {
+			broker_event ev;
+			memset(&ev, 0, sizeof(ev));
+			ev.type      = BEV_CLIENT_CONNECT;
+			ev.client_id = info->client_id;
+			ev.username  = u;
+			ev.proto_ver = info->proto_ver;
+			ev.keepalive = info->keepalive;
+			b->obs_fn(b->obs_arg, &ev);
+		}
+	}
+	uint8_t rc = authenticate(b, info);
+	if (obs_wants(b, BEV_CLIENT_CONNACK)) {
+		broker_event ev;
+		memset(&ev, 0, sizeof(ev));
+		ev.type      = BEV_CLIENT_CONNACK;
+		ev.client_id = info->client_id;
+		ev.username  = u;
+		ev.proto_ver = info->proto_ver;
+		ev.keepalive = info->keepalive;
+		ev.rc        = rc;
+		b->obs_fn(b->obs_arg, &ev);
+	}
+	return rc;
+}
+
+static uint8_t authenticate(nmq_broker *b, const proto_client_info *info)
+{
+	bool anon;
 	if (!info->tls_peer_ok) {
 		// A TLS listener with verify_peer and no verified certificate.
 		log_info("auth", "client_id=%s peer=%s event=refused reason=tls_peer_not_verified",
@@ -901,6 +974,18 @@ static int route_msg(nmq_broker *b, const void *from, const proto_who *who, nmq_
 		    DROP_ACL_PUBLISH, who->client_id, msg->topic, msg->topic_len, msg->qos, 1);
 		return MQTT_RC_NOT_AUTHORIZED | (disconnect ? PROTO_RC_DISCONNECT : 0);
 	}
+	if (who != NULL && obs_wants(b, BEV_MESSAGE_PUBLISH)) {
+		broker_event ev;
+		memset(&ev, 0, sizeof(ev));
+		ev.type      = BEV_MESSAGE_PUBLISH;
+		ev.client_id = who->client_id;
+		ev.username  = who->username;
+		ev.topic     = msg->topic;
+		ev.topic_len = msg->topic_len;
+		ev.msg       = msg;
+		ev.qos       = msg->qos;
+		b->obs_fn(b->obs_arg, &ev);
+	}
 	if (msg->retain) {
 		if (msg->payload_len == 0) {
 			retain_log(msg, retain_set(b->retained, msg->topic, msg->topic_len, NULL));
@@ -990,11 +1075,30 @@ int broker_sink_publish(nmq_broker *b, broker_sink *s, const proto_who *who, nmq
 
 // Adds or replaces one subscription, stamped when the ACL lets the client
 // read every topic of the filter.
+static int b_subscribe_inner(nmq_broker *b, nmq_session *s, const proto_who *who,
+    const char *filter, size_t len, const proto_sub_opts *opts, bool *existed);
+
+// Reports the SUBSCRIBE and its grant to the observer around the work.
 static int b_subscribe(void *app, nmq_session *s, const proto_who *who, const char *filter,
     size_t len, const proto_sub_opts *opts, bool *existed)
 {
 	nmq_broker *b = app;
-	bool        disconnect;
+	if (obs_wants(b, BEV_CLIENT_SUBSCRIBE)) {
+		obs_emit(b, BEV_CLIENT_SUBSCRIBE, who->client_id, who->username, filter, len,
+		    opts->qos, 0);
+	}
+	int rv = b_subscribe_inner(b, s, who, filter, len, opts, existed);
+	if (rv < 0x80 && obs_wants(b, BEV_SESSION_SUBSCRIBED)) {
+		obs_emit(b, BEV_SESSION_SUBSCRIBED, who->client_id, who->username, filter, len,
+		    (uint8_t)rv, 0);
+	}
+	return rv;
+}
+
+static int b_subscribe_inner(nmq_broker *b, nmq_session *s, const proto_who *who,
+    const char *filter, size_t len, const proto_sub_opts *opts, bool *existed)
+{
+	bool disconnect;
 	if (!acl_allows(b, who, ACL_SUBSCRIBE, filter, len, &disconnect)) {
 		droplog_record(DENY_ACL_SUBSCRIBE, who->client_id, filter, len, opts->qos, 1);
 		return MQTT_RC_NOT_AUTHORIZED | (disconnect ? PROTO_RC_DISCONNECT : 0);
@@ -1179,10 +1283,34 @@ static void tree_remove(nmq_broker *b, const char *filter, size_t len, nmq_sessi
 }
 
 // Removes one subscription; 0x11 if there was none.
+static uint8_t unsubscribe(nmq_broker *b, nmq_session *s, const char *filter, size_t len);
+
+// Reports UNSUBSCRIBE and the removal to the observer around the work.
 static uint8_t b_unsubscribe(void *app, nmq_session *s, const char *filter, size_t len)
 {
 	nmq_broker *b  = app;
-	sess_subs  *ss = ss_get(b, s, false);
+	uint8_t     rc = unsubscribe(b, s, filter, len);
+	if (b->obs_mask & ((1u << BEV_CLIENT_UNSUBSCRIBE) | (1u << BEV_SESSION_UNSUBSCRIBED))) {
+		sess_ident *id = ident_get(b, s);
+		const char *u  = id != NULL ? id->username : NULL;
+		if (obs_wants(b, BEV_CLIENT_UNSUBSCRIBE)) {
+			obs_emit(b, BEV_CLIENT_UNSUBSCRIBE, nmq_session_client_id(s), u, filter,
+			    len, 0, 0);
+		}
+		if (rc == 0 && obs_wants(b, BEV_SESSION_UNSUBSCRIBED)) {
+			obs_emit(b, BEV_SESSION_UNSUBSCRIBED, nmq_session_client_id(s), u, filter,
+			    len, 0, 0);
+		}
+		if (id != NULL) {
+			ident_release(id);
+		}
+	}
+	return rc;
+}
+
+static uint8_t unsubscribe(nmq_broker *b, nmq_session *s, const char *filter, size_t len)
+{
+	sess_subs *ss = ss_get(b, s, false);
 	if (ss == NULL) {
 		return MQTT_RC_NO_SUBSCRIPTION_EXISTED;
 	}
@@ -1202,10 +1330,27 @@ static uint8_t b_unsubscribe(void *app, nmq_session *s, const char *filter, size
 	return rc;
 }
 
-// Drops every subscription of an ending session.
+static void session_end(nmq_broker *b, nmq_session *s);
+
+// Reports the end of a session to the observer, then drops its
+// subscriptions.
 static void b_session_end(void *app, nmq_session *s)
 {
-	nmq_broker      *b    = app;
+	nmq_broker *b = app;
+	if (obs_wants(b, BEV_SESSION_TERMINATED)) {
+		sess_ident *id = ident_get(b, s);
+		obs_emit(b, BEV_SESSION_TERMINATED, nmq_session_client_id(s),
+		    id != NULL ? id->username : NULL, NULL, 0, 0, 0);
+		if (id != NULL) {
+			ident_release(id);
+		}
+	}
+	session_end(b, s);
+}
+
+// Drops every subscription of an ending session (see b_session_end).
+static void session_end(nmq_broker *b, nmq_session *s)
+{
 	pthread_mutex_t *l    = slot_lock(b, s);
 	void           **slot = nmq_session_app_data(s);
 	pthread_mutex_lock(l);
@@ -1273,6 +1418,18 @@ static void b_client_status(void *app, nmq_session *s, bool online, uint8_t reas
 	struct timeval tv;
 	if (online) {
 		ident_adopt(b, s, username, peer);
+	}
+	broker_event_type et = online ? BEV_CLIENT_CONNECTED : BEV_CLIENT_DISCONNECTED;
+	if (obs_wants(b, et)) {
+		broker_event ev;
+		memset(&ev, 0, sizeof(ev));
+		ev.type      = et;
+		ev.client_id = cid;
+		ev.username  = username;
+		ev.proto_ver = nmq_session_proto(s);
+		ev.keepalive = keepalive;
+		ev.rc        = reason;
+		b->obs_fn(b->obs_arg, &ev);
 	}
 	gettimeofday(&tv, NULL);
 	unsigned long long ts

@@ -36,6 +36,47 @@ void    broker_free(nmq_broker *b);
 // Limits for the protocol layer from a configuration.
 void broker_limits_from_conf(const nmq_conf *conf, proto_limits *lim);
 
+// What the broker reports to an observer (the webhooks, src/events), one
+// type per webhook event, in this order.
+typedef enum broker_event_type {
+	BEV_CLIENT_CONNECT = 0, // a CONNECT arrived (before authentication)
+	BEV_CLIENT_CONNACK, // authentication answered; rc: 0 or the reason
+	BEV_CLIENT_CONNECTED,
+	BEV_CLIENT_DISCONNECTED, // rc: the reason code (0 = normal)
+	BEV_CLIENT_SUBSCRIBE, // a SUBSCRIBE filter, before any check
+	BEV_CLIENT_UNSUBSCRIBE,
+	BEV_SESSION_SUBSCRIBED, // the subscription was granted
+	BEV_SESSION_UNSUBSCRIBED, // a subscription was removed
+	BEV_SESSION_TERMINATED, // the session's state was discarded
+	BEV_MESSAGE_PUBLISH, // a client's PUBLISH, after the ACL
+	BEV_MESSAGE_DELIVERED, // (not reported yet)
+	BEV_MESSAGE_ACKED, // (not reported yet)
+	BEV_COUNT
+} broker_event_type;
+
+// One event; every pointer is valid during the callback only. Strings are
+// NUL-terminated; username is NULL when there is none.
+typedef struct broker_event {
+	broker_event_type type;
+	const char       *client_id;
+	const char       *username;
+	const char       *topic; // topic or filter; NULL for client events
+	size_t            topic_len;
+	nmq_msg          *msg; // BEV_MESSAGE_*: the message (hold it to keep it)
+	uint8_t           qos;
+	uint8_t           proto_ver;
+	uint8_t           rc;
+	uint16_t          keepalive;
+} broker_event;
+
+// Called on the thread where the event happens (a worker, mostly): must be
+// quick and must not block (queue and return).
+typedef void (*broker_event_fn)(void *arg, const broker_event *ev);
+
+// Sets the observer and the events it wants (bit 1 << type). Main thread,
+// before any client connects; fn may be NULL (none).
+void broker_set_observer(nmq_broker *b, broker_event_fn fn, void *arg, uint32_t mask);
+
 // Routes a message the broker itself publishes ($SYS statistics): no
 // publisher, no ACL check; retained if msg->retain. Any thread; the
 // reference is borrowed.

@@ -1,0 +1,239 @@
+#!/usr/bin/python3
+"""62: webhooks (docs/webhooks.md): broker events POSTed as JSON to a
+receiver written here (http.server), with the documented bodies, topic
+filters and payload encodings; a dead and a slow receiver never slow MQTT
+traffic down."""
+
+import base64
+import http.server
+import json
+import socket
+import threading
+import time
+import unittest
+
+import nmq
+from nmq import BrokerTestCase, skip_on_mosquitto
+
+
+class Receiver:
+    """An HTTP server on a free port that records every POST."""
+
+    def __init__(self, delay=0.0, status=200):
+        self.posts = []
+        self.lock = threading.Lock()
+        rec = self
+
+        class H(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                n = int(self.headers.get("Content-Length", "0"))
+                body = self.rfile.read(n)
+                if delay:
+                    time.sleep(delay)
+                with rec.lock:
+                    rec.posts.append((self.path, dict(self.headers), body))
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *a):
+                pass
+
+        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.srv.daemon_threads = True
+        self.port = self.srv.server_address[1]
+        self.t = threading.Thread(target=self.srv.serve_forever, daemon=True)
+        self.t.start()
+
+    def bodies(self):
+        with self.lock:
+            return [json.loads(b) for _, _, b in self.posts]
+
+    def wait(self, pred, timeout=5.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if pred(self.bodies()):
+                return self.bodies()
+            time.sleep(0.05)
+        return self.bodies()
+
+    def close(self):
+        self.srv.shutdown()
+        self.srv.server_close()
+
+
+ALL_EVENTS = ["on_client_connect", "on_client_connack", "on_client_connected",
+              "on_client_disconnected", "on_client_subscribe", "on_client_unsubscribe",
+              "on_session_subscribed", "on_session_unsubscribed", "on_session_terminated",
+              "on_message_publish", "on_message_delivered", "on_message_acked"]
+
+
+def hook_conf(port, events, extra=""):
+    ev = "\n".join('        { event = "%s"%s }' % (e, ', topic = "%s"' % t if t else "")
+                   for e, t in events)
+    return ('webhook {\n    url = "http://127.0.0.1:%d/hook/path"\n'
+            '    headers.x-test = "yes"\n%s\n    events = [\n%s\n    ]\n}\n'
+            % (port, extra, ev))
+
+
+class WebhookCase(BrokerTestCase):
+    RECEIVER = {}
+    HOOK_EXTRA = ""
+    EVENTS = [(e, None) for e in ALL_EVENTS]
+    AUTH = ""
+
+    def setUp(self):
+        self.rx = Receiver(**self.RECEIVER)
+        self.addCleanup(self.rx.close)
+        self.CONF = hook_conf(self.rx.port, self.EVENTS, self.HOOK_EXTRA) + self.AUTH
+        super().setUp()
+
+
+@skip_on_mosquitto("webhooks are nanomq's")
+class EventBodyTests(WebhookCase):
+    AUTH = 'auth { allow_anonymous = true, password = { "u1" = "pw1" } }\n'
+
+    def test_every_event_body(self):
+        c = self.paho("c1", username="u1", password="pw1")
+        c.subscribe("a/b", 1)
+        c.publish("a/b", b"hello", qos=1)
+        self.assertEqual(c.wait_message().payload, b"hello")
+        c.unsubscribe("a/b")
+        c.disconnect()
+        bad = self.raw(4)
+        bad.connect("c2", username="u1", password="wrong")
+        bad.expect_closed()
+        want = {"client_connect", "client_connack", "client_connected", "client_subscribe",
+                "session_subscribed", "message_publish", "client_unsubscribe",
+                "session_unsubscribed", "client_disconnected", "session_terminated"}
+        got = self.rx.wait(lambda b: want <= {x["action"] for x in b if x.get("clientid",
+                           x.get("from_client_id")) == "c1"} and
+                           any(x["action"] == "client_connack" and x["clientid"] == "c2"
+                               for x in b))
+        by = {}
+        for b in got:
+            if b.get("clientid", b.get("from_client_id")) == "c1":
+                by.setdefault(b["action"], []).append(b)
+        self.assertTrue(want <= set(by), sorted(by))
+        for action, bodies in by.items():
+            b = bodies[0]
+            self.assertIsInstance(b["ts"], int)
+            if action == "message_publish":
+                self.assertEqual(b, {"action": "message_publish", "from_client_id": "c1",
+                                     "from_username": "u1", "topic": "a/b", "qos": 1,
+                                     "retain": False, "payload": "hello", "ts": b["ts"]})
+                continue
+            self.assertEqual((b["clientid"], b["username"]), ("c1", "u1"), b)
+            if action in ("client_subscribe", "session_subscribed"):
+                self.assertEqual((b["topic"], b["qos"]), ("a/b", 1), b)
+            if action in ("client_unsubscribe", "session_unsubscribed"):
+                self.assertEqual(b["topic"], "a/b", b)
+            if action == "client_connack":
+                self.assertEqual((b["conn_ack"], b["proto_ver"], b["keepalive"]),
+                                 ("success", 4, 60), b)
+            if action == "client_disconnected":
+                self.assertEqual(b["reason"], "normal", b)
+        fail = [b for b in got if b["action"] == "client_connack" and b["clientid"] == "c2"]
+        self.assertEqual(fail[0]["conn_ack"], "fail")
+        # Order of one client's events as they happened.
+        order = [b["action"] for b in got if b.get("clientid", b.get("from_client_id")) == "c1"]
+        self.assertLess(order.index("client_connect"), order.index("client_connected"))
+        self.assertLess(order.index("client_subscribe"), order.index("message_publish"))
+        # The request: POST to the configured path, headers, JSON type.
+        path, headers, _ = self.rx.posts[0]
+        self.assertEqual(path, "/hook/path")
+        self.assertEqual(headers.get("x-test"), "yes")
+        self.assertEqual(headers.get("Content-Type"), "application/json")
+
+    def test_abnormal_disconnect(self):
+        r = self.raw(4)
+        r.connect("gone")
+        r.sock.close()
+        got = self.rx.wait(lambda b: any(x["action"] == "client_disconnected" for x in b))
+        d = [x for x in got if x["action"] == "client_disconnected"]
+        self.assertEqual((d[0]["clientid"], d[0]["username"], d[0]["reason"]),
+                         ("gone", "undefined", "abnormal"))
+
+
+@skip_on_mosquitto("webhooks are nanomq's")
+class FilterEncodingTests(WebhookCase):
+    EVENTS = [("on_message_publish", "s/#")]
+    HOOK_EXTRA = "    body.encoding = base64"
+
+    def test_topic_filter_and_base64(self):
+        c = self.paho("pub")
+        payload = bytes(range(256))
+        c.publish("x/1", b"not sent", qos=1)
+        c.publish("s/1", payload, qos=1)
+        c.publish("s/2/3", b"", qos=1, retain=True)
+        got = self.rx.wait(lambda b: len(b) >= 2)
+        time.sleep(0.3)
+        got = self.rx.bodies()
+        self.assertEqual(sorted(b["topic"] for b in got), ["s/1", "s/2/3"])
+        s1 = [b for b in got if b["topic"] == "s/1"][0]
+        self.assertEqual(base64.b64decode(s1["payload"]), payload)
+        s2 = [b for b in got if b["topic"] == "s/2/3"][0]
+        self.assertEqual((s2["payload"], s2["retain"]), ("", True))
+
+
+def publish_burst(case, n):
+    """n QoS 1 messages through the broker to a subscriber; returns the
+    seconds it took."""
+    sub = case.paho("sub")
+    sub.subscribe("load/#", 1)
+    pub = case.paho("loader")
+    t0 = time.monotonic()
+    for i in range(n):
+        pub.publish("load/%d" % i, b"x" * 64, qos=1, wait=False)
+    got = sub.wait_messages(n, timeout=10)
+    case.assertEqual(len(got), n)
+    return time.monotonic() - t0
+
+
+@skip_on_mosquitto("webhooks are nanomq's")
+class DeadReceiverTests(WebhookCase):
+    EVENTS = [("on_message_publish", None)]
+    HOOK_EXTRA = "    pool_size = 4\n    cancel_timeout = 500"
+
+    def setUp(self):
+        super().setUp()
+        self.rx.close()  # nothing listens on the port any more
+
+    def test_dead_target_does_not_slow_mqtt(self):
+        took = publish_burst(self, 300)
+        self.assertLess(took, 5.0)
+        log = nmq_wait_log(self.broker, "action=retry")
+        self.assertIn("reason=connect", log)
+        self.assert_broker_healthy()
+
+
+@skip_on_mosquitto("webhooks are nanomq's")
+class SlowReceiverTests(WebhookCase):
+    RECEIVER = {"delay": 2.0}
+    EVENTS = [("on_message_publish", None)]
+    HOOK_EXTRA = "    pool_size = 2\n    cancel_timeout = 300\n    queue_size = 20"
+
+    def test_slow_target_does_not_slow_mqtt(self):
+        took = publish_burst(self, 300)
+        self.assertLess(took, 5.0)
+        # The queue of 20 overflowed: events were dropped and counted, and
+        # requests timed out and were retried.
+        log = nmq_wait_log(self.broker, "reason=queue_full")
+        self.assertIn("action=dropped reason=queue_full", log)
+        log = nmq_wait_log(self.broker, "reason=timeout")
+        self.assertIn("reason=timeout", log)
+        self.assert_broker_healthy()
+
+
+def nmq_wait_log(broker, text, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        log = broker.log_text()
+        if text in log:
+            return log
+        time.sleep(0.05)
+    return broker.log_text()
+
+
+if __name__ == "__main__":
+    unittest.main()
