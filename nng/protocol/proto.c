@@ -66,6 +66,12 @@ nmq_err proto_set_limits(nmq_proto *p, const proto_limits *limits)
 	return NMQ_OK;
 }
 
+void proto_want_message_events(nmq_proto *p, bool on)
+{
+	atomic_store_explicit(
+	    &p->want_msg_events, on && p->ops->message_event != NULL, memory_order_relaxed);
+}
+
 proto_metrics *proto_metrics_get(nmq_proto *p)
 {
 	return &p->m;

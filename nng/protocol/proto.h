@@ -126,6 +126,15 @@ typedef struct proto_app_ops {
 	// the CONNECT's (NULL: none).
 	void (*client_status)(void *app, nmq_session *s, bool online, uint8_t reason,
 	    const char *peer, const char *username, uint16_t keepalive, bool clean_start);
+	// Optional (NULL: none); called only after
+	// proto_want_message_events(p, true): a message went out to session s
+	// (acked false), or its client acknowledged it (acked true: PUBACK, or
+	// PUBREC for QoS 2). username is the user of the CONNECT that created
+	// the session (NULL: none). Runs on the session's thread with the
+	// session and connection locks held: it must only queue and return,
+	// and take no lock of the protocol layer or the broker.
+	void (*message_event)(void *app, nmq_session *s, const char *username, const nmq_msg *msg,
+	    uint8_t qos, bool acked);
 } proto_app_ops;
 
 // Counters for metrics; every field is updated atomically.
@@ -170,6 +179,9 @@ void proto_shutdown_all(nmq_proto *p);
 // says when they are gone.
 void   proto_shutdown_wills(nmq_proto *p);
 size_t proto_links_with_will(nmq_proto *p);
+// Turns the message_event callback on or off (webhooks that want
+// on_message_delivered / on_message_acked). Any thread.
+void proto_want_message_events(nmq_proto *p, bool on);
 // Replaces the reloadable limits. Returns NMQ_OK, or NMQ_ENOMEM (logged
 // and counted; the running limits stay).
 nmq_err         proto_set_limits(nmq_proto *p, const proto_limits *limits);

@@ -31,6 +31,7 @@ struct nmq_proto {
 	conn_env             env;
 	proto_metrics        m;
 	atomic_ullong        next_session_id;
+	_Atomic bool         want_msg_events; // call ops->message_event
 
 	pthread_mutex_t tbl_mtx;
 	nmq_session   **tbl; // open hash by client id

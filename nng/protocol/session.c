@@ -58,6 +58,16 @@ const char *session_owner(const nmq_session *s)
 	return s->has_owner ? s->client_id + strlen(s->client_id) + 1 : NULL;
 }
 
+// Reports a message sent to s or acknowledged by its client, when asked
+// for (proto_want_message_events). Session lock held.
+static inline void session_msg_event(nmq_session *s, const nmq_msg *msg, uint8_t qos, bool acked)
+{
+	nmq_proto *p = s->p;
+	if (atomic_load_explicit(&p->want_msg_events, memory_order_relaxed) && msg != NULL) {
+		p->ops->message_event(p->app, s, session_owner(s), msg, qos, acked);
+	}
+}
+
 bool session_owned_by(const nmq_session *s, const uint8_t *u, size_t len)
 {
 	const char *o = session_owner(s);
@@ -408,6 +418,7 @@ static void session_pump_locked(nmq_session *s)
 				    e->msg->topic_len, e->qos, 1);
 			} else {
 				atomic_fetch_add_explicit(&p->m.msgs_sent, 1, memory_order_relaxed);
+				session_msg_event(s, e->msg, 0, false);
 			}
 			nmq_msg_release(e->msg);
 			ring_pop(r);
@@ -442,6 +453,7 @@ static void session_pump_locked(nmq_session *s)
 			break;
 		}
 		atomic_fetch_add_explicit(&p->m.msgs_sent, 1, memory_order_relaxed);
+		session_msg_event(s, e->msg, e->qos, false);
 		ring_pop(r);
 		any = true;
 	}
@@ -587,6 +599,7 @@ bool session_puback_locked(nmq_session *s, uint16_t pid)
 	if (i < 0) {
 		return false;
 	}
+	session_msg_event(s, s->infl[s->infl_start + (uint32_t)i].e.msg, 1, true);
 	infl_remove(s, (uint32_t)i);
 	session_pump_locked(s);
 	return true;
@@ -608,6 +621,7 @@ bool session_pubrec_locked(nmq_session *s, uint16_t pid, bool failed)
 		return true;
 	}
 	infl_entry *f = &s->infl[s->infl_start + (uint32_t)i];
+	session_msg_event(s, f->e.msg, 2, true);
 	nmq_msg_release(f->e.msg);
 	f->e.msg   = NULL;
 	f->state   = INFL_WAIT_PUBCOMP;

@@ -116,6 +116,11 @@ void broker_set_observer(nmq_broker *b, broker_event_fn fn, void *arg, uint32_t 
 	b->obs_fn   = fn;
 	b->obs_arg  = arg;
 	b->obs_mask = fn != NULL ? mask : 0;
+	if (b->proto != NULL) {
+		proto_want_message_events(b->proto,
+		    (b->obs_mask & ((1u << BEV_MESSAGE_DELIVERED) | (1u << BEV_MESSAGE_ACKED)))
+		        != 0);
+	}
 }
 
 // True when the observer wants events of type t (one load and a test).
@@ -1526,6 +1531,28 @@ static void b_client_status(void *app, nmq_session *s, bool online, uint8_t reas
 	free(buf);
 }
 
+// A message sent to s or acknowledged by its client (proto.h): reported to
+// the observer. Session and connection locks are held: only the observer's
+// queue is touched.
+static void b_message_event(
+    void *app, nmq_session *s, const char *username, const nmq_msg *msg, uint8_t qos, bool acked)
+{
+	nmq_broker       *b = app;
+	broker_event_type t = acked ? BEV_MESSAGE_ACKED : BEV_MESSAGE_DELIVERED;
+	if (obs_wants(b, t)) {
+		broker_event ev;
+		memset(&ev, 0, sizeof(ev));
+		ev.type      = t;
+		ev.client_id = nmq_session_client_id(s);
+		ev.username  = username;
+		ev.topic     = msg->topic;
+		ev.topic_len = msg->topic_len;
+		ev.msg       = (nmq_msg *)msg;
+		ev.qos       = qos;
+		b->obs_fn(b->obs_arg, &ev);
+	}
+}
+
 void broker_publish(nmq_broker *b, nmq_msg *msg)
 {
 	(void)b_route(b, NULL, NULL, msg);
@@ -1539,4 +1566,5 @@ const proto_app_ops broker_proto_ops = {
 	.unsubscribe   = b_unsubscribe,
 	.session_end   = b_session_end,
 	.client_status = b_client_status,
+	.message_event = b_message_event,
 };

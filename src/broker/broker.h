@@ -49,8 +49,8 @@ typedef enum broker_event_type {
 	BEV_SESSION_UNSUBSCRIBED, // a subscription was removed
 	BEV_SESSION_TERMINATED, // the session's state was discarded
 	BEV_MESSAGE_PUBLISH, // a client's PUBLISH, after the ACL
-	BEV_MESSAGE_DELIVERED, // (not reported yet)
-	BEV_MESSAGE_ACKED, // (not reported yet)
+	BEV_MESSAGE_DELIVERED, // a message went out to a subscriber
+	BEV_MESSAGE_ACKED, // a subscriber acknowledged it (PUBACK, PUBREC)
 	BEV_COUNT
 } broker_event_type;
 
@@ -74,7 +74,8 @@ typedef struct broker_event {
 typedef void (*broker_event_fn)(void *arg, const broker_event *ev);
 
 // Sets the observer and the events it wants (bit 1 << type). Main thread,
-// before any client connects; fn may be NULL (none).
+// after broker_set_proto and before any client connects; fn may be NULL
+// (none). The message events run with the subscriber's session lock held.
 void broker_set_observer(nmq_broker *b, broker_event_fn fn, void *arg, uint32_t mask);
 
 // Routes a message the broker itself publishes ($SYS statistics): no

@@ -455,12 +455,15 @@ static void webhook_observe(void *arg, const broker_event *ev)
 	it->proto_ver = ev->proto_ver;
 	it->rc        = ev->rc;
 	it->keepalive = ev->keepalive;
-	if (ev->msg != NULL) {
+	if (ev->msg != NULL && ev->type == BEV_MESSAGE_PUBLISH) {
 		nmq_msg_hold(ev->msg);
 		it->msg    = ev->msg;
 		it->retain = ev->msg->retain;
 	}
 	pthread_mutex_lock(&w->mtx);
+	// The thread takes from the queue whenever a request slot is free, so
+	// it needs waking only when the queue was empty.
+	bool wake = w->head == NULL;
 	if (w->tail != NULL) {
 		w->tail->next = it;
 	} else {
@@ -468,9 +471,11 @@ static void webhook_observe(void *arg, const broker_event *ev)
 	}
 	w->tail = it;
 	pthread_mutex_unlock(&w->mtx);
-	uint64_t one = 1;
-	ssize_t  r   = write(w->efd, &one, sizeof(one));
-	(void)r; // a full counter still wakes the thread
+	if (wake) {
+		uint64_t one = 1;
+		ssize_t  r   = write(w->efd, &one, sizeof(one));
+		(void)r; // a full counter still wakes the thread
+	}
 }
 
 // ---- the thread ------------------------------------------------------------

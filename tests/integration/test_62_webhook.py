@@ -105,7 +105,8 @@ class EventBodyTests(WebhookCase):
         bad.expect_closed()
         want = {"client_connect", "client_connack", "client_connected", "client_subscribe",
                 "session_subscribed", "message_publish", "client_unsubscribe",
-                "session_unsubscribed", "client_disconnected", "session_terminated"}
+                "session_unsubscribed", "client_disconnected", "session_terminated",
+                "message_delivered", "message_acked"}
         got = self.rx.wait(lambda b: want <= {x["action"] for x in b if x.get("clientid",
                            x.get("from_client_id")) == "c1"} and
                            any(x["action"] == "client_connack" and x["clientid"] == "c2"
@@ -124,7 +125,8 @@ class EventBodyTests(WebhookCase):
                                      "retain": False, "payload": "hello", "ts": b["ts"]})
                 continue
             self.assertEqual((b["clientid"], b["username"]), ("c1", "u1"), b)
-            if action in ("client_subscribe", "session_subscribed"):
+            if action in ("client_subscribe", "session_subscribed", "message_delivered",
+                          "message_acked"):
                 self.assertEqual((b["topic"], b["qos"]), ("a/b", 1), b)
             if action in ("client_unsubscribe", "session_unsubscribed"):
                 self.assertEqual(b["topic"], "a/b", b)
@@ -139,6 +141,7 @@ class EventBodyTests(WebhookCase):
         order = [b["action"] for b in got if b.get("clientid", b.get("from_client_id")) == "c1"]
         self.assertLess(order.index("client_connect"), order.index("client_connected"))
         self.assertLess(order.index("client_subscribe"), order.index("message_publish"))
+        self.assertLess(order.index("message_delivered"), order.index("message_acked"))
         # The request: POST to the configured path, headers, JSON type.
         path, headers, _ = self.rx.posts[0]
         self.assertEqual(path, "/hook/path")
