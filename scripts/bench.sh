@@ -29,7 +29,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 
 scenarios_all=(fanout_q0 fanout_q1 fanout_q0_20 fanout_q1_20 four_q0 four_q1 pairs_q1 pairs_q1_1hz
 	shared_q1 idle_10k startup tls_storm tls_storm_ec tls_resume tls_fanout_q0 tls_fanout_q1
-	tls_pairs_q1_1hz)
+	tls_pairs_q1_1hz bridge_fwd_q1 bridge_drain_100k)
 duration=10
 repeat=1
 brokers=nanomq,mosquitto
@@ -61,6 +61,8 @@ scenario_args() {
 	shared_q1) echo "pubsub --pubs 1000 --subs 10 -t bench/sh/%i --sub-topic \$share/g/bench/sh/+ -q 1 -I 100" ;;
 	idle_10k) echo "conn -c 10000" ;;
 	startup) echo "startup" ;; # scripts/startup-rss.sh, not the generator
+	bridge_fwd_q1) echo "bridge fwd" ;; # scripts/bench_bridge.py
+	bridge_drain_100k) echo "bridge drain" ;;
 	*) return 1 ;;
 	esac
 }
@@ -68,6 +70,8 @@ scenario_args() {
 # Prints what a scenario is.
 scenario_doc() {
 	case "$1" in
+	bridge_fwd_q1) echo "bridge: QoS 1 messages forwarded through a live link to a remote mosquitto (BENCH_BRIDGE_N, 200,000)" ;;
+	bridge_drain_100k) echo "bridge: 100,000 QoS 1 messages queued during an outage, then drained (ours from its cache)" ;;
 	fanout_q0) echo "1 publisher -> 1,000 subscribers, QoS 0, flat out" ;;
 	fanout_q1) echo "1 publisher -> 1,000 subscribers, QoS 1, flat out" ;;
 	fanout_q0_20) echo "1 publisher -> 1,000 subscribers, QoS 0, 20 msg/s" ;;
@@ -280,11 +284,38 @@ run_startup() {
 		>>"$results"
 }
 
+# Runs a bridge scenario ($1: fwd or drain, $2 messages) of broker $3,
+# repetition $4 (scripts/bench_bridge.py: a remote mosquitto, the broker
+# under test bridging to it, nanomq_cli publishing and counting); appends
+# a JSON line.
+run_bridge() {
+	local mode=$1 n=$2 b=$3 rep=$4 s=$5 line dir
+	echo "== $s on $b (run $rep)" >&2
+	dir=$(mktemp -d "$work/bridge.XXXXXX")
+	line=$(/usr/bin/python3 "$root/scripts/bench_bridge.py" "$mode" "$b" "$n" "$cli" "$ours" "$dir" \
+		"${pin_broker[@]}" 2>"$work/gen.err" | tail -1) || true
+	if [ -z "$line" ]; then
+		echo "bench.sh: $s on $b produced no report:" >&2
+		tail -5 "$work/gen.err" >&2
+		return 0
+	fi
+	printf '{"scenario":"%s","broker":"%s","run":%d,"report":%s}\n' "$s" "$b" "$rep" "$line" \
+		>>"$results"
+}
+
 # Runs scenario $1 against broker $2, repetition $3; appends a JSON line.
 run_one() {
 	local s=$1 b=$2 rep=$3 port args line
 	if [ "$s" = startup ]; then
 		run_startup "$b" "$rep"
+		return 0
+	fi
+	if [ "$s" = bridge_fwd_q1 ]; then
+		run_bridge fwd "${BENCH_BRIDGE_N:-200000}" "$b" "$rep" "$s"
+		return 0
+	fi
+	if [ "$s" = bridge_drain_100k ]; then
+		run_bridge drain 100000 "$b" "$rep" "$s"
 		return 0
 	fi
 	port=$(free_port)
@@ -386,6 +417,26 @@ print("%-13s %-9s %11s %6s %9s %9s %9s %8s %9s %9s %5s %5s" % (
     "scenario", "broker", "deliv msg/s", "spread", "CPU s/M", "p50 ms", "p99 ms",
     "VmHWM MB", "lost", "tail", "gen%", "brk%"))
 for s in scen:
+    if s.startswith("bridge_"):
+        got = {}
+        for b in ("nanomq", "mosquitto"):
+            if (s, b) in rows:
+                reps = rows[(s, b)]
+                got[b] = {k: med([r[k] for r in reps if r.get(k) is not None])
+                          for k in ("msg_per_s", "seconds", "broker_cpu_s", "cpu_us_per_msg")}
+                print("%-13s %-9s %11.0f msg/s, %.2f s for %d messages, broker CPU %.2f s "
+                      "(%.1f us/msg), lost %d, duplicated %d, reordered %d" % (
+                          s, b, got[b]["msg_per_s"], got[b]["seconds"], reps[0]["messages"],
+                          got[b]["broker_cpu_s"], got[b]["cpu_us_per_msg"],
+                          max(r["lost"] or 0 for r in reps),
+                          max(r["duplicated"] or 0 for r in reps),
+                          max(r["reordered"] or 0 for r in reps)))
+        if len(got) == 2:
+            print("%-13s %-9s msg/s %s, seconds %s, CPU/msg %s" % (
+                "", "ours/mosq", ratio(got["nanomq"]["msg_per_s"], got["mosquitto"]["msg_per_s"]),
+                ratio(got["nanomq"]["seconds"], got["mosquitto"]["seconds"]),
+                ratio(got["nanomq"]["cpu_us_per_msg"], got["mosquitto"]["cpu_us_per_msg"])))
+        continue
     if s == "startup":
         rss = {}
         for b in ("nanomq", "mosquitto"):

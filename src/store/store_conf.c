@@ -25,12 +25,20 @@ nmq_err store_conf_open(nmq_store **sp, const nmq_conf                    *conf,
 	    : "/tmp";
 	// A commit must survive a kill -9 of the broker; the cache is not
 	// asked to survive a power cut (no fsync per group commit).
-	o.durability  = STORE_DURABLE_OS;
-	o.flush_max   = conf->bridge_cache_flush > 0 ? conf->bridge_cache_flush : 100;
-	o.max_queued  = conf->bridge_cache_disk_size;
-	o.evicted     = evicted;
-	o.evicted_arg = evicted_arg;
-	nmq_err e     = store_open(sp, &o, err, errlen);
+	o.durability = STORE_DURABLE_OS;
+	o.flush_max  = conf->bridge_cache_flush > 0 ? conf->bridge_cache_flush : 100;
+	o.max_queued = conf->bridge_cache_disk_size;
+	// A burst while the link is down is written as fast as it arrives:
+	// room for a full cache of puts waiting for the store thread (each
+	// holds a message reference until it is written), so that a burst is
+	// never refused for want of queue space.
+	uint64_t pending = (uint64_t)conf->bridge_cache_disk_size * 2 + 1024;
+	o.max_pending    = pending < 65536 ? 65536
+	       : pending > (1u << 24)      ? (1u << 24)
+	                                   : (uint32_t)pending;
+	o.evicted        = evicted;
+	o.evicted_arg    = evicted_arg;
+	nmq_err e        = store_open(sp, &o, err, errlen);
 	if (e == NMQ_OK) {
 		log_info("store", "path=%s event=opened for=bridges.mqtt.cache max_queued=%u",
 		    store_path(*sp), conf->bridge_cache_disk_size);

@@ -188,6 +188,27 @@ class TestBridgeBasics(BridgeCase):
         self.assertGreaterEqual(h["forwarded"], 2, h)
         self.assertGreaterEqual(h["reconnects"], 1, h)
 
+    # Failover: the first server refuses; the bridge moves on to the
+    # hybrid_servers in turn and forwards through the one that answers.
+    def test_hybrid_servers_failover(self):
+        inst = self.instance()
+        m = self.remote_mosquitto(inst)
+        dead = free_port()
+        port, _, _ = self.broker(inst, bridge_conf(
+            "hy", "mqtt-tcp://127.0.0.1:%d" % dead, 4, 10,
+            '{ local_topic = "h/#", remote_topic = "" }',
+            extra='hybrid_bridging = true\nhybrid_servers = ["mqtt-tcp://127.0.0.1:%d", '
+                  '"mqtt-tcp://127.0.0.1:%d"]' % (free_port(), m.port)))
+        self.linked(inst, timeout=15)
+        self.assertIn("server=mqtt-tcp://127.0.0.1:%d event=link_up" % m.port, inst.output())
+        remote = self.client(m.port, "remote")
+        remote.connect()
+        remote.subscribe("h/#", 1)
+        pub = self.client(port, "pub")
+        pub.connect()
+        pub.publish("h/1", b"via-backup", qos=1)
+        self.assertEqual(remote.wait_message(5).payload, b"via-backup")
+
     # TLS: the server certificate is verified by default; a wrong CA never
     # brings the link up, the right one does.
     def test_tls_wrong_ca_refused(self):

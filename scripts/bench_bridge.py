@@ -1,0 +1,169 @@
+#!/usr/bin/python3
+"""Bridge benchmarks for scripts/bench.sh: our broker's bridge beside
+Mosquitto's, each forwarding to the same kind of remote (a fresh Debian
+mosquitto on another loopback port), measured with `nanomq_cli bench`.
+
+  fwd    N QoS 1 messages published to the local broker as fast as its
+         window allows, forwarded through a live link; the rate at which
+         they reach a subscriber on the remote, and the local broker's CPU
+         per forwarded message.
+  drain  N QoS 1 messages published while the link is down (a proxy in
+         front of the remote refuses connections), then the link comes up:
+         seconds until the last one reaches the remote subscriber, and the
+         local broker's CPU over the drain. Ours keeps the backlog in its
+         offline cache (bridges.mqtt.cache, SQLite); Mosquitto in memory.
+
+Usage: bench_bridge.py fwd|drain nanomq|mosquitto N CLI NANOMQ_BIN WORKDIR [PIN...]
+Prints one JSON object. PIN is a prefix for the local broker (taskset -c 0).
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "integration"))
+from bridge_util import FaultProxy  # noqa: E402
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def wait_port(port, timeout=10):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return True
+        except OSError:
+            time.sleep(0.05)
+    return False
+
+
+def cpu_s(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def main():
+    mode, broker, n, cli, ours, work = sys.argv[1:7]
+    pin = sys.argv[7:]
+    n = int(n)
+    procs = []
+
+    def start(args, log, pre=()):
+        p = subprocess.Popen(list(pre) + args, stdout=open(log, "wb"), stderr=subprocess.STDOUT,
+                             stdin=subprocess.DEVNULL)
+        procs.append(p)
+        return p
+
+    try:
+        rport = free_port()
+        with open(os.path.join(work, "remote.conf"), "w") as f:
+            f.write("listener %d 127.0.0.1\nallow_anonymous true\npersistence false\n"
+                    "max_queued_messages %d\nlog_dest none\n" % (rport, n * 2))
+        start(["mosquitto", "-c", os.path.join(work, "remote.conf")], os.path.join(work, "r.log"))
+        wait_port(rport)
+        # The drain's outage: a proxy in front of the remote, refusing until
+        # the backlog is in. The live link goes straight to the remote.
+        px = FaultProxy(rport)
+        bport = rport
+        if mode == "drain":
+            px.cut()
+            bport = px.port
+        lport = free_port()
+        if broker == "mosquitto":
+            conf = os.path.join(work, "local-mosq.conf")
+            with open(conf, "w") as f:
+                f.write("listener %d 127.0.0.1\nallow_anonymous true\npersistence false\n"
+                        "max_queued_messages %d\nmax_inflight_messages 20\nlog_dest none\n"
+                        "connection b1\naddress 127.0.0.1:%d\ntopic bench/# out 1\n"
+                        "cleansession false\nclientid b1-bench\nrestart_timeout 1 2\n"
+                        "bridge_protocol_version mqttv311\nkeepalive_interval 10\n"
+                        % (lport, n * 2, bport))
+            local = start(["mosquitto", "-c", conf], os.path.join(work, "l.log"), pin)
+        else:
+            conf = os.path.join(work, "local-nanomq.conf")
+            with open(conf, "w") as f:
+                f.write("listeners.tcp.bind = \"127.0.0.1:%d\"\nlog.level = warn\n"
+                        "system.enable_ipc_internal = false\n"
+                        "mqtt.max_mqueue_len = %d\n"
+                        "bridges.mqtt.b1 {\n server = \"mqtt-tcp://127.0.0.1:%d\"\n"
+                        " proto_ver = 4\n clientid = \"b1-bench\"\n keepalive = 10s\n"
+                        " backoff_max = 2s\n max_send_queue_len = %d\n"
+                        " forwards = [{ local_topic = \"bench/#\", remote_topic = \"\", qos = 1 }]\n"
+                        "}\n" % (lport, n * 2, bport, 1024 if mode == "drain" else n * 2))
+                if mode == "drain":
+                    f.write("bridges.mqtt.cache { disk_cache_size = %d\n mounted_file_path = \"%s\" }\n"
+                            % (n * 2, work))
+            env = dict(os.environ, NANOMQ_PID_FILE=os.path.join(work, "nanomq.pid"))
+            local = subprocess.Popen(list(pin) + [ours, "start", "--conf", conf],
+                                     stdout=open(os.path.join(work, "l.log"), "wb"),
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+            procs.append(local)
+        wait_port(lport)
+        time.sleep(1.0 if mode == "fwd" else 0.3)  # the link comes up (fwd)
+        sub_out = os.path.join(work, "sub.json")
+        sub = subprocess.Popen([cli, "bench", "sub", "-h", "127.0.0.1", "-p", str(rport),
+                                "-t", "bench/br", "-q", "1", "-c", "1", "-i", "0", "--expect-pubs", "1",
+                                "--expect-msgs", str(n), "--duration", "120", "--json",
+                                "--progress", "0"],
+                               stdout=open(sub_out, "wb"), stderr=subprocess.DEVNULL)
+        procs.append(sub)
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        c0 = cpu_s(local.pid)
+        pub = subprocess.run([cli, "bench", "pub", "-h", "127.0.0.1", "-p", str(lport), "-t",
+                              "bench/br", "-q", "1", "-c", "1", "-i", "0", "-I", "0", "-L", str(n), "--json",
+                              "--progress", "0"], stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, timeout=300)
+        t_pub = time.monotonic() - t0
+        if mode == "drain":
+            time.sleep(1.0)  # the last group commit; the link is still down
+            t0 = time.monotonic()
+            c0 = cpu_s(local.pid)
+            px.up()
+        try:
+            sub.wait(180)
+        except subprocess.TimeoutExpired:
+            sub.kill()
+        t1 = time.monotonic()
+        c1 = cpu_s(local.pid)
+        try:
+            rep = json.loads(open(sub_out).read().strip().splitlines()[-1])
+        except (OSError, ValueError, IndexError):
+            rep = {}
+        got = rep.get("received", 0)
+        out = {"mode": mode, "broker": broker, "messages": n, "received": got,
+               "lost": rep.get("lost"), "duplicated": rep.get("duplicated"),
+               "reordered": rep.get("reordered"),
+               "publish_s": round(t_pub, 3), "seconds": round(t1 - t0, 3),
+               "msg_per_s": round(got / (t1 - t0), 1) if t1 > t0 else 0,
+               "broker_cpu_s": round(c1 - c0, 3),
+               "cpu_us_per_msg": round((c1 - c0) * 1e6 / got, 2) if got else None}
+        print(json.dumps(out))
+        px.close()
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+
+
+if __name__ == "__main__":
+    main()
