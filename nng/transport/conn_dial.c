@@ -53,7 +53,7 @@ static void set_opts(int fd, const conn_dial_opts *o)
 }
 
 // Connects fd to one address before the deadline. Returns 0 or an errno.
-static int connect_one(int fd, const struct addrinfo *ai, int64_t deadline)
+static int connect_one(int fd, const struct addrinfo *ai, int64_t deadline, const conn_dial_opts *o)
 {
 	if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
 		return 0;
@@ -66,6 +66,12 @@ static int connect_one(int fd, const struct addrinfo *ai, int64_t deadline)
 		if (left <= 0) {
 			return ETIMEDOUT;
 		}
+		if (o != NULL && o->cancel != NULL) {
+			if (atomic_load(o->cancel)) {
+				return ECANCELED;
+			}
+			left = left > 100 ? 100 : left;
+		}
 		struct pollfd p = { .fd = fd, .events = POLLOUT };
 		int           r = poll(&p, 1, (int)left);
 		if (r < 0 && errno == EINTR) {
@@ -75,7 +81,7 @@ static int connect_one(int fd, const struct addrinfo *ai, int64_t deadline)
 			return errno;
 		}
 		if (r == 0) {
-			return ETIMEDOUT;
+			continue;
 		}
 		int       soerr = 0;
 		socklen_t sl    = sizeof(soerr);
@@ -110,19 +116,19 @@ nmq_err conn_dial_tcp(const char *host, int port, const conn_dial_opts *o, int t
 			continue;
 		}
 		set_opts(fd, o);
-		if ((last = connect_one(fd, ai, deadline)) == 0) {
+		if ((last = connect_one(fd, ai, deadline, o)) == 0) {
 			freeaddrinfo(res);
 			*fdp = fd;
 			return NMQ_OK;
 		}
 		close(fd);
-		if (last == ETIMEDOUT) {
+		if (last == ETIMEDOUT || last == ECANCELED) {
 			break;
 		}
 	}
 	freeaddrinfo(res);
 	snprintf(err, errlen, "connect to %s:%d: %s", host, port, strerror(last));
-	return last == ETIMEDOUT ? NMQ_ETIMEDOUT : NMQ_EIO;
+	return last == ETIMEDOUT ? NMQ_ETIMEDOUT : last == ECANCELED ? NMQ_ECLOSED : NMQ_EIO;
 }
 
 nmq_err conn_dial_tls(const char *host, int port, nng_tls_config *cfg, int timeout_ms,

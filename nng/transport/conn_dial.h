@@ -10,6 +10,7 @@
 #ifndef NMQ_CONN_DIAL_H
 #define NMQ_CONN_DIAL_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -26,6 +27,9 @@ typedef struct conn_dial_opts {
 	int         keepintvl;
 	int         keepcnt;
 	const char *bind_interface; // SO_BINDTODEVICE, NULL = any
+	// When not NULL, the connect gives up (NMQ_ECLOSED) within 100 ms of
+	// *cancel turning true (another thread is stopping the caller).
+	const _Atomic bool *cancel;
 } conn_dial_opts;
 
 // Resolves host and connects to port, trying each address in turn, within

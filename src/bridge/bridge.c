@@ -111,6 +111,7 @@ struct bridge {
 	pthread_t       thr;
 	bool            thr_started;
 	bool            stop;
+	_Atomic bool    cancel; // stop, readable without mtx (interrupts a connect)
 	bool            restart; // reconnect with a new configuration
 
 	conf_bridge *cfg;
@@ -1355,7 +1356,7 @@ static bool dial_locked(bridge *b, const char *url)
 	if (!tls) {
 		conn_dial_opts o  = { cfg_copy.tcp_nodelay, cfg_copy.tcp_keepalive,
 			 (int)cfg_copy.tcp_keepidle, (int)cfg_copy.tcp_keepintvl,
-			 (int)cfg_copy.tcp_keepcnt, cfg_copy.bind_interface };
+			 (int)cfg_copy.tcp_keepcnt, cfg_copy.bind_interface, &b->cancel };
 		int            fd = -1;
 		e = conn_dial_tcp(host, port, &o, CONNECT_TIMEOUT_MS, &fd, err, sizeof(err));
 		if (e == NMQ_OK && (c = conn_alloc_fd(fd, b->set->env.cenv)) == NULL) {
@@ -1696,6 +1697,7 @@ static void bridge_halt(bridge *b)
 	fwds_unsubscribe(b, b->fwds, b->n_fwds);
 	pthread_mutex_lock(&b->mtx);
 	b->stop = true;
+	atomic_store(&b->cancel, true);
 	for (int i = 0; i < b->n_fwds; i++) {
 		b->fwds[i].dead = true;
 	}
