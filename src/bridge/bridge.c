@@ -1862,8 +1862,19 @@ void bridges_store_evicted(void *arg, const char *client_id, uint64_t seq)
 		pthread_mutex_lock(&b->mtx);
 		b->evicted++;
 		b->dropped++;
-		if (seq > b->mem_last_seq && b->disk_only != DISK_UNKNOWN && b->disk_only > 0) {
-			b->disk_only--;
+		if (seq > b->mem_last_seq) {
+			if (b->disk_only != DISK_UNKNOWN && b->disk_only > 0) {
+				b->disk_only--;
+			}
+		} else {
+			// Also in memory: gone there too unless it is on the wire.
+			for (bentry *e = b->head; e != NULL && e->seq <= seq; e = e->next) {
+				if (e->seq == seq && e->state == Q_QUEUED
+				    && (e->pid == 0 || b->by_pid[e->pid] != e)) {
+					entry_remove(b, e, false);
+					break;
+				}
+			}
 		}
 		pthread_mutex_unlock(&b->mtx);
 		break;

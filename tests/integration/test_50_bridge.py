@@ -188,6 +188,30 @@ class TestBridgeBasics(BridgeCase):
         self.assertGreaterEqual(h["forwarded"], 2, h)
         self.assertGreaterEqual(h["reconnects"], 1, h)
 
+    # What comes from the remote is published as by a client: the ACL's
+    # publish rules apply to the bridge's client id.
+    def test_inbound_publish_checked_by_acl(self):
+        inst = self.instance()
+        m = self.remote_mosquitto(inst)
+        acl = ('auth.acl.rules = [\n'
+               '  {permit = deny, clientid = "acl-gw", action = publish, topics = ["cmd/secret"]}\n'
+               '  {permit = allow}\n]\n')
+        port, _, _ = self.broker(inst, acl + bridge_conf(
+            "acl", "mqtt-tcp://127.0.0.1:%d" % m.port, 5, 10, "",
+            '{ remote_topic = "cmd/#", qos = 1 }'))
+        self.linked(inst)
+        local = self.client(port, "local")
+        local.connect()
+        local.subscribe("cmd/#", 1)
+        time.sleep(0.3)
+        rpub = self.client(m.port, "rpub")
+        rpub.connect()
+        rpub.publish("cmd/secret", b"no", qos=1)
+        rpub.publish("cmd/ok", b"yes", qos=1)
+        got = local.wait_message(5)
+        self.assertEqual((got.topic, got.payload), ("cmd/ok", b"yes"))
+        local.expect_no_message(0.5)
+
     # Failover: the first server refuses; the bridge moves on to the
     # hybrid_servers in turn and forwards through the one that answers.
     def test_hybrid_servers_failover(self):

@@ -18,7 +18,7 @@ import unittest
 
 import nmq
 import nmq_ops
-from bridge_util import FaultProxy, Mosquitto, bridge_conf, first_order
+from bridge_util import FaultProxy, Mosquitto, bridge_conf, first_order, health
 from nmq import free_port
 from nmq_ops import OpsTestCase, wait_for
 
@@ -164,6 +164,53 @@ class TestBridgeFaults(OpsTestCase):
         time.sleep(0.5)
         px.up()
         self.check_streams(col, n1, n2, timeout=20)
+        self.assert_stops(inst)
+
+    # A full cache evicts its oldest messages, counts them, and forwards the
+    # rest in order when the link comes back.
+    def test_full_cache_evicts_oldest(self):
+        inst = self.instance()
+        cache = ("bridges.mqtt.cache {\n disk_cache_size = 50\n mounted_file_path = \"%s\"\n}\n"
+                 % inst.tmp)
+        inst, px, col, port, conf = self.setup_link(5, cache, queue_len=10)
+        mon = self.client(port, "mon")
+        mon.connect()
+        mon.subscribe("$SYS/brokers/bridges/#", 0)
+        px.cut()
+        self.assertTrue(inst.wait_output(r"event=link_down", timeout=5))
+        pub = self.client(port, "pub")
+        pub.connect()
+        for i in range(100):
+            pub.publish("q1/s", b"%d" % i, qos=1)
+        time.sleep(0.5)
+        px.up()
+        want = [b"%d" % i for i in range(50, 100)]
+        wait_for(lambda: len(col.received) >= 50, 10)
+        time.sleep(0.5)
+        got = first_order([x.payload for x in col.received if x.topic == "q1/s"])
+        self.assertEqual(got, want, " ".join(x.decode() for x in got))
+        h = health(mon, "f", timeout=12, pred=lambda h: h["evicted"] > 0)
+        self.assertEqual(h["evicted"], 50, h)
+        self.assertEqual(h["dropped"], 50, h)
+        self.assert_stops(inst)
+
+    # A clean stop (SIGTERM) during an outage keeps the backlog too.
+    def test_restart_during_outage_with_cache(self):
+        inst = self.instance()
+        cache = ("bridges.mqtt.cache {\n mounted_file_path = \"%s\"\n}\n" % inst.tmp)
+        inst, px, col, port, conf = self.setup_link(5, cache, queue_len=16)
+        px.cut()
+        self.assertTrue(inst.wait_output(r"event=link_down", timeout=5))
+        pub = self.client(port, "pub")
+        pub.connect()
+        for i in range(60):
+            pub.publish("q1/s", b"%d" % i, qos=1)
+            pub.publish("q2/s", b"%d" % i, qos=2)
+        pub.close()
+        self.assert_stops(inst)
+        self.start_broker(inst, ["start", "--conf", conf], port=port)
+        px.up()
+        self.check_streams(col, 60, 60, timeout=15)
         self.assert_stops(inst)
 
 
