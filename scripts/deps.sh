@@ -6,7 +6,7 @@ nmq_install_deps() {
 		libsqlite3-dev)
 	if [ "${1:-}" = test ]; then
 		pkgs+=(libcmocka-dev mosquitto mosquitto-clients libmosquitto-dev
-			python3-paho-mqtt python3-websockets clang libclang-rt-14-dev
+			python3-paho-mqtt python3-websockets python3-prometheus-client curl clang libclang-rt-14-dev
 			clang-format openssl sqlite3)
 	fi
 	local missing=()

@@ -33,6 +33,8 @@
 #include "src/daemon/sd_notify.h"
 #include "src/events/sys_stats.h"
 #include "src/events/webhook.h"
+#include "src/http/http_server.h"
+#include "src/http/rest_api.h"
 #include "src/log/log.h"
 #ifdef NMQ_HAVE_STORE
 #include "src/store/store_conf.h"
@@ -86,6 +88,9 @@ typedef struct server {
 	sys_stats        *sys; // $SYS/broker statistics
 	webhook          *hook; // NULL when the webhook section is off
 	ctl_request       ctl;
+	http_server      *http; // the REST API, NULL when off
+	rest_api         *rest;
+	char             *http_conf_path; // the file the REST API may rewrite
 } server;
 
 // Sleeps ms milliseconds (nng_msleep() would start NNG's threads on the
@@ -110,20 +115,97 @@ static void print_conf_errors(const conf_errors *errs)
 	}
 }
 
-// Writes into buf the warning owed when conf enables the REST API, which
-// this broker does not serve yet: the section is checked like any other,
-// but nothing listens on its port. Returns buf, or NULL when there is
-// nothing to say.
+// Writes into buf the warning owed when conf enables the REST API with
+// Basic authentication but no user name or password: every request then
+// gets 401. Returns buf, or NULL when there is nothing to say.
 static const char *http_server_note(const nmq_conf *conf, char *buf, size_t len)
 {
-	if (!conf->http_enable) {
+	if (!conf->http_enable || conf->http_auth_type != CONF_HTTP_AUTH_BASIC
+	    || (conf->http_username != NULL && conf->http_password != NULL)) {
 		return NULL;
 	}
 	snprintf(buf, len,
-	    "http_server: the REST API is not supported yet; the section is checked but "
-	    "nothing listens on %s:%d",
+	    "http_server: auth_type = basic without username and password: every request "
+	    "to %s:%d gets 401",
 	    conf->http_ip_addr != NULL ? conf->http_ip_addr : "0.0.0.0", conf->http_port);
 	return buf;
+}
+
+// POST /api/v4/ctrl/stop and /ctrl/restart (on the HTTP thread, after the
+// reply was sent): the main thread stops as on SIGTERM; for a restart,
+// main() then starts the program again with the same arguments.
+static volatile sig_atomic_t restart_requested;
+
+static void rest_stop(void *arg)
+{
+	(void)arg;
+	kill(getpid(), SIGTERM);
+}
+
+static void rest_restart(void *arg)
+{
+	(void)arg;
+	restart_requested = 1;
+	kill(getpid(), SIGTERM);
+}
+
+// Starts the REST API when the configuration enables it. Returns 0, or -1
+// with a message in err.
+static int start_http(
+    server *srv, const cli_args *args, const char *argv0, char *err, size_t errlen)
+{
+	const nmq_conf *c = &srv->conf;
+	if (!c->http_enable) {
+		return 0;
+	}
+	http_server_opts o = {
+		.ip_addr            = c->http_ip_addr,
+		.port               = c->http_port,
+		.limit_conn         = c->http_limit_conn,
+		.max_body           = c->http_max_body,
+		.auth               = c->http_auth_type == CONF_HTTP_AUTH_JWT ? HTTP_AUTH_JWT
+		                  : c->http_auth_type == CONF_HTTP_AUTH_NONE  ? HTTP_AUTH_NONE
+		                                                              : HTTP_AUTH_BASIC,
+		.username           = c->http_username,
+		.password           = c->http_password,
+		.jwt_keyfile        = c->http_jwt_public_keyfile,
+		.request_timeout_ms = c->http_request_timeout_ms,
+	};
+	srv->http = http_server_alloc(&o, err, errlen);
+	if (srv->http == NULL) {
+		return -1;
+	}
+	if (c->path != NULL && !srv->conf_old) {
+		srv->http_conf_path = strdup(c->path);
+	}
+	rest_env env = {
+		.broker        = srv->broker,
+		.proto         = srv->proto,
+		.conf_path     = srv->http_conf_path,
+		.cli           = &args->cli,
+		.argv0         = argv0,
+		.started       = time(NULL),
+		.property_size = c->property_size,
+		.stop          = rest_stop,
+		.restart       = rest_restart,
+	};
+	srv->rest = rest_api_alloc(srv->http, &env);
+	if (srv->rest == NULL || http_server_start(srv->http) != NMQ_OK) {
+		snprintf(err, errlen, "http_server: cannot start the REST API");
+		return -1;
+	}
+	return 0;
+}
+
+// Stops the REST API (no request is being served afterwards).
+static void stop_http(server *srv)
+{
+	http_server_free(srv->http);
+	srv->http = NULL;
+	rest_api_free(srv->rest);
+	srv->rest = NULL;
+	free(srv->http_conf_path);
+	srv->http_conf_path = NULL;
 }
 
 // Logs collected configuration problems (after the log is open) and, when
@@ -634,6 +716,9 @@ static int run(const cli_args *args, nmq_conf *conf, const char *argv0, int read
 		snprintf(err, sizeof(err), "out of memory at startup (bridges)");
 		goto fail;
 	}
+	if (start_http(&srv, args, argv0, err, sizeof(err)) != 0) {
+		goto fail;
+	}
 	ctl_start(&srv);
 	log_info("main",
 	    "event=started version=%s workers=%d listeners=%d pid_file=%s cmd_ipc_url=%s",
@@ -673,6 +758,7 @@ static int run(const cli_args *args, nmq_conf *conf, const char *argv0, int read
 		}
 	}
 	sd_notify_stopping();
+	stop_http(&srv);
 	ctl_stop_channel(&srv);
 
 	// Drain: stop accepting; close the connections that have a will first
@@ -736,6 +822,7 @@ static int run(const cli_args *args, nmq_conf *conf, const char *argv0, int read
 fail:
 	log_fatal("main", "event=start_failed reason=\"%s\"", err);
 	fprintf(stderr, "nanomq: %s\n", err);
+	stop_http(&srv);
 	for (int i = 0; i < srv.n_listeners; i++) {
 		listener_stop(srv.listeners[i]);
 	}
@@ -983,5 +1070,12 @@ int main(int argc, char **argv)
 	rc = run(&args, &conf, argv[0], ready_fd, &pf);
 	log_close();
 	conf_free(&conf);
+	if (rc == 0 && restart_requested) {
+		// POST /api/v4/ctrl/restart: everything is stopped and released;
+		// start again as this program was started.
+		execv("/proc/self/exe", argv);
+		fprintf(stderr, "nanomq: restart failed: %s\n", strerror(errno));
+		return 1;
+	}
 	return rc;
 }

@@ -187,6 +187,7 @@ int handle_publish(nmq_link *l, const mqtt_packet *pk)
 	}
 
 	atomic_fetch_add_explicit(&p->m.msgs_received, 1, memory_order_relaxed);
+	session_count_received(s);
 	nmq_msg *m = proto_msg_build(l->ver, topic, l->ver == MQTT_PROTO_V5 ? &pub->props : NULL,
 	    pub->payload, pub->qos, pub->retain, nmq_session_id(s));
 	if (m == NULL) {

@@ -5,6 +5,7 @@
 
 #include "nng/core/log.h"
 #include "nng/protocol/link.h"
+#include "nng/protocol/session.h"
 
 // FNV-1a over a NUL-terminated client id.
 static size_t hash_id(const char *s)
@@ -344,4 +345,103 @@ bool proto_topic_within_limits(const nmq_proto *p, const uint8_t *t, size_t len)
 		}
 	}
 	return true;
+}
+
+void proto_count_received(nmq_proto *p)
+{
+	atomic_fetch_add_explicit(&p->m.msgs_received, 1, memory_order_relaxed);
+}
+
+nmq_session *proto_session_find(nmq_proto *p, const char *client_id)
+{
+	pthread_mutex_lock(&p->tbl_mtx);
+	nmq_session *s = p->tbl != NULL ? proto_table_find(p, client_id) : NULL;
+	if (s != NULL) {
+		nmq_session_hold(s);
+	}
+	pthread_mutex_unlock(&p->tbl_mtx);
+	return s;
+}
+
+void proto_sessions_snapshot_free(proto_session_info *v, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		free(v[i].client_id);
+		free(v[i].username);
+		if (v[i].s != NULL) {
+			nmq_session_release(v[i].s);
+		}
+	}
+	free(v);
+}
+
+size_t proto_sessions_snapshot(nmq_proto *p, proto_session_info **out, nmq_err *err)
+{
+	*out = NULL;
+	if (err != NULL) {
+		*err = NMQ_OK;
+	}
+	// 1. The session pointers, held, under the table lock only.
+	pthread_mutex_lock(&p->tbl_mtx);
+	size_t              n = 0;
+	proto_session_info *v = calloc(p->tbl_len > 0 ? p->tbl_len : 1, sizeof(*v));
+	if (v != NULL) {
+		for (size_t i = 0; i < p->tbl_cap && n < p->tbl_len; i++) {
+			nmq_session *s = p->tbl[i];
+			if (s != NULL && s != (nmq_session *)p) {
+				nmq_session_hold(s);
+				v[n++].s = s;
+			}
+		}
+	}
+	pthread_mutex_unlock(&p->tbl_mtx);
+	if (v == NULL) {
+		if (err != NULL) {
+			*err = NMQ_ENOMEM;
+		}
+		return 0;
+	}
+	// 2. Each session under its own lock.
+	size_t kept = 0;
+	for (size_t i = 0; i < n; i++) {
+		nmq_session        *s     = v[i].s;
+		proto_session_info *in    = &v[kept];
+		const char         *o     = session_owner(s);
+		bool                ended = !session_info(s, in);
+		in->s                     = s;
+		in->client_id             = ended ? NULL : strdup(nmq_session_client_id(s));
+		in->username              = (ended || o == NULL) ? NULL : strdup(o);
+		if (ended || in->client_id == NULL || (o != NULL && in->username == NULL)) {
+			bool oom = !ended;
+			free(in->client_id);
+			free(in->username);
+			in->client_id = NULL;
+			in->username  = NULL;
+			in->s         = NULL;
+			nmq_session_release(s);
+			if (oom) {
+				for (size_t j = i + 1; j < n; j++) {
+					nmq_session_release(v[j].s);
+				}
+				proto_sessions_snapshot_free(v, kept);
+				if (err != NULL) {
+					*err = NMQ_ENOMEM;
+				}
+				return 0;
+			}
+			continue;
+		}
+		kept++;
+	}
+	if (kept == 0) {
+		free(v);
+		return 0;
+	}
+	*out = v;
+	return kept;
+}
+
+void proto_get_limits(nmq_proto *p, proto_limits *out)
+{
+	*out = *proto_lim(p);
 }

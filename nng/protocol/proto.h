@@ -184,7 +184,9 @@ size_t proto_links_with_will(nmq_proto *p);
 void proto_want_message_events(nmq_proto *p, bool on);
 // Replaces the reloadable limits. Returns NMQ_OK, or NMQ_ENOMEM (logged
 // and counted; the running limits stay).
-nmq_err         proto_set_limits(nmq_proto *p, const proto_limits *limits);
+nmq_err proto_set_limits(nmq_proto *p, const proto_limits *limits);
+// Copies the limits in force (any thread).
+void            proto_get_limits(nmq_proto *p, proto_limits *out);
 proto_metrics  *proto_metrics_get(nmq_proto *p);
 const conn_env *proto_conn_env(nmq_proto *p);
 
@@ -212,6 +214,36 @@ size_t nmq_session_drop_queued(
 // allocation failure. Any thread (handle_publish.c).
 nmq_msg *proto_msg_build(uint8_t ver, mqtt_bytes topic, const mqtt_props *in, mqtt_bytes payload,
     uint8_t qos, bool retain, uint64_t origin);
+
+// What the REST API shows of a session (proto_sessions_snapshot). Strings
+// are owned by the snapshot.
+typedef struct proto_session_info {
+	nmq_session *s; // held by the snapshot
+	char        *client_id;
+	char        *username; // the creating CONNECT's; NULL: none
+	uint64_t     recv_msgs; // PUBLISH packets received from its clients
+	uint32_t     queued; // messages waiting to be sent
+	uint16_t     keepalive; // of the connection attached last
+	uint8_t      proto_ver; // 3, 4 or 5
+	bool         online;
+	bool         clean_start; // of the connection attached last
+} proto_session_info;
+
+// Takes a snapshot of every session in the table, online and offline, for
+// introspection (any thread; the REST API's). The table lock is held only
+// to copy the session pointers (each held); each session is then read
+// under its own lock, one at a time, with no other lock held. Returns the
+// number of entries in *out (an array to free with
+// proto_sessions_snapshot_free), or 0 with *out NULL when there is none or
+// memory runs out (then NMQ_ENOMEM in *err if err is not NULL).
+size_t proto_sessions_snapshot(nmq_proto *p, proto_session_info **out, nmq_err *err);
+void   proto_sessions_snapshot_free(proto_session_info *v, size_t n);
+// Returns the session of client_id held (release with
+// nmq_session_release), or NULL if there is none. Any thread.
+nmq_session *proto_session_find(nmq_proto *p, const char *client_id);
+// Counts a message published into the broker by the application (REST
+// API, bridge) as received.
+void proto_count_received(nmq_proto *p);
 
 void        nmq_session_hold(nmq_session *s);
 void        nmq_session_release(nmq_session *s);

@@ -807,6 +807,8 @@ void session_attach_locked(
 		s->infl_max = 1;
 	}
 	__atomic_store_n(&s->link, l, __ATOMIC_RELAXED);
+	s->keepalive   = l->keepalive;
+	s->clean_start = l->clean_start;
 	// Only the in-flight window that the new connection allows is filled;
 	// everything else waits in the queue.
 	session_resend_locked(s, false);
@@ -1054,4 +1056,25 @@ static void session_timer_cb(tw_timer *t)
 		w->end    = end;
 		workq_post(s->p->wq, &w->job);
 	}
+}
+
+void session_count_received(nmq_session *s)
+{
+	atomic_fetch_add_explicit(&s->recv_msgs, 1, memory_order_relaxed);
+}
+
+bool session_info(nmq_session *s, proto_session_info *out)
+{
+	nmq_mutex_lock(&s->mtx);
+	bool ended = s->ended;
+	if (!ended) {
+		out->online      = s->link != NULL;
+		out->keepalive   = s->keepalive;
+		out->clean_start = s->clean_start;
+		out->proto_ver   = s->ver;
+		out->queued      = s->q.len + s->q0.len;
+	}
+	nmq_mutex_unlock(&s->mtx);
+	out->recv_msgs = atomic_load_explicit(&s->recv_msgs, memory_order_relaxed);
+	return !ended;
 }

@@ -149,6 +149,15 @@ nmq_session *session_congestion_take(void);
 // Messages queued (not in flight) for s; *online whether it is attached.
 uint32_t session_queue_len(nmq_session *s, bool *online);
 
+// ---------------------------------------------------------------------------
+// Introspection (proto_sessions_snapshot)
+
+// Counts a PUBLISH received from the client of s (lock-free).
+void session_count_received(nmq_session *s);
+// Fills the facts of out (all but s and the strings) under the session
+// lock. Returns false if s has ended.
+bool session_info(nmq_session *s, proto_session_info *out);
+
 // Publishes a will message through the application and releases it.
 void proto_publish_will(nmq_proto *p, nmq_msg *will);
 

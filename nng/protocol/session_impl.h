@@ -74,6 +74,10 @@ struct nmq_session {
 	tw_timer timer; // expiry, will delay and QoS retry
 	uint64_t timer_at;
 
+	atomic_ulong recv_msgs; // PUBLISH packets received from its clients
+	uint16_t     keepalive; // (mtx) of the connection attached last
+	bool         clean_start; // (mtx) of the connection attached last
+
 	uint16_t next_pid;
 	uint8_t  ver;
 	bool     ended; // removed from the table

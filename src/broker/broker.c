@@ -1558,6 +1558,86 @@ void broker_publish(nmq_broker *b, nmq_msg *msg)
 	(void)b_route(b, NULL, NULL, msg);
 }
 
+size_t broker_session_subs(nmq_broker *b, nmq_session *s, broker_sub_info **out, nmq_err *err)
+{
+	*out          = NULL;
+	*err          = NMQ_OK;
+	sess_subs *ss = ss_get(b, s, false);
+	if (ss == NULL) {
+		return 0;
+	}
+	size_t n = 0;
+	pthread_mutex_lock(&ss->mtx);
+	broker_sub_info *v = NULL;
+	if (!ss->dead && ss->n > 0) {
+		v = calloc(ss->n, sizeof(*v));
+		for (size_t i = 0; v != NULL && i < ss->n; i++) {
+			v[i].filter = strndup(ss->v[i].filter, ss->v[i].len);
+			v[i].qos    = ss->v[i].opts.qos;
+			if (v[i].filter == NULL) {
+				broker_subs_free(v, i);
+				v = NULL;
+				break;
+			}
+			n++;
+		}
+		if (v == NULL) {
+			n    = 0;
+			*err = NMQ_ENOMEM;
+		}
+	}
+	pthread_mutex_unlock(&ss->mtx);
+	ss_put(b, ss);
+	*out = v;
+	return n;
+}
+
+void broker_subs_free(broker_sub_info *v, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		free(v[i].filter);
+	}
+	free(v);
+}
+
+int broker_publish_as(nmq_broker *b, const proto_who *who, nmq_msg *msg)
+{
+	proto_count_received(b->proto);
+	return b_route(b, NULL, who, msg) & 0xff;
+}
+
+int broker_subscribe(
+    nmq_broker *b, nmq_session *s, const proto_who *who, const char *filter, uint8_t qos)
+{
+	proto_sub_opts opts = { .qos = qos };
+	bool           existed;
+	size_t         len = strlen(filter);
+	int            rv  = b_subscribe(b, s, who, filter, len, &opts, &existed) & 0xff;
+	if (rv < 0x80) {
+		b_subscribed(b, s, filter, len, &opts, existed);
+	}
+	return rv;
+}
+
+bool broker_allow_anonymous(nmq_broker *b)
+{
+	bool anon;
+	auth_ctx_release(auth_get(b, &anon, NULL, NULL));
+	return anon;
+}
+
+void broker_set_allow_anonymous(nmq_broker *b, bool allow)
+{
+	pthread_mutex_lock(&b->auth_mtx);
+	b->allow_anonymous = allow;
+	pthread_mutex_unlock(&b->auth_mtx);
+}
+
+int broker_unsubscribe(nmq_broker *b, nmq_session *s, const char *filter)
+{
+	return b_unsubscribe(b, s, filter, strlen(filter));
+}
+
 const proto_app_ops broker_proto_ops = {
 	.authenticate  = b_authenticate,
 	.route         = b_route,

@@ -120,4 +120,35 @@ nmq_err broker_sink_unsubscribe(nmq_broker *b, broker_sink *s, const char *filte
 // Any thread but a tree callback.
 int broker_sink_publish(nmq_broker *b, broker_sink *s, const proto_who *who, nmq_msg *msg);
 
+// ---- Introspection and control for the REST API (src/http); any thread
+// but a worker's (each call takes locks briefly, never across I/O).
+
+// One subscription of a session, as the REST API lists it.
+typedef struct broker_sub_info {
+	char   *filter; // as subscribed, "$share/<g>/<f>" included
+	uint8_t qos;
+} broker_sub_info;
+
+// Copies the subscriptions of s under its record's lock. Returns the number
+// in *out (free with broker_subs_free), 0 with *out NULL if it has none, or
+// 0 with *err = NMQ_ENOMEM.
+size_t broker_session_subs(nmq_broker *b, nmq_session *s, broker_sub_info **out, nmq_err *err);
+void   broker_subs_free(broker_sub_info *v, size_t n);
+
+// Publishes msg (borrowed) into the broker as `who` (the ACL's publish
+// check applies, denials are counted as drops), and counts it as
+// received. Returns 0 or the MQTT 5 reason code of a refusal (0x87).
+int broker_publish_as(nmq_broker *b, const proto_who *who, nmq_msg *msg);
+// Adds a subscription to s as if its client had sent SUBSCRIBE (ACL,
+// limits, retained messages). Returns the granted QoS or a reason code
+// (>= 0x80).
+int broker_subscribe(
+    nmq_broker *b, nmq_session *s, const proto_who *who, const char *filter, uint8_t qos);
+// auth.allow_anonymous at runtime (POST /api/v4/reload); a reload of the
+// file sets it again.
+bool broker_allow_anonymous(nmq_broker *b);
+void broker_set_allow_anonymous(nmq_broker *b, bool allow);
+// Removes one subscription of s. Returns 0 or 0x11 (none existed).
+int broker_unsubscribe(nmq_broker *b, nmq_session *s, const char *filter);
+
 #endif // NMQ_BROKER_H

@@ -213,6 +213,7 @@ typedef struct nmq_conf {
 	char    *http_ip_addr;
 	int      http_limit_conn;
 	uint32_t http_max_body; // bytes
+	uint32_t http_request_timeout_ms;
 	char    *http_username; // NULL if not set
 	char    *http_password; // NULL if not set
 	int      http_auth_type; // enum conf_http_auth_type
@@ -398,6 +399,12 @@ void               conf_bridge_free(conf_bridge *b);
 const conf_bridge *conf_bridge_find(const nmq_conf *c, const char *name);
 int                conf_bridge_url(
                    const char *url, bool *tls, char *host, size_t hostlen, int *port, char *why, size_t whylen);
+
+// The configuration as a JSON object nested by key path (system, mqtt,
+// listeners.<name>, http_server, log, auth, ...), every stored key of the
+// schema with its value; secrets (passwords) are "******". Returns NULL
+// on allocation failure; the caller deletes the tree.
+struct cJSON *conf_to_json(const nmq_conf *c);
 
 // Reload support. conf_diff() compares the running configuration a with a
 // newly loaded b and lists every key whose value differs, in schema order,

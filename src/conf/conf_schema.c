@@ -315,9 +315,9 @@ const conf_key conf_schema[] = {
 
 	// -------------------------------------------------------- http_server
 	{ .path = "http_server", .type = CONF_T_SECTION,
-	    .help = "The REST API (`/api/v4`). The section being present enables it. Every "
-	        "change needs a restart. Not supported yet: the keys are checked and the "
-	        "broker warns at startup that nothing listens." },
+	    .help = "The REST API (`/api/v4`, docs/rest-api.md) and the Prometheus metrics "
+	        "(`/api/v4/prometheus`). The section being present enables it. Every change "
+	        "needs a restart." },
 	{ .path = "http_server.enable",
 	    .env = "NANOMQ_HTTP_SERVER_ENABLE", .flat = "http_server.enable",
 	    OPT(0, "http", http_enable),
@@ -335,10 +335,15 @@ const conf_key conf_schema[] = {
 	    .env = "NANOMQ_HTTP_SERVER_PARALLEL", .flat = "http_server.parallel",
 	    .type = CONF_T_INT, .store = CONF_ST_INT,
 	    CF(http_limit_conn), .def = "32", .min = 1, .max = 65535, .alias = "http_server.parallel",
-	    .help = "Requests handled at the same time; others wait." },
+	    .help = "Connections served at the same time; further clients wait in the "
+	        "listening socket's backlog." },
 	{ .path = "http_server.max_body", .type = CONF_T_SIZE, .store = CONF_ST_U32,
 	    CF(http_max_body), .def = "1MB", .min = 1, .max = MB256,
 	    .help = "Largest request body; a bigger one gets HTTP 400, code 108." },
+	{ .path = "http_server.request_timeout", .type = CONF_T_DUR_MS, .store = CONF_ST_U32,
+	    CF(http_request_timeout_ms), .def = "10s", .min = 100, .max = 3600000,
+	    .help = "A request must arrive in full, and its reply leave, within this time of its "
+	        "first byte; a slower client is disconnected (extension)." },
 	{ .path = "http_server.username",
 	    .env = "NANOMQ_HTTP_SERVER_USERNAME", .flat = "http_server.username",
 	    .type = CONF_T_STR, .store = CONF_ST_STR,

@@ -1,0 +1,153 @@
+// The effective configuration as JSON, driven by the schema table: what
+// GET /api/v4/configuration shows. See conf.h.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "src/conf/conf_int.h"
+
+// The object at the dotted prefix of path (all but the last segment) under
+// root, created as needed. Returns NULL on allocation failure; *leaf points
+// to the last segment.
+static cJSON *parent_of(cJSON *root, const char *path, const char **leaf)
+{
+	cJSON      *o = root;
+	const char *p = path;
+	for (;;) {
+		const char *dot = strchr(p, '.');
+		if (dot == NULL) {
+			*leaf = p;
+			return o;
+		}
+		char seg[128];
+		snprintf(seg, sizeof(seg), "%.*s", (int)(dot - p), p);
+		cJSON *c = cJSON_GetObjectItemCaseSensitive(o, seg);
+		if (c == NULL) {
+			c = cJSON_AddObjectToObject(o, seg);
+			if (c == NULL) {
+				return NULL;
+			}
+		} else if (!cJSON_IsObject(c)) {
+			return NULL;
+		}
+		o = c;
+		p = dot + 1;
+	}
+}
+
+// The `i`th word of a '|' separated list into buf ("" when out of range).
+static const char *word(const char *words, int i, char *buf, size_t len)
+{
+	const char *p = words != NULL ? words : "";
+	for (int k = 0; k < i && p != NULL; k++) {
+		p = strchr(p, '|');
+		if (p != NULL) {
+			p++;
+		}
+	}
+	if (p == NULL) {
+		buf[0] = '\0';
+		return buf;
+	}
+	const char *e = strchr(p, '|');
+	snprintf(buf, len, "%.*s", (int)(e != NULL ? (size_t)(e - p) : strlen(p)), p);
+	return buf;
+}
+
+// Adds the value of field k of base (an nmq_conf or conf_listener) to o
+// under name. Returns false on allocation failure.
+static bool add_value(cJSON *o, const char *name, const conf_key *k, const void *base)
+{
+	const char *f = (const char *)base + k->off;
+	cJSON      *v = NULL;
+	char        w[64];
+	if (k->flags & CONF_F_SECRET) {
+		const char *s = k->store == CONF_ST_STR ? *(char *const *)f : "x";
+		v             = s != NULL ? cJSON_CreateString("******") : cJSON_CreateNull();
+		return v != NULL && cJSON_AddItemToObject(o, name, v);
+	}
+	switch (k->store) {
+	case CONF_ST_BOOL:
+		v = cJSON_CreateBool(*(const bool *)f);
+		break;
+	case CONF_ST_INT:
+		if (k->type == CONF_T_ENUM) {
+			v = cJSON_CreateString(word(k->words, *(const int *)f, w, sizeof(w)));
+		} else if (k->type == CONF_T_FLAGS) {
+			v       = cJSON_CreateArray();
+			int bit = *(const int *)f;
+			for (int i = 0; v != NULL && i < 16; i++) {
+				if (bit & (1 << i)) {
+					cJSON_AddItemToArray(
+					    v, cJSON_CreateString(word(k->words, i, w, sizeof(w))));
+				}
+			}
+		} else {
+			v = cJSON_CreateNumber(*(const int *)f);
+		}
+		break;
+	case CONF_ST_U32:
+		v = cJSON_CreateNumber(*(const uint32_t *)f);
+		break;
+	case CONF_ST_U64:
+		v = cJSON_CreateNumber((double)*(const uint64_t *)f);
+		break;
+	case CONF_ST_DOUBLE:
+		v = cJSON_CreateNumber(*(const double *)f);
+		break;
+	case CONF_ST_STR: {
+		const char *s = *(char *const *)f;
+		v             = s != NULL ? cJSON_CreateString(s) : cJSON_CreateNull();
+		break;
+	}
+	default:
+		return true;
+	}
+	return v != NULL && cJSON_AddItemToObject(o, name, v);
+}
+
+struct cJSON *conf_to_json(const nmq_conf *c)
+{
+	cJSON *root = cJSON_CreateObject();
+	if (root == NULL) {
+		return NULL;
+	}
+	for (size_t i = 0; i < conf_schema_len; i++) {
+		const conf_key *k = &conf_schema[i];
+		if (k->base != CONF_BASE_CONF || k->store == CONF_ST_NONE) {
+			continue;
+		}
+		const char *leaf;
+		cJSON      *o = parent_of(root, k->path, &leaf);
+		if (o == NULL || !add_value(o, leaf, k, c)) {
+			goto fail;
+		}
+	}
+	cJSON *ls = cJSON_GetObjectItemCaseSensitive(root, "listeners");
+	if (ls == NULL) {
+		ls = cJSON_AddObjectToObject(root, "listeners");
+	}
+	for (int li = 0; ls != NULL && li < c->n_listeners; li++) {
+		const conf_listener *l    = &c->listeners[li];
+		const char          *kind = conf_listener_kind_name(l->kind);
+		cJSON               *o    = cJSON_AddObjectToObject(ls, l->name);
+		char                 pre[32];
+		snprintf(pre, sizeof(pre), "listeners.%s.", kind);
+		for (size_t i = 0; o != NULL && i < conf_schema_len; i++) {
+			const conf_key *k = &conf_schema[i];
+			if (k->base != CONF_BASE_LISTENER || k->store == CONF_ST_NONE
+			    || strncmp(k->path, pre, strlen(pre)) != 0) {
+				continue;
+			}
+			if (!add_value(o, k->path + strlen(pre), k, l)) {
+				goto fail;
+			}
+		}
+	}
+	return root;
+fail:
+	cJSON_Delete(root);
+	return NULL;
+}

@@ -1,0 +1,408 @@
+// REST API v4: the endpoint list, brokers, nodes, metrics and the
+// Prometheus exposition. See rest_api.h and docs/rest-api.md.
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "nng/core/msg.h"
+#include "src/http/rest_int.h"
+
+// The endpoint list of GET /api/v4.
+static const struct {
+	const char *path, *name, *method, *descr;
+} endpoints[] = {
+	{ "/brokers/", "list_brokers", "GET", "A list of brokers in the cluster" },
+	{ "/nodes/", "list_nodes", "GET", "A list of nodes in the cluster" },
+	{ "/clients/", "list_clients", "GET", "A list of clients on the local node" },
+	{ "/clients/:clientid", "lookup_client", "GET", "Lookup a client on the local node" },
+	{ "/clients/username/:username", "lookup_client_via_username", "GET",
+	    "Lookup a client by username on the local node" },
+	{ "/subscriptions/", "list_subscriptions", "GET",
+	    "A list of subscriptions on the local node" },
+	{ "/subscriptions/:clientid", "lookup_client_subscriptions", "GET",
+	    "A list of subscriptions of a client on the local node" },
+	{ "/topic-tree/", "list_topic-tree", "GET", "A list of topic-tree in the cluster" },
+	{ "/metrics/", "list_all_metrics", "GET", "A list of metrics of all nodes in the cluster" },
+	{ "/prometheus/", "prometheus_metrics", "GET", "Metrics in the Prometheus text format" },
+	{ "/reload/", "reload_conf", "GET", "Show the runtime-changeable configuration" },
+	{ "/reload/", "reload_conf", "POST", "Change the runtime-changeable configuration" },
+	{ "/configuration/", "get_broker_configuration", "GET", "Show the broker's configuration" },
+	{ "/configuration/", "set_broker_configuration", "POST",
+	    "Write the broker's configuration file" },
+	{ "/config_update/", "update_config", "POST",
+	    "Replace the configuration file with a validated HOCON text" },
+	{ "/ctrl/:action", "ctrl_broker", "POST", "stop or restart the broker" },
+	{ "/mqtt/publish", "mqtt_publish", "POST", "Publish a MQTT message" },
+	{ "/mqtt/publish_batch", "mqtt_publish_batch", "POST", "Publish MQTT messages in batch" },
+	{ "/mqtt/subscribe", "mqtt_subscribe", "POST", "Subscribe a client to topics" },
+	{ "/mqtt/subscribe_batch", "mqtt_subscribe_batch", "POST",
+	    "Subscribe clients to topics in batch" },
+	{ "/mqtt/unsubscribe", "mqtt_unsubscribe", "POST", "Unsubscribe a client from a topic" },
+	{ "/mqtt/unsubscribe_batch", "mqtt_unsubscribe_batch", "POST",
+	    "Unsubscribe clients from topics in batch" },
+};
+
+void rest_ok(http_resp *r, cJSON *data)
+{
+	cJSON *j = cJSON_CreateObject();
+	if (j == NULL) {
+		cJSON_Delete(data);
+		r->oom = true;
+		return;
+	}
+	cJSON_AddNumberToObject(j, "code", REST_OK);
+	if (data != NULL) {
+		cJSON_AddItemToObject(j, "data", data);
+	}
+	http_resp_json(r, 200, j);
+}
+
+cJSON *rest_parse_body(const http_req *req, http_resp *r)
+{
+	cJSON *j = req->body_len > 0 ? cJSON_ParseWithLength(req->body, req->body_len) : NULL;
+	if (j == NULL) {
+		http_resp_error(r, 400, REST_BAD_JSON, "the body is not valid JSON");
+	}
+	return j;
+}
+
+static bool query_long(const http_req *req, http_resp *r, const char *key, long min, long *out)
+{
+	char v[32];
+	int  f = http_query_get(req->query, key, v, sizeof(v));
+	if (f == 0) {
+		return true;
+	}
+	char *end;
+	errno  = 0;
+	long n = f > 0 ? strtol(v, &end, 10) : 0;
+	if (f < 0 || v[0] == '\0' || *end != '\0' || errno != 0 || n < min) {
+		char msg[96];
+		snprintf(msg, sizeof(msg), "bad value for %s", key);
+		http_resp_error(r, 400, REST_PARAM_ERROR, msg);
+		return false;
+	}
+	*out = n;
+	return true;
+}
+
+bool rest_paging(const http_req *req, http_resp *r, long *page, long *limit)
+{
+	*page  = 1;
+	*limit = 10000;
+	if (!query_long(req, r, "_page", 1, page) || !query_long(req, r, "_limit", 1, limit)) {
+		return false;
+	}
+	if (*limit > 10000) {
+		*limit = 10000;
+	}
+	return true;
+}
+
+long rest_rss_bytes(void)
+{
+	FILE *f = fopen("/proc/self/statm", "r");
+	long  size, rss = 0;
+	if (f == NULL) {
+		return 0;
+	}
+	if (fscanf(f, "%ld %ld", &size, &rss) != 2) {
+		rss = 0;
+	}
+	fclose(f);
+	return rss * sysconf(_SC_PAGESIZE);
+}
+
+// Samples CPU use since the previous sample (percent of one core) and the
+// highs of the gauges that have no high of their own.
+static void sample(rest_api *api)
+{
+	struct rusage   ru;
+	struct timespec ts;
+	getrusage(RUSAGE_SELF, &ru);
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	double cpu = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6
+	    + (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+	double wall = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+	if (api->last_wall_s > 0 && wall - api->last_wall_s > 0.05) {
+		api->cpu_pct = 100.0 * (cpu - api->last_cpu_s) / (wall - api->last_wall_s);
+	} else if (api->last_wall_s == 0) {
+		double up    = (double)(time(NULL) - api->env.started);
+		api->cpu_pct = up > 0 ? 100.0 * cpu / up : 0;
+	}
+	if (api->last_wall_s == 0 || wall - api->last_wall_s > 0.05) {
+		api->last_cpu_s  = cpu;
+		api->last_wall_s = wall;
+	}
+	if (api->cpu_pct > api->cpu_pct_max) {
+		api->cpu_pct_max = api->cpu_pct;
+	}
+	long rss = rest_rss_bytes();
+	if (rss > api->rss_max) {
+		api->rss_max = rss;
+	}
+	topic_tree *t      = broker_topic_tree(api->env.broker);
+	long        topics = (long)topic_tree_filter_count(t);
+	long        subs   = (long)topic_tree_sub_count(t);
+	if (topics > api->topics_max) {
+		api->topics_max = topics;
+	}
+	if (subs > api->subs_max) {
+		api->subs_max = subs;
+	}
+}
+
+static void uptime_text(time_t started, char *buf, size_t len)
+{
+	long up = (long)(time(NULL) - started);
+	if (up < 0) {
+		up = 0;
+	}
+	snprintf(
+	    buf, len, "%ld Hours, %ld minutes, %ld seconds", up / 3600, (up / 60) % 60, up % 60);
+}
+
+static void h_list(void *arg, const http_req *req, http_resp *r)
+{
+	(void)arg;
+	(void)req;
+	cJSON *a = cJSON_CreateArray();
+	for (size_t i = 0; a != NULL && i < sizeof(endpoints) / sizeof(endpoints[0]); i++) {
+		cJSON *e = cJSON_CreateObject();
+		cJSON_AddStringToObject(e, "path", endpoints[i].path);
+		cJSON_AddStringToObject(e, "name", endpoints[i].name);
+		cJSON_AddStringToObject(e, "method", endpoints[i].method);
+		cJSON_AddStringToObject(e, "descr", endpoints[i].descr);
+		cJSON_AddItemToArray(a, e);
+	}
+	rest_ok(r, a);
+}
+
+static void h_brokers(void *arg, const http_req *req, http_resp *r)
+{
+	rest_api *api = arg;
+	(void)req;
+	char      dt[32], up[96];
+	time_t    now = time(NULL);
+	struct tm tm;
+	localtime_r(&now, &tm);
+	strftime(dt, sizeof(dt), "%Y-%m-%d %H:%M:%S", &tm);
+	uptime_text(api->env.started, up, sizeof(up));
+	cJSON *a = cJSON_CreateArray();
+	cJSON *e = cJSON_CreateObject();
+	cJSON_AddStringToObject(e, "datetime", dt);
+	cJSON_AddStringToObject(e, "node_status", "Running");
+	cJSON_AddStringToObject(e, "sysdescr", "NanoMQ Broker");
+	cJSON_AddStringToObject(e, "uptime", up);
+	cJSON_AddStringToObject(e, "version", NMQ_VERSION);
+	cJSON_AddItemToArray(a, e);
+	rest_ok(r, a);
+}
+
+static void h_nodes(void *arg, const http_req *req, http_resp *r)
+{
+	rest_api *api = arg;
+	(void)req;
+	char up[96];
+	uptime_text(api->env.started, up, sizeof(up));
+	proto_metrics *m = proto_metrics_get(api->env.proto);
+	cJSON         *a = cJSON_CreateArray();
+	cJSON         *e = cJSON_CreateObject();
+	cJSON_AddNumberToObject(e, "connections", (double)atomic_load(&m->connections));
+	cJSON_AddStringToObject(e, "node_status", "Running");
+	cJSON_AddStringToObject(e, "uptime", up);
+	cJSON_AddStringToObject(e, "version", NMQ_VERSION);
+	cJSON_AddItemToArray(a, e);
+	rest_ok(r, a);
+}
+
+// One metric: its name (after "nanomq_"), type, help, and value.
+typedef struct metric {
+	const char *name;
+	const char *type;
+	const char *help;
+	double      value;
+	const char *label; // `reason="..."` or NULL
+} metric;
+
+// Fills v with every metric (returns the count). Reads atomics only: no
+// lock of the message path.
+static size_t collect(rest_api *api, metric *v, size_t cap)
+{
+	proto_metrics *m = proto_metrics_get(api->env.proto);
+	topic_tree    *t = broker_topic_tree(api->env.broker);
+	sample(api);
+	size_t n = 0;
+#define M(nm, ty, hp, val)                                                                         \
+	do {                                                                                       \
+		if (n < cap) {                                                                     \
+			v[n++] = (metric) { nm, ty, hp, (double)(val), NULL };                     \
+		}                                                                                  \
+	} while (0)
+#define ML(nm, lbl, hp, val)                                                                       \
+	do {                                                                                       \
+		if (n < cap) {                                                                     \
+			v[n++] = (metric) { nm, "counter", hp, (double)(val), lbl };               \
+		}                                                                                  \
+	} while (0)
+	M("connections_count", "gauge", "Connected clients now.", atomic_load(&m->connections));
+	M("connections_max", "gauge", "Most clients connected at once since start.",
+	    atomic_load(&m->connections_max));
+	M("sessions_count", "gauge", "Sessions now, online and offline persistent ones.",
+	    atomic_load(&m->sessions));
+	M("sessions_max", "gauge", "Most sessions at once since start.",
+	    atomic_load(&m->sessions_max));
+	M("topics_count", "gauge", "Distinct subscribed topic filters now.",
+	    topic_tree_filter_count(t));
+	M("topics_max", "gauge", "Most distinct subscribed filters seen by a metrics read.",
+	    api->topics_max);
+	M("subscribers_count", "gauge", "Subscriptions now.", topic_tree_sub_count(t));
+	M("subscribers_max", "gauge", "Most subscriptions seen by a metrics read.", api->subs_max);
+	M("messages_received", "counter",
+	    "PUBLISH packets received from clients, bridges and the REST API.",
+	    atomic_load(&m->msgs_received));
+	M("messages_sent", "counter", "PUBLISH packets sent to clients.",
+	    atomic_load(&m->msgs_sent));
+	M("messages_dropped", "counter",
+	    "Messages discarded for any reason (a message with no subscriber is not a drop).",
+	    atomic_load(&m->msgs_dropped));
+	M("memory_usage", "gauge", "Resident memory of the process in bytes.", rest_rss_bytes());
+	M("memory_usage_max", "gauge", "Highest resident memory seen by a metrics read, in bytes.",
+	    api->rss_max);
+	M("cpu_usage", "gauge", "Process CPU use in percent of one core since the last read.",
+	    api->cpu_pct);
+	M("cpu_usage_max", "gauge", "Highest CPU use seen by a metrics read, in percent.",
+	    api->cpu_pct_max);
+	ML("messages_dropped_by_reason", "reason=\"queue_full\"", "Messages discarded, by reason.",
+	    atomic_load(&m->drop_queue_full));
+	ML("messages_dropped_by_reason", "reason=\"expired\"", NULL, atomic_load(&m->drop_expired));
+	ML("messages_dropped_by_reason", "reason=\"too_large\"", NULL,
+	    atomic_load(&m->drop_too_large));
+	ML("messages_dropped_by_reason", "reason=\"acl\"", NULL, atomic_load(&m->drop_acl));
+	ML("messages_dropped_by_reason", "reason=\"memory\"", NULL, atomic_load(&m->drop_memory));
+	M("connections_refused", "counter",
+	    "Connections refused by mqtt.max_connections or an owner check.",
+	    atomic_load(&m->refused_connections));
+	M("topics_refused", "counter", "Topic names or filters over the length or level limits.",
+	    atomic_load(&m->refused_topics));
+	M("subscriptions_refused", "counter", "Subscriptions over mqtt.max_subscriptions.",
+	    atomic_load(&m->refused_subscriptions));
+	M("acl_deliveries_denied", "counter",
+	    "Deliveries skipped because the ACL denies the subscriber read access.",
+	    broker_acl_deliveries_denied(api->env.broker));
+	M("message_memory_bytes", "gauge",
+	    "Bytes held by messages and their buffers (the mqtt.max_message_memory account).",
+	    nmq_mem_in_use());
+	M("message_payload_bytes", "gauge", "Bytes allocated for messages alone.",
+	    nmq_msg_bytes_in_use());
+#undef M
+#undef ML
+	return n;
+}
+
+static void h_prometheus(void *arg, const http_req *req, http_resp *r)
+{
+	rest_api *api = arg;
+	(void)req;
+	metric v[40];
+	size_t n        = collect(api, v, sizeof(v) / sizeof(v[0]));
+	r->status       = 200;
+	r->content_type = "text/plain; version=0.0.4; charset=utf-8";
+	for (size_t i = 0; i < n; i++) {
+		if (v[i].help != NULL) {
+			http_resp_printf(r, "# HELP nanomq_%s %s\n# TYPE nanomq_%s %s\n", v[i].name,
+			    v[i].help, v[i].name, v[i].type);
+		}
+		if (v[i].label != NULL) {
+			http_resp_printf(
+			    r, "nanomq_%s{%s} %.17g\n", v[i].name, v[i].label, v[i].value);
+		} else {
+			http_resp_printf(r, "nanomq_%s %.17g\n", v[i].name, v[i].value);
+		}
+	}
+}
+
+static void h_metrics(void *arg, const http_req *req, http_resp *r)
+{
+	rest_api *api = arg;
+	(void)req;
+	metric v[40];
+	size_t n  = collect(api, v, sizeof(v) / sizeof(v[0]));
+	cJSON *j  = cJSON_CreateObject();
+	cJSON *a  = cJSON_AddArrayToObject(j, "metrics");
+	cJSON *o  = cJSON_CreateObject();
+	cJSON *by = cJSON_CreateObject();
+	for (size_t i = 0; i < n; i++) {
+		if (v[i].label != NULL) {
+			// reason="x" -> "x"
+			char        key[32];
+			const char *q = strchr(v[i].label, '"');
+			snprintf(key, sizeof(key), "%s", q != NULL ? q + 1 : v[i].label);
+			char *e = strchr(key, '"');
+			if (e != NULL) {
+				*e = '\0';
+			}
+			cJSON_AddNumberToObject(by, key, v[i].value);
+		} else {
+			cJSON_AddNumberToObject(o, v[i].name, v[i].value);
+		}
+	}
+	cJSON_AddItemToObject(o, "messages_dropped_by_reason", by);
+	cJSON_AddItemToArray(a, o);
+	char cpu[32], mem[32];
+	snprintf(cpu, sizeof(cpu), "%.2f%%", api->cpu_pct);
+	snprintf(mem, sizeof(mem), "%ld", rest_rss_bytes());
+	cJSON_AddStringToObject(j, "cpuinfo", cpu);
+	cJSON_AddStringToObject(j, "memory", mem);
+	cJSON_AddNumberToObject(
+	    j, "connections", (double)atomic_load(&proto_metrics_get(api->env.proto)->connections));
+	http_resp_json(r, 200, j);
+}
+
+rest_api *rest_api_alloc(http_server *hs, const rest_env *env)
+{
+	rest_api *api = calloc(1, sizeof(*api));
+	if (api == NULL) {
+		return NULL;
+	}
+	api->env           = *env;
+	api->property_size = env->property_size;
+	static const struct {
+		const char  *method, *path;
+		http_handler fn;
+	} core[] = {
+		{ "GET", "/api/v4", h_list },
+		{ "GET", "/api/v4/brokers", h_brokers },
+		{ "GET", "/api/v4/nodes", h_nodes },
+		{ "GET", "/api/v4/metrics", h_metrics },
+		{ "GET", "/api/v4/prometheus", h_prometheus },
+	};
+	nmq_err e = NMQ_OK;
+	for (size_t i = 0; e == NMQ_OK && i < sizeof(core) / sizeof(core[0]); i++) {
+		e = http_server_route(hs, core[i].method, core[i].path, core[i].fn, api);
+	}
+	if (e == NMQ_OK) {
+		e = rest_routes_clients(hs, api);
+	}
+	if (e == NMQ_OK) {
+		e = rest_routes_mqtt(hs, api);
+	}
+	if (e == NMQ_OK) {
+		e = rest_routes_conf(hs, api);
+	}
+	if (e != NMQ_OK) {
+		free(api);
+		return NULL;
+	}
+	return api;
+}
+
+void rest_api_free(rest_api *api)
+{
+	free(api);
+}

@@ -1,0 +1,37 @@
+// Internals shared by the REST handler files (rest_*.c).
+#ifndef NMQ_REST_INT_H
+#define NMQ_REST_INT_H
+
+#include <cjson/cJSON.h>
+
+#include "src/http/rest_api.h"
+
+struct rest_api {
+	rest_env env;
+	// CPU and memory figures, sampled when metrics are read.
+	double   cpu_pct;
+	double   cpu_pct_max;
+	long     rss_max;
+	long     topics_max;
+	long     subs_max;
+	double   last_cpu_s;
+	double   last_wall_s;
+	uint32_t property_size; // GET/POST /reload (shown, not enforced)
+};
+
+// Registration of each file's routes.
+nmq_err rest_routes_clients(http_server *hs, rest_api *api);
+nmq_err rest_routes_mqtt(http_server *hs, rest_api *api);
+nmq_err rest_routes_conf(http_server *hs, rest_api *api);
+
+// {"code":0,"data":data} with status 200.
+void rest_ok(http_resp *r, cJSON *data);
+// A JSON body, or an error reply (400/109) if it is not JSON; NULL then.
+cJSON *rest_parse_body(const http_req *req, http_resp *r);
+// Reads _page and _limit (defaults 1 and 10000). Returns false after an
+// error reply for a bad value.
+bool rest_paging(const http_req *req, http_resp *r, long *page, long *limit);
+// Resident memory in bytes (from /proc/self/statm), 0 if unknown.
+long rest_rss_bytes(void);
+
+#endif // NMQ_REST_INT_H
