@@ -317,20 +317,52 @@ static void h_conf_post(void *arg, const http_req *req, http_resp *r)
 		return;
 	}
 	drop_masked(d);
-	// JSON is HOCON: the sections are appended to the current file, where
-	// later keys win and objects merge, so everything not given is kept.
-	char *add = cJSON_Print(d);
+	// JSON is HOCON: each section is appended to the current file as
+	// `name {...}`, where later keys win and objects merge, so everything
+	// not given is kept.
+	char  *add  = NULL;
+	size_t alen = 0;
+	FILE  *mf   = open_memstream(&add, &alen);
+	bool   bad  = mf == NULL;
+	cJSON *sec;
+	cJSON_ArrayForEach(sec, d)
+	{
+		char *v = cJSON_Print(sec);
+		if (v == NULL || mf == NULL) {
+			bad = true;
+			free(v);
+			break;
+		}
+		cJSON *key = cJSON_CreateString(sec->string);
+		char  *k   = key != NULL ? cJSON_PrintUnformatted(key) : NULL;
+		cJSON_Delete(key);
+		if (k == NULL) {
+			bad = true;
+			free(v);
+			break;
+		}
+		fprintf(mf, "%s = %s\n", k, v);
+		free(k);
+		free(v);
+	}
+	if (mf != NULL) {
+		fclose(mf);
+	}
 	cJSON_Delete(j);
+	if (bad) {
+		free(add);
+		http_resp_error(r, 500, REST_UNKNOWN_ERROR, "out of memory");
+		return;
+	}
 	size_t olen = 0;
 	char  *old  = api->env.conf_path != NULL ? read_file(api->env.conf_path, &olen) : NULL;
-	if (add == NULL || (api->env.conf_path != NULL && old == NULL)) {
+	if (api->env.conf_path != NULL && old == NULL) {
 		free(add);
 		free(old);
 		http_resp_error(r, 500, REST_WRITE_FAILED, "cannot read the configuration file");
 		return;
 	}
 	static const char sep[] = "\n# Written by POST /api/v4/configuration\n";
-	size_t            alen  = strlen(add);
 	char             *text  = malloc(olen + sizeof(sep) + alen + 2);
 	if (text == NULL) {
 		free(add);
