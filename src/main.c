@@ -115,22 +115,6 @@ static void print_conf_errors(const conf_errors *errs)
 	}
 }
 
-// Writes into buf the warning owed when conf enables the REST API with
-// Basic authentication but no user name or password: every request then
-// gets 401. Returns buf, or NULL when there is nothing to say.
-static const char *http_server_note(const nmq_conf *conf, char *buf, size_t len)
-{
-	if (!conf->http_enable || conf->http_auth_type != CONF_HTTP_AUTH_BASIC
-	    || (conf->http_username != NULL && conf->http_password != NULL)) {
-		return NULL;
-	}
-	snprintf(buf, len,
-	    "http_server: auth_type = basic without username and password: every request "
-	    "to %s:%d gets 401",
-	    conf->http_ip_addr != NULL ? conf->http_ip_addr : "0.0.0.0", conf->http_port);
-	return buf;
-}
-
 // POST /api/v4/ctrl/stop and /ctrl/restart (on the HTTP thread, after the
 // reply was sent): the main thread stops as on SIGTERM; for a restart,
 // main() then starts the program again with the same arguments.
@@ -983,7 +967,6 @@ int main(int argc, char **argv)
 
 	nmq_conf    conf;
 	conf_errors errs;
-	char        note[160];
 	conf_set_tls_params_check(tls_params_ok);
 	int  rc        = conf_load(&conf, &args.cli, argv[0], &errs);
 	bool reloading = args.verb == CLI_VERB_RELOAD && !args.test;
@@ -993,9 +976,6 @@ int main(int argc, char **argv)
 	}
 	print_conf_errors(&errs);
 	conf_errors_free(&errs);
-	if (rc == 0 && http_server_note(&conf, note, sizeof(note)) != NULL) {
-		fprintf(stderr, "nanomq: warning: %s\n", note);
-	}
 	if (rc != 0) {
 		if (!reloading) {
 			fprintf(stderr, "nanomq: configuration has errors; not starting\n");
@@ -1063,9 +1043,6 @@ int main(int argc, char **argv)
 		pidfile_release(&pf);
 		conf_free(&conf);
 		return 1;
-	}
-	if (http_server_note(&conf, note, sizeof(note)) != NULL) {
-		log_warn("conf", "%s", note);
 	}
 	rc = run(&args, &conf, argv[0], ready_fd, &pf);
 	log_close();
