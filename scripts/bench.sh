@@ -29,7 +29,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 
 scenarios_all=(fanout_q0 fanout_q1 fanout_q0_20 fanout_q1_20 four_q0 four_q1 pairs_q1 pairs_q1_1hz
 	shared_q1 idle_10k startup tls_storm tls_storm_ec tls_resume tls_fanout_q0 tls_fanout_q1
-	tls_pairs_q1_1hz bridge_fwd_q1 bridge_drain_100k)
+	tls_pairs_q1_1hz bridge_fwd_q1 bridge_drain_100k four_q1_scraped fanout_q1_scraped)
 duration=10
 repeat=1
 brokers=nanomq,mosquitto
@@ -59,6 +59,8 @@ scenario_args() {
 	tls_fanout_q1) echo "TLS rsa pubsub --pubs 1 --subs 1000 -t bench/fan -q 1 -I 0" ;;
 	tls_pairs_q1_1hz) echo "TLS rsa pubsub --pubs 1000 --subs 1000 -t bench/pair/%i -q 1 -I 1000" ;;
 	shared_q1) echo "pubsub --pubs 1000 --subs 10 -t bench/sh/%i --sub-topic \$share/g/bench/sh/+ -q 1 -I 100" ;;
+	four_q1_scraped) echo "SCRAPE pubsub --pubs 4 --subs 4 -t bench/four -q 1 -I 0" ;;
+	fanout_q1_scraped) echo "SCRAPE pubsub --pubs 1 --subs 1000 -t bench/fan -q 1 -I 0" ;;
 	idle_10k) echo "conn -c 10000" ;;
 	startup) echo "startup" ;; # scripts/startup-rss.sh, not the generator
 	bridge_fwd_q1) echo "bridge fwd" ;; # scripts/bench_bridge.py
@@ -87,6 +89,8 @@ scenario_doc() {
 	tls_fanout_q1) echo "TLS: 1 publisher -> 1,000 subscribers, QoS 1, flat out" ;;
 	tls_pairs_q1_1hz) echo "TLS: 1,000 publisher/subscriber pairs, QoS 1, 1 msg/s each" ;;
 	shared_q1) echo "1,000 publishers -> one 10-member shared subscription, QoS 1, 10 msg/s each" ;;
+	four_q1_scraped) echo "four_q1 with the REST API scraped every second (/prometheus, /clients); ours only" ;;
+	fanout_q1_scraped) echo "fanout_q1 with the REST API scraped every second (/prometheus, /clients); ours only" ;;
 	idle_10k) echo "10,000 idle connections: connections/s and broker memory per connection" ;;
 	startup) echo "memory 2 s after start on the default configuration (scripts/startup-rss.sh)" ;;
 	esac
@@ -199,7 +203,7 @@ pki_ready() {
 # Starts broker $1 on port $2 in the background; sets bpid. With $3 = rsa or
 # ec the port is a TLS listener with that server certificate.
 start_broker() {
-	local b=$1 port=$2 tls=${3:-} crt key
+	local b=$1 port=$2 tls=${3:-} hport=${4:-} crt key
 	if [ -n "$tls" ]; then
 		pki_ready
 		crt="$work/pki/server.crt" key="$work/pki/server.key"
@@ -230,6 +234,10 @@ start_broker() {
 			mqtt.max_message_memory = ${BENCH_MEMORY:-0}
 			log.level = error
 		EOF
+		if [ -n "$hport" ]; then
+			printf 'http_server { port = %s, ip_addr = 127.0.0.1, auth_type = no_auth }\n' \
+				"$hport" >>"$work/nanomq.conf"
+		fi
 		if [ -n "$tls" ]; then
 			cat >"$work/nanomq.conf" <<-EOF
 				listeners.tcp.bind = "127.0.0.1:$(free_port)"
@@ -320,12 +328,29 @@ run_one() {
 	fi
 	port=$(free_port)
 	read -r -a args <<<"$(scenario_args "$s")"
-	local tls="" tlsargs=()
+	local tls="" tlsargs=() hport="" spid=""
 	if [ "${args[0]}" = TLS ]; then
 		tls=${args[1]}
 		args=("${args[@]:2}")
 	fi
-	start_broker "$b" "$port" "$tls" || return 0
+	if [ "${args[0]}" = SCRAPE ]; then
+		args=("${args[@]:1}")
+		if [ "$b" != nanomq ]; then
+			echo "== $s: skipped on $b (no REST API)" >&2
+			return 0
+		fi
+		hport=$(free_port)
+	fi
+	start_broker "$b" "$port" "$tls" "$hport" || return 0
+	if [ -n "$hport" ]; then
+		# The scraper: what a Prometheus server and a dashboard would do,
+		# once a second, on the generator's CPU.
+		"${pin_gen[@]}" bash -c 'while :; do
+			curl -s -o /dev/null "http://127.0.0.1:$1/api/v4/prometheus"
+			curl -s -o /dev/null "http://127.0.0.1:$1/api/v4/clients?_limit=100"
+			sleep 1; done' scraper "$hport" &
+		spid=$!
+	fi
 	if [ -n "$tls" ]; then
 		tlsargs=(-S --cafile "$work/pki/ca.crt")
 	fi
@@ -338,6 +363,10 @@ run_one() {
 	echo "== $s on $b (run $rep)" >&2
 	line=$("${pin_gen[@]}" "$cli" bench "${args[@]}" -h 127.0.0.1 -p "$port" --parallel 1 \
 		"${tlsargs[@]}" "${extra[@]}" --broker-pid "$bpid" --json 2>"$work/gen.err") || true
+	if [ -n "$spid" ]; then
+		kill "$spid" 2>/dev/null || true
+		wait "$spid" 2>/dev/null || true
+	fi
 	stop_broker
 	if [ -z "$line" ]; then
 		echo "bench.sh: $s on $b produced no report:" >&2
