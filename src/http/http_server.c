@@ -472,6 +472,9 @@ static bool conn_flush(http_server *hs, hconn *c)
 		conn_close(hs, c);
 		return false;
 	}
+	// The reply is out: the connection is idle until the next request.
+	c->idle        = true;
+	c->deadline_ms = now_ms() + hs->o.idle_timeout_ms;
 	if (c->st == C_WRITE) {
 		c->st = C_READ;
 		conn_watch(hs, c, EPOLLIN);
@@ -644,8 +647,6 @@ static bool conn_process(http_server *hs, hconn *c)
 		if (!conn_reply(hs, c, &resp, keep)) {
 			return false;
 		}
-		c->idle        = true;
-		c->deadline_ms = now_ms() + hs->o.idle_timeout_ms;
 	}
 	return true;
 }
