@@ -170,6 +170,8 @@ static int start_http(
 		.argv0         = argv0,
 		.started       = time(NULL),
 		.property_size = c->property_size,
+		.listeners     = srv->listeners,
+		.n_listeners   = srv->n_listeners,
 		.stop          = rest_stop,
 		.restart       = rest_restart,
 	};

@@ -215,6 +215,11 @@ const char *listener_name(nmq_listener *l)
 	return l->name;
 }
 
+uint32_t listener_conn_count(nmq_listener *l)
+{
+	return atomic_load_explicit(&l->n_conns, memory_order_relaxed);
+}
+
 // Stops a listener and parks its struct; see listener.h.
 void listener_stop(nmq_listener *l)
 {

@@ -66,6 +66,9 @@ int listener_port(nmq_listener *l);
 
 // Returns the listener's name as given in listener_opts.
 const char *listener_name(nmq_listener *l);
+// Connections open on l now (accepted and not yet destroyed). Lock-free;
+// any thread (the REST API's metrics).
+uint32_t listener_conn_count(nmq_listener *l);
 
 // Stops accepting and releases the listener's sockets; existing
 // connections live on (their tag stays valid until the process exits).

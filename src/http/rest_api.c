@@ -325,6 +325,29 @@ static void h_prometheus(void *arg, const http_req *req, http_resp *r)
 			http_resp_printf(r, "nanomq_%s %.17g\n", v[i].name, v[i].value);
 		}
 	}
+	if (api->env.n_listeners > 0) {
+		http_resp_printf(r,
+		    "# HELP nanomq_listener_connections Connections open on each "
+		    "MQTT listener now.\n# TYPE nanomq_listener_connections gauge\n");
+	}
+	for (int i = 0; i < api->env.n_listeners; i++) {
+		nmq_listener *l = api->env.listeners[i];
+		// A label value escapes '\\', '"' and newlines.
+		char        name[160];
+		size_t      k = 0;
+		const char *p = listener_name(l);
+		for (; *p != '\0' && k + 3 < sizeof(name); p++) {
+			if (*p == '\\' || *p == '"' || *p == '\n') {
+				name[k++] = '\\';
+				name[k++] = *p == '\n' ? 'n' : *p;
+			} else {
+				name[k++] = *p;
+			}
+		}
+		name[k] = '\0';
+		http_resp_printf(r, "nanomq_listener_connections{listener=\"%s\"} %u\n", name,
+		    listener_conn_count(l));
+	}
 }
 
 static void h_metrics(void *arg, const http_req *req, http_resp *r)

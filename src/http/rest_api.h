@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "nng/protocol/proto.h"
+#include "nng/transport/listener.h"
 #include "src/broker/broker.h"
 #include "src/conf/conf.h"
 #include "src/http/http_server.h"
@@ -31,6 +32,10 @@ typedef struct rest_env {
 	const char     *argv0;
 	time_t          started; // time(NULL) at startup
 	uint32_t        property_size; // mqtt.property_size at startup
+	// The MQTT listeners, for per-listener connection counts (they
+	// outlive the API).
+	nmq_listener *const *listeners;
+	int                  n_listeners;
 	// POST /ctrl/stop and /ctrl/restart, called on the HTTP thread after
 	// the reply was sent: they must only signal the main thread.
 	void (*stop)(void *arg);

@@ -358,6 +358,11 @@ class HttpApiTest(unittest.TestCase):
         self.assertGreaterEqual(sample("nanomq_messages_received") - rx0, 5)
         self.assertGreaterEqual(sample("nanomq_messages_sent") - tx0, 5)
         self.assertGreaterEqual(sample("nanomq_connections_count"), 2)
+        st, ct, d = self.api.request("GET", "/api/v4/prometheus")
+        per = {s.labels["listener"]: s.value for f in text_string_to_metric_families(d.decode())
+               if f.name == "nanomq_listener_connections" for s in f.samples}
+        self.assertEqual(list(per), ["tcp"])
+        self.assertGreaterEqual(per["tcp"], 2)
         self.assertGreater(sample("nanomq_memory_usage"), 100000)
         st, j = self.api.json("GET", "/api/v4/metrics")
         self.assertEqual(set(j), {"metrics", "cpuinfo", "memory", "connections"})
