@@ -408,6 +408,8 @@ static void dispatch(
 
 // ---------------------------------------------------------------- connections
 
+static void listen_resume(http_server *hs);
+
 static void conn_close(http_server *hs, hconn *c)
 {
 	epoll_ctl(hs->efd, EPOLL_CTL_DEL, c->fd, NULL);
@@ -427,12 +429,7 @@ static void conn_close(http_server *hs, hconn *c)
 	free(c->out);
 	free(c);
 	hs->nconns--;
-	if (!hs->listening && hs->nconns < hs->o.limit_conn) {
-		struct epoll_event ev = { .events = EPOLLIN, .data.ptr = LISTEN_TAG };
-		if (epoll_ctl(hs->efd, EPOLL_CTL_ADD, hs->lfd, &ev) == 0) {
-			hs->listening = true;
-		}
-	}
+	listen_resume(hs);
 }
 
 static void conn_watch(http_server *hs, hconn *c, uint32_t events)
@@ -693,6 +690,26 @@ static void conn_readable(http_server *hs, hconn *c)
 	}
 }
 
+// Takes the listening socket out of the loop (new clients wait in the
+// backlog); listen_resume puts it back while there is a free slot.
+static void listen_pause(http_server *hs)
+{
+	if (hs->listening) {
+		epoll_ctl(hs->efd, EPOLL_CTL_DEL, hs->lfd, NULL);
+		hs->listening = false;
+	}
+}
+
+static void listen_resume(http_server *hs)
+{
+	if (!hs->listening && hs->nconns < hs->o.limit_conn) {
+		struct epoll_event ev = { .events = EPOLLIN, .data.ptr = LISTEN_TAG };
+		if (epoll_ctl(hs->efd, EPOLL_CTL_ADD, hs->lfd, &ev) == 0) {
+			hs->listening = true;
+		}
+	}
+}
+
 static void accept_all(http_server *hs)
 {
 	while (hs->nconns < hs->o.limit_conn) {
@@ -702,8 +719,12 @@ static void accept_all(http_server *hs)
 		    = accept4(hs->lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
 			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+				// Out of descriptors, say: stop watching the socket (it
+				// would stay readable and spin the loop) until the next
+				// tick tries again.
 				log_warn_rl(
 				    "http", "event=accept_failed reason=\"%s\"", strerror(errno));
+				listen_pause(hs);
 			}
 			return;
 		}
@@ -738,10 +759,7 @@ static void accept_all(http_server *hs)
 		hs->nconns++;
 	}
 	// Full: leave new clients in the backlog until a slot frees.
-	if (hs->listening) {
-		epoll_ctl(hs->efd, EPOLL_CTL_DEL, hs->lfd, NULL);
-		hs->listening = false;
-	}
+	listen_pause(hs);
 }
 
 static void expire(http_server *hs)
@@ -758,6 +776,7 @@ static void expire(http_server *hs)
 		}
 		c = next;
 	}
+	listen_resume(hs); // after a failed accept
 }
 
 static void *server_main(void *arg)
