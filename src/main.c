@@ -165,6 +165,7 @@ static int start_http(
 	rest_env env = {
 		.broker        = srv->broker,
 		.proto         = srv->proto,
+		.bridges       = srv->bridges,
 		.conf_path     = srv->http_conf_path,
 		.cli           = &args->cli,
 		.argv0         = argv0,

@@ -1619,6 +1619,11 @@ int broker_subscribe(
 	return rv;
 }
 
+const char *broker_subscriber_client_id(void *sub)
+{
+	return is_sink(sub) ? NULL : nmq_session_client_id(sub);
+}
+
 bool broker_allow_anonymous(nmq_broker *b)
 {
 	bool anon;

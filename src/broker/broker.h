@@ -148,6 +148,9 @@ int broker_subscribe(
 // file sets it again.
 bool broker_allow_anonymous(nmq_broker *b);
 void broker_set_allow_anonymous(nmq_broker *b, bool allow);
+// For topic_tree_walk() callbacks on broker_topic_tree(): the client id of
+// a subscriber, or NULL when it is not a session (a bridge's forward).
+const char *broker_subscriber_client_id(void *sub);
 // Removes one subscription of s. Returns 0 or 0x11 (none existed).
 int broker_unsubscribe(nmq_broker *b, nmq_session *s, const char *filter);
 

@@ -108,6 +108,73 @@ static bool add_value(cJSON *o, const char *name, const conf_key *k, const void 
 	return v != NULL && cJSON_AddItemToObject(o, name, v);
 }
 
+#define BRIDGE_PRE "bridges.mqtt.<name>."
+
+// Adds the rows of base `base` whose path starts with pre to o, the rest
+// of the path nested. Returns false on allocation failure.
+static bool add_rows(cJSON *o, const char *pre, int base, const void *obj)
+{
+	size_t pl = strlen(pre);
+	for (size_t i = 0; i < conf_schema_len; i++) {
+		const conf_key *k = &conf_schema[i];
+		if (k->base != base || k->store == CONF_ST_NONE || strncmp(k->path, pre, pl) != 0) {
+			continue;
+		}
+		const char *leaf;
+		cJSON      *p = parent_of(o, k->path + pl, &leaf);
+		if (p == NULL || !add_value(p, leaf, k, obj)) {
+			return false;
+		}
+	}
+	return true;
+}
+
+// bridges.mqtt.<name> for every bridge, with forwards and subscription.
+static bool add_bridges(cJSON *root, const nmq_conf *c)
+{
+	if (c->n_bridges == 0) {
+		return true;
+	}
+	cJSON *br = cJSON_GetObjectItemCaseSensitive(root, "bridges");
+	if (br == NULL) {
+		br = cJSON_AddObjectToObject(root, "bridges");
+	}
+	cJSON *mq = br != NULL ? cJSON_GetObjectItemCaseSensitive(br, "mqtt") : NULL;
+	if (br != NULL && mq == NULL) {
+		mq = cJSON_AddObjectToObject(br, "mqtt");
+	}
+	if (mq == NULL) {
+		return false;
+	}
+	for (int i = 0; i < c->n_bridges; i++) {
+		const conf_bridge *b = &c->bridges[i];
+		cJSON             *o = cJSON_AddObjectToObject(mq, b->name);
+		cJSON             *fw, *sb;
+		if (o == NULL || !add_rows(o, BRIDGE_PRE, CONF_BASE_BRIDGE, b)
+		    || (fw = cJSON_AddArrayToObject(o, "forwards")) == NULL
+		    || (sb = cJSON_AddArrayToObject(o, "subscription")) == NULL) {
+			return false;
+		}
+		for (int f = 0; f < b->n_fwds; f++) {
+			cJSON *e = cJSON_CreateObject();
+			if (e == NULL || !cJSON_AddItemToArray(fw, e)
+			    || !add_rows(
+			        e, BRIDGE_PRE "forwards.", CONF_BASE_BRIDGE_FWD, &b->fwds[f])) {
+				return false;
+			}
+		}
+		for (int f = 0; f < b->n_subs; f++) {
+			cJSON *e = cJSON_CreateObject();
+			if (e == NULL || !cJSON_AddItemToArray(sb, e)
+			    || !add_rows(
+			        e, BRIDGE_PRE "subscription.", CONF_BASE_BRIDGE_SUB, &b->subs[f])) {
+				return false;
+			}
+		}
+	}
+	return true;
+}
+
 struct cJSON *conf_to_json(const nmq_conf *c)
 {
 	cJSON *root = cJSON_CreateObject();
@@ -145,6 +212,9 @@ struct cJSON *conf_to_json(const nmq_conf *c)
 				goto fail;
 			}
 		}
+	}
+	if (!add_bridges(root, c)) {
+		goto fail;
 	}
 	return root;
 fail:

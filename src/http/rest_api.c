@@ -29,6 +29,8 @@ static const struct {
 	{ "/topic-tree/", "list_topic-tree", "GET", "A list of topic-tree in the cluster" },
 	{ "/metrics/", "list_all_metrics", "GET", "A list of metrics of all nodes in the cluster" },
 	{ "/prometheus/", "prometheus_metrics", "GET", "Metrics in the Prometheus text format" },
+	{ "/bridges/", "list_bridges", "GET", "The health of every bridge" },
+	{ "/bridges/:name", "lookup_bridge", "GET", "The health of one bridge" },
 	{ "/reload/", "reload_conf", "GET", "Show the runtime-changeable configuration" },
 	{ "/reload/", "reload_conf", "POST", "Change the runtime-changeable configuration" },
 	{ "/configuration/", "get_broker_configuration", "GET", "Show the broker's configuration" },
@@ -387,6 +389,54 @@ static void h_metrics(void *arg, const http_req *req, http_resp *r)
 	http_resp_json(r, 200, j);
 }
 
+// GET /bridges and /bridges/:name: the health of the bridges
+// (bridges_health_json, docs/bridge.md).
+static void h_bridges(void *arg, const http_req *req, http_resp *r)
+{
+	rest_api   *api  = arg;
+	const char *name = req->nparams == 1 ? req->params[0] : NULL;
+	if (api->env.bridges == NULL) {
+		if (name != NULL) {
+			http_resp_error(r, 404, REST_PARAM_ERROR, "no such bridge");
+		} else {
+			rest_ok(r, cJSON_CreateArray());
+		}
+		return;
+	}
+	size_t need = bridges_health_json(api->env.bridges, name, NULL, 0);
+	if (need == 0) {
+		http_resp_error(r, 404, REST_PARAM_ERROR, "no such bridge");
+		return;
+	}
+	// The health may grow between the two calls: retry with room.
+	for (int tries = 0; tries < 4; tries++) {
+		char *buf = malloc(need + 1);
+		if (buf == NULL) {
+			r->oom = true;
+			return;
+		}
+		size_t got = bridges_health_json(api->env.bridges, name, buf, need + 1);
+		if (got == 0) {
+			free(buf);
+			http_resp_error(r, 404, REST_PARAM_ERROR, "no such bridge");
+			return;
+		}
+		if (got <= need) {
+			cJSON *j = cJSON_ParseWithLength(buf, got);
+			free(buf);
+			if (j == NULL) {
+				http_resp_error(r, 500, REST_UNKNOWN_ERROR, "bad health document");
+				return;
+			}
+			rest_ok(r, j);
+			return;
+		}
+		free(buf);
+		need = got;
+	}
+	http_resp_error(r, 500, REST_UNKNOWN_ERROR, "bridge health kept changing");
+}
+
 rest_api *rest_api_alloc(http_server *hs, const rest_env *env)
 {
 	rest_api *api = calloc(1, sizeof(*api));
@@ -404,6 +454,8 @@ rest_api *rest_api_alloc(http_server *hs, const rest_env *env)
 		{ "GET", "/api/v4/nodes", h_nodes },
 		{ "GET", "/api/v4/metrics", h_metrics },
 		{ "GET", "/api/v4/prometheus", h_prometheus },
+		{ "GET", "/api/v4/bridges", h_bridges },
+		{ "GET", "/api/v4/bridges/:name", h_bridges },
 	};
 	nmq_err e = NMQ_OK;
 	for (size_t i = 0; e == NMQ_OK && i < sizeof(core) / sizeof(core[0]); i++) {

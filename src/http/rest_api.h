@@ -13,6 +13,7 @@
 
 #include "nng/protocol/proto.h"
 #include "nng/transport/listener.h"
+#include "src/bridge/bridge.h"
 #include "src/broker/broker.h"
 #include "src/conf/conf.h"
 #include "src/http/http_server.h"
@@ -21,8 +22,9 @@ typedef struct rest_api rest_api;
 
 // What the API needs from the daemon.
 typedef struct rest_env {
-	nmq_broker *broker;
-	nmq_proto  *proto;
+	nmq_broker  *broker;
+	nmq_proto   *proto;
+	nmq_bridges *bridges; // GET /bridges; NULL: none
 	// The running configuration's file (NULL: none; the configuration
 	// endpoints that write then answer 118) and how it was loaded, so that
 	// GET /configuration can show what the file, the environment and the

@@ -269,8 +269,10 @@ static void tree_cb(void *arg, const char *level, size_t len, int depth, size_t 
 	if (n_subs > 0) {
 		cJSON *ids = cJSON_AddArrayToObject(e, "clientid");
 		for (size_t i = 0; i < n_subs; i++) {
-			cJSON_AddItemToArray(
-			    ids, cJSON_CreateString(nmq_session_client_id(subs[i])));
+			const char *cid = broker_subscriber_client_id(subs[i]);
+			if (cid != NULL) { // a bridge's forward has none
+				cJSON_AddItemToArray(ids, cJSON_CreateString(cid));
+			}
 		}
 	}
 	cJSON_AddItemToArray(lv, e);

@@ -93,9 +93,15 @@ class HttpApiTest(unittest.TestCase):
                     'topics = ["acl/#"]}\n'
                     '{permit = allow}\n]\n')
         cls.http_port = nmq.free_port()
+        # A bridge to a port where nothing listens: it stays down.
+        dead = nmq.free_port()
         conf = ("http_server { port = %d, username = %s, password = %s }\n"
                 "auth { allow_anonymous = true, no_match = allow, "
-                "acl = {include \"%s/acl.conf\"} }\n" % (cls.http_port, USER, PASSWORD, cls.dir))
+                "acl = {include \"%s/acl.conf\"} }\n"
+                "bridges.mqtt.cloud { server = \"mqtt-tcp://127.0.0.1:%d\", "
+                "clientid = \"gw-1\", backoff_max = 2s, "
+                "forwards = [{remote_topic = \"up/x\", local_topic = \"up/#\"}] }\n"
+                % (cls.http_port, USER, PASSWORD, cls.dir, dead))
         cls.broker = Broker(conf)
         cls.broker.start()
         deadline = time.monotonic() + 5
@@ -369,6 +375,24 @@ class HttpApiTest(unittest.TestCase):
         self.assertRegex(j["cpuinfo"], r"^\d+\.\d\d%$")
         self.assertGreater(int(j["memory"]), 100000)
         self.assertGreaterEqual(j["metrics"][0]["messages_received"], 5)
+
+    def test_bridges(self):
+        st, j = self.api.json("GET", "/api/v4/bridges")
+        self.assertEqual((st, j["code"]), (200, 0))
+        self.assertEqual([b["name"] for b in j["data"]], ["cloud"])
+        self.assertNotEqual(j["data"][0]["state"], "up")
+        st, j = self.api.json("GET", "/api/v4/bridges/cloud")
+        self.assertEqual((st, j["data"]["name"]), (200, "cloud"))
+        self.assertIn("backlog", j["data"])
+        st, j = self.api.json("GET", "/api/v4/bridges/nope")
+        self.assertEqual(st, 404)
+        # Its settings are in the configuration.
+        st, j = self.api.json("GET", "/api/v4/configuration/bridges")
+        cloud = j["data"]["mqtt"]["cloud"]
+        self.assertTrue(cloud["server"].startswith("mqtt-tcp://127.0.0.1:"))
+        self.assertEqual(cloud["clientid"], "gw-1")
+        self.assertEqual([(f["local_topic"], f["remote_topic"]) for f in cloud["forwards"]],
+                         [("up/#", "up/x")])
 
     def test_reload_and_configuration(self):
         st, j = self.api.json("GET", "/api/v4/reload")
