@@ -1,5 +1,5 @@
 // The REST API's HTTP/1.1 server: one thread, one epoll loop. See
-// http_server.h and docs/decisions/0015-http-server.md.
+// http_server.h and docs/decisions/0017-http-server.md.
 //
 // Each connection reads one request at a time into a buffer bounded by
 // max_head + max_body, answers it from a handler, writes the reply (with

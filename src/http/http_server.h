@@ -1,5 +1,5 @@
 // The HTTP/1.1 server of the REST API: one thread of its own with an epoll
-// loop (docs/decisions/0015-http-server.md), keep-alive, Basic or RS256 JWT
+// loop (docs/decisions/0017-http-server.md), keep-alive, Basic or RS256 JWT
 // authentication, and bounds on everything a client controls: head size,
 // body size, connections at once, and the time a request may take.
 //
