@@ -145,6 +145,27 @@ class TestBridgeBasics(BridgeCase):
                 a.expect_no_message(1.0)
                 b.expect_no_message(0.3)
 
+    # A 3.1.1 link sends the bridge marker (protocol level | 0x80); a remote
+    # that refuses it (our own broker: CONNACK 0x01) gets a plain CONNECT
+    # at once, and the link works.
+    def test_v311_marker_refused_falls_back(self):
+        rinst = self.instance()
+        rport = free_port()
+        self.start_broker(rinst, ["start", "--conf", rinst.conf(rport)], port=rport)
+        inst = self.instance()
+        port, _, _ = self.broker(inst, bridge_conf(
+            "mk", "mqtt-tcp://127.0.0.1:%d" % rport, 4, 10,
+            '{ local_topic = "m/#", remote_topic = "" }'))
+        self.linked(inst, timeout=5)
+        self.assertEqual(inst.output().count("event=bridge_marker_refused"), 1, inst.output())
+        remote = self.client(rport, "remote")
+        remote.connect()
+        remote.subscribe("m/#", 1)
+        pub = self.client(port, "pub")
+        pub.connect()
+        pub.publish("m/1", b"plain", qos=1)
+        self.assertEqual(remote.wait_message(5).payload, b"plain")
+
     # Health on $SYS/brokers/bridges/<name>: state, counters; QoS 0 forwards
     # are dropped and counted while the link is down, QoS 1 ones kept.
     def test_health_and_qos0_while_down(self):

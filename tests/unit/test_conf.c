@@ -631,6 +631,78 @@ static void test_many_errors_one_run(void **state)
 	conf_errors_free(&errs);
 }
 
+// bridges.mqtt: a bridge's keys, forwards and subscriptions, defaults,
+// NanoMQ's 0/1 flags, the cache, and the errors that name the key.
+static void test_bridges(void **state)
+{
+	nmq_conf c;
+	(void)state;
+	load_ok(
+	    "bridges.mqtt.up {\n"
+	    "  server = \"tls+mqtt-tcp://cloud:8883\"\n"
+	    "  proto_ver = 5\n"
+	    "  keepalive = 30s\n"
+	    "  hybrid_servers = [\"mqtt-tcp://b1:1883\", \"mqtt-tcp://[::1]:1884\"]\n"
+	    "  conn_properties { request_problem_infomation = 1, session_expiry_interval = 60 }\n"
+	    "  forwards = [{ local_topic = \"a/#\", remote_topic = \"\", prefix = \"p/\", qos = 1 "
+	    "}]\n"
+	    "  subscription = [{ remote_topic = \"c/#\", qos = 2, retain_as_published = 1 }]\n"
+	    "}\n"
+	    "bridges.mqtt.cache { disk_cache_size = 10, mounted_file_path = \"/tmp/x\" }\n",
+	    &c, 0);
+	assert_int_equal(c.n_bridges, 1);
+	const conf_bridge *b = &c.bridges[0];
+	assert_string_equal(b->name, "up");
+	assert_true(b->enable);
+	assert_true(b->tls);
+	assert_int_equal(b->proto_ver, 5);
+	assert_int_equal(b->keepalive_s, 30);
+	assert_false(b->clean_start); // the documented default
+	assert_true(b->verify_peer);
+	assert_null(b->clientid); // <name>-<hostname> at run time
+	assert_int_equal(b->max_send_queue_len, 1024);
+	assert_int_equal(b->n_hybrid_servers, 2);
+	assert_string_equal(b->hybrid_servers[1], "mqtt-tcp://[::1]:1884");
+	assert_int_equal(b->cp_request_problem_information, 1);
+	assert_int_equal(b->cp_request_response_information, -1);
+	assert_int_equal(b->cp_session_expiry_interval, 60);
+	assert_int_equal(b->n_fwds, 1);
+	assert_string_equal(b->fwds[0].local_topic, "a/#");
+	assert_string_equal(b->fwds[0].remote_topic, "");
+	assert_string_equal(b->fwds[0].prefix, "p/");
+	assert_int_equal(b->fwds[0].qos, 1);
+	assert_int_equal(b->fwds[0].retain, 2);
+	assert_int_equal(b->n_subs, 1);
+	assert_int_equal(b->subs[0].qos, 2);
+	assert_true(b->subs[0].retain_as_published);
+	assert_true(b->subs[0].nolocal);
+	assert_true(c.bridge_cache_enable);
+	assert_int_equal(c.bridge_cache_disk_size, 10);
+	assert_string_equal(c.bridge_cache_path, "/tmp/x");
+	conf_bridge *d = conf_bridge_dup(b);
+	assert_non_null(d);
+	assert_true(conf_bridge_equal(b, d));
+	d->fwds[0].qos = 2;
+	assert_false(conf_bridge_equal(b, d));
+	conf_bridge_free(d);
+	conf_free(&c);
+
+	load_err(
+	    "bridges.mqtt.b { forwards = [] }\n", "t.conf:1: bridges.mqtt.b: server is required");
+	load_err("bridges.mqtt.b { server = \"mqtt-quic://h:1\" }\n",
+	    "t.conf:1: bridges.mqtt.b.server: \"mqtt-quic://h:1\": QUIC is not supported");
+	load_err("bridges.mqtt.b { server = \"mqtt-tcp://h\" }\n",
+	    "t.conf:1: bridges.mqtt.b.server: \"mqtt-tcp://h\": no port");
+	load_err("bridges.mqtt.b {\n server = \"mqtt-tcp://h:1\"\n proto_ver = 6\n}\n",
+	    "t.conf:3: bridges.mqtt.b.proto_ver: 6 is out of range (allowed: 3 .. 5)");
+	load_err("bridges.mqtt.b {\n server = \"mqtt-tcp://h:1\"\n"
+	         " forwards = [{ local_topic = \"a/#\", remote_topic = \"x/+\" }]\n}\n",
+	    "t.conf:3: bridges.mqtt.b.forwards[0]: remote_topic \"x/+\" is not a valid topic name");
+	load_err("bridges.mqtt.b {\n server = \"mqtt-tcp://h:1\"\n"
+	         " subscription = [{ qos = 1 }]\n}\n",
+	    "t.conf:3: bridges.mqtt.b.subscription[0]: remote_topic is required (a valid filter)");
+}
+
 static void test_warnings(void **state)
 {
 	nmq_conf c;
@@ -1445,6 +1517,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_many_errors_one_run, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_warnings, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_bridges, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_aliases, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_http_server, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_listeners, setup, teardown),
