@@ -250,6 +250,11 @@ typedef struct nmq_conf {
 	uint32_t      webhook_pool_size;
 	uint32_t      webhook_timeout_ms;
 	uint32_t      webhook_queue_size;
+	char         *webhook_ssl_cacertfile; // NULL: the system bundle
+	char         *webhook_ssl_certfile;
+	char         *webhook_ssl_keyfile;
+	char         *webhook_ssl_key_password;
+	bool          webhook_ssl_verify_peer;
 	struct cJSON *webhook_headers;
 	struct cJSON *webhook_events;
 

@@ -170,10 +170,13 @@ void conf_check_webhook_after(conf_ctx *ctx, const cJSON *section)
 		conf_key_msg(ctx, true, section, "webhook.url", "required when webhook is enabled");
 		return;
 	}
-	if (strncmp(c->webhook_url, "https://", 8) == 0) {
-		conf_key_msg(ctx, true, section, "webhook.url",
-		    "https targets are not supported yet; use http://");
-	} else if (strncmp(c->webhook_url, "http://", 7) != 0 || c->webhook_url[7] == '\0') {
-		conf_key_msg(ctx, true, section, "webhook.url", "expected http://host[:port]/path");
+	bool https = strncmp(c->webhook_url, "https://", 8) == 0;
+	if ((!https && strncmp(c->webhook_url, "http://", 7) != 0)
+	    || c->webhook_url[https ? 8 : 7] == '\0') {
+		conf_key_msg(
+		    ctx, true, section, "webhook.url", "expected http[s]://host[:port]/path");
+	}
+	if ((c->webhook_ssl_certfile == NULL) != (c->webhook_ssl_keyfile == NULL)) {
+		conf_key_msg(ctx, true, section, "webhook.ssl", "certfile and keyfile go together");
 	}
 }

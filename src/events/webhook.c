@@ -20,15 +20,23 @@
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
+#include <mbedtls/ctr_drbg.h>
+#include <mbedtls/entropy.h>
+#include <mbedtls/error.h>
+#include <mbedtls/net_sockets.h>
+#include <mbedtls/pk.h>
+#include <mbedtls/ssl.h>
+#include <mbedtls/x509_crt.h>
 
 #include "nng/core/log.h"
 #include "nng/core/msg.h"
 #include "src/http/http_parse.h"
 #include "src/topic/topic_tree.h"
 
-#define WH_RETRIES  3 // after the first attempt: 1 s, 2 s, 4 s
-#define WH_HEAD_MAX 8192 // largest response head read
-#define WH_MAX_FILT 16 // topic filters per event
+#define WH_RETRIES   3 // after the first attempt: 1 s, 2 s, 4 s
+#define WH_HEAD_MAX  8192 // largest response head read
+#define WH_MAX_FILT  16 // topic filters per event
+#define WH_CA_BUNDLE "/etc/ssl/certs/ca-certificates.crt" // Debian's public CAs
 
 // The JSON names, in broker_event_type order.
 static const char *const ev_names[BEV_COUNT] = {
@@ -67,16 +75,19 @@ typedef struct wh_item {
 	char            data[];
 } wh_item;
 
-enum { SLOT_IDLE = 0, SLOT_CONNECTING, SLOT_SENDING, SLOT_READING };
+enum { SLOT_IDLE = 0, SLOT_CONNECTING, SLOT_HANDSHAKE, SLOT_SENDING, SLOT_READING };
 
 typedef struct wh_slot {
-	int      fd;
-	int      state;
-	wh_item *it;
-	size_t   off; // bytes of it->req sent
-	size_t   in_len;
-	uint64_t deadline_ms;
-	char     in[WH_HEAD_MAX];
+	int                 fd;
+	int                 state;
+	short               want; // poll events the next step waits for
+	bool                tls; // ssl is set up
+	mbedtls_ssl_context ssl;
+	wh_item            *it;
+	size_t              off; // bytes of it->req sent
+	size_t              in_len;
+	uint64_t            deadline_ms;
+	char                in[WH_HEAD_MAX];
 } wh_slot;
 
 struct webhook {
@@ -108,6 +119,18 @@ struct webhook {
 	wh_slot *slots;
 
 	_Atomic uint64_t sent, failed, dropped, retried;
+
+	// https targets: one client configuration for every request.
+	bool                     https;
+	bool                     tls_ready; // the contexts below are initialised
+	char                     sni[256]; // the URL's host
+	uint8_t                  ip[16]; // the host as an address, if it is one
+	size_t                   ip_len; // 4, 16, or 0 (a name)
+	mbedtls_ssl_config       tls_conf;
+	mbedtls_x509_crt         tls_ca, tls_cert;
+	mbedtls_pk_context       tls_key;
+	mbedtls_entropy_context  tls_entropy;
+	mbedtls_ctr_drbg_context tls_drbg;
 };
 
 static uint64_t mono_ms(void)
@@ -510,6 +533,10 @@ static void item_failed(webhook *w, wh_item *it, const char *why, int status)
 
 static void slot_close(wh_slot *s)
 {
+	if (s->tls) {
+		mbedtls_ssl_free(&s->ssl);
+		s->tls = false;
+	}
 	if (s->fd >= 0) {
 		close(s->fd);
 	}
@@ -546,12 +573,112 @@ static void slot_start(webhook *w, wh_slot *s, wh_item *it)
 	}
 	int one = 1;
 	(void)setsockopt(s->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	if (connect(s->fd, (struct sockaddr *)&w->addr, w->addrlen) == 0) {
-		s->state = SLOT_SENDING;
-	} else if (errno == EINPROGRESS) {
-		s->state = SLOT_CONNECTING;
+	if (connect(s->fd, (struct sockaddr *)&w->addr, w->addrlen) == 0 || errno == EINPROGRESS) {
+		s->state = SLOT_CONNECTING; // writable once connected
+		s->want  = POLLOUT;
 	} else {
 		slot_fail(w, s, "connect", 0);
+	}
+}
+
+// mbed TLS I/O on the slot's non-blocking socket.
+static int bio_send(void *arg, const unsigned char *buf, size_t len)
+{
+	wh_slot *s = arg;
+	ssize_t  n = send(s->fd, buf, len, MSG_NOSIGNAL);
+	if (n >= 0) {
+		return (int)n;
+	}
+	return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR
+	    ? MBEDTLS_ERR_SSL_WANT_WRITE
+	    : MBEDTLS_ERR_NET_SEND_FAILED;
+}
+
+static int bio_recv(void *arg, unsigned char *buf, size_t len)
+{
+	wh_slot *s = arg;
+	ssize_t  n = recv(s->fd, buf, len, 0);
+	if (n >= 0) {
+		return (int)n;
+	}
+	return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR
+	    ? MBEDTLS_ERR_SSL_WANT_READ
+	    : MBEDTLS_ERR_NET_RECV_FAILED;
+}
+
+// The poll events an mbed TLS "want" code waits for; 0 for a failure.
+static short tls_want(int rv)
+{
+	return rv == MBEDTLS_ERR_SSL_WANT_READ ? POLLIN
+	    : rv == MBEDTLS_ERR_SSL_WANT_WRITE ? POLLOUT
+	                                       : 0;
+}
+
+static void tls_fail(webhook *w, wh_slot *s, const char *what, int rv)
+{
+	char why[160];
+	mbedtls_strerror(rv, why, sizeof(why));
+	log_info_rl("webhook", "event=tls_failed step=%s reason=\"%s\"", what, why);
+	slot_fail(w, s, what, 0);
+}
+
+// Writes what is left of the request. Returns true when all is sent;
+// false when the slot ended or waits (s->want set).
+static bool slot_send(webhook *w, wh_slot *s)
+{
+	while (s->off < s->it->req_len) {
+		const char *p = s->it->req + s->off;
+		size_t      n = s->it->req_len - s->off;
+		if (s->tls) {
+			int rv = mbedtls_ssl_write(&s->ssl, (const unsigned char *)p, n);
+			if (rv > 0) {
+				s->off += (size_t)rv;
+				continue;
+			}
+			if ((s->want = tls_want(rv)) == 0) {
+				tls_fail(w, s, "tls_write", rv);
+			}
+			return false;
+		}
+		ssize_t r = send(s->fd, p, n, MSG_NOSIGNAL);
+		if (r < 0 && errno == EINTR) {
+			continue;
+		}
+		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			s->want = POLLOUT;
+			return false;
+		}
+		if (r <= 0) {
+			slot_fail(w, s, "send", 0);
+			return false;
+		}
+		s->off += (size_t)r;
+	}
+	return true;
+}
+
+// Reads into s->in: > 0 bytes, 0 at the end of the stream, -1 on a
+// failure, -2 when it must wait (s->want set).
+static ssize_t slot_read(wh_slot *s)
+{
+	for (;;) {
+		if (s->tls) {
+			int rv = mbedtls_ssl_read(
+			    &s->ssl, (unsigned char *)s->in + s->in_len, sizeof(s->in) - s->in_len);
+			if (rv >= 0 || rv == MBEDTLS_ERR_SSL_PEER_CLOSE_NOTIFY) {
+				return rv >= 0 ? rv : 0;
+			}
+			return (s->want = tls_want(rv)) != 0 ? -2 : -1;
+		}
+		ssize_t n = recv(s->fd, s->in + s->in_len, sizeof(s->in) - s->in_len, 0);
+		if (n < 0 && errno == EINTR) {
+			continue;
+		}
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			s->want = POLLIN;
+			return -2;
+		}
+		return n;
 	}
 }
 
@@ -565,70 +692,83 @@ static void slot_io(webhook *w, wh_slot *s, short revents)
 			slot_fail(w, s, "connect", 0);
 			return;
 		}
+		if (!w->https) {
+			s->state = SLOT_SENDING;
+		} else {
+			mbedtls_ssl_init(&s->ssl);
+			s->tls = true;
+			int rv = mbedtls_ssl_setup(&s->ssl, &w->tls_conf);
+			if (rv == 0 && w->ip_len == 0) {
+				rv = mbedtls_ssl_set_hostname(
+				    &s->ssl, w->sni); // SNI and name check
+			}
+			if (rv != 0) {
+				tls_fail(w, s, "tls_setup", rv);
+				return;
+			}
+			mbedtls_ssl_set_bio(&s->ssl, s, bio_send, bio_recv, NULL);
+			s->state = SLOT_HANDSHAKE;
+		}
+	}
+	if (s->state == SLOT_HANDSHAKE) {
+		int rv = mbedtls_ssl_handshake(&s->ssl);
+		if (rv != 0) {
+			if ((s->want = tls_want(rv)) == 0) {
+				tls_fail(w, s, "tls_handshake", rv);
+			}
+			return;
+		}
 		s->state = SLOT_SENDING;
 	}
 	if (s->state == SLOT_SENDING) {
-		while (s->off < s->it->req_len) {
-			ssize_t n = send(
-			    s->fd, s->it->req + s->off, s->it->req_len - s->off, MSG_NOSIGNAL);
-			if (n < 0 && errno == EINTR) {
-				continue;
-			}
-			if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-				return;
-			}
-			if (n <= 0) {
-				slot_fail(w, s, "send", 0);
-				return;
-			}
-			s->off += (size_t)n;
+		if (!slot_send(w, s)) {
+			return;
 		}
 		s->state = SLOT_READING;
+		s->want  = POLLIN;
+		if (!s->tls) {
+			return; // wait for the answer
+		}
+		// mbed TLS may hold records already read: try at once.
+	}
+	if (s->state != SLOT_READING) {
 		return;
 	}
-	if (s->state == SLOT_READING && (revents & (POLLIN | POLLHUP | POLLERR))) {
-		for (;;) {
-			if (s->in_len == sizeof(s->in)) {
-				slot_fail(w, s, "response_head_too_long", 0);
-				return;
-			}
-			ssize_t n = recv(s->fd, s->in + s->in_len, sizeof(s->in) - s->in_len, 0);
-			if (n < 0 && errno == EINTR) {
-				continue;
-			}
-			if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-				return;
-			}
-			if (n > 0) {
-				s->in_len += (size_t)n;
-			}
-			http_msg      m;
-			int           status = 0;
-			http_parse_rc rc
-			    = http_parse_response(s->in, s->in_len, WH_HEAD_MAX, &m, &status);
-			if (rc == HTTP_PARSE_OK) {
-				if (m.status >= 200 && m.status < 300) {
-					atomic_fetch_add(&w->sent, 1);
-					wh_item *it = s->it;
-					slot_close(s);
-					item_done(w, it);
-				} else {
-					slot_fail(w, s, "status", m.status);
-				}
-				return;
-			}
-			if (rc == HTTP_PARSE_ERROR) {
-				slot_fail(w, s, "bad_response", status);
-				return;
-			}
-			if (n <= 0) {
-				slot_fail(w, s, "closed", 0);
-				return;
-			}
+	(void)revents;
+	for (;;) {
+		if (s->in_len == sizeof(s->in)) {
+			slot_fail(w, s, "response_head_too_long", 0);
+			return;
 		}
-	}
-	if (revents & (POLLERR | POLLHUP)) {
-		slot_fail(w, s, "closed", 0);
+		ssize_t n = slot_read(s);
+		if (n == -2) {
+			return;
+		}
+		if (n > 0) {
+			s->in_len += (size_t)n;
+		}
+		http_msg      m;
+		int           status = 0;
+		http_parse_rc rc = http_parse_response(s->in, s->in_len, WH_HEAD_MAX, &m, &status);
+		if (rc == HTTP_PARSE_OK) {
+			if (m.status >= 200 && m.status < 300) {
+				atomic_fetch_add(&w->sent, 1);
+				wh_item *it = s->it;
+				slot_close(s);
+				item_done(w, it);
+			} else {
+				slot_fail(w, s, "status", m.status);
+			}
+			return;
+		}
+		if (rc == HTTP_PARSE_ERROR) {
+			slot_fail(w, s, "bad_response", status);
+			return;
+		}
+		if (n <= 0) {
+			slot_fail(w, s, n == 0 ? "closed" : "recv", 0);
+			return;
+		}
 	}
 }
 
@@ -710,7 +850,7 @@ static void *webhook_main(void *arg)
 				continue;
 			}
 			pfd[n].fd     = s->fd;
-			pfd[n].events = s->state == SLOT_READING ? POLLIN : POLLOUT;
+			pfd[n].events = s->want != 0 ? s->want : POLLIN;
 			map[n++]      = (int)i;
 		}
 		int r = poll(pfd, (nfds_t)n, timeout);
@@ -744,11 +884,13 @@ static void *webhook_main(void *arg)
 // Splits an http:// URL into host, port and path and resolves the host.
 static nmq_err parse_url(webhook *w, const char *url, char *err, size_t errlen)
 {
-	const char *p     = url + 7; // after "http://"
+	w->https          = strncmp(url, "https://", 8) == 0;
+	const char *p     = url + (w->https ? 8 : 7); // after the scheme
 	const char *slash = strchr(p, '/');
 	size_t      hl    = slash != NULL ? (size_t)(slash - p) : strlen(p);
 	char        host[256];
-	char        port[8] = "80";
+	char        port[8];
+	snprintf(port, sizeof(port), "%s", w->https ? "443" : "80");
 	if (hl == 0 || hl >= sizeof(host)) {
 		snprintf(err, errlen, "webhook.url: bad host in \"%.200s\"", url);
 		return NMQ_EINVAL;
@@ -774,6 +916,7 @@ static nmq_err parse_url(webhook *w, const char *url, char *err, size_t errlen)
 		*colon = '\0';
 		snprintf(port, sizeof(port), "%.7s", colon + 1);
 	}
+	snprintf(w->sni, sizeof(w->sni), "%s", h);
 	w->path = strdup(slash != NULL ? slash : "/");
 	if (w->path == NULL) {
 		snprintf(err, errlen, "out of memory");
@@ -808,8 +951,95 @@ static int event_index(const char *name)
 	return -1;
 }
 
+// Certificate check of a target given by IP address (mbed TLS 2.28 matches
+// DNS names only): the end certificate must list the address as an
+// iPAddress subject alternative name. Returns 0; flags carry the verdict.
+static int verify_ip(void *arg, mbedtls_x509_crt *crt, int depth, uint32_t *flags)
+{
+	const webhook *w = arg;
+	if (depth != 0) {
+		return 0;
+	}
+	for (const mbedtls_x509_sequence *q = &crt->subject_alt_names; q != NULL; q = q->next) {
+		if (q->buf.tag == (MBEDTLS_ASN1_CONTEXT_SPECIFIC | 7) && q->buf.len == w->ip_len
+		    && memcmp(q->buf.p, w->ip, w->ip_len) == 0) {
+			return 0;
+		}
+	}
+	*flags |= MBEDTLS_X509_BADCERT_CN_MISMATCH;
+	return 0;
+}
+
+// Sets up the client TLS configuration of an https target.
+static nmq_err tls_setup(webhook *w, const nmq_conf *conf, char *err, size_t errlen)
+{
+	mbedtls_ssl_config_init(&w->tls_conf);
+	mbedtls_x509_crt_init(&w->tls_ca);
+	mbedtls_x509_crt_init(&w->tls_cert);
+	mbedtls_pk_init(&w->tls_key);
+	mbedtls_entropy_init(&w->tls_entropy);
+	mbedtls_ctr_drbg_init(&w->tls_drbg);
+	w->tls_ready = true;
+	const char *ca
+	    = conf->webhook_ssl_cacertfile != NULL ? conf->webhook_ssl_cacertfile : WH_CA_BUNDLE;
+	char        why[160];
+	const char *what = "random generator";
+	int         rv = mbedtls_ctr_drbg_seed(&w->tls_drbg, mbedtls_entropy_func, &w->tls_entropy,
+	            (const unsigned char *)"nmq-webhook", 11);
+	if (rv == 0) {
+		rv   = mbedtls_ssl_config_defaults(&w->tls_conf, MBEDTLS_SSL_IS_CLIENT,
+		      MBEDTLS_SSL_TRANSPORT_STREAM, MBEDTLS_SSL_PRESET_DEFAULT);
+		what = "configuration";
+	}
+	if (rv == 0 && conf->webhook_ssl_verify_peer) {
+		rv   = mbedtls_x509_crt_parse_file(&w->tls_ca, ca);
+		what = ca;
+	}
+	if (rv == 0 && conf->webhook_ssl_certfile != NULL) {
+		rv   = mbedtls_x509_crt_parse_file(&w->tls_cert, conf->webhook_ssl_certfile);
+		what = conf->webhook_ssl_certfile;
+		if (rv == 0) {
+			rv = mbedtls_pk_parse_keyfile(
+			    &w->tls_key, conf->webhook_ssl_keyfile, conf->webhook_ssl_key_password);
+			what = conf->webhook_ssl_keyfile;
+		}
+		if (rv == 0) {
+			rv   = mbedtls_ssl_conf_own_cert(&w->tls_conf, &w->tls_cert, &w->tls_key);
+			what = "client certificate";
+		}
+	}
+	if (rv != 0) {
+		mbedtls_strerror(rv, why, sizeof(why));
+		snprintf(err, errlen, "webhook.ssl: %s: %s", what, why);
+		return NMQ_ETLS;
+	}
+	mbedtls_ssl_conf_rng(&w->tls_conf, mbedtls_ctr_drbg_random, &w->tls_drbg);
+	mbedtls_ssl_conf_authmode(&w->tls_conf,
+	    conf->webhook_ssl_verify_peer ? MBEDTLS_SSL_VERIFY_REQUIRED : MBEDTLS_SSL_VERIFY_NONE);
+	if (conf->webhook_ssl_verify_peer) {
+		mbedtls_ssl_conf_ca_chain(&w->tls_conf, &w->tls_ca, NULL);
+	}
+	if (inet_pton(AF_INET, w->sni, w->ip) == 1) {
+		w->ip_len = 4;
+	} else if (inet_pton(AF_INET6, w->sni, w->ip) == 1) {
+		w->ip_len = 16;
+	}
+	if (w->ip_len > 0 && conf->webhook_ssl_verify_peer) {
+		mbedtls_ssl_conf_verify(&w->tls_conf, verify_ip, w);
+	}
+	return NMQ_OK;
+}
+
 static void webhook_free(webhook *w)
 {
+	if (w->tls_ready) {
+		mbedtls_ssl_config_free(&w->tls_conf);
+		mbedtls_x509_crt_free(&w->tls_ca);
+		mbedtls_x509_crt_free(&w->tls_cert);
+		mbedtls_pk_free(&w->tls_key);
+		mbedtls_ctr_drbg_free(&w->tls_drbg);
+		mbedtls_entropy_free(&w->tls_entropy);
+	}
 	for (int t = 0; t < BEV_COUNT; t++) {
 		for (int i = 0; i < w->n_filters[t]; i++) {
 			free(w->filters[t][i]);
@@ -843,6 +1073,9 @@ nmq_err webhook_start(const nmq_conf *conf, nmq_broker *b, webhook **out, char *
 	w->timeout_ms = conf->webhook_timeout_ms > 0 ? conf->webhook_timeout_ms : 5000;
 	w->queue_max  = conf->webhook_queue_size > 0 ? conf->webhook_queue_size : 10000;
 	nmq_err e     = parse_url(w, conf->webhook_url, err, errlen);
+	if (e == NMQ_OK && w->https) {
+		e = tls_setup(w, conf, err, errlen);
+	}
 	if (e != NMQ_OK) {
 		webhook_free(w);
 		return e;
