@@ -376,6 +376,56 @@ class HttpApiTest(unittest.TestCase):
         self.assertGreater(int(j["memory"]), 100000)
         self.assertGreaterEqual(j["metrics"][0]["messages_received"], 5)
 
+    def test_every_endpoint_with_curl_and_http_client(self):
+        c = self.paho("t60-every", clean=False)
+        c.subscribe("t60/every", 1)
+        gets = ["/api/v4", "/api/v4/brokers", "/api/v4/nodes", "/api/v4/clients",
+                "/api/v4/clients/t60-every", "/api/v4/clients/username/nobody",
+                "/api/v4/subscriptions", "/api/v4/subscriptions/t60-every",
+                "/api/v4/topic-tree", "/api/v4/metrics", "/api/v4/reload",
+                "/api/v4/configuration", "/api/v4/configuration/mqtt", "/api/v4/bridges",
+                "/api/v4/bridges/cloud"]
+        for path in gets:
+            code, body = curl(self.http_port, path)
+            st, j = self.api.json("GET", path)
+            self.assertEqual((code, st), (200, 200), path)
+            jc = json.loads(body)
+            self.assertEqual(set(jc), set(j), path)
+            if path != "/api/v4/metrics":
+                self.assertEqual((jc["code"], j["code"]), (0, 0), path)
+        code, body = curl(self.http_port, "/api/v4/prometheus")
+        self.assertEqual(code, 200)
+        self.assertIn(b"# TYPE nanomq_messages_sent counter", body)
+        posts = [("/api/v4/mqtt/subscribe", {"topic": "t60/e2", "clientid": "t60-every"}),
+                 ("/api/v4/mqtt/subscribe_batch", [{"topic": "t60/e3", "clientid": "t60-every"}]),
+                 ("/api/v4/mqtt/publish", {"topic": "t60/e2", "payload": "via curl"}),
+                 ("/api/v4/mqtt/publish_batch", [{"topic": "t60/e3", "payload": "batch"}]),
+                 ("/api/v4/mqtt/unsubscribe", {"topic": "t60/e2", "clientid": "t60-every"}),
+                 ("/api/v4/mqtt/unsubscribe_batch",
+                  [{"topic": "t60/e3", "clientid": "t60-every"}]),
+                 ("/api/v4/reload", {"data": {"allow_anonymous": True}})]
+        for path, body in posts:
+            code, out = curl(self.http_port, path, "-H", "Content-Type: application/json",
+                             "-d", json.dumps(body))
+            self.assertEqual((code, json.loads(out)["code"]), (200, 0), path)
+        got = sorted((m.topic, m.payload) for m in c.wait_messages(2))
+        self.assertEqual(got, [("t60/e2", b"via curl"), ("t60/e3", b"batch")])
+        # urllib with a JSON body, as a script would post one.
+        req = urllib.request.Request(
+            "http://%s:%d/api/v4/mqtt/publish" % (nmq.HOST, self.http_port),
+            data=json.dumps({"topic": "t60/every", "payload": "urllib"}).encode(),
+            headers={"Content-Type": "application/json", "Authorization": self.api.auth})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            self.assertEqual(json.load(r), {"code": 0})
+        self.assertEqual(c.wait_message().payload, b"urllib")
+        try:
+            urllib.request.urlopen("http://%s:%d/api/v4/nodes" % (nmq.HOST, self.http_port),
+                                   timeout=10)
+            self.fail("no credentials accepted")
+        except urllib.error.HTTPError as e:
+            self.assertEqual(e.code, 401)
+            self.assertEqual(json.load(e)["code"], 104)
+
     def test_bridges(self):
         st, j = self.api.json("GET", "/api/v4/bridges")
         self.assertEqual((st, j["code"]), (200, 0))
