@@ -387,6 +387,30 @@ class TestConfigWrites(ServerCase):
             self.assertNotIn(m, text)
         self.assertIn("event=stopped", text)
 
+    def test_ctrl_restart(self):
+        # A session that only lives in memory tells a restart from no restart.
+        c = PahoClient(self.broker.port, "t61-before", clean=False)
+        c.connect()
+        c.close()
+        st, _, j = self.get("/api/v4/clients/t61-before")
+        self.assertEqual(len(j["data"]), 1)
+        st, j = self.post("/api/v4/ctrl/restart", "")
+        self.assertEqual((st, j["code"]), (200, 0))
+        deadline = time.monotonic() + 15
+        data = None
+        while time.monotonic() < deadline:
+            try:
+                st, _, j = self.get("/api/v4/clients/t61-before")
+                data = j["data"]
+                if data == []:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.1)
+        self.assertEqual(data, [], "the broker did not restart")
+        self.assertIsNone(self.broker.proc.poll(), "the process exited instead")
+        self.assert_healthy()
+
     def test_ctrl_bad_action(self):
         st, j = self.post("/api/v4/ctrl/pause", "")
         self.assertEqual((st, j["code"]), (400, 108))
