@@ -131,12 +131,19 @@ nmq_err conn_dial_tcp(const char *host, int port, const conn_dial_opts *o, int t
 	return last == ETIMEDOUT ? NMQ_ETIMEDOUT : last == ECANCELED ? NMQ_ECLOSED : NMQ_EIO;
 }
 
+// The dial's completion (an NNG task thread): only a flag for the waiter.
+static void dial_done(void *arg)
+{
+	atomic_store((_Atomic bool *)arg, true);
+}
+
 nmq_err conn_dial_tls(const char *host, int port, nng_tls_config *cfg, int timeout_ms,
-    nng_stream **sp, char *err, size_t errlen)
+    const _Atomic bool *cancel, nng_stream **sp, char *err, size_t errlen)
 {
 	char               url[300];
-	nng_stream_dialer *d   = NULL;
-	nng_aio           *aio = NULL;
+	nng_stream_dialer *d    = NULL;
+	nng_aio           *aio  = NULL;
+	_Atomic bool       done = false;
 	int                rv;
 	if (strchr(host, ':') != NULL) {
 		snprintf(url, sizeof(url), "tls+tcp://[%s]:%d", host, port);
@@ -145,12 +152,19 @@ nmq_err conn_dial_tls(const char *host, int port, nng_tls_config *cfg, int timeo
 	}
 	if ((rv = nng_stream_dialer_alloc(&d, url)) != 0
 	    || (rv = nng_stream_dialer_set_ptr(d, NNG_OPT_TLS_CONFIG, cfg)) != 0
-	    || (rv = nng_aio_alloc(&aio, NULL, NULL)) != 0) {
+	    || (rv = nng_aio_alloc(&aio, dial_done, &done)) != 0) {
 		snprintf(err, errlen, "%s: %s", url, nng_strerror(rv));
 		goto out;
 	}
 	nng_aio_set_timeout(aio, timeout_ms);
 	nng_stream_dialer_dial(d, aio);
+	while (cancel != NULL && !atomic_load(&done)) {
+		if (atomic_load(cancel)) {
+			nng_aio_cancel(aio);
+			break;
+		}
+		usleep(50 * 1000);
+	}
 	nng_aio_wait(aio);
 	if ((rv = nng_aio_result(aio)) != 0) {
 		snprintf(err, errlen, "connect to %s:%d: %s", host, port, nng_strerror(rv));

@@ -41,9 +41,10 @@ nmq_err conn_dial_tcp(const char *host, int port, const conn_dial_opts *o, int t
     char *err, size_t errlen);
 
 // Connects over TLS with cfg (a client configuration: server verification
-// and SNI as set in it), within timeout_ms. Returns NMQ_OK with the stream
-// in *sp (the caller owns it), or an error with the reason in err.
+// and SNI as set in it), within timeout_ms; gives up within about 50 ms of
+// *cancel turning true (cancel may be NULL). Returns NMQ_OK with the
+// stream in *sp (the caller owns it), or an error with the reason in err.
 nmq_err conn_dial_tls(const char *host, int port, nng_tls_config *cfg, int timeout_ms,
-    nng_stream **sp, char *err, size_t errlen);
+    const _Atomic bool *cancel, nng_stream **sp, char *err, size_t errlen);
 
 #endif // NMQ_CONN_DIAL_H

@@ -1380,7 +1380,7 @@ static bool dial_locked(bridge *b, const char *url)
 		nng_stream *st     = NULL;
 		if (e == NMQ_OK) {
 			e = conn_dial_tls(
-			    host, port, tc, CONNECT_TIMEOUT_MS, &st, err, sizeof(err));
+			    host, port, tc, CONNECT_TIMEOUT_MS, &b->cancel, &st, err, sizeof(err));
 			nng_tls_config_free(tc);
 		}
 		if (e == NMQ_OK && (c = conn_alloc(st, b->set->env.cenv)) == NULL) {

@@ -166,6 +166,34 @@ class TestBridgeFaults(OpsTestCase):
         self.check_streams(col, n1, n2, timeout=20)
         self.assert_stops(inst)
 
+    # A stalled link never slows local publishers: with the link black-holed
+    # (bytes accepted, nothing answered), local QoS 1 publishes are acked at
+    # local speed; the backlog goes out once the link is reset and back.
+    def test_stalled_link_does_not_slow_publishers(self):
+        inst, px, col, port, _ = self.setup_link(5, keepalive=3, queue_len=5000)
+        pub = self.client(port, "pub")
+        pub.connect()
+        n = 800
+        t0 = time.monotonic()
+        for i in range(n):  # the same publishes, not forwarded: the baseline
+            pub.publish("other/s", b"%d" % i, qos=1)
+        base = time.monotonic() - t0
+        px.blackhole()
+        time.sleep(0.2)
+        t0 = time.monotonic()
+        for i in range(n):
+            pub.publish("q1/s", b"%d" % i, qos=1)
+        took = time.monotonic() - t0
+        local = self.client(port, "local-sub")  # the broker still serves others
+        self.assertEqual(local.connect(), 0)
+        self.assertLess(took, 2 * base + 1.0,
+                        "%d local QoS 1 publishes took %.2f s with the link stalled, %.2f s "
+                        "without forwarding" % (n, took, base))
+        self.assertTrue(inst.wait_output(r"link stalled", timeout=10), inst.output()[-2000:])
+        px.up()
+        self.check_streams(col, n, 0, timeout=20)
+        self.assert_stops(inst)
+
     # A full cache evicts its oldest messages, counts them, and forwards the
     # rest in order when the link comes back.
     def test_full_cache_evicts_oldest(self):
