@@ -31,6 +31,7 @@
 #include "src/daemon/ipc.h"
 #include "src/daemon/pidfile.h"
 #include "src/daemon/sd_notify.h"
+#include "src/events/events_rest.h"
 #include "src/events/sys_stats.h"
 #include "src/events/webhook.h"
 #include "src/http/http_server.h"
@@ -177,7 +178,8 @@ static int start_http(
 		.restart       = rest_restart,
 	};
 	srv->rest = rest_api_alloc(srv->http, &env);
-	if (srv->rest == NULL || http_server_start(srv->http) != NMQ_OK) {
+	if (srv->rest == NULL || events_rest_routes(srv->http, srv->hook) != NMQ_OK
+	    || http_server_start(srv->http) != NMQ_OK) {
 		snprintf(err, errlen, "http_server: cannot start the REST API");
 		return -1;
 	}

@@ -5,11 +5,25 @@ per reason, kept in a ring of recent events (time, reason, client id,
 topic, QoS) and sampled into the log. These tests cause known drops and
 refusals with real clients and check what the broker says about them."""
 
+import json
 import re
+import subprocess
 import time
 import unittest
 
+import nmq
 from nmq import BrokerTestCase, skip_on_mosquitto
+
+HTTP_PORT = nmq.free_port()
+
+
+def curl(path):
+    """GET through curl; returns (status, body bytes)."""
+    out = subprocess.run(["curl", "-s", "-w", "\n%{http_code}",
+                          "http://127.0.0.1:%d%s" % (HTTP_PORT, path)],
+                         capture_output=True, timeout=20)
+    body, _, code = out.stdout.rpartition(b"\n")
+    return int(code), body
 
 
 def drop_lines(broker, reason):
@@ -36,7 +50,8 @@ def wait_for(pred, timeout=5.0):
 
 @skip_on_mosquitto("the drop log is nanomq's")
 class QueueFullTests(BrokerTestCase):
-    CONF = "mqtt.max_mqueue_len = 4"
+    CONF = ("mqtt.max_mqueue_len = 4\n"
+            "http_server { port = %d, auth_type = no_auth }\n" % HTTP_PORT)
 
     def test_offline_queue_overflow_names_client_topic_and_qos(self):
         # A persistent session goes offline with a QoS 1 subscription; 10
@@ -56,6 +71,25 @@ class QueueFullTests(BrokerTestCase):
         self.assertEqual([l["topic"] for l in lines], ["q/%d" % i for i in range(4, 10)])
         for l in lines:
             self.assertEqual((l["client"], l["qos"], l["count"]), ("parked", "1", 1))
+        # The same events through the REST API, newest first.
+        code, body = curl("/api/v4/drops")
+        self.assertEqual(code, 200, body)
+        j = json.loads(body)
+        self.assertEqual(j["code"], 0)
+        self.assertEqual(j["capacity"], 1024)
+        self.assertEqual(j["counters"]["queue_full"], 6)
+        self.assertEqual(j["counters"]["expired"], 0)
+        qf = [e for e in j["data"] if e["reason"] == "queue_full"]
+        self.assertEqual([e["topic"] for e in qf], ["q/%d" % i for i in range(9, 3, -1)])
+        for e in qf:
+            self.assertEqual((e["clientid"], e["qos"], e["count"]), ("parked", 1, 1))
+            self.assertRegex(e["time"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+        seqs = [e["seq"] for e in j["data"]]
+        self.assertEqual(seqs, sorted(seqs, reverse=True))
+        code, body = curl("/api/v4/drops?limit=2")
+        self.assertEqual([e["topic"] for e in json.loads(body)["data"]], ["q/9", "q/8"])
+        code, body = curl("/api/v4/drops?limit=x")
+        self.assertEqual((code, json.loads(body)["code"]), (400, 108))
         # The four queued ones are still delivered when the client returns.
         back = self.raw(4)
         ack = back.connect("parked", clean=False)

@@ -173,6 +173,8 @@ class EventBodyTests(WebhookCase):
 class FilterEncodingTests(WebhookCase):
     EVENTS = [("on_message_publish", "s/#")]
     HOOK_EXTRA = "    body.encoding = base64"
+    HTTP_PORT = nmq.free_port()
+    AUTH = "http_server { port = %d, auth_type = no_auth }\n" % HTTP_PORT
 
     def test_topic_filter_and_base64(self):
         c = self.paho("pub")
@@ -188,6 +190,12 @@ class FilterEncodingTests(WebhookCase):
         self.assertEqual(base64.b64decode(s1["payload"]), payload)
         s2 = [b for b in got if b["topic"] == "s/2/3"][0]
         self.assertEqual((s2["payload"], s2["retain"]), ("", True))
+        # The counters through the REST API (curl).
+        out = subprocess.run(["curl", "-s", "http://127.0.0.1:%d/api/v4/webhook"
+                              % self.HTTP_PORT], capture_output=True, timeout=20)
+        st = json.loads(out.stdout)["data"]
+        self.assertEqual((st["enabled"], st["sent"], st["failed"], st["dropped"], st["queued"]),
+                         (True, 2, 0, 0, 0))
 
 
 PKI = None
