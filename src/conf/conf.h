@@ -407,7 +407,9 @@ int                conf_bridge_url(
 
 // The configuration as a JSON object nested by key path (system, mqtt,
 // listeners.<name>, http_server, log, auth, ...), every stored key of the
-// schema with its value; secrets (passwords) are "******". Returns NULL
+// schema with its value; secrets (passwords) are "******". Sections that
+// their presence turns on (http_server, webhook, bridges) appear only when
+// on, so the document can be written back as it is. Returns NULL
 // on allocation failure; the caller deletes the tree.
 struct cJSON *conf_to_json(const nmq_conf *c);
 

@@ -216,6 +216,17 @@ struct cJSON *conf_to_json(const nmq_conf *c)
 	if (!add_bridges(root, c)) {
 		goto fail;
 	}
+	// Sections whose presence turns them on are shown only when on, so
+	// that the whole document can be written back unchanged.
+	if (!c->http_enable) {
+		cJSON_DeleteItemFromObjectCaseSensitive(root, "http_server");
+	}
+	if (!c->webhook_present) {
+		cJSON_DeleteItemFromObjectCaseSensitive(root, "webhook");
+	}
+	if (c->n_bridges == 0) {
+		cJSON_DeleteItemFromObjectCaseSensitive(root, "bridges");
+	}
 	return root;
 fail:
 	cJSON_Delete(root);

@@ -288,13 +288,15 @@ static void validate_and_write(rest_api *api, const char *text, size_t len, http
 	rest_ok(r, NULL);
 }
 
-// Drops every "******" string (a secret left unchanged) from j.
+// Drops every "******" string (a secret left unchanged) and every null (a
+// key not set, as GET shows it) from j.
 static void drop_masked(cJSON *j)
 {
 	cJSON *c = j != NULL ? j->child : NULL;
 	while (c != NULL) {
 		cJSON *next = c->next;
-		if (cJSON_IsString(c) && strcmp(c->valuestring, "******") == 0) {
+		if (cJSON_IsNull(c)
+		    || (cJSON_IsString(c) && strcmp(c->valuestring, "******") == 0)) {
 			cJSON_Delete(cJSON_DetachItemViaPointer(j, c));
 		} else if (cJSON_IsObject(c)) {
 			drop_masked(c);

@@ -370,7 +370,17 @@ class TestConfigWrites(ServerCase):
         st, j = self.post("/api/v4/configuration", json.dumps(
             {"data": {"mqtt": {"max_inflight_window": "many"}}}))
         self.assertEqual((st, j["code"]), (400, 117))
-        # The broker restarts with the written file (and the same password).
+        # The whole configuration as GET shows it can be written back.
+        c = http.client.HTTPConnection(nmq.HOST, self.http_port, timeout=10)
+        c.request("GET", "/api/v4/configuration", headers={"Authorization": AUTH})
+        whole = json.loads(c.getresponse().read())["data"]
+        c.close()
+        self.assertNotIn("webhook", whole)  # absent, so off
+        st, j = self.post("/api/v4/configuration", json.dumps({"data": whole}))
+        self.assertEqual((st, j["code"]), (200, 0), j)
+        r = subprocess.run([nmq._find_nanomq(), "start", "--conf", path, "--test"],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assert_healthy()
 
     def test_ctrl_stop(self):
