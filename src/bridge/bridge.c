@@ -159,7 +159,7 @@ struct bridge {
 
 	// counters (guarded by mtx)
 	uint64_t forwarded, received, dropped, dropped_qos0, evicted, refused, reconnects,
-	    loop_guarded;
+	    loop_guarded, expired;
 };
 
 struct nmq_bridges {
@@ -608,6 +608,16 @@ static void pump_locked(bridge *b)
 				b->inflight++;
 				b->next_unsent = e->next;
 				sent           = true;
+				continue;
+			}
+			if (e->state == Q_QUEUED && e->msg->expiry_at_ms != 0
+			    && nmq_msg_remaining(e->msg, now_ms()) == 0) {
+				// Its Message Expiry Interval passed while it waited: a
+				// server must not forward it (MQTT 5.0 3.3.2.3.3).
+				b->next_unsent = e->next;
+				b->expired++;
+				b->dropped++;
+				entry_remove(b, e, true);
 				continue;
 			}
 			if (e->qos > 0 && e->pid == 0 && pid_alloc(b, e) == 0) {
@@ -1283,12 +1293,14 @@ static int health_locked(bridge *b, char *buf, size_t cap)
 	    "\"backlog_disk\":%" PRIu64 ",\"backlog_disk_counted\":%s,\"oldest_age_ms\":%" PRIu64
 	    ",\"inflight\":%zu,\"forwarded\":%" PRIu64 ",\"received\":%" PRIu64
 	    ",\"dropped\":%" PRIu64 ",\"dropped_qos0\":%" PRIu64 ",\"evicted\":%" PRIu64
-	    ",\"refused\":%" PRIu64 ",\"loop_guarded\":%" PRIu64 ",\"reconnects\":%" PRIu64 "}",
+	    ",\"refused\":%" PRIu64 ",\"expired\":%" PRIu64 ",\"loop_guarded\":%" PRIu64
+	    ",\"reconnects\":%" PRIu64 "}",
 	    b->name, state_names[b->state], now - b->state_since_ms, b->server_now, err,
 	    (uint64_t)b->n_mem + disk, b->n_mem, disk,
 	    b->disk_only == DISK_UNKNOWN ? "false" : "true",
 	    oldest != 0 && now > oldest ? now - oldest : 0, b->inflight, b->forwarded, b->received,
-	    b->dropped, b->dropped_qos0, b->evicted, b->refused, b->loop_guarded, b->reconnects);
+	    b->dropped, b->dropped_qos0, b->evicted, b->refused, b->expired, b->loop_guarded,
+	    b->reconnects);
 }
 
 // Publishes the health of b on $SYS/brokers/bridges/<name> (retained).
@@ -1420,12 +1432,13 @@ static void serve_locked(bridge *b)
 	blink *l = b->link;
 	// CONNACK within the keepalive (at least 2 s, at most 10 s): a remote
 	// that accepts TCP and then says nothing is a stall like any other.
-	uint64_t wait_ms  = (uint64_t)b->cfg->keepalive_s * 1000;
-	wait_ms           = wait_ms < 2000           ? 2000
-	              : wait_ms > CONNECT_TIMEOUT_MS ? CONNECT_TIMEOUT_MS
-	                                             : wait_ms;
-	uint64_t deadline = now_ms() + wait_ms;
-	uint64_t next_sys = 0;
+	uint64_t wait_ms   = (uint64_t)b->cfg->keepalive_s * 1000;
+	wait_ms            = wait_ms < 2000           ? 2000
+	               : wait_ms > CONNECT_TIMEOUT_MS ? CONNECT_TIMEOUT_MS
+	                                              : wait_ms;
+	uint64_t deadline  = now_ms() + wait_ms;
+	uint64_t next_sys  = 0;
+	bool     was_empty = true;
 	while (!l->closed) {
 		uint64_t now = now_ms();
 		uint64_t ka  = (uint64_t)b->cfg->keepalive_s * 1000;
@@ -1454,8 +1467,12 @@ static void serve_locked(bridge *b)
 				(void)send_packet_locked(b, &pk);
 			}
 		}
-		if (b->up && now >= next_sys) {
-			next_sys = now + SYS_PERIOD_MS;
+		// Also at once (within a second) when the backlog has just
+		// drained, or just started to build.
+		bool empty = b->n_mem == 0 && (b->disk_only == 0 || b->disk_only == DISK_UNKNOWN);
+		if (b->up && (now >= next_sys || empty != was_empty)) {
+			was_empty = empty;
+			next_sys  = now + SYS_PERIOD_MS;
 			pthread_mutex_unlock(&b->mtx);
 			publish_health(b);
 			pthread_mutex_lock(&b->mtx);

@@ -192,20 +192,24 @@ class TestBridgeBasics(BridgeCase):
         inst.wait_output(r"event=link_down", timeout=5)
         for i in range(5):
             pub.publish("t/q0", b"%d" % i, qos=0)
+        pub5 = self.client(port, "pub5", version=5)
+        pub5.connect()
+        pub5.publish("t/exp", b"expires", qos=1, props={"MessageExpiryInterval": 1})
         pub.publish("t/q1", b"kept", qos=1)
         h = health(mon, "hb", timeout=8,
                    pred=lambda h: h["state"] != "up" and h["dropped_qos0"] >= 5)
         self.assertGreaterEqual(h["dropped_qos0"], 5, h)
-        self.assertEqual(h["backlog"], 1, h)
+        self.assertEqual(h["backlog"], 2, h)
+        time.sleep(1.2)  # the first one's expiry passes while it waits
         self.assertNotEqual(h["last_error"], "", h)
         px.up()
         got = remote.wait_message(10)
         self.assertIsNotNone(got, "queued QoS 1 message not delivered after reconnect")
         self.assertEqual(got.payload, b"kept")
-        remote.expect_no_message(0.5)  # the QoS 0 ones were dropped
+        remote.expect_no_message(0.5)  # the QoS 0 ones dropped, the expired one not sent
         h = health(mon, "hb", timeout=12,
                    pred=lambda h: h["state"] == "up" and h["backlog"] == 0)
-        self.assertEqual((h["state"], h["backlog"]), ("up", 0), h)
+        self.assertEqual((h["state"], h["backlog"], h["expired"]), ("up", 0, 1), h)
         self.assertGreaterEqual(h["forwarded"], 2, h)
         self.assertGreaterEqual(h["reconnects"], 1, h)
 
