@@ -262,7 +262,10 @@ class TestBridgeBasics(BridgeCase):
     # brings the link up, the right one does.
     def test_tls_wrong_ca_refused(self):
         rinst = self.instance()
-        rport, sport = free_port(), free_port()
+        rport = free_port()
+        sport = free_port()
+        while sport == rport:  # free_port() may hand out the same port twice
+            sport = free_port()
         rconf = rinst.conf(rport, extra=(
             "listeners.ssl {\n bind = \"127.0.0.1:%d\"\n keyfile = \"%s/server.key\"\n"
             " certfile = \"%s/server.crt\"\n}\n" % (sport, CERTS, CERTS)))
