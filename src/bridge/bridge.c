@@ -150,6 +150,8 @@ struct bridge {
 	uint64_t   disk_only; // cached rows not in memory
 	uint64_t   puts_since_read;
 	bool       reading;
+	bool       counting; // the first read after a start: every row, counted
+	uint64_t   counted;
 	uint32_t   read_asked, read_got;
 	uint64_t   oldest_disk_ms; // queue time of the oldest row on disk only
 	nmq_store *store;
@@ -341,7 +343,9 @@ static void enqueue_locked(bridge *b, nmq_msg *msg, uint8_t qos, bool retain)
 			if (b->disk_only == 0 || b->oldest_disk_ms == 0) {
 				b->oldest_disk_ms = now;
 			}
-			b->disk_only++;
+			if (b->disk_only != DISK_UNKNOWN) {
+				b->disk_only++;
+			}
 			b->puts_since_read++;
 			nmq_msg_release(msg);
 			return;
@@ -419,6 +423,16 @@ static void read_row(void *arg, const store_qmsg *q)
 	bridge *b = arg;
 	pthread_mutex_lock(&b->mtx);
 	b->read_got++;
+	if (b->counting && b->n_mem >= b->cfg->max_send_queue_len) {
+		// The first read after a start goes through every row: what does
+		// not fit in memory is only counted (read again later, in order).
+		b->counted++;
+		if (q->seq >= b->next_seq) {
+			b->next_seq = q->seq;
+		}
+		pthread_mutex_unlock(&b->mtx);
+		return;
+	}
 	if (q->seq > b->mem_last_seq) {
 		bentry *e = entry_new(b);
 		if (e != NULL) {
@@ -458,7 +472,15 @@ static void read_done(void *arg, nmq_err err)
 		log_warn("bridge", "bridge=%s event=cache_read_failed reason=%s", b->name,
 		    nmq_strerror(err));
 	}
-	if (b->read_got < b->read_asked) {
+	if (b->counting) {
+		// Every row on disk was seen: those not in memory, and the puts
+		// that went to disk only while the read ran.
+		b->counting  = false;
+		b->disk_only = b->counted + b->puts_since_read;
+		if (b->disk_only > 0 && b->oldest_disk_ms == 0) {
+			b->oldest_disk_ms = now_ms();
+		}
+	} else if (b->read_got < b->read_asked) {
 		// Everything on disk before the read is in memory now.
 		b->disk_only = b->puts_since_read;
 	}
@@ -477,7 +499,9 @@ static void refill_locked(bridge *b)
 	if (b->store == NULL || b->disk_only == 0 || b->reading || b->stop || b->n_mem > max / 2) {
 		return;
 	}
-	b->read_asked      = (uint32_t)(max - b->n_mem);
+	b->counting        = b->disk_only == DISK_UNKNOWN;
+	b->counted         = 0;
+	b->read_asked      = b->counting ? 0 : (uint32_t)(max - b->n_mem); // 0: every row
 	b->read_got        = 0;
 	b->puts_since_read = 0;
 	atomic_fetch_add(&b->refs, 1);
@@ -1692,10 +1716,10 @@ static bridge *bridge_new(nmq_bridges *set, const conf_bridge *cb)
 
 static void bridge_run(bridge *b)
 {
-	fwds_subscribe(b, b->fwds, b->n_fwds);
 	pthread_mutex_lock(&b->mtx);
-	refill_locked(b);
+	refill_locked(b); // the first read counts what the cache holds
 	pthread_mutex_unlock(&b->mtx);
+	fwds_subscribe(b, b->fwds, b->n_fwds);
 	atomic_fetch_add(&b->refs, 1); // the thread's
 	if (pthread_create(&b->thr, NULL, bridge_main, b) != 0) {
 		atomic_fetch_sub(&b->refs, 1);
