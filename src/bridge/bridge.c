@@ -1558,7 +1558,8 @@ static void *bridge_main(void *arg)
 	while (!b->stop) {
 		const conf_bridge *cfg = b->cfg;
 		int                n   = 1 + cfg->n_hybrid_servers;
-		const char *url = idx == 0 ? cfg->server : cfg->hybrid_servers[(idx - 1) % n];
+		idx %= n; // a reload may have shortened the list
+		const char *url = idx == 0 ? cfg->server : cfg->hybrid_servers[idx - 1];
 		b->restart      = false;
 		set_state_locked(b, BS_CONNECTING);
 		if (dial_locked(b, url)) {
