@@ -38,6 +38,7 @@
 #include "src/http/rest_api.h"
 #include "src/log/log.h"
 #ifdef NMQ_HAVE_STORE
+#include "src/broker/broker_store.h"
 #include "src/store/store_conf.h"
 #endif
 
@@ -601,27 +602,61 @@ static void ctl_stop_channel(server *srv)
 	srv->ipc = NULL;
 }
 
-// Runs the broker until SIGTERM/SIGINT. Returns the exit status.
-// Opens the durable store when the configuration asks for one (the
-// bridges' offline cache). Returns 0, or -1 with a message in err.
+#ifdef NMQ_HAVE_STORE
+// The store's evicted callback (store thread): a bridge's cached forward
+// or a persistent session's queued message.
+static void store_evicted(void *arg, const char *client_id, uint64_t seq)
+{
+	if (strncmp(client_id, "$bridge/", 8) == 0) {
+		bridges_store_evicted(NULL, client_id, seq);
+	} else {
+		broker_store_evicted(arg, client_id, seq);
+	}
+}
+#endif
+
+// Opens the durable store the configuration asks for (the sqlite section,
+// the bridges' offline cache)
+// and restores what it holds into the broker, before any listener opens.
+// A damaged file does not stop the broker (the store moves it aside and
+// starts empty); a directory that cannot be created does. Returns 0 or -1
+// with a message in err.
 static int open_store(server *srv, char *err, size_t errlen)
 {
 #ifdef NMQ_HAVE_STORE
-	if (store_conf_open(&srv->store, &srv->conf, bridges_store_evicted, NULL, err, errlen)
-	    != NMQ_OK) {
+	if (!store_conf_wanted(&srv->conf)) {
+		return 0;
+	}
+	char    why[256] = "";
+	nmq_err e        = store_conf_open(
+	           &srv->store, &srv->conf, store_evicted, srv->broker, why, sizeof(why));
+	if (e != NMQ_OK) {
+		snprintf(err, errlen, "cannot open the durable store: %s", why);
 		return -1;
 	}
+	if (broker_store_attach(srv->broker, srv->proto, srv->store, store_conf_persist(&srv->conf))
+	    != NMQ_OK) {
+		snprintf(err, errlen, "sqlite: cannot restore the store %s (see the log)",
+		    store_path(srv->store));
+		return -1;
+	}
+	return 0;
 #else
-	(void)err;
-	(void)errlen;
+	if (srv->conf.sqlite_enable) {
+		snprintf(err, errlen,
+		    "sqlite: this broker was built without the durable store (ENABLE_SQLITE=OFF)");
+		return -1;
+	}
 	if (srv->conf.bridge_cache_enable) {
 		log_warn(
 		    "main", "key=bridges.mqtt.cache event=ignored reason=built_without_sqlite");
 	}
-#endif
 	return 0;
+#endif
 }
 
+// Commits what the store still has queued and closes it (after the
+// protocol layer is gone: its last changes are written).
 static void close_store(server *srv)
 {
 #ifdef NMQ_HAVE_STORE
@@ -634,6 +669,7 @@ static void close_store(server *srv)
 #endif
 }
 
+// Runs the broker until SIGTERM/SIGINT. Returns the exit status.
 static int run(const cli_args *args, nmq_conf *conf, const char *argv0, int ready_fd, pidfile *pf)
 {
 	server srv;
@@ -775,9 +811,16 @@ static int run(const cli_args *args, nmq_conf *conf, const char *argv0, int read
 	if (conn_live_count() > 0) {
 		log_warn("main", "event=drain_timeout connections=%ld", conn_live_count());
 	} else {
+#ifdef NMQ_HAVE_STORE
+		if (srv.store != NULL) {
+			// Acks waiting on the store post back to the workers.
+			store_conf_drain(srv.store);
+		}
+#endif
 		workq_free(srv.wq);
 		srv.wq = NULL;
 		proto_free(srv.proto);
+		close_store(&srv);
 		broker_free(srv.broker);
 		timer_wheel_free(srv.tw);
 		close_store(&srv);
@@ -823,6 +866,7 @@ fail:
 		workq_free(srv.wq);
 	}
 	proto_free(srv.proto);
+	close_store(&srv);
 	broker_free(srv.broker);
 	if (srv.tw != NULL) {
 		timer_wheel_free(srv.tw);

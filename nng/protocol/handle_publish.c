@@ -90,6 +90,102 @@ out:
 	return m;
 }
 
+// An ack waiting for the store's commit. Holds the session and the
+// connection; the link itself may be gone when the commit is done, so the
+// job finds it again through the session (same connection, or no ack:
+// the client resends after reconnecting).
+typedef struct store_ack {
+	workq_job    job;
+	nmq_proto   *p;
+	nmq_session *s; // held
+	nmq_conn    *conn; // held
+	mqtt_packet  pk;
+	nmq_err      err;
+	int          worker;
+} store_ack;
+
+// On a worker: sends the ack if its connection is still the session's.
+static void store_ack_job(workq_job *job)
+{
+	store_ack *a  = (store_ack *)job;
+	bool       v3 = false;
+	session_lock(a->s);
+	nmq_link *l = session_link_locked(a->s);
+	if (l != NULL && l->conn == a->conn) {
+		if (a->err != NMQ_OK) {
+			// Not durable: a v5 client is told (0x80) and may resend;
+			// a 3.1.1 client has no way to be told, so its connection
+			// is closed without the ack (it resends after reconnecting).
+			if (l->ver == MQTT_PROTO_V5) {
+				a->pk.u.ack.reason = MQTT_RC_UNSPECIFIED;
+				link_send_packet(l, &a->pk);
+			} else {
+				v3 = true;
+			}
+		} else {
+			link_send_packet(l, &a->pk);
+		}
+		atomic_fetch_sub(&l->acks_waiting, 1);
+	}
+	session_unlock(a->s);
+	if (v3) {
+		conn_close(a->conn);
+	}
+	nmq_session_release(a->s);
+	conn_release(a->conn);
+	free(a);
+}
+
+// On the store's thread, after the commit: back to the connection's worker.
+static void store_ack_done(void *arg, nmq_err err)
+{
+	store_ack *a = arg;
+	a->err       = err;
+	if (err != NMQ_OK) {
+		proto_store_failed(a->p, "commit", nmq_session_client_id(a->s), err);
+	}
+	workq_post_to(a->p->wq, a->worker, &a->job);
+}
+
+void link_ack(nmq_link *l, const mqtt_packet *pkt, bool stored)
+{
+	nmq_proto *p = l->p;
+	if (p->store == NULL || (!stored && atomic_load(&l->acks_waiting) == 0)) {
+		link_send_packet(l, pkt);
+		return;
+	}
+	store_ack *a = calloc(1, sizeof(*a));
+	if (a == NULL) {
+		proto_count_alloc_failure(p, "store_ack");
+		conn_close(l->conn);
+		return;
+	}
+	a->job.fn = store_ack_job;
+	a->p      = p;
+	a->s      = l->session;
+	a->conn   = l->conn;
+	a->pk     = *pkt;
+	// One worker per connection, so that its acks run in commit order.
+	a->worker = (int)(((uintptr_t)l->conn >> 6) % (uintptr_t)workq_size(p->wq));
+	nmq_session_hold(a->s);
+	conn_hold(a->conn);
+	atomic_fetch_add(&l->acks_waiting, 1);
+	nmq_err e = p->store->sync(p->store_arg, store_ack_done, a);
+	if (e != NMQ_OK) {
+		// The store is saturated or closing: the ack cannot be made
+		// durable nor sent ahead of those waiting. The connection ends
+		// without it; the client resends after reconnecting.
+		atomic_fetch_sub(&l->acks_waiting, 1);
+		proto_store_failed(p, "sync", nmq_session_client_id(a->s), e);
+		conn_close(l->conn);
+		nmq_session_release(a->s);
+		conn_release(a->conn);
+		free(a);
+		return;
+	}
+	atomic_fetch_add_explicit(&p->m.acks_after_store, 1, memory_order_relaxed);
+}
+
 // Handles one PUBLISH. Returns 0, or -1 when the connection is ended.
 int handle_publish(nmq_link *l, const mqtt_packet *pk)
 {
@@ -160,6 +256,10 @@ int handle_publish(nmq_link *l, const mqtt_packet *pk)
 		return -1;
 	}
 
+	// Whether routing this message writes to the store (its ack then
+	// waits for the commit): forget what an earlier upcall noted.
+	(void)proto_store_take_noted();
+
 	// Inbound QoS 2: a resent PUBLISH before PUBREL is acknowledged again
 	// but not routed again.
 	if (pub->qos == 2) {
@@ -170,7 +270,7 @@ int handle_publish(nmq_link *l, const mqtt_packet *pk)
 			memset(&r, 0, sizeof(r));
 			r.type            = MQTT_PUBREC;
 			r.u.ack.packet_id = pub->packet_id;
-			link_send_packet(l, &r);
+			link_ack(l, &r, false);
 			session_unlock(s);
 			return 0;
 		}
@@ -199,6 +299,7 @@ int handle_publish(nmq_link *l, const mqtt_packet *pk)
 	int       rv  = p->ops->route(p->app, s, &who, m);
 	uint8_t   rc  = (uint8_t)(rv & 0xFF);
 	nmq_msg_release(m);
+	bool         stored    = proto_store_take_noted();
 	nmq_session *congested = session_congestion_take();
 	if (congested == s) {
 		// Its own queue: pausing its reads would also hold back the acks
@@ -229,7 +330,7 @@ int handle_publish(nmq_link *l, const mqtt_packet *pk)
 			// A refused QoS 2 flow ends here: forget the id.
 			session_qos2_release_locked(s, pub->packet_id);
 		}
-		link_send_packet(l, &r);
+		link_ack(l, &r, stored);
 		session_unlock(s);
 	}
 	if (rv & PROTO_RC_DISCONNECT) {
@@ -278,8 +379,14 @@ int handle_pub_ack(nmq_link *l, const mqtt_packet *pk)
 		session_pubcomp_locked(s, pid);
 		break;
 	case MQTT_PUBREL: {
-		bool found = session_qos2_release_locked(s, pid);
-		send_ack(l, MQTT_PUBCOMP, pid, found ? 0 : MQTT_RC_PACKET_ID_NOT_FOUND);
+		bool        found = session_qos2_release_locked(s, pid);
+		mqtt_packet c;
+		memset(&c, 0, sizeof(c));
+		c.type            = MQTT_PUBCOMP;
+		c.u.ack.packet_id = pid;
+		c.u.ack.reason
+		    = l->ver == MQTT_PROTO_V5 && !found ? MQTT_RC_PACKET_ID_NOT_FOUND : 0;
+		link_ack(l, &c, false);
 		break;
 	}
 	}

@@ -33,25 +33,29 @@ struct nmq_link {
 	char         *username; // rx
 	char        **out_alias; // s: outbound aliases, topics[i] has alias i + 1
 	link_bp      *bp; // rx writes it once; NULL until the first pause
-	uint32_t      will_delay_s; // rx
-	uint32_t      client_max_packet; // s (read-mostly after CONNECT)
-	uint32_t      links_idx; // position in p->links (links_mtx)
-	uint16_t      keepalive; // rx
-	uint16_t      in_alias_max; // rx
-	uint16_t      client_receive_max; // s
-	uint16_t      client_alias_max; // s
-	uint16_t      out_alias_len; // s
-	uint8_t       ver; // rx
-	bool          shutting; // timer: close hard at deadline
-	bool          connected; // rx
-	bool          graceful; // rx: DISCONNECT 0x00 received
-	bool          session_zero_expiry; // rx: CONNECT had expiry 0 (v5)
-	bool          clean_start; // rx
-	bool          request_problem_info; // s
-	bool          taken_over; // s
-	bool          detached; // rx path: link_detach() done
-	bool          username_shared; // username points into the session
-	bool          tx_too_large; // tx lock: a packet did not fit client_max_packet
+	// QoS 1/2 acks of this connection waiting for the store's commit
+	// (incremented on rx, decremented by the job that sends them): while
+	// any waits, later acks go behind it (link_ack).
+	atomic_uint acks_waiting;
+	uint32_t    will_delay_s; // rx
+	uint32_t    client_max_packet; // s (read-mostly after CONNECT)
+	uint32_t    links_idx; // position in p->links (links_mtx)
+	uint16_t    keepalive; // rx
+	uint16_t    in_alias_max; // rx
+	uint16_t    client_receive_max; // s
+	uint16_t    client_alias_max; // s
+	uint16_t    out_alias_len; // s
+	uint8_t     ver; // rx
+	bool        shutting; // timer: close hard at deadline
+	bool        connected; // rx
+	bool        graceful; // rx: DISCONNECT 0x00 received
+	bool        session_zero_expiry; // rx: CONNECT had expiry 0 (v5)
+	bool        clean_start; // rx
+	bool        request_problem_info; // s
+	bool        taken_over; // s
+	bool        detached; // rx path: link_detach() done
+	bool        username_shared; // username points into the session
+	bool        tx_too_large; // tx lock: a packet did not fit client_max_packet
 };
 
 // Writing control packets (caller holds the session lock if attached, or
@@ -62,6 +66,13 @@ bool link_put_packet_locked(nmq_link *l, const mqtt_packet *pkt); // tx lock hel
 // Closes l if link_put_packet_locked refused a packet (of this type) as too
 // large for the client; call without the tx lock.
 void link_close_if_too_large(nmq_link *l, uint8_t type);
+// Sends an ack of an inbound PUBLISH flow (PUBACK, PUBREC, PUBCOMP) from
+// the receive path, caller holding the session lock: at once, or, when
+// `stored` (routing wrote to the durable store) or an earlier ack still
+// waits for the store, once everything queued in the store so far has
+// committed (posted back to a worker; acks stay in order).
+void link_ack(nmq_link *l, const mqtt_packet *pkt, bool stored);
+
 // Sends a control packet from the receive path of an attached link, under
 // the session lock (so that it is ordered with the session's PUBLISH
 // stream).

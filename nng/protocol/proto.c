@@ -445,3 +445,34 @@ void proto_get_limits(nmq_proto *p, proto_limits *out)
 {
 	*out = *proto_lim(p);
 }
+
+// ---------------------------------------------------------------------------
+// The durable store
+
+static __thread bool tls_store_noted;
+
+void proto_set_store(nmq_proto *p, const proto_store_ops *ops, void *st)
+{
+	p->store     = ops;
+	p->store_arg = st;
+}
+
+void proto_store_noted(void)
+{
+	tls_store_noted = true;
+}
+
+bool proto_store_take_noted(void)
+{
+	bool n          = tls_store_noted;
+	tls_store_noted = false;
+	return n;
+}
+
+void proto_store_failed(nmq_proto *p, const char *what, const char *client_id, nmq_err e)
+{
+	long n = atomic_fetch_add(&p->m.store_failures, 1) + 1;
+	log_warn_rl("proto",
+	    "client_id=%s event=store_write_failed op=%s error=%s store_failures=%ld", client_id,
+	    what, nmq_strerror(e), n);
+}

@@ -137,6 +137,53 @@ typedef struct proto_app_ops {
 	    uint8_t qos, bool acked);
 } proto_app_ops;
 
+// The durable store, as the protocol layer sees it: a table of functions
+// that src/store implements (store_proto.c), bound with proto_set_store()
+// before any connection. Only persistent sessions (session expiry > 0)
+// are written: the session record (at connect, expiry change and
+// disconnect), its QoS 1/2 queue (each message, its state and packet id
+// as it is sent and acknowledged, its removal) and its inbound QoS 2
+// packet ids. Every function queues a write and returns at once, never
+// waiting for the disk: NMQ_OK when queued, else an error that the caller
+// logs (rate limited) and counts in store_failures. Any thread; the store
+// takes none of the protocol layer's locks, so they may be called under
+// the session lock.
+typedef void (*proto_store_done_fn)(void *arg, nmq_err err);
+
+// States of a stored outbound message (the store's values).
+enum proto_store_qstate {
+	PROTO_STORE_QUEUED   = 0, // not sent yet
+	PROTO_STORE_SENT     = 1, // PUBLISH sent, awaiting PUBACK / PUBREC
+	PROTO_STORE_RELEASED = 2, // PUBREC received, PUBREL sent
+};
+
+// A persistent session as stored. Strings are NUL-terminated.
+typedef struct proto_store_session {
+	const char *client_id;
+	const char *username; // the creating CONNECT's; NULL: none
+	uint32_t    expiry_s; // UINT32_MAX: never
+	uint8_t     proto_ver;
+	uint64_t    offline_wall_ms; // CLOCK_REALTIME ms it went offline; 0 online
+	nmq_msg    *will; // NULL: none
+	uint32_t    will_delay_s;
+} proto_store_session;
+
+typedef struct proto_store_ops {
+	nmq_err (*session_put)(void *st, const proto_store_session *rec);
+	// Deletes the session with its subscriptions, queue and QoS 2 state.
+	nmq_err (*session_del)(void *st, const char *client_id);
+	nmq_err (*queue_put)(void *st, const char *client_id, uint64_t seq, nmq_msg *msg,
+	    uint8_t qos, bool retain, const uint32_t *sub_ids, uint32_t n_sub_ids);
+	nmq_err (*queue_state)(
+	    void *st, const char *client_id, uint64_t seq, uint8_t state, uint16_t packet_id);
+	nmq_err (*queue_del)(void *st, const char *client_id, uint64_t seq);
+	nmq_err (*rel_put)(void *st, const char *client_id, uint16_t packet_id);
+	nmq_err (*rel_del)(void *st, const char *client_id, uint16_t packet_id);
+	// A barrier: done(arg, err) runs on the store's thread once everything
+	// queued before it has committed (it must not block).
+	nmq_err (*sync)(void *st, proto_store_done_fn done, void *arg);
+} proto_store_ops;
+
 // Counters for metrics; every field is updated atomically.
 typedef struct proto_metrics {
 	atomic_long connections;
@@ -159,6 +206,11 @@ typedef struct proto_metrics {
 	// Allocations that failed in the protocol layer (each is logged, rate
 	// limited, with what it was for; what it cost is said there too).
 	atomic_long alloc_failures;
+	// Writes the durable store refused (full or closing; each logged,
+	// rate limited). The message stays in memory.
+	atomic_long store_failures;
+	// QoS 1/2 acks that waited for the store's commit.
+	atomic_long acks_after_store;
 } proto_metrics;
 
 // True if a topic name or filter is within the length and level limits.
@@ -189,6 +241,35 @@ nmq_err proto_set_limits(nmq_proto *p, const proto_limits *limits);
 void            proto_get_limits(nmq_proto *p, proto_limits *out);
 proto_metrics  *proto_metrics_get(nmq_proto *p);
 const conn_env *proto_conn_env(nmq_proto *p);
+
+// Binds the durable store (main thread, before the first connection; st
+// must outlive the protocol layer's last write: close it after
+// proto_free). From then on a QoS 1/2 PUBLISH whose routing wrote to the
+// store (a persistent session's queue, or a retained message, see
+// proto_store_noted) is acknowledged only once that write committed; the
+// worker does not wait (the ack is posted back to the connection when the
+// store's completion runs), and later acks of that connection go behind it.
+void proto_set_store(nmq_proto *p, const proto_store_ops *ops, void *st);
+// Called by the application on the routing thread when it wrote to the
+// store for the message being routed (e.g. a retained message), so that
+// the publisher's ack waits for the commit.
+void proto_store_noted(void);
+
+// Restoring the store's sessions at startup (main thread, after
+// proto_set_store and before any listener opens). Creates the offline
+// session rec describes (offline since rec->offline_wall_ms by now_wall_ms;
+// its expiry timer and delayed will run from there). Returns the session
+// (the table's reference; not held for the caller) or NULL (out of memory
+// or a duplicate client id, logged).
+nmq_session *proto_session_restore(
+    nmq_proto *p, const proto_store_session *rec, uint64_t now_wall_ms);
+// Puts a stored message back into s's queue (state QUEUED) or its in-flight
+// window (SENT / RELEASED, with its packet id), in seq order. Holds its own
+// reference to msg. Returns NMQ_OK or NMQ_ENOMEM.
+nmq_err proto_session_restore_msg(nmq_session *s, uint64_t seq, nmq_msg *msg, uint8_t qos,
+    bool retain, uint8_t state, uint16_t packet_id, const uint32_t *sub_ids, uint32_t n_sub_ids);
+// Puts back an inbound QoS 2 packet id awaiting PUBREL.
+nmq_err proto_session_restore_rel(nmq_session *s, uint16_t packet_id);
 
 // Takes over a freshly accepted connection (the reference is consumed).
 void proto_accept(nmq_proto *p, nmq_conn *c);
@@ -251,6 +332,11 @@ bool        nmq_session_online(nmq_session *s);
 uint64_t    nmq_session_id(const nmq_session *s);
 const char *nmq_session_client_id(const nmq_session *s);
 uint8_t     nmq_session_proto(const nmq_session *s);
+// True when s is written to the durable store (a store is bound and its
+// expiry interval is not 0).
+bool nmq_session_persistent(nmq_session *s);
+// The user name of the CONNECT that created s, or NULL.
+const char *nmq_session_username(const nmq_session *s);
 // Application data slot (e.g. the session's subscription list), guarded by
 // the application.
 void **nmq_session_app_data(nmq_session *s);

@@ -28,10 +28,13 @@ struct nmq_proto {
 	workq               *wq;
 	const proto_app_ops *ops;
 	void                *app;
-	conn_env             env;
-	proto_metrics        m;
-	atomic_ullong        next_session_id;
-	_Atomic bool         want_msg_events; // call ops->message_event
+	// The durable store (NULL: none); set once before any connection.
+	const proto_store_ops *store;
+	void                  *store_arg;
+	conn_env               env;
+	proto_metrics          m;
+	atomic_ullong          next_session_id;
+	_Atomic bool           want_msg_events; // call ops->message_event
 
 	pthread_mutex_t tbl_mtx;
 	nmq_session   **tbl; // open hash by client id
@@ -68,6 +71,12 @@ void proto_count_drops(nmq_proto *p, atomic_long *why, size_t n);
 // Counts a failed allocation (metrics alloc_failures) and logs it, rate
 // limited, naming what it was for (what, e.g. "session_work").
 void proto_count_alloc_failure(nmq_proto *p, const char *what);
+
+// Logs (rate limited) and counts a write the store refused.
+void proto_store_failed(nmq_proto *p, const char *what, const char *client_id, nmq_err e);
+// Thread-local: whether routing on this thread wrote to the store since
+// the last call (and forgets it).
+bool proto_store_take_noted(void);
 
 // Live links. proto_links_add returns NMQ_OK, NMQ_ECLOSED (stopping) or
 // NMQ_ENOMEM.

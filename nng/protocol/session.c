@@ -3,6 +3,7 @@
 // inbound QoS 2 state, expiry and delayed wills.
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "nng/core/droplog.h"
 #include "nng/core/log.h"
@@ -21,6 +22,102 @@ static void session_clear_locked(nmq_session *s);
 static void session_pump_locked(nmq_session *s);
 static void session_resend_locked(nmq_session *s, bool only_old);
 static void session_timer_update_locked(nmq_session *s);
+
+// ---------------------------------------------------------------------------
+// The durable store (proto.h): writes of a persistent session. Callers hold
+// s->mtx; each write only queues (the store never waits on the disk while
+// it is called).
+
+static uint64_t wall_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+// True when s's changes are written to the store.
+static inline bool persist(const nmq_session *s)
+{
+	return s->stored && s->p->store != NULL;
+}
+
+// Writes s's record: online (offline_wall 0) or offline since offline_wall,
+// with the will of its connection (online) or its pending delayed will.
+static void store_session_locked(nmq_session *s, uint64_t offline_wall)
+{
+	nmq_proto          *p = s->p;
+	proto_store_session r;
+	memset(&r, 0, sizeof(r));
+	r.client_id       = s->client_id;
+	r.username        = session_owner(s);
+	r.expiry_s        = s->expiry_s;
+	r.proto_ver       = s->ver;
+	r.offline_wall_ms = offline_wall;
+	if (s->link != NULL && s->link->will != NULL) {
+		r.will         = s->link->will;
+		r.will_delay_s = s->link->will_delay_s;
+	} else if (s->will != NULL) {
+		uint64_t now   = nmq_clock_ms();
+		r.will         = s->will;
+		r.will_delay_s = s->will_at_ms > now ? (uint32_t)((s->will_at_ms - now) / 1000) : 0;
+	}
+	nmq_err e = p->store->session_put(p->store_arg, &r);
+	if (e != NMQ_OK) {
+		proto_store_failed(p, "session_put", s->client_id, e);
+	}
+	s->stored = true;
+}
+
+// Deletes s's record (and everything stored with it), if it has one.
+static void store_session_del_locked(nmq_session *s)
+{
+	if (!persist(s)) {
+		return;
+	}
+	nmq_err e = s->p->store->session_del(s->p->store_arg, s->client_id);
+	if (e != NMQ_OK) {
+		proto_store_failed(s->p, "session_del", s->client_id, e);
+	}
+	s->stored = false;
+}
+
+static void store_qstate_locked(nmq_session *s, uint64_t seq, uint8_t state, uint16_t pid)
+{
+	nmq_err e = s->p->store->queue_state(s->p->store_arg, s->client_id, seq, state, pid);
+	if (e != NMQ_OK) {
+		proto_store_failed(s->p, "queue_state", s->client_id, e);
+	}
+}
+
+static void store_qdel_locked(nmq_session *s, uint64_t seq)
+{
+	nmq_err e = s->p->store->queue_del(s->p->store_arg, s->client_id, seq);
+	if (e != NMQ_OK) {
+		proto_store_failed(s->p, "queue_del", s->client_id, e);
+	}
+}
+
+static void store_rel_locked(nmq_session *s, uint16_t pid, bool put)
+{
+	nmq_err e = put ? s->p->store->rel_put(s->p->store_arg, s->client_id, pid)
+	                : s->p->store->rel_del(s->p->store_arg, s->client_id, pid);
+	if (e != NMQ_OK) {
+		proto_store_failed(s->p, put ? "rel_put" : "rel_del", s->client_id, e);
+	}
+}
+
+bool nmq_session_persistent(nmq_session *s)
+{
+	nmq_mutex_lock(&s->mtx);
+	bool r = persist(s);
+	nmq_mutex_unlock(&s->mtx);
+	return r;
+}
+
+const char *nmq_session_username(const nmq_session *s)
+{
+	return session_owner(s);
+}
 
 // The first subscriber session that a delivery on this thread found
 // congested (held), for the publisher's receive path to act on.
@@ -402,6 +499,9 @@ static void session_pump_locked(nmq_session *s)
 				proto_count_drop(p, &p->m.drop_expired);
 				droplog_record(DROP_EXPIRED, s->client_id, e->msg->topic,
 				    e->msg->topic_len, e->qos, 1);
+				if (e->qos > 0 && persist(s)) {
+					store_qdel_locked(s, e->seq);
+				}
 				nmq_msg_release(e->msg);
 				ring_pop(r);
 				continue;
@@ -441,6 +541,9 @@ static void session_pump_locked(nmq_session *s)
 			proto_count_drop(p, &p->m.drop_too_large);
 			droplog_record(DROP_TOO_LARGE, s->client_id, e->msg->topic,
 			    e->msg->topic_len, e->qos, 1);
+			if (persist(s)) {
+				store_qdel_locked(s, e->seq);
+			}
 			nmq_msg_release(e->msg);
 			ring_pop(r);
 			continue;
@@ -454,6 +557,9 @@ static void session_pump_locked(nmq_session *s)
 		}
 		atomic_fetch_add_explicit(&p->m.msgs_sent, 1, memory_order_relaxed);
 		session_msg_event(s, e->msg, e->qos, false);
+		if (persist(s)) {
+			store_qstate_locked(s, e->seq, PROTO_STORE_SENT, f.pid);
+		}
 		ring_pop(r);
 		any = true;
 	}
@@ -518,6 +624,15 @@ void nmq_session_deliver(nmq_session *s, nmq_msg *msg, uint8_t qos, bool retain,
 		return;
 	}
 	nmq_msg_hold(msg);
+	if (qos > 0 && persist(s)) {
+		nmq_err se = p->store->queue_put(
+		    p->store_arg, s->client_id, e.seq, msg, qos, retain, e.sub_ids, e.n_sub_ids);
+		if (se == NMQ_OK) {
+			proto_store_noted();
+		} else {
+			proto_store_failed(p, "queue_put", s->client_id, se);
+		}
+	}
 	if (s->link != NULL) {
 		session_pump_locked(s);
 		uint32_t mark = session_congestion_mark(p);
@@ -600,6 +715,9 @@ bool session_puback_locked(nmq_session *s, uint16_t pid)
 		return false;
 	}
 	session_msg_event(s, s->infl[s->infl_start + (uint32_t)i].e.msg, 1, true);
+	if (persist(s)) {
+		store_qdel_locked(s, s->infl[s->infl_start + (uint32_t)i].e.seq);
+	}
 	infl_remove(s, (uint32_t)i);
 	session_pump_locked(s);
 	return true;
@@ -615,13 +733,19 @@ bool session_pubrec_locked(nmq_session *s, uint16_t pid, bool failed)
 	if (i < 0) {
 		return infl_find(s, pid, INFL_WAIT_PUBCOMP) >= 0;
 	}
+	infl_entry *f = &s->infl[s->infl_start + (uint32_t)i];
 	if (failed) {
+		if (persist(s)) {
+			store_qdel_locked(s, f->e.seq);
+		}
 		infl_remove(s, (uint32_t)i);
 		session_pump_locked(s);
 		return true;
 	}
-	infl_entry *f = &s->infl[s->infl_start + (uint32_t)i];
 	session_msg_event(s, f->e.msg, 2, true);
+	if (persist(s)) {
+		store_qstate_locked(s, f->e.seq, PROTO_STORE_RELEASED, pid);
+	}
 	nmq_msg_release(f->e.msg);
 	f->e.msg   = NULL;
 	f->state   = INFL_WAIT_PUBCOMP;
@@ -635,6 +759,9 @@ bool session_pubcomp_locked(nmq_session *s, uint16_t pid)
 	int64_t i = infl_find(s, pid, INFL_WAIT_PUBCOMP);
 	if (i < 0) {
 		return false;
+	}
+	if (persist(s)) {
+		store_qdel_locked(s, s->infl[s->infl_start + (uint32_t)i].e.seq);
 	}
 	infl_remove(s, (uint32_t)i);
 	session_pump_locked(s);
@@ -660,6 +787,9 @@ static void qos2_purge(nmq_session *s, uint64_t now)
 	}
 	for (uint32_t i = 0; i < s->rel_len;) {
 		if (now - s->rel[i].at_ms > limit) {
+			if (persist(s)) {
+				store_rel_locked(s, s->rel[i].pid, false);
+			}
 			s->rel[i] = s->rel[--s->rel_len];
 			atomic_fetch_add(&s->p->m.await_rel_expired, 1);
 			droplog_record(DROP_AWAIT_REL_EXPIRED, s->client_id, NULL, 0, 2, 1);
@@ -680,19 +810,9 @@ static int64_t qos2_find(const nmq_session *s, uint16_t pid)
 	return -1;
 }
 
-// Records an inbound QoS 2 packet id; see session.h.
-nmq_err session_qos2_record_locked(nmq_session *s, uint16_t pid, uint64_t now_ms)
+// Adds pid to the ids awaiting PUBREL. Returns NMQ_OK or NMQ_ENOMEM.
+static nmq_err qos2_add(nmq_session *s, uint16_t pid, uint64_t now_ms)
 {
-	if (qos2_find(s, pid) >= 0) {
-		return NMQ_EEXIST;
-	}
-	uint32_t max = proto_lim(s->p)->max_awaiting_rel;
-	if (s->rel_len >= max) {
-		qos2_purge(s, now_ms);
-	}
-	if (s->rel_len >= max) {
-		return NMQ_ELIMIT;
-	}
 	if (s->rel_len == s->rel_cap) {
 		uint32_t   ncap = s->rel_cap ? s->rel_cap * 2 : 4;
 		rel_entry *nr   = realloc(s->rel, ncap * sizeof(*nr));
@@ -709,6 +829,27 @@ nmq_err session_qos2_record_locked(nmq_session *s, uint16_t pid, uint64_t now_ms
 	return NMQ_OK;
 }
 
+// Records an inbound QoS 2 packet id; see session.h.
+nmq_err session_qos2_record_locked(nmq_session *s, uint16_t pid, uint64_t now_ms)
+{
+	if (qos2_find(s, pid) >= 0) {
+		return NMQ_EEXIST;
+	}
+	uint32_t max = proto_lim(s->p)->max_awaiting_rel;
+	if (s->rel_len >= max) {
+		qos2_purge(s, now_ms);
+	}
+	if (s->rel_len >= max) {
+		return NMQ_ELIMIT;
+	}
+	nmq_err e = qos2_add(s, pid, now_ms);
+	if (e == NMQ_OK && persist(s)) {
+		store_rel_locked(s, pid, true);
+		proto_store_noted();
+	}
+	return e;
+}
+
 bool session_qos2_pending_locked(const nmq_session *s, uint16_t pid)
 {
 	return qos2_find(s, pid) >= 0;
@@ -719,6 +860,9 @@ bool session_qos2_release_locked(nmq_session *s, uint16_t pid)
 	int64_t i = qos2_find(s, pid);
 	if (i < 0) {
 		return false;
+	}
+	if (persist(s)) {
+		store_rel_locked(s, pid, false);
 	}
 	s->rel[i] = s->rel[--s->rel_len];
 	return true;
@@ -756,6 +900,7 @@ nmq_err session_open(nmq_proto *p, const char *client_id, const uint8_t *owner, 
 			// state is never reused [MQTT-3.1.2-6] (3.1.1) and Session
 			// Present is 0.
 			s->ended = true;
+			store_session_del_locked(s);
 			proto_table_remove(p, s);
 			nmq_mutex_unlock(&s->mtx);
 			r->ended = s; // the table's reference
@@ -809,6 +954,13 @@ void session_attach_locked(
 	__atomic_store_n(&s->link, l, __ATOMIC_RELAXED);
 	s->keepalive   = l->keepalive;
 	s->clean_start = l->clean_start;
+	if (s->p->store != NULL) {
+		if (expiry_s > 0) {
+			store_session_locked(s, 0);
+		} else {
+			store_session_del_locked(s);
+		}
+	}
 	// Only the in-flight window that the new connection allows is filled;
 	// everything else waits in the queue.
 	session_resend_locked(s, false);
@@ -819,8 +971,15 @@ void session_attach_locked(
 void session_set_expiry(nmq_session *s, const nmq_link *l, uint32_t expiry_s)
 {
 	nmq_mutex_lock(&s->mtx);
-	if (s->link == l) {
+	if (s->link == l && s->expiry_s != expiry_s) {
 		s->expiry_s = expiry_s;
+		if (s->p->store != NULL) {
+			if (expiry_s > 0) {
+				store_session_locked(s, 0);
+			} else {
+				store_session_del_locked(s);
+			}
+		}
 	}
 	nmq_mutex_unlock(&s->mtx);
 }
@@ -860,6 +1019,9 @@ nmq_msg *session_detach(
 	}
 	if (current && !*end) {
 		session_timer_update_locked(s);
+		if (persist(s)) {
+			store_session_locked(s, wall_ms());
+		}
 	}
 	nmq_mutex_unlock(&s->mtx);
 	return now;
@@ -914,6 +1076,7 @@ static void session_end_when(nmq_session *s, bool only_if_expired)
 		return;
 	}
 	s->ended = true;
+	store_session_del_locked(s);
 	proto_table_remove(p, s);
 	pthread_mutex_unlock(&p->tbl_mtx);
 	session_finish_locked(s); // the table's reference
@@ -1077,4 +1240,108 @@ bool session_info(nmq_session *s, proto_session_info *out)
 	nmq_mutex_unlock(&s->mtx);
 	out->recv_msgs = atomic_load_explicit(&s->recv_msgs, memory_order_relaxed);
 	return !ended;
+}
+
+// ---------------------------------------------------------------------------
+// Restoring the store's sessions at startup; see proto.h.
+
+nmq_session *proto_session_restore(
+    nmq_proto *p, const proto_store_session *rec, uint64_t now_wall_ms)
+{
+	const char  *u = rec->username;
+	nmq_session *s
+	    = session_alloc(p, rec->client_id, (const uint8_t *)u, u != NULL ? strlen(u) : 0);
+	if (s == NULL) {
+		proto_count_alloc_failure(p, "session");
+		return NULL;
+	}
+	uint64_t now = nmq_clock_ms();
+	// Offline since the broker stopped (online then) or since it went
+	// offline, by the wall clock (the monotonic one restarted).
+	uint64_t gone = 0;
+	if (rec->offline_wall_ms != 0 && now_wall_ms > rec->offline_wall_ms) {
+		gone = now_wall_ms - rec->offline_wall_ms;
+	}
+	s->expiry_s         = rec->expiry_s;
+	s->ver              = rec->proto_ver;
+	s->offline_since_ms = now > gone ? now - gone : 0;
+	s->stored           = true;
+	if (rec->will != NULL) {
+		// Its connection ended without a DISCONNECT (the broker
+		// stopped or died): the will goes out after its delay.
+		nmq_msg_hold(rec->will);
+		s->will       = rec->will;
+		s->will_at_ms = s->offline_since_ms + (uint64_t)rec->will_delay_s * 1000;
+	}
+	pthread_mutex_lock(&p->tbl_mtx);
+	if (proto_table_find(p, rec->client_id) != NULL
+	    || proto_table_insert(p, s) != NMQ_OK) { // the table keeps this reference
+		pthread_mutex_unlock(&p->tbl_mtx);
+		log_error("session", "client_id=%s event=restore_failed", rec->client_id);
+		nmq_mutex_lock(&s->mtx);
+		s->stored = false;
+		if (s->will != NULL) {
+			nmq_msg_release(s->will);
+			s->will = NULL;
+		}
+		nmq_mutex_unlock(&s->mtx);
+		nmq_session_release(s);
+		return NULL;
+	}
+	pthread_mutex_unlock(&p->tbl_mtx);
+	nmq_mutex_lock(&s->mtx);
+	session_timer_update_locked(s);
+	nmq_mutex_unlock(&s->mtx);
+	return s;
+}
+
+nmq_err proto_session_restore_msg(nmq_session *s, uint64_t seq, nmq_msg *msg, uint8_t qos,
+    bool retain, uint8_t state, uint16_t packet_id, const uint32_t *sub_ids, uint32_t n_sub_ids)
+{
+	out_entry e;
+	memset(&e, 0, sizeof(e));
+	e.msg    = msg;
+	e.seq    = seq;
+	e.qos    = qos;
+	e.retain = retain;
+	for (uint32_t i = 0; i < n_sub_ids && i < SUBIDS_INLINE; i++) {
+		e.sub_ids[e.n_sub_ids++] = sub_ids[i];
+	}
+	bool ok;
+	bool keep = true; // the entry keeps a reference to msg
+	nmq_mutex_lock(&s->mtx);
+	if (state == PROTO_STORE_QUEUED || packet_id == 0 || qos == 0) {
+		ok = ring_push(&s->q, &e, UINT32_MAX);
+	} else {
+		infl_entry f;
+		memset(&f, 0, sizeof(f));
+		f.e   = e;
+		f.pid = packet_id;
+		if (state == PROTO_STORE_RELEASED) {
+			f.e.msg = NULL;
+			f.state = INFL_WAIT_PUBCOMP;
+			keep    = false;
+		} else {
+			f.state = qos == 1 ? INFL_WAIT_PUBACK : INFL_WAIT_PUBREC;
+		}
+		ok = infl_push(s, &f);
+	}
+	if (ok) {
+		if (keep) {
+			nmq_msg_hold(msg);
+		}
+		if (seq >= s->q_seq) {
+			s->q_seq = seq + 1;
+		}
+	}
+	nmq_mutex_unlock(&s->mtx);
+	return ok ? NMQ_OK : NMQ_ENOMEM;
+}
+
+nmq_err proto_session_restore_rel(nmq_session *s, uint16_t packet_id)
+{
+	nmq_mutex_lock(&s->mtx);
+	nmq_err e = qos2_find(s, packet_id) >= 0 ? NMQ_OK : qos2_add(s, packet_id, nmq_clock_ms());
+	nmq_mutex_unlock(&s->mtx);
+	return e;
 }

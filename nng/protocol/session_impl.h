@@ -81,6 +81,7 @@ struct nmq_session {
 	uint16_t next_pid;
 	uint8_t  ver;
 	bool     ended; // removed from the table
+	bool     stored; // (mtx) the session has a record in the durable store
 	bool     has_owner; // the creating CONNECT had a user name
 	// The client id, NUL-terminated, then (has_owner) the user name of the
 	// CONNECT that created the session, both allocated with the struct.

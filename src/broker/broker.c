@@ -34,6 +34,9 @@
 #include "src/auth/auth.h"
 #include "src/broker/route.h"
 #include "src/log/log.h"
+#ifdef NMQ_HAVE_STORE
+#include "src/store/store.h"
+#endif
 
 // The client behind a session as the ACL sees it at delivery: the user
 // name and address of the connection that last connected (or, before any
@@ -109,6 +112,7 @@ struct nmq_broker {
 	broker_event_fn obs_fn;
 	void           *obs_arg;
 	uint32_t        obs_mask;
+	nmq_store      *store; // the durable store, NULL when off
 };
 
 void broker_set_observer(nmq_broker *b, broker_event_fn fn, void *arg, uint32_t mask)
@@ -569,6 +573,86 @@ void broker_set_proto(nmq_broker *b, nmq_proto *p)
 	b->proto = p;
 }
 
+void broker_set_store(nmq_broker *b, nmq_store *st)
+{
+	b->store = st;
+}
+
+// The durable store: retained messages and the subscriptions of
+// persistent sessions. A write the store refuses is logged (the state in
+// memory stays).
+static void store_log(const char *what, const char *key, nmq_err e)
+{
+	if (e != NMQ_OK) {
+		log_warn_rl("broker", "key=%.200s event=store_write_failed op=%s error=%s", key,
+		    what, nmq_strerror(e));
+	}
+}
+
+// Writes (msg) or clears (NULL) the retained message of topic; the ack of
+// the PUBLISH that carried it waits for the commit.
+static void persist_retain(nmq_broker *b, const char *topic, nmq_msg *msg)
+{
+#ifdef NMQ_HAVE_STORE
+	// The broker's own $SYS messages are republished at every interval:
+	// not worth a write each.
+	if (b->store != NULL && strncmp(topic, "$SYS/", 5) != 0) {
+		nmq_err e = store_retain_put(b->store, topic, msg, NULL, NULL);
+		store_log("retain_put", topic, e);
+		if (e == NMQ_OK) {
+			proto_store_noted();
+		}
+	}
+#else
+	(void)b;
+	(void)topic;
+	(void)msg;
+#endif
+}
+
+static void persist_sub(nmq_broker *b, nmq_session *s, const char *filter, size_t len,
+    const proto_sub_opts *o, bool put)
+{
+#ifdef NMQ_HAVE_STORE
+	if (b->store == NULL || !nmq_session_persistent(s)) {
+		return;
+	}
+	char  stack[256];
+	char *f = len < sizeof(stack) ? stack : malloc(len + 1);
+	if (f == NULL) {
+		store_log("sub_put", nmq_session_client_id(s), NMQ_ENOMEM);
+		return;
+	}
+	memcpy(f, filter, len);
+	f[len] = '\0';
+	nmq_err e;
+	if (put) {
+		store_sub r = {
+			.client_id = nmq_session_client_id(s),
+			.filter    = f,
+			.options   = (uint8_t)((o->qos & 0x3) | (o->no_local ? 0x4 : 0)
+                            | (o->retain_as_published ? 0x8 : 0)
+                            | ((o->retain_handling & 0x3) << 4)),
+			.sub_id    = o->sub_id,
+		};
+		e = store_sub_put(b->store, &r, NULL, NULL);
+	} else {
+		e = store_sub_del(b->store, nmq_session_client_id(s), f, NULL, NULL);
+	}
+	store_log(put ? "sub_put" : "sub_del", nmq_session_client_id(s), e);
+	if (f != stack) {
+		free(f);
+	}
+#else
+	(void)b;
+	(void)s;
+	(void)filter;
+	(void)len;
+	(void)o;
+	(void)put;
+#endif
+}
+
 // Builds the authentication state of conf and swaps it in; see broker.h.
 nmq_err broker_reconfigure(nmq_broker *b, const nmq_conf *conf, char *err, size_t errlen)
 {
@@ -994,6 +1078,7 @@ static int route_msg(nmq_broker *b, const void *from, const proto_who *who, nmq_
 	if (msg->retain) {
 		if (msg->payload_len == 0) {
 			retain_log(msg, retain_set(b->retained, msg->topic, msg->topic_len, NULL));
+			persist_retain(b, msg->topic, NULL);
 		} else if (b->max_message_memory > 0 && nmq_mem_in_use() > b->max_message_memory) {
 			// mqtt.max_message_memory: the previous retained message, if
 			// any, stays; this one is routed but not kept.
@@ -1008,6 +1093,7 @@ static int route_msg(nmq_broker *b, const void *from, const proto_who *who, nmq_
 		} else {
 			nmq_msg_hold(msg);
 			retain_log(msg, retain_set(b->retained, msg->topic, msg->topic_len, msg));
+			persist_retain(b, msg->topic, msg);
 		}
 	}
 	thread_state *ts = thread_state_get();
@@ -1200,6 +1286,7 @@ static int b_subscribe_inner(nmq_broker *b, nmq_session *s, const proto_who *who
 	if (i == ss->n) {
 		ss->n++;
 	}
+	persist_sub(b, s, filter, len, opts, true);
 out:
 	pthread_mutex_unlock(&ss->mtx);
 	ss_put(b, ss);
@@ -1324,6 +1411,7 @@ static uint8_t unsubscribe(nmq_broker *b, nmq_session *s, const char *filter, si
 	for (size_t i = 0; i < ss->n; i++) {
 		if (ss->v[i].len == len && memcmp(ss->v[i].filter, filter, len) == 0) {
 			tree_remove(b, ss->v[i].filter, ss->v[i].len, s);
+			persist_sub(b, s, ss->v[i].filter, ss->v[i].len, NULL, false);
 			free(ss->v[i].filter);
 			ss->v[i] = ss->v[--ss->n];
 			rc       = 0;

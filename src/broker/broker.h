@@ -83,6 +83,12 @@ void broker_set_observer(nmq_broker *b, broker_event_fn fn, void *arg, uint32_t 
 // reference is borrowed.
 void broker_publish(nmq_broker *b, nmq_msg *msg);
 
+// Binds the durable store (main thread, before any listener opens; see
+// broker_store.h): from then on the subscriptions of persistent sessions
+// and retained messages are written to it.
+typedef struct nmq_store nmq_store;
+void                     broker_set_store(nmq_broker *b, nmq_store *st);
+
 topic_tree   *broker_topic_tree(nmq_broker *b);
 retain_store *broker_retain(nmq_broker *b);
 

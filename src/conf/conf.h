@@ -65,6 +65,12 @@ enum conf_http_auth_type {
 };
 
 // auth.no_match
+// sqlite.durability (extension): what a committed group survives.
+enum conf_sqlite_durability {
+	CONF_SQLITE_FSYNC = 0, // fsync per group commit: a power cut
+	CONF_SQLITE_OS, // the OS's buffers: a crash or kill -9, not a power cut
+};
+
 enum conf_acl_permit {
 	CONF_ACL_ALLOW = 0,
 	CONF_ACL_DENY,
@@ -218,6 +224,15 @@ typedef struct nmq_conf {
 	char    *http_password; // NULL if not set
 	int      http_auth_type; // enum conf_http_auth_type
 	char    *http_jwt_public_keyfile; // NULL if not set
+
+	// sqlite (persistence). sqlite_enable is true when the section is
+	// present and its `enable` is not false.
+	bool     sqlite_enable;
+	char    *sqlite_path; // directory of the database; NULL = working dir
+	uint32_t sqlite_disk_cache_size; // most queued messages stored
+	uint32_t sqlite_flush_mem_threshold; // largest group commit
+	uint32_t sqlite_resend_interval_ms; // accepted, no effect
+	int      sqlite_durability; // enum conf_sqlite_durability
 
 	// auth (the parts the core broker uses today)
 	bool     allow_anonymous;

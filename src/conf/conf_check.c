@@ -262,6 +262,9 @@ static void walk_section(conf_ctx *ctx, const cJSON *obj, const char *prefix)
 				if (strcmp(path, "webhook") == 0) {
 					ctx->conf->webhook_present = true;
 				}
+				if (strcmp(path, "sqlite") == 0) {
+					ctx->conf->sqlite_enable = true;
+				}
 				walk_section(ctx, c, path);
 				continue;
 			}

@@ -662,9 +662,38 @@ const conf_key conf_schema[] = {
 	    CF(bridge_cache_resend_ms), .def = "5000", .min = 0, .max = 3600000,
 	    .status = CONF_S_NOEFFECT, .help = "The backlog is replayed at once after a reconnect." },
 
+	// ------------------------------------------------------------- sqlite
+	{ .path = "sqlite", .flat = "sqlite.", .type = CONF_T_SECTION,
+	    .help = "Persistence of sessions, their subscriptions, queued and in-flight QoS 1/2 "
+	        "messages, inbound QoS 2 state and retained messages in one SQLite database "
+	        "(see docs/persistence.md). The section being present enables it. Every change "
+	        "needs a restart." },
+	{ .path = "sqlite.enable", .type = CONF_T_BOOL, .store = CONF_ST_BOOL, CF(sqlite_enable),
+	    .def_doc = "true (when the section is present)",
+	    .help = "`false` keeps the section but turns persistence off." },
+	{ .path = "sqlite.mounted_file_path", .type = CONF_T_STR, .store = CONF_ST_STR,
+	    CF(sqlite_path), .def_doc = "the working directory",
+	    .help = "Directory of the database file `nanomq.db` (WAL mode); created if missing." },
+	{ .path = "sqlite.disk_cache_size", .type = CONF_T_INT, .store = CONF_ST_U32,
+	    CF(sqlite_disk_cache_size), .def = "102400", .min = 0, .max = U32MAX,
+	    .help = "Most queued messages stored (0 = no bound). When full, the oldest queued "
+	        "QoS 1/2 message is evicted, counted and logged." },
+	{ .path = "sqlite.flush_mem_threshold", .type = CONF_T_INT, .store = CONF_ST_U32,
+	    CF(sqlite_flush_mem_threshold), .def = "100", .min = 1, .max = 1000000,
+	    .help = "Largest group commit, in operations. A QoS 1/2 message that is stored (for "
+	        "a persistent session, or retained) is acknowledged only after its commit." },
+	{ .path = "sqlite.resend_interval", .type = CONF_T_DUR_MS, .store = CONF_ST_U32,
+	    CF(sqlite_resend_interval_ms), .status = CONF_S_NOEFFECT, .def = "5000", .min = 0,
+	    .max = U32MAX,
+	    .help = "Accepted; no effect: stored messages go out as soon as the client is back." },
+	{ .path = "sqlite.durability", .type = CONF_T_ENUM, .store = CONF_ST_INT,
+	    CF(sqlite_durability), .def = "fsync", .words = "fsync|os",
+	    .help = "What an acknowledged message survives (extension). `fsync`: the database "
+	        "is fsynced at every group commit; it survives a power cut. `os`: committed data "
+	        "is left in the operating system's buffers; it survives a crash or kill -9 of "
+	        "the broker, not a power cut, and costs less." },
+
 	// ------------------------------------- recognised, not supported yet
-	{ .path = "sqlite", .flat = "sqlite.", .type = CONF_T_SECTION, .status = CONF_S_NOT_YET,
-	    .help = "SQLite persistence of sessions and messages." },
 	{ .path = "webhook", .flat = "web.hook.", .type = CONF_T_SECTION,
 	    .help = "HTTP POST of broker events (docs/webhooks.md); the section being present "
 	        "enables it. Changes need a restart." },

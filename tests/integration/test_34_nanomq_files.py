@@ -5,7 +5,7 @@ The files in nanomq-files/ (see its README.md) are written for this project
 with the sections, keys and syntax of NanoMQ's shipped files and of the
 examples in its documentation. Each one must pass `nanomq start --conf F
 --test`: exit 0, no error, and one warning naming every section this broker
-does not implement yet (HTTP authentication, sqlite, rules...).
+does not implement yet (HTTP authentication, rules...).
 NanoMQ's default file names a JWT key file that does not exist while
 auth_type is basic: that file is only checked when JWT is in use. A real
 mistake in such a file (an unreadable certificate of an enabled listener,
@@ -49,12 +49,11 @@ def tearDownModule():
 # Sections each file holds that are not implemented yet: each must be
 # named by a warning (the broker says "not supported").
 UNSUPPORTED = {
-    "nanomq_example.conf": ["auth.http_auth", "sqlite",
+    "nanomq_example.conf": ["auth.http_auth",
                             "bridges.aws", "preset", "rules",
                             "exchange_client", "parquet", "plugin"],
     "doc-http-auth.conf": ["auth.http_auth"],
     "doc-preset-session.conf": ["preset"],
-    "doc-sqlite.conf": ["sqlite"],
 }
 
 

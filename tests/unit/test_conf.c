@@ -716,7 +716,6 @@ static void test_warnings(void **state)
 	load_warn("webhook {\n  url = \"http://x\"\n  events = [\n{event = \"on_message_publish\", "
 	          "tpic = \"a\"}]\n}\n",
 	    "t.conf:4: webhook.events[0]: unknown key \"tpic\"; ignored");
-	load_warn("sqlite.enable = true\n", "t.conf:1: sqlite: not supported yet; ignored");
 	load_warn("bridges.mqtt.emqx { server = \"mqtt-tcp://h:1883\", quic_keepalive = 3s }\n",
 	    "t.conf:1: bridges.mqtt.emqx.quic_keepalive: QUIC is not supported; ignored");
 	load_warn("preset.session = []\n", "t.conf:1: preset: not supported yet; ignored");

@@ -1,0 +1,68 @@
+// The protocol layer's store interface on the SQLite store; see
+// store_proto.h.
+#include "src/store/store_proto.h"
+
+#include "src/store/store.h"
+
+static nmq_err sp_session_put(void *st, const proto_store_session *r)
+{
+	store_session rec = {
+		.client_id       = r->client_id,
+		.username        = r->username,
+		.expiry_s        = r->expiry_s,
+		.proto_ver       = r->proto_ver,
+		.offline_wall_ms = r->offline_wall_ms,
+		.will_msg        = r->will,
+		.will_delay_s    = r->will_delay_s,
+	};
+	return store_session_put(st, &rec, NULL, NULL);
+}
+
+static nmq_err sp_session_del(void *st, const char *client_id)
+{
+	return store_session_del(st, client_id, NULL, NULL);
+}
+
+static nmq_err sp_queue_put(void *st, const char *client_id, uint64_t seq, nmq_msg *msg,
+    uint8_t qos, bool retain, const uint32_t *sub_ids, uint32_t n_sub_ids)
+{
+	return store_queue_put(
+	    st, client_id, seq, msg, qos, retain, sub_ids, n_sub_ids, NULL, NULL);
+}
+
+static nmq_err sp_queue_state(
+    void *st, const char *client_id, uint64_t seq, uint8_t state, uint16_t packet_id)
+{
+	return store_queue_state(st, client_id, seq, state, packet_id, NULL, NULL);
+}
+
+static nmq_err sp_queue_del(void *st, const char *client_id, uint64_t seq)
+{
+	return store_queue_del(st, client_id, seq, NULL, NULL);
+}
+
+static nmq_err sp_rel_put(void *st, const char *client_id, uint16_t packet_id)
+{
+	return store_rel_put(st, client_id, packet_id, NULL, NULL);
+}
+
+static nmq_err sp_rel_del(void *st, const char *client_id, uint16_t packet_id)
+{
+	return store_rel_del(st, client_id, packet_id, NULL, NULL);
+}
+
+static nmq_err sp_sync(void *st, proto_store_done_fn done, void *arg)
+{
+	return store_sync(st, done, arg);
+}
+
+const proto_store_ops store_proto_ops = {
+	.session_put = sp_session_put,
+	.session_del = sp_session_del,
+	.queue_put   = sp_queue_put,
+	.queue_state = sp_queue_state,
+	.queue_del   = sp_queue_del,
+	.rel_put     = sp_rel_put,
+	.rel_del     = sp_rel_del,
+	.sync        = sp_sync,
+};
