@@ -36,6 +36,7 @@
 #define DEFAULT_IDLE_MS  60000
 #define READ_CHUNK       16384
 #define TICK_MS          200
+#define LINGER_MS        1000 // lingering close after a refusal
 #define LISTEN_TAG       ((void *)1)
 #define WAKE_TAG         ((void *)2)
 
@@ -62,6 +63,7 @@ typedef struct hconn {
 	bool       idle; // between requests (deadline is the idle one)
 	bool       sent_continue;
 	bool       close_after; // close once out is written
+	bool       draining; // reply sent, write side shut: reading to discard
 	void (*after)(void *arg);
 	void         *after_arg;
 	struct hconn *prev;
@@ -466,7 +468,21 @@ static bool conn_flush(http_server *hs, hconn *c)
 	c->out_len = c->out_off = 0;
 	if (c->close_after) {
 		shutdown(c->fd, SHUT_WR);
-		conn_close(hs, c);
+		if (c->after != NULL) {
+			conn_close(hs, c);
+			return false;
+		}
+		// Lingering close: what the client still sends (the rest of a
+		// refused body) is read and dropped until it closes too, or for
+		// LINGER_MS, so that closing with unread data (a reset) does not
+		// destroy the reply before the client has read it.
+		c->draining    = true;
+		c->in_len      = 0;
+		c->deadline_ms = now_ms() + LINGER_MS;
+		if (c->st == C_WRITE) {
+			c->st = C_READ;
+			conn_watch(hs, c, EPOLLIN);
+		}
 		return false;
 	}
 	// The reply is out: the connection is idle until the next request.
@@ -651,6 +667,15 @@ static bool conn_process(http_server *hs, hconn *c)
 static void conn_readable(http_server *hs, hconn *c)
 {
 	size_t limit = (size_t)hs->o.max_head + hs->o.max_body + 64;
+	if (c->draining) {
+		char    sink[4096];
+		ssize_t n;
+		while ((n = recv(c->fd, sink, sizeof(sink), 0)) > 0) { }
+		if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+			conn_close(hs, c);
+		}
+		return;
+	}
 	for (;;) {
 		if (c->in_len == c->in_cap) {
 			if (c->in_cap >= limit) {

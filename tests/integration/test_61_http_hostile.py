@@ -186,6 +186,14 @@ class TestHostileBasic(ServerCase):
         st, _, j = status_and_json(s.recv(65536))
         s.close()
         self.assertEqual((st, j["code"]), (400, 108))
+        # A script that sends the whole oversized body anyway (http.client
+        # does not wait for 100 Continue) still reads the 400, not a reset.
+        c = http.client.HTTPConnection(nmq.HOST, self.http_port, timeout=10)
+        c.request("POST", "/api/v4/mqtt/publish", body=b"x" * 8000000,
+                  headers={"Authorization": AUTH, "Content-Type": "application/json"})
+        r = c.getresponse()
+        self.assertEqual((r.status, json.loads(r.read())["code"]), (400, 108))
+        c.close()
         # Chunked beyond max_body as well.
         chunk = b"%x\r\n%s\r\n" % (3000, b"a" * 3000)
         st, _, j = status_and_json(raw_request(
