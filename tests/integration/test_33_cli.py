@@ -444,9 +444,10 @@ class TestCommandChannel(CliCase):
         self.assertEqual(names.count("nmq:timer"), 1, names)
         workers = names.count("nmq:worker")
         self.assertGreaterEqual(workers, 1, names)
-        # + main, timer, channel (and ThreadSanitizer's own thread in TSan
-        # builds)
-        self.assertLessEqual(len(names), workers + 4, names)
+        # + main, timer, channel, the $SYS publisher (and ThreadSanitizer's
+        # own thread in TSan builds)
+        self.assertLessEqual(names.count("nmq:sys"), 1, names)
+        self.assertLessEqual(len(names), workers + 5, names)
         self.inst.conf(self.port, extra="mqtt.max_mqueue_len = 5")
         r = self.reload("--conf", self.conf)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
