@@ -14,14 +14,23 @@
 // then closed: the peer reads the last packet (a TLS record) instead of
 // losing it to a reset caused by input we never read. Without the FIN of
 // a half-close a peer that neither reads nor closes keeps the stream until
-// the time bound.
+// the time bound. The bound does not rest on NNG ending a receive that is
+// cancelled or times out (in NNG 1.5.2 a TLS receive whose lower TCP
+// receive is not in flight is ended neither by nng_aio_cancel nor by its
+// timeout): a timerfd in a worker's epoll set closes the stream at
+// LINGER_MS, which ends any receive; it holds a reference until it fires.
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/timerfd.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "nng/core/log.h"
 #include "nng/transport/conn_int.h"
 
 #define STREAM_IOV_MAX 8 // NNG's limit per aio
@@ -38,6 +47,12 @@ struct conn_stream_side {
 	uint64_t linger_end; // ms on CLOCK_MONOTONIC
 	size_t   discarded;
 	bool     linger_rx; // the discarding receives have begun
+	// The linger's deadline: a timerfd on worker linger_w, holding a
+	// reference until it fires (its handler then removes it).
+	nmq_conn *c;
+	workq_io  linger_io;
+	int       linger_tfd;
+	int       linger_w;
 };
 
 // The stream side of c (c->be_state).
@@ -93,7 +108,9 @@ nmq_conn *conn_alloc(nng_stream *s, const conn_env *env)
 		conn_new_undo(c);
 		return NULL;
 	}
-	NS(c)->s = s;
+	NS(c)->s          = s;
+	NS(c)->c          = c;
+	NS(c)->linger_tfd = -1;
 	char peer[64];
 	format_peer(s, peer, sizeof(peer));
 	conn_set_peer(c, peer);
@@ -216,9 +233,66 @@ static void linger_rx_job(nmq_conn *c)
 	conn_release(c); // the linger's reference
 }
 
+// The linger's deadline (worker linger_w): closes the stream if it still
+// lingers, which ends a receive that NNG did not end (the receive path or
+// the discarding receive then ends the linger), and drops the timer.
+static void linger_timer_io(workq_io *io, uint32_t events)
+{
+	struct conn_stream_side *ns = (struct conn_stream_side *)((char *)io
+	    - offsetof(struct conn_stream_side, linger_io));
+	nmq_conn                *c  = ns->c;
+	(void)events;
+	nmq_mutex_lock(&c->mtx);
+	if (c->lingering && !c->closing) {
+		log_debug("conn", "peer=%s event=linger_deadline", conn_peer(c));
+		conn_close_locked(c);
+	}
+	workq_io_del(c->env->wq, ns->linger_w, ns->linger_tfd);
+	close(ns->linger_tfd);
+	nmq_mutex_unlock(&c->mtx);
+	conn_release(c); // the timer's reference
+}
+
+// Arms the linger's deadline, once. Returns false when it cannot (out of
+// descriptors): the caller closes at once. Caller holds mtx.
+static bool linger_timer_start(nmq_conn *c)
+{
+	struct conn_stream_side *ns  = NS(c);
+	struct itimerspec        its = { .it_value = {
+		                             .tv_sec  = LINGER_MS / 1000,
+		                             .tv_nsec = (LINGER_MS % 1000) * 1000000L,
+                                  } };
+	if (ns->linger_tfd >= 0) {
+		return false; // lingered once already
+	}
+	int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	if (tfd >= 0 && timerfd_settime(tfd, 0, &its, NULL) == 0) {
+		ns->linger_io.fn = linger_timer_io;
+		ns->linger_tfd   = tfd;
+		ns->linger_w     = workq_pick(c->env->wq);
+		conn_hold(c); // the timer's
+		if (workq_io_add(c->env->wq, ns->linger_w, tfd, &ns->linger_io, EPOLLIN)
+		    == NMQ_OK) {
+			return true;
+		}
+		// Not the last reference: the caller's path holds one.
+		atomic_fetch_sub_explicit(&c->refs, 1, memory_order_relaxed);
+		ns->linger_tfd = -1;
+	}
+	log_debug(
+	    "conn", "peer=%s event=linger_skipped reason=\"%s\"", conn_peer(c), strerror(errno));
+	if (tfd >= 0) {
+		close(tfd);
+	}
+	return false;
+}
+
 // Starts a lingering close; see conn_int.h and the top of this file.
 static bool stream_linger(nmq_conn *c)
 {
+	if (!linger_timer_start(c)) {
+		return false;
+	}
 	NS(c)->linger_end = now_ms() + LINGER_MS;
 	NS(c)->discarded  = 0;
 	c->lingering      = true;

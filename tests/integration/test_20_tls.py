@@ -12,8 +12,10 @@ import shutil
 import signal
 import socket
 import ssl
+import struct
 import subprocess
 import tempfile
+import threading
 import time
 import unittest
 import warnings
@@ -99,12 +101,13 @@ class TlsCase(BrokerTestCase):
     SSL = dict of ssl_conf() arguments."""
 
     SSL = {}
+    CONF = ""  # more broker configuration
 
     def setUp(self):
         last = None
         for _ in range(3):
             self.tls_port = nmq.free_port()
-            self.broker = Broker(ssl_conf(self.tls_port, **self.SSL))
+            self.broker = Broker(ssl_conf(self.tls_port, **self.SSL) + self.CONF)
             try:
                 self.broker.start()
                 break
@@ -327,6 +330,57 @@ class RequirePeer(TlsCase):
         finally:
             sub.close()
         self.roundtrip(4, cert="client1")
+
+
+class TlsLingerBound(TlsCase):
+    CONF = "mqtt.max_awaiting_rel = 3\n"
+
+    # A lingering close over TLS ends within its time bound even when NNG
+    # does not end the receive it waits on (nng/transport/conn_stream.c:
+    # NNG 1.5.2 leaves a TLS receive whose lower TCP receive is not in
+    # flight unended by a cancel or a timeout; the linger's own timer closes
+    # the stream). 5.0 clients flood QoS 2 past the Receive Maximum (the
+    # broker answers DISCONNECT 0x93 and lingers) and close or reset at
+    # once, without reading. Once the bound has passed, the broker must
+    # stop with every connection gone: a linger that never ends holds its
+    # connection, and the stop then logs drain_timeout.
+    def test_lingering_closes_end_when_clients_vanish(self):
+        ctx = ssl.create_default_context(cafile=pki("ca.crt"))
+        ctx.check_hostname = False
+
+        def clients(k):
+            for i in range(15):
+                try:
+                    raw = socket.create_connection((HOST, self.tls_port), timeout=5)
+                    s = ctx.wrap_socket(raw)
+                    s.sendall(nmq.connect_bytes("vanish-%d-%d" % (k, i), version=5))
+                    for pid in range(1, 8):
+                        s.sendall(nmq.publish_bytes("in/t", b"x" * 100, 2, pid=pid, version=5))
+                    if i % 2:
+                        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                     struct.pack("ii", 1, 0))
+                    s.close()
+                except (OSError, ssl.SSLError):
+                    pass  # the broker may have closed first
+
+        threads = [threading.Thread(target=clients, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        time.sleep(3.0)  # past every linger's 2 s bound
+        self.assert_broker_healthy()
+        keep, nmq.KEEP_TMP = nmq.KEEP_TMP, True  # read the log after the stop
+        try:
+            problems = self.broker.stop()
+            log = self.broker.log_text()
+        finally:
+            nmq.KEEP_TMP = keep
+            if not keep and not problems:
+                shutil.rmtree(self.broker.tmp, ignore_errors=True)
+        self.assertEqual(problems, [])
+        self.assertFalse("drain_timeout" in log, "connections were still open at the stop:\n"
+                         + "\n".join(log.splitlines()[-5:]))
 
 
 class StartupErrors(unittest.TestCase):
