@@ -405,10 +405,13 @@ void conn_tx_unlock(nmq_conn *c)
 }
 
 // Returns n writable bytes for the upper layer (behind a layer's frame
-// header when one must be started), or NULL.
+// header when one must be started), or NULL. A lingering connection has
+// sent its last packet: nothing more goes out (a plain socket is
+// half-closed, and a write would fail and close it at once, resetting a
+// peer that is still sending).
 uint8_t *conn_tx_reserve(nmq_conn *c, size_t n)
 {
-	if (c->closing || (c->layer != NULL && !c->layer->ops->tx_begin(c))) {
+	if (c->closing || c->lingering || (c->layer != NULL && !c->layer->ops->tx_begin(c))) {
 		return NULL;
 	}
 	return txbuf_reserve(&c->fill, n);
@@ -427,7 +430,7 @@ void conn_tx_commit(nmq_conn *c, size_t n)
 // Queues bytes inside msg by reference.
 bool conn_tx_ref(nmq_conn *c, nmq_msg *msg, const uint8_t *p, size_t len)
 {
-	if (c->closing) {
+	if (c->closing || c->lingering) {
 		return false;
 	}
 	if (len == 0) {

@@ -121,11 +121,12 @@ nng_stream *conn_stream(nmq_conn *c);
 void conn_tx_lock(nmq_conn *c);
 void conn_tx_unlock(nmq_conn *c);
 // Returns room for n contiguous bytes to be committed with conn_tx_commit,
-// or NULL (closing, or out of memory).
+// or NULL (closing, a lingering close under way after the last packet of a
+// conn_shutdown, or out of memory).
 uint8_t *conn_tx_reserve(nmq_conn *c, size_t n);
 void     conn_tx_commit(nmq_conn *c, size_t n);
 // Queues len bytes at p inside msg by reference (msg is held until sent).
-// Returns false if closing or out of memory.
+// Returns false if closing (or lingering, as above) or out of memory.
 bool conn_tx_ref(nmq_conn *c, nmq_msg *msg, const uint8_t *p, size_t len);
 // Bytes queued and not yet sent.
 size_t conn_tx_queued(nmq_conn *c);
