@@ -1277,10 +1277,8 @@ static void send_connect_locked(bridge *b)
 			p->present |= MQTT_PBIT(MQTT_PROP_MAX_PACKET_SIZE);
 			p->maximum_packet_size = mps;
 		}
-		if (cfg->cp_topic_alias_maximum != 0) {
-			// Topic aliases from the remote are not resolved by the
-			// bridge: none are asked for.
-		}
+		// conn_properties.topic_alias_maximum is not sent: the bridge does
+		// not resolve topic aliases from the remote.
 		if (cfg->cp_request_problem_information >= 0) {
 			p->present |= MQTT_PBIT(MQTT_PROP_REQUEST_PROBLEM);
 			p->request_problem_info = (uint8_t)cfg->cp_request_problem_information;
