@@ -166,7 +166,22 @@ typedef struct proto_store_session {
 	uint64_t    offline_wall_ms; // CLOCK_REALTIME ms it went offline; 0 online
 	nmq_msg    *will; // NULL: none
 	uint32_t    will_delay_s;
+	// At restore: the highest seq the store holds for the session (0:
+	// none); its queued messages stay on disk until the client is back.
+	uint64_t queue_max_seq;
 } proto_store_session;
+
+// A stored message of a session's queue, as read back (msg borrowed).
+typedef struct proto_store_row {
+	uint64_t        seq;
+	nmq_msg        *msg;
+	uint8_t         qos;
+	bool            retain;
+	uint8_t         state; // enum proto_store_qstate
+	uint16_t        packet_id;
+	const uint32_t *sub_ids;
+	uint32_t        n_sub_ids;
+} proto_store_row;
 
 typedef struct proto_store_ops {
 	nmq_err (*session_put)(void *st, const proto_store_session *rec);
@@ -182,6 +197,13 @@ typedef struct proto_store_ops {
 	// A barrier: done(arg, err) runs on the store's thread once everything
 	// queued before it has committed (it must not block).
 	nmq_err (*sync)(void *st, proto_store_done_fn done, void *arg);
+	// Reads client_id's stored messages with seq > after_seq in seq order,
+	// at most max of them (expired ones are skipped and deleted), after
+	// everything queued before: row(arg, r) for each, then done(arg, err).
+	// Both run on the store's thread, must not block, and may take a
+	// session lock (the store holds none of its own meanwhile).
+	nmq_err (*queue_read)(void *st, const char *client_id, uint64_t after_seq, uint32_t max,
+	    void (*row)(void *arg, const proto_store_row *r), proto_store_done_fn done, void *arg);
 } proto_store_ops;
 
 // Counters for metrics; every field is updated atomically.

@@ -16,12 +16,17 @@
 #define RING_KEEP 64
 // When the session timer retries work it could not post (out of memory).
 #define SESSION_RETRY_MS 1000
+// Messages read back from the store at a time, and the queue length under
+// which the next read starts.
+#define DISK_CHUNK 256
+#define DISK_LOW   (DISK_CHUNK / 2)
 
 static void session_timer_cb(tw_timer *t);
 static void session_clear_locked(nmq_session *s);
 static void session_pump_locked(nmq_session *s);
 static void session_resend_locked(nmq_session *s, bool only_old);
 static void session_timer_update_locked(nmq_session *s);
+static void session_disk_pump_locked(nmq_session *s);
 
 // ---------------------------------------------------------------------------
 // The durable store (proto.h): writes of a persistent session. Callers hold
@@ -145,6 +150,7 @@ nmq_session *session_alloc(
 	s->p        = p;
 	s->id       = atomic_fetch_add(&p->next_session_id, 1);
 	s->next_pid = 1;
+	s->q_seq    = 1; // 0 is "before the first" (disk_after)
 	nmq_mutex_init(&s->mtx);
 	tw_timer_init(&s->timer, session_timer_cb);
 	return s;
@@ -570,17 +576,130 @@ static void session_pump_locked(nmq_session *s)
 			session_timer_update_locked(s);
 		}
 	}
+	if (s->disk_mode) {
+		session_disk_pump_locked(s);
+	}
+}
+
+// Reading the backlog back from the store (store thread).
+static void disk_row(void *arg, const proto_store_row *r)
+{
+	nmq_session *s = arg;
+	nmq_mutex_lock(&s->mtx);
+	s->disk_read_rows++;
+	// Rows in flight (sent, awaiting an ack) are in memory already.
+	if (!s->ended && r->seq > s->disk_after && r->state == PROTO_STORE_QUEUED) {
+		out_entry e;
+		memset(&e, 0, sizeof(e));
+		e.msg    = r->msg;
+		e.seq    = r->seq;
+		e.qos    = r->qos;
+		e.retain = r->retain;
+		for (uint32_t i = 0; i < r->n_sub_ids && i < SUBIDS_INLINE; i++) {
+			e.sub_ids[e.n_sub_ids++] = r->sub_ids[i];
+		}
+		if (ring_push(&s->q, &e, UINT32_MAX)) {
+			nmq_msg_hold(r->msg);
+		} else {
+			// Stays on disk; read again with the next chunk.
+			proto_count_alloc_failure(s->p, "session_queue");
+			nmq_mutex_unlock(&s->mtx);
+			return;
+		}
+	}
+	if (r->seq > s->disk_after) {
+		s->disk_after = r->seq;
+	}
+	nmq_mutex_unlock(&s->mtx);
+}
+
+static void disk_done(void *arg, nmq_err err)
+{
+	nmq_session *s = arg;
+	nmq_mutex_lock(&s->mtx);
+	s->disk_reading = false;
+	if (err != NMQ_OK) {
+		log_warn_rl("session", "client_id=%s event=store_read_failed error=%s",
+		    s->client_id, nmq_strerror(err));
+	} else if (s->disk_read_rows == 0 && s->disk_last_put < s->disk_issue_seq) {
+		// Nothing left, and nothing was written behind the read: from
+		// now on deliveries go to memory again.
+		s->disk_mode = false;
+	}
+	if (!s->ended && s->link != NULL) {
+		session_pump_locked(s);
+	}
+	nmq_mutex_unlock(&s->mtx);
+	nmq_session_release(s);
+}
+
+// Starts reading the next chunk of the backlog when the client is
+// connected, no read is in flight and the queue in memory runs short.
+static void session_disk_pump_locked(nmq_session *s)
+{
+	if (!s->disk_mode || s->disk_reading || s->link == NULL || s->ended || s->q.len >= DISK_LOW
+	    || s->p->store == NULL) {
+		return;
+	}
+	nmq_session_hold(s);
+	s->disk_reading   = true;
+	s->disk_read_rows = 0;
+	s->disk_issue_seq = s->q_seq;
+	nmq_err e         = s->p->store->queue_read(
+	            s->p->store_arg, s->client_id, s->disk_after, DISK_CHUNK, disk_row, disk_done, s);
+	if (e != NMQ_OK) {
+		// Tried again at the next pump.
+		s->disk_reading = false;
+		proto_store_failed(s->p, "queue_read", s->client_id, e);
+		nmq_session_release(s);
+	}
 }
 
 // Queues a message for s; see proto.h.
 void nmq_session_deliver(nmq_session *s, nmq_msg *msg, uint8_t qos, bool retain,
     const uint32_t *sub_ids, uint32_t n_sub_ids)
 {
-	nmq_proto *p = s->p;
+	nmq_proto *p            = s->p;
+	bool       persist_skip = false;
 	nmq_mutex_lock(&s->mtx);
 	if (s->ended || (qos == 0 && s->link == NULL)) {
 		nmq_mutex_unlock(&s->mtx);
 		return;
+	}
+	if (qos > 0 && persist(s) && (s->link == NULL || s->disk_mode)) {
+		// Offline, or its backlog is still on disk: to the store only,
+		// behind that backlog.
+		uint64_t seq = s->q_seq;
+		uint32_t ids[SUBIDS_INLINE];
+		uint32_t n = 0;
+		for (uint32_t i = 0; i < n_sub_ids && i < SUBIDS_INLINE; i++) {
+			ids[n++] = sub_ids[i];
+		}
+		nmq_err se = p->store->queue_put(
+		    p->store_arg, s->client_id, seq, msg, qos, retain, ids, n);
+		if (se == NMQ_OK) {
+			proto_store_noted();
+			s->q_seq++;
+			if (!s->disk_mode) {
+				s->disk_mode  = true;
+				s->disk_after = seq - 1;
+			}
+			s->disk_last_put = seq;
+			if (s->link != NULL) {
+				session_disk_pump_locked(s);
+			}
+			nmq_mutex_unlock(&s->mtx);
+			return;
+		}
+		// Not stored (logged and counted): kept in memory as without a
+		// store, unless a backlog on disk must stay ahead of it.
+		proto_store_failed(p, "queue_put", s->client_id, se);
+		if (s->disk_mode) {
+			proto_count_drop(p, &p->m.drop_queue_full);
+			nmq_mutex_unlock(&s->mtx);
+			return;
+		}
+		persist_skip = true;
 	}
 	uint64_t cap = proto_lim(p)->max_message_memory;
 	if (cap > 0 && (qos == 0 || s->link == NULL) && nmq_mem_in_use() > cap) {
@@ -624,7 +743,7 @@ void nmq_session_deliver(nmq_session *s, nmq_msg *msg, uint8_t qos, bool retain,
 		return;
 	}
 	nmq_msg_hold(msg);
-	if (qos > 0 && persist(s)) {
+	if (qos > 0 && persist(s) && !persist_skip) {
 		nmq_err se = p->store->queue_put(
 		    p->store_arg, s->client_id, e.seq, msg, qos, retain, e.sub_ids, e.n_sub_ids);
 		if (se == NMQ_OK) {
@@ -1266,6 +1385,14 @@ nmq_session *proto_session_restore(
 	s->ver              = rec->proto_ver;
 	s->offline_since_ms = now > gone ? now - gone : 0;
 	s->stored           = true;
+	if (rec->queue_max_seq > 0) {
+		// Its queue stays on disk until the client is back; in-flight
+		// messages are put back by proto_session_restore_msg().
+		s->disk_mode     = true;
+		s->disk_after    = 0;
+		s->disk_last_put = rec->queue_max_seq;
+		s->q_seq         = rec->queue_max_seq + 1;
+	}
 	if (rec->will != NULL) {
 		// Its connection ended without a DISCONNECT (the broker
 		// stopped or died): the will goes out after its delay.

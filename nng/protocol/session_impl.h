@@ -78,6 +78,18 @@ struct nmq_session {
 	uint16_t     keepalive; // (mtx) of the connection attached last
 	bool         clean_start; // (mtx) of the connection attached last
 
+	// Messages on disk only (the durable store): while disk_mode, QoS 1/2
+	// deliveries are written to the store and not kept in q (an offline
+	// persistent session costs no memory per message); while the client
+	// is connected they are read back in seq order, DISK_CHUNK at a time,
+	// whenever q runs short (session_disk_pump_locked).
+	uint64_t disk_after; // seqs <= disk_after are in memory or done with
+	uint64_t disk_last_put; // seq of the last disk-only delivery
+	uint64_t disk_issue_seq; // q_seq when the read in flight was issued
+	uint32_t disk_read_rows; // rows the read in flight returned so far
+	bool     disk_mode;
+	bool     disk_reading; // a read is in flight (holds a reference)
+
 	uint16_t next_pid;
 	uint8_t  ver;
 	bool     ended; // removed from the table

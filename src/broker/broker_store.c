@@ -91,6 +91,7 @@ static void load_session(void *arg, const store_session *rec)
 		.offline_wall_ms = rec->offline_wall_ms,
 		.will            = rec->will_msg,
 		.will_delay_s    = rec->will_delay_s,
+		.queue_max_seq   = rec->queue_max_seq,
 	};
 	nmq_session *s = proto_session_restore(c->p, &r, c->now_wall);
 	if (s == NULL || !ctx_add(c, s)) {
@@ -191,6 +192,8 @@ nmq_err broker_store_attach(nmq_broker *b, nmq_proto *p, nmq_store *st, bool per
 		.rel      = load_rel,
 		.qmsg     = load_qmsg,
 		.retained = load_retained,
+		// Queued messages stay on disk until their client is back.
+		.qmsg_inflight_only = true,
 	};
 	uint64_t t0 = nmq_clock_ms();
 	nmq_err  e  = store_load(st, c.now_wall, &ops, &c);
@@ -201,7 +204,7 @@ nmq_err broker_store_attach(nmq_broker *b, nmq_proto *p, nmq_store *st, bool per
 	store_stats ss;
 	store_stats_get(st, &ss);
 	log_info("store",
-	    "path=%s event=restored sessions=%zu subscriptions=%zu queued=%zu qos2_ids=%zu "
+	    "path=%s event=restored sessions=%zu subscriptions=%zu inflight=%zu qos2_ids=%zu "
 	    "retained=%zu expired=%llu failed=%zu ms=%llu",
 	    store_path(st), c.n_sessions, c.n_subs, c.n_msgs, c.n_rel, c.n_retained,
 	    (unsigned long long)ss.expired, c.n_failed, (unsigned long long)(nmq_clock_ms() - t0));

@@ -81,6 +81,9 @@ typedef struct store_session {
 	uint64_t offline_wall_ms;
 	nmq_msg *will_msg; // the will (topic, properties, payload, QoS, retain)
 	uint32_t will_delay_s;
+	// store_load only: the highest seq queued for the session (0: none),
+	// so that new messages get higher ones.
+	uint64_t queue_max_seq;
 } store_session;
 
 // Subscription options as stored (the SUBSCRIBE options byte of MQTT 5:
@@ -175,6 +178,9 @@ typedef struct store_load_ops {
 	void (*rel)(void *arg, const char *client_id, uint16_t packet_id);
 	void (*qmsg)(void *arg, const store_qmsg *q);
 	void (*retained)(void *arg, nmq_msg *msg);
+	// With qmsg: only the messages in flight (state SENT or RELEASED);
+	// the queued ones stay on disk for store_queue_read.
+	bool qmsg_inflight_only;
 } store_load_ops;
 
 // Reads the store back, on the calling thread (startup, before traffic);

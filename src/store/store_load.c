@@ -302,10 +302,15 @@ static void qmsg_from_row(sqlite3_stmt *st, const char *cid, nmq_msg *m, store_q
 	q->msg       = m;
 }
 
-static const char load_queue_sql[]
-    = "SELECT q.seq, q.qos, q.retain, q.state, q.packet_id, q.sub_ids, m.topic, m.qos, m.retain,"
-      " m.expiry_interval, m.expiry_wall_ms, m.props, m.payload, q.msg_id, q.cid"
-      " FROM queue q JOIN msgs m ON m.id = q.msg_id ORDER BY q.cid, q.seq";
+#define LOAD_QUEUE_COLS                                                                            \
+	"SELECT q.seq, q.qos, q.retain, q.state, q.packet_id, q.sub_ids, m.topic, m.qos, "         \
+	"m.retain,"                                                                                \
+	" m.expiry_interval, m.expiry_wall_ms, m.props, m.payload, q.msg_id, q.cid"                \
+	" FROM queue q JOIN msgs m ON m.id = q.msg_id"
+static const char load_queue_sql[] = LOAD_QUEUE_COLS " ORDER BY q.cid, q.seq";
+// Only the messages in flight (sent, awaiting their ack): the queued ones
+// stay on disk for store_queue_read.
+static const char load_inflight_sql[] = LOAD_QUEUE_COLS " WHERE q.state != 0 ORDER BY q.cid, q.seq";
 
 static int load_rows(
     nmq_store *s, const store_load_ops *ops, void *arg, uint64_t wall, uint64_t mono)
@@ -316,7 +321,8 @@ static int load_rows(
 		if (sqlite3_prepare_v2(s->db,
 		        "SELECT s.cid, s.username, s.expiry_s, s.proto, s.offline_wall_ms,"
 		        " s.will_delay_s, m.topic, m.qos, m.retain, m.expiry_interval,"
-		        " m.expiry_wall_ms, m.props, m.payload, s.will_msg"
+		        " m.expiry_wall_ms, m.props, m.payload, s.will_msg,"
+		        " (SELECT MAX(q.seq) FROM queue q WHERE q.cid = s.cid)"
 		        " FROM sessions s LEFT JOIN msgs m ON m.id = s.will_msg",
 		        -1, &st, NULL)
 		    != SQLITE_OK) {
@@ -330,6 +336,7 @@ static int load_rows(
 				.proto_ver       = (uint8_t)sqlite3_column_int(st, 3),
 				.offline_wall_ms = (uint64_t)sqlite3_column_int64(st, 4),
 				.will_delay_s    = (uint32_t)sqlite3_column_int64(st, 5),
+				.queue_max_seq   = (uint64_t)sqlite3_column_int64(st, 14),
 			};
 			if (sqlite3_column_type(st, 13) != SQLITE_NULL) {
 				rec.will_msg
@@ -383,7 +390,9 @@ static int load_rows(
 	}
 	if (ops->qmsg != NULL) {
 		msg_cache cache = { 0 };
-		if (sqlite3_prepare_v2(s->db, load_queue_sql, -1, &st, NULL) != SQLITE_OK) {
+		if (sqlite3_prepare_v2(s->db,
+		        ops->qmsg_inflight_only ? load_inflight_sql : load_queue_sql, -1, &st, NULL)
+		    != SQLITE_OK) {
 			return -1;
 		}
 		while ((rc = sqlite3_step(st)) == SQLITE_ROW) {

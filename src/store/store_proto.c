@@ -2,6 +2,8 @@
 // store_proto.h.
 #include "src/store/store_proto.h"
 
+#include <stdlib.h>
+
 #include "src/store/store.h"
 
 static nmq_err sp_session_put(void *st, const proto_store_session *r)
@@ -56,6 +58,53 @@ static nmq_err sp_sync(void *st, proto_store_done_fn done, void *arg)
 	return store_sync(st, done, arg);
 }
 
+// A read in flight: the protocol layer's callbacks.
+typedef struct sp_read {
+	void (*row)(void *arg, const proto_store_row *r);
+	proto_store_done_fn done;
+	void               *arg;
+} sp_read;
+
+static void sp_read_row(void *arg, const store_qmsg *q)
+{
+	sp_read        *rd = arg;
+	proto_store_row r  = {
+		 .seq       = q->seq,
+		 .msg       = q->msg,
+		 .qos       = q->qos,
+		 .retain    = q->retain,
+		 .state     = q->state,
+		 .packet_id = q->packet_id,
+		 .sub_ids   = q->sub_ids,
+		 .n_sub_ids = q->n_sub_ids,
+	};
+	rd->row(rd->arg, &r);
+}
+
+static void sp_read_done(void *arg, nmq_err err)
+{
+	sp_read *rd = arg;
+	rd->done(rd->arg, err);
+	free(rd);
+}
+
+static nmq_err sp_queue_read(void *st, const char *client_id, uint64_t after_seq, uint32_t max,
+    void (*row)(void *arg, const proto_store_row *r), proto_store_done_fn done, void *arg)
+{
+	sp_read *rd = malloc(sizeof(*rd));
+	if (rd == NULL) {
+		return NMQ_ENOMEM;
+	}
+	rd->row   = row;
+	rd->done  = done;
+	rd->arg   = arg;
+	nmq_err e = store_queue_read(st, client_id, after_seq, max, sp_read_row, sp_read_done, rd);
+	if (e != NMQ_OK) {
+		free(rd);
+	}
+	return e;
+}
+
 const proto_store_ops store_proto_ops = {
 	.session_put = sp_session_put,
 	.session_del = sp_session_del,
@@ -65,4 +114,5 @@ const proto_store_ops store_proto_ops = {
 	.rel_put     = sp_rel_put,
 	.rel_del     = sp_rel_del,
 	.sync        = sp_sync,
+	.queue_read  = sp_queue_read,
 };

@@ -151,6 +151,7 @@ typedef struct loaded {
 	char     sess_cid[8][32];
 	char     sess_user[8][32];
 	uint32_t sess_expiry[8];
+	uint64_t sess_max_seq[8];
 	char     will_topic[8][32];
 	char     sub_filter[8][32];
 	uint8_t  sub_opts[8];
@@ -173,7 +174,8 @@ static void on_session(void *arg, const store_session *r)
 	int     i = l->sessions++;
 	snprintf(l->sess_cid[i], 32, "%s", r->client_id);
 	snprintf(l->sess_user[i], 32, "%s", r->username ? r->username : "(none)");
-	l->sess_expiry[i] = r->expiry_s;
+	l->sess_expiry[i]  = r->expiry_s;
+	l->sess_max_seq[i] = r->queue_max_seq;
 	snprintf(l->will_topic[i], 32, "%s", r->will_msg ? r->will_msg->topic : "");
 }
 
@@ -214,7 +216,7 @@ static void on_retained(void *arg, nmq_msg *m)
 	snprintf(l->ret_payload[i], 32, "%.*s", (int)m->payload_len, (char *)m->payload);
 }
 
-static const store_load_ops load_all = { on_session, on_sub, on_rel, on_qmsg, on_retained };
+static const store_load_ops load_all = { on_session, on_sub, on_rel, on_qmsg, on_retained, false };
 
 static void loaded_free(loaded *l)
 {
@@ -297,7 +299,21 @@ static void test_round_trip(void **state)
 	assert_int_equal(l.retained, 1);
 	assert_string_equal(l.ret_topic[0], "r/x");
 	assert_string_equal(l.ret_payload[0], "kept");
+	// The highest seq stored for each session.
+	assert_int_equal(l.sess_max_seq[ia], 2);
+	assert_int_equal(l.sess_max_seq[1 - ia], 1);
 	loaded_free(&l);
+
+	// In-flight rows only: the queued ones stay on disk.
+	store_load_ops inflight     = load_all;
+	inflight.qmsg_inflight_only = true;
+	loaded l2                   = { 0 };
+	assert_int_equal(store_load(s, (uint64_t)time(NULL) * 1000, &inflight, &l2), NMQ_OK);
+	assert_int_equal(l2.qmsgs, 1);
+	assert_string_equal(l2.q_cid[0], "a");
+	assert_int_equal(l2.q_seq[0], 2);
+	assert_int_equal(l2.q_state[0], STORE_Q_SENT);
+	loaded_free(&l2);
 	store_close(s);
 }
 
