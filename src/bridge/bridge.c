@@ -608,6 +608,16 @@ static int send_publish_locked(bridge *b, bentry *e, bool dup)
 	return rc;
 }
 
+// True when the link's send buffer is full (conn_tx_full needs the
+// connection's tx lock: a flush on a worker changes what it reads).
+static bool link_tx_full(nmq_conn *c)
+{
+	conn_tx_lock(c);
+	bool full = conn_tx_full(c);
+	conn_tx_unlock(c);
+	return full;
+}
+
 // Sends what the window allows, oldest first: entries to resend after a
 // reconnect (dup: PUBLISH with DUP, or PUBREL) and new ones. Then refills
 // the memory queue from the cache.
@@ -616,7 +626,7 @@ static void pump_locked(bridge *b)
 	if (b->link != NULL && b->up && !b->link->closed) {
 		nmq_conn *c    = b->link->c;
 		bool      sent = false;
-		while (b->next_unsent != NULL && !conn_tx_full(c)) {
+		while (b->next_unsent != NULL && !link_tx_full(c)) {
 			bentry *e      = b->next_unsent;
 			bool    counts = e->qos > 0 && (e->state == Q_QUEUED || e->dup);
 			if (counts && b->inflight >= b->window) {
