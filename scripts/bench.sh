@@ -29,7 +29,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 
 scenarios_all=(fanout_q0 fanout_q1 fanout_q0_20 fanout_q1_20 four_q0 four_q1 pairs_q1 pairs_q1_1hz
 	shared_q1 idle_10k startup tls_storm tls_storm_ec tls_resume tls_fanout_q0 tls_fanout_q1
-	tls_pairs_q1_1hz bridge_fwd_q1 bridge_drain_100k four_q1_scraped fanout_q1_scraped)
+	tls_pairs_q1_1hz bridge_fwd_q1 bridge_drain_100k four_q1_scraped fanout_q1_scraped
+	store_fanout_q1 offline_q1 store_offline_q1)
 duration=10
 repeat=1
 brokers=nanomq,mosquitto
@@ -60,6 +61,12 @@ scenario_args() {
 	tls_pairs_q1_1hz) echo "TLS rsa pubsub --pubs 1000 --subs 1000 -t bench/pair/%i -q 1 -I 1000" ;;
 	shared_q1) echo "pubsub --pubs 1000 --subs 10 -t bench/sh/%i --sub-topic \$share/g/bench/sh/+ -q 1 -I 100" ;;
 	four_q1_scraped) echo "SCRAPE pubsub --pubs 4 --subs 4 -t bench/four -q 1 -I 0" ;;
+	# With the durable store (ours: sqlite, durability fsync; mosquitto:
+	# persistence true); OFFLINE first leaves 1,000 persistent sessions
+	# subscribed to bench/off/%i and disconnected.
+	store_fanout_q1) echo "STORE pubsub --pubs 1 --subs 1000 -t bench/fan -q 1 -I 0 -C false" ;;
+	offline_q1) echo "OFFLINE pub -c 1000 -t bench/off/%i -q 1 -I 0" ;;
+	store_offline_q1) echo "STORE OFFLINE pub -c 1000 -t bench/off/%i -q 1 -I 0" ;;
 	fanout_q1_scraped) echo "SCRAPE pubsub --pubs 1 --subs 1000 -t bench/fan -q 1 -I 0" ;;
 	idle_10k) echo "conn -c 10000" ;;
 	startup) echo "startup" ;; # scripts/startup-rss.sh, not the generator
@@ -93,6 +100,9 @@ scenario_doc() {
 	fanout_q1_scraped) echo "fanout_q1 with the REST API scraped every second (/prometheus, /clients); ours only" ;;
 	idle_10k) echo "10,000 idle connections: connections/s and broker memory per connection" ;;
 	startup) echo "memory 2 s after start on the default configuration (scripts/startup-rss.sh)" ;;
+	store_fanout_q1) echo "store on: 1 publisher -> 1,000 persistent subscribers, QoS 1, flat out" ;;
+	offline_q1) echo "1,000 publishers -> 1,000 offline persistent sessions, QoS 1, flat out (no store)" ;;
+	store_offline_q1) echo "store on: 1,000 publishers -> 1,000 offline persistent sessions, QoS 1" ;;
 	esac
 }
 
@@ -203,7 +213,7 @@ pki_ready() {
 # Starts broker $1 on port $2 in the background; sets bpid. With $3 = rsa or
 # ec the port is a TLS listener with that server certificate.
 start_broker() {
-	local b=$1 port=$2 tls=${3:-} hport=${4:-} crt key
+	local b=$1 port=$2 tls=${3:-} hport=${4:-} store=${5:-} crt key
 	if [ -n "$tls" ]; then
 		pki_ready
 		crt="$work/pki/server.crt" key="$work/pki/server.key"
@@ -222,6 +232,11 @@ start_broker() {
 			set_tcp_nodelay true
 			log_dest none
 		EOF
+		if [ -n "$store" ]; then
+			rm -rf "$work/mosq-db" && mkdir -p "$work/mosq-db" && chmod 777 "$work/mosq-db"
+			sed -i 's/^persistence false$/persistence true/' "$work/mosquitto.conf"
+			printf 'persistence_location %s/\n' "$work/mosq-db" >>"$work/mosquitto.conf"
+		fi
 		if [ -n "$tls" ]; then
 			printf 'certfile %s\nkeyfile %s\n' "$crt" "$key" >>"$work/mosquitto.conf"
 		fi
@@ -234,6 +249,12 @@ start_broker() {
 			mqtt.max_message_memory = ${BENCH_MEMORY:-0}
 			log.level = error
 		EOF
+		if [ -n "$store" ]; then
+			rm -rf "$work/nmq-db"
+			printf 'sqlite { mounted_file_path = "%s", durability = %s, flush_mem_threshold = %s }\n' \
+				"$work/nmq-db" "${BENCH_STORE_DURABILITY:-fsync}" "${BENCH_STORE_FLUSH:-100}" \
+				>>"$work/nanomq.conf"
+		fi
 		if [ -n "$hport" ]; then
 			printf 'http_server { port = %s, ip_addr = 127.0.0.1, auth_type = no_auth }\n' \
 				"$hport" >>"$work/nanomq.conf"
@@ -328,7 +349,15 @@ run_one() {
 	fi
 	port=$(free_port)
 	read -r -a args <<<"$(scenario_args "$s")"
-	local tls="" tlsargs=() hport="" spid=""
+	local tls="" tlsargs=() hport="" spid="" store="" offline=""
+	if [ "${args[0]}" = STORE ]; then
+		store=1
+		args=("${args[@]:1}")
+	fi
+	if [ "${args[0]}" = OFFLINE ]; then
+		offline=1
+		args=("${args[@]:1}")
+	fi
 	if [ "${args[0]}" = TLS ]; then
 		tls=${args[1]}
 		args=("${args[@]:2}")
@@ -341,7 +370,16 @@ run_one() {
 		fi
 		hport=$(free_port)
 	fi
-	start_broker "$b" "$port" "$tls" "$hport" || return 0
+	start_broker "$b" "$port" "$tls" "$hport" "$store" || return 0
+	if [ -n "$offline" ]; then
+		# The sessions: subscribe, then go away (clean start false).
+		"${pin_gen[@]}" "$cli" bench sub -c 1000 -t "bench/off/%i" -q 1 -C false \
+			--prefix nmqoff -h 127.0.0.1 -p "$port" --parallel 1 -i 0 --duration 2 \
+			--json >/dev/null 2>"$work/gen.err" || true
+	fi
+	# Bytes the broker writes to storage over the run (/proc/PID/io).
+	local wb0 wb1
+	wb0=$(awk '/^write_bytes/ {print $2}' "/proc/$bpid/io" 2>/dev/null || echo 0)
 	if [ -n "$hport" ]; then
 		# The scraper: what a Prometheus server and a dashboard would do,
 		# once a second, on the generator's CPU.
@@ -367,14 +405,15 @@ run_one() {
 		kill "$spid" 2>/dev/null || true
 		wait "$spid" 2>/dev/null || true
 	fi
+	wb1=$(awk '/^write_bytes/ {print $2}' "/proc/$bpid/io" 2>/dev/null || echo 0)
 	stop_broker
 	if [ -z "$line" ]; then
 		echo "bench.sh: $s on $b produced no report:" >&2
 		tail -5 "$work/gen.err" >&2
 		return 0
 	fi
-	printf '{"scenario":"%s","broker":"%s","run":%d,"report":%s}\n' "$s" "$b" "$rep" "$line" \
-		>>"$results"
+	printf '{"scenario":"%s","broker":"%s","run":%d,"write_bytes":%d,"report":%s}\n' \
+		"$s" "$b" "$rep" "$((wb1 - wb0))" "$line" >>"$results"
 }
 
 echo "machine: $cpus CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')" >&2
@@ -400,17 +439,23 @@ import json, statistics, sys
 rows = {}
 for line in open(sys.argv[1]):
     r = json.loads(line)
+    r["report"]["_write_bytes"] = r.get("write_bytes", 0)
     rows.setdefault((r["scenario"], r["broker"]), []).append(r["report"])
 
 def med(xs):
     return statistics.median(xs) if xs else float("nan")
 
+def msgs(r):
+    """Messages the run counts: deliveries, or acked publishes (pub mode)."""
+    return r["acked"] if r.get("mode") == "pub" else r["delivered_rate"] * r["publish_s"]
+
 def metrics(reps):
     """Median of each metric over the repetitions, and the spread of msg/s."""
     m = {}
     get = {
-        "rate": lambda r: r["delivered_rate"],
-        "cpu_m": lambda r: r.get("broker", {}).get("cpu_s_per_million", float("nan")),
+        "rate": lambda r: msgs(r) / max(r["publish_s"], 1e-9),
+        "cpu_m": lambda r: r.get("broker", {}).get("cpu_s", float("nan")) * 1e6 / max(msgs(r), 1)
+            if r.get("mode") == "pub" else r.get("broker", {}).get("cpu_s_per_million", float("nan")),
         "p50": lambda r: r["latency_us"]["p50"] / 1e3,
         "p99": lambda r: r["latency_us"]["p99"] / 1e3,
         "hwm": lambda r: r.get("broker", {}).get("vmhwm_kb", float("nan")) / 1024,
@@ -427,7 +472,7 @@ def metrics(reps):
     }
     for k, f in get.items():
         m[k] = med([f(r) for r in reps])
-    rates = [r["delivered_rate"] for r in reps]
+    rates = [msgs(r) / max(r["publish_s"], 1e-9) for r in reps]
     m["spread"] = (100 * (max(rates) - min(rates)) / med(rates)) if len(rates) > 1 and med(rates) else 0
     return m
 
@@ -504,8 +549,17 @@ for s in scen:
             print("%-13s %-9s %11s %6s %9s %9s %9s %8s" % (
                 "", "ours/mosq", ratio(o["rate"], q["rate"]), "", ratio(o["cpu_m"], q["cpu_m"]),
                 ratio(o["p50"], q["p50"]), ratio(o["p99"], q["p99"]), ratio(o["hwm"], q["hwm"])))
+wrote = [(s, b) for s, b in rows if s.startswith("store") or s.startswith("offline")]
+if wrote:
+    print()
+    print("%-17s %-9s %12s %14s" % ("scenario", "broker", "msgs", "written B/msg"))
+    for s, b in wrote:
+        for r in rows[(s, b)]:
+            n = msgs(r)
+            print("%-17s %-9s %12.0f %14.0f" % (s, b, n, r["_write_bytes"] / max(n, 1)))
 print()
-print("deliv msg/s: messages delivered to subscribers per second of the window;")
+print("deliv msg/s: messages delivered to subscribers per second of the window (pub")
+print("mode, e.g. *offline_q1: acknowledged publishes per second; CPU s/M per acked);")
 print("lost: expected deliveries that did not arrive; tail: of those, the ones after the")
 print("last message seen on their stream (still queued when the drain ended, or dropped);")
 print("CPU s/M: broker CPU seconds per million delivered (whole window); gen%/brk%:")
