@@ -32,6 +32,7 @@
 #include "src/daemon/pidfile.h"
 #include "src/daemon/sd_notify.h"
 #include "src/events/events_rest.h"
+#include "src/events/http_authn.h"
 #include "src/events/sys_stats.h"
 #include "src/events/webhook.h"
 #include "src/http/http_server.h"
@@ -89,6 +90,7 @@ typedef struct server {
 	ipc_server       *ipc; // the command channel, NULL when off
 	sys_stats        *sys; // $SYS/broker statistics
 	webhook          *hook; // NULL when the webhook section is off
+	http_authn       *hauth; // NULL when auth.http_auth is off
 	ctl_request       ctl;
 	http_server      *http; // the REST API, NULL when off
 	rest_api         *rest;
@@ -180,6 +182,7 @@ static int start_http(
 	};
 	srv->rest = rest_api_alloc(srv->http, &env);
 	if (srv->rest == NULL || events_rest_routes(srv->http, srv->hook) != NMQ_OK
+	    || events_rest_http_auth_route(srv->http, srv->hauth) != NMQ_OK
 	    || http_server_start(srv->http) != NMQ_OK) {
 		snprintf(err, errlen, "http_server: cannot start the REST API");
 		return -1;
@@ -729,6 +732,9 @@ static int run(const cli_args *args, nmq_conf *conf, const char *argv0, int read
 	if (webhook_start(&srv.conf, srv.broker, &srv.hook, err, sizeof(err)) != NMQ_OK) {
 		goto fail;
 	}
+	if (http_authn_start(&srv.conf, srv.broker, &srv.hauth, err, sizeof(err)) != NMQ_OK) {
+		goto fail;
+	}
 	if (sys_stats_start(srv.broker, srv.proto, srv.conf.sys_interval_s, &srv.sys) != NMQ_OK) {
 		snprintf(err, sizeof(err), "cannot start the $SYS statistics (see the log)");
 		goto fail;
@@ -804,6 +810,8 @@ static int run(const cli_args *args, nmq_conf *conf, const char *argv0, int read
 	sleep_ms(WILL_FLUSH_MS);
 	bridges_stop(srv.bridges);
 	srv.bridges = NULL;
+	// Parked CONNECTs are refused while the workers still run.
+	http_authn_shutdown(srv.hauth);
 	proto_shutdown_all(srv.proto);
 	for (int waited = 0; waited < DRAIN_TIMEOUT_MS && conn_live_count() > 0; waited += 10) {
 		sleep_ms(10);
@@ -828,6 +836,8 @@ static int run(const cli_args *args, nmq_conf *conf, const char *argv0, int read
 		// queue still holds.
 		webhook_stop(srv.hook);
 		srv.hook = NULL;
+		http_authn_free(srv.hauth);
+		srv.hauth = NULL;
 		droplog_fini(); // no thread records any more
 		// Everything that held messages is gone: the memory accountant
 		// must be back at zero (a drift would make
@@ -859,6 +869,7 @@ fail:
 		listener_stop(srv.listeners[i]);
 	}
 	sys_stats_stop(srv.sys);
+	http_authn_shutdown(srv.hauth);
 	if (srv.proto != NULL) {
 		proto_shutdown_all(srv.proto);
 	}
@@ -873,6 +884,7 @@ fail:
 	}
 	close_store(&srv);
 	webhook_stop(srv.hook);
+	http_authn_free(srv.hauth);
 	daemon_ready(ready_fd, 1, err);
 	droplog_fini();
 	*conf = srv.conf;

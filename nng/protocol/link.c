@@ -535,6 +535,18 @@ static int link_frame(void *upper, const uint8_t *frame, size_t len)
 {
 	nmq_link *l = upper;
 	atomic_store_explicit(&l->last_rx_ms, nmq_clock_ms(), memory_order_relaxed);
+	if (__atomic_load_n(&l->pending, __ATOMIC_ACQUIRE) != NULL) {
+		int r = link_pending_hold(l, frame, len);
+		if (r != 0) {
+			return r > 0 ? 0 : -1;
+		}
+	}
+	return link_dispatch(l, frame, len);
+}
+
+// Hands one frame to its handler; see link.h.
+int link_dispatch(nmq_link *l, const uint8_t *frame, size_t len)
+{
 	if (!l->connected) {
 		return handle_connect(l, frame, len);
 	}
@@ -589,7 +601,8 @@ static int link_frame(void *upper, const uint8_t *frame, size_t len)
 static int link_header(void *upper, uint8_t first_byte, uint32_t size)
 {
 	nmq_link *l = upper;
-	if (!l->connected && (first_byte >> 4) != MQTT_CONNECT) {
+	if (!l->connected && (first_byte >> 4) != MQTT_CONNECT
+	    && __atomic_load_n(&l->pending, __ATOMIC_ACQUIRE) == NULL) {
 		log_info("conn", "peer=%s reason=first_packet_not_connect byte=0x%02x",
 		    conn_peer(l->conn), first_byte);
 		conn_close(l->conn);
@@ -663,6 +676,7 @@ static void link_closed(void *upper)
 		timer_wheel_cancel(p->tw, &l->bp->timer);
 		bp_sess_release(__atomic_exchange_n(&l->bp->sess, NULL, __ATOMIC_ACQ_REL));
 	}
+	link_pending_cancel(l);
 	proto_links_remove(p, l);
 	if (l->connected) {
 		atomic_fetch_sub(&p->m.connections, 1);

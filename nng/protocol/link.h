@@ -37,25 +37,28 @@ struct nmq_link {
 	// (incremented on rx, decremented by the job that sends them): while
 	// any waits, later acks go behind it (link_ack).
 	atomic_uint acks_waiting;
-	uint32_t    will_delay_s; // rx
-	uint32_t    client_max_packet; // s (read-mostly after CONNECT)
-	uint32_t    links_idx; // position in p->links (links_mtx)
-	uint16_t    keepalive; // rx
-	uint16_t    in_alias_max; // rx
-	uint16_t    client_receive_max; // s
-	uint16_t    client_alias_max; // s
-	uint16_t    out_alias_len; // s
-	uint8_t     ver; // rx
-	bool        shutting; // timer: close hard at deadline
-	bool        connected; // rx
-	bool        graceful; // rx: DISCONNECT 0x00 received
-	bool        session_zero_expiry; // rx: CONNECT had expiry 0 (v5)
-	bool        clean_start; // rx
-	bool        request_problem_info; // s
-	bool        taken_over; // s
-	bool        detached; // rx path: link_detach() done
-	bool        username_shared; // username points into the session
-	bool        tx_too_large; // tx lock: a packet did not fit client_max_packet
+	// A CONNECT parked for the application's answer (atomic pointer; the
+	// link holds one reference until it is freed). NULL: none.
+	proto_pending *pending;
+	uint32_t       will_delay_s; // rx
+	uint32_t       client_max_packet; // s (read-mostly after CONNECT)
+	uint32_t       links_idx; // position in p->links (links_mtx)
+	uint16_t       keepalive; // rx
+	uint16_t       in_alias_max; // rx
+	uint16_t       client_receive_max; // s
+	uint16_t       client_alias_max; // s
+	uint16_t       out_alias_len; // s
+	uint8_t        ver; // rx
+	bool           shutting; // timer: close hard at deadline
+	bool           connected; // rx
+	bool           graceful; // rx: DISCONNECT 0x00 received
+	bool           session_zero_expiry; // rx: CONNECT had expiry 0 (v5)
+	bool           clean_start; // rx
+	bool           request_problem_info; // s
+	bool           taken_over; // s
+	bool           detached; // rx path: link_detach() done
+	bool           username_shared; // username points into the session
+	bool           tx_too_large; // tx lock: a packet did not fit client_max_packet
 };
 
 // Writing control packets (caller holds the session lock if attached, or
@@ -99,6 +102,15 @@ extern nmq_session *const LINK_BP_MEMORY;
 // The packet handlers, on the receive path. Each returns 0, or -1 when
 // the connection is ended (the conn_ops.frame contract).
 int handle_connect(nmq_link *l, const uint8_t *frame, size_t len);
+// A frame that arrived while l's CONNECT is parked (link_frame): held, in
+// order, and handed up once the CONNECT is accepted. Returns 1 (held), 0
+// (not parked any more: handle it now) or -1 (too much held: closed).
+int link_pending_hold(nmq_link *l, const uint8_t *frame, size_t len);
+// The connection closed (link_closed): a parked CONNECT is cancelled and
+// the link's reference dropped.
+void link_pending_cancel(nmq_link *l);
+// Hands a frame up as link_frame does (the replay of held frames).
+int link_dispatch(nmq_link *l, const uint8_t *frame, size_t len);
 int handle_publish(nmq_link *l, const mqtt_packet *pkt);
 // PUBACK, PUBREC, PUBREL and PUBCOMP (handle_publish.c).
 int handle_pub_ack(nmq_link *l, const mqtt_packet *pkt);

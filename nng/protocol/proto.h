@@ -76,8 +76,31 @@ typedef struct proto_client_info {
 	bool tls_peer_ok;
 	// The accepting listener has more connections open than its
 	// max_connections allows (this one included).
-	bool listener_over_limit;
+	bool     listener_over_limit;
+	uint16_t local_port; // the accepting listener's port; 0 if unknown
+	// The protocol layer's own (for proto_connect_defer); not for the app.
+	void *defer_ctx;
 } proto_client_info;
+
+// Returned by authenticate when the answer comes later (after
+// proto_connect_defer): not an MQTT reason code.
+#define PROTO_AUTH_PENDING 0xFF
+
+// A CONNECT waiting for the application's answer.
+typedef struct proto_pending proto_pending;
+
+// Called from authenticate (only there) before it returns
+// PROTO_AUTH_PENDING: the CONNECT is parked (copied; reading from the
+// client paused and any frame already read held back) until
+// proto_connect_resume. Returns the token, or NULL when memory runs out
+// (counted and logged; then answer at once).
+proto_pending *proto_connect_defer(const proto_client_info *info);
+// Answers a parked CONNECT: rc 0 accepts (the CONNECT then completes as
+// if authenticate had returned 0), anything else refuses with that MQTT 5
+// reason. Any thread, exactly once per token (which it consumes); the
+// work is posted to a worker. The client may have gone meanwhile: then
+// nothing happens. Call before proto_free.
+void proto_connect_resume(proto_pending *t, uint8_t rc);
 
 // Who is acting: the client of the connection that sent a PUBLISH or
 // SUBSCRIBE. NUL-terminated strings, valid during the callback; username is
@@ -102,7 +125,8 @@ typedef struct proto_sub_opts {
 } proto_sub_opts;
 
 typedef struct proto_app_ops {
-	// Returns 0 to accept, or an MQTT 5 reason code (0x86, 0x87, ...).
+	// Returns 0 to accept, or an MQTT 5 reason code (0x86, 0x87, ...), or
+	// PROTO_AUTH_PENDING after proto_connect_defer(info).
 	uint8_t (*authenticate)(void *app, const proto_client_info *info);
 	// Routes a message published by `from` through the connection of
 	// `who` (both NULL for wills and system messages); the message

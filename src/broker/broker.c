@@ -113,7 +113,17 @@ struct nmq_broker {
 	void           *obs_arg;
 	uint32_t        obs_mask;
 	nmq_store      *store; // the durable store, NULL when off
+
+	// The external authenticator: set before clients connect.
+	broker_authn_fn authn_fn;
+	void           *authn_arg;
 };
+
+void broker_set_authenticator(nmq_broker *b, broker_authn_fn fn, void *arg)
+{
+	b->authn_fn  = fn;
+	b->authn_arg = arg;
+}
 
 void broker_set_observer(nmq_broker *b, broker_event_fn fn, void *arg, uint32_t mask)
 {
@@ -814,7 +824,8 @@ static uint8_t b_authenticate(void *app, const proto_client_info *info)
 		}
 	}
 	uint8_t rc = authenticate(b, info);
-	if (obs_wants(b, BEV_CLIENT_CONNACK)) {
+	// A parked CONNECT (HTTP authentication) reports no CONNACK event.
+	if (rc != PROTO_AUTH_PENDING && obs_wants(b, BEV_CLIENT_CONNACK)) {
 		broker_event ev;
 		memset(&ev, 0, sizeof(ev));
 		ev.type      = BEV_CLIENT_CONNACK;
@@ -848,10 +859,26 @@ static uint8_t authenticate(nmq_broker *b, const proto_client_info *info)
 		    info->client_id, info->peer, info->listener);
 		return MQTT_RC_QUOTA_EXCEEDED;
 	}
-	auth_ctx *a  = auth_get(b, &anon, NULL, NULL);
-	uint8_t   rc = auth_connect_check(a, (const char *)info->username,
-            info->username != NULL ? info->username_len : 0, (const char *)info->password,
-            info->password != NULL ? info->password_len : 0, anon);
+	auth_ctx *a = auth_get(b, &anon, NULL, NULL);
+	if (b->authn_fn != NULL && info->username != NULL) {
+		int pc = auth_password_check(auth_ctx_passwords(a), (const char *)info->username,
+		    info->username_len, (const char *)info->password,
+		    info->password != NULL ? info->password_len : 0);
+		auth_ctx_release(a);
+		// Not in the password list: the external authenticator decides.
+		uint8_t rc = pc == AUTH_OK    ? 0
+		    : pc == AUTH_UNKNOWN_USER ? b->authn_fn(b->authn_arg, info)
+		                              : AUTH_RC_BAD_USER_OR_PASSWORD;
+		if (rc != 0 && rc != PROTO_AUTH_PENDING) {
+			log_info("auth", "client_id=%s peer=%s event=refused reason=0x%02x",
+			    info->client_id, info->peer, rc);
+			droplog_record(DENY_AUTH, info->client_id, NULL, 0, DROPLOG_NO_QOS, 1);
+		}
+		return rc;
+	}
+	uint8_t rc = auth_connect_check(a, (const char *)info->username,
+	    info->username != NULL ? info->username_len : 0, (const char *)info->password,
+	    info->password != NULL ? info->password_len : 0, anon);
 	auth_ctx_release(a);
 	if (rc != 0) {
 		log_info("auth", "client_id=%s peer=%s event=refused reason=0x%02x",

@@ -78,6 +78,15 @@ typedef void (*broker_event_fn)(void *arg, const broker_event *ev);
 // (none). The message events run with the subscriber's session lock held.
 void broker_set_observer(nmq_broker *b, broker_event_fn fn, void *arg, uint32_t mask);
 
+// An external authenticator (auth.http_auth): asked about a CONNECT whose
+// user name is not in the password list (clients without a user name are
+// left to allow_anonymous). It runs on the worker and must not block: it
+// answers at once (0 or an MQTT 5 reason code) or parks the CONNECT with
+// proto_connect_defer(info) and returns PROTO_AUTH_PENDING.
+typedef uint8_t (*broker_authn_fn)(void *arg, const proto_client_info *info);
+// Sets it (fn NULL: none). Main thread, before any client connects.
+void broker_set_authenticator(nmq_broker *b, broker_authn_fn fn, void *arg);
+
 // Routes a message the broker itself publishes ($SYS statistics): no
 // publisher, no ACL check; retained if msg->retain. Any thread; the
 // reference is borrowed.

@@ -66,6 +66,7 @@ void conf_free(nmq_conf *conf)
 	cJSON_Delete(conf->auth_password);
 	cJSON_Delete(conf->auth_acl);
 	cJSON_Delete(conf->webhook_headers);
+	cJSON_Delete(conf->auth_http);
 	cJSON_Delete(conf->webhook_events);
 	conf_bridges_free(conf);
 	memset(conf, 0, sizeof(*conf));
@@ -448,6 +449,10 @@ nmq_err conf_diff(const nmq_conf *a, const nmq_conf *b, conf_changes *out)
 		goto fail;
 	}
 	if (json_differs(a->auth_acl, b->auth_acl) && add_change(out, "auth.acl", false) != 0) {
+		goto fail;
+	}
+	if (json_differs(a->auth_http, b->auth_http)
+	    && add_change(out, "auth.http_auth", true) != 0) {
 		goto fail;
 	}
 	if (json_differs(a->webhook_headers, b->webhook_headers)

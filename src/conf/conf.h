@@ -254,6 +254,12 @@ typedef struct nmq_conf {
 	// objects holding only username/clientid/ipaddrs) and "topics" (array
 	// of strings, kept literally: "${clientid}", "@a/#"). NULL if not set.
 	struct cJSON *auth_acl;
+	// auth.http_auth, checked and normalized: {"enable": bool,
+	// "timeout_ms", "connect_timeout_ms", "pool_size", "cache_ttl_ms":
+	// numbers, and per callout present ("auth_req", "super_req",
+	// "acl_req") {"url", "method": "post"|"get", "headers": {name: value},
+	// "params": {name: "%u..."}}}. NULL if the section is absent.
+	struct cJSON *auth_http;
 
 	// webhook (docs/webhooks.md). webhook_present: the section is in the
 	// file. headers: {"name": "value", ...}; events: [{"event": "on_...",

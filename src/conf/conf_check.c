@@ -227,6 +227,10 @@ static void walk_section(conf_ctx *ctx, const cJSON *obj, const char *prefix)
 			conf_check_acl(ctx, c);
 			continue;
 		}
+		if (strcmp(path, "auth.http_auth") == 0) {
+			conf_check_http_auth(ctx, c);
+			continue;
+		}
 		if (strcmp(path, "webhook.headers") == 0) {
 			conf_check_webhook_headers(ctx, c);
 			continue;

@@ -181,6 +181,8 @@ void conf_check_acl(conf_ctx *ctx, const cJSON *node);
 // webhook.headers and webhook.events (conf_webhook.c), and the section's
 // cross-key checks after the walk (section: its node, for messages).
 void conf_check_webhook_headers(conf_ctx *ctx, const cJSON *node);
+// auth.http_auth: validated into nmq_conf.auth_http (conf_http_auth.c).
+void conf_check_http_auth(conf_ctx *ctx, const cJSON *node);
 void conf_check_webhook_events(conf_ctx *ctx, const cJSON *node);
 void conf_check_webhook_after(conf_ctx *ctx, const cJSON *section);
 void conf_listener_free(conf_listener *l);

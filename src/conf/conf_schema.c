@@ -450,8 +450,10 @@ const conf_key conf_schema[] = {
 	{ .path = "auth.acl.rules", .type = CONF_T_ARRAY, .reload = true,
 	    .help = "Rules, first match wins: `{permit = allow|deny, username, clientid, ipaddr, "
 	        "ipaddrs, and, or, action = publish|subscribe|pubsub, topics = [...]}`." },
-	{ .path = "auth.http_auth", .flat = "auth.http.", .type = CONF_T_SECTION, .status = CONF_S_NOT_YET,
-	    .help = "HTTP authentication and ACL callouts." },
+	{ .path = "auth.http_auth", .flat = "auth.http.", .type = CONF_T_SECTION,
+	    .help = "HTTP authentication (docs/http-auth.md): `auth_req`, `super_req`, `acl_req` "
+	        "(each `url`, `method`, `headers`, `params`), `timeout`, `connect_timeout`, "
+	        "`pool_size`, `cache_ttl`, `enable`. Changes need a restart." },
 
 	// ------------------------------------------------------------ bridges
 	{ .path = "bridges", .type = CONF_T_SECTION,

@@ -79,3 +79,23 @@ nmq_err events_rest_routes(http_server *hs, webhook *w)
 	}
 	return e;
 }
+
+static void h_http_auth(void *arg, const http_req *req, http_resp *r)
+{
+	(void)req;
+	http_authn_stats st;
+	http_authn_get_stats(arg, &st);
+	r->status       = 200;
+	r->content_type = "application/json";
+	http_resp_printf(r,
+	    "{\"code\":0,\"data\":{\"enabled\":%s,\"allowed\":%llu,\"denied\":%llu,"
+	    "\"failed\":%llu,\"cache_hits\":%llu}}",
+	    arg != NULL ? "true" : "false", (unsigned long long)st.allowed,
+	    (unsigned long long)st.denied, (unsigned long long)st.failed,
+	    (unsigned long long)st.cache_hits);
+}
+
+nmq_err events_rest_http_auth_route(http_server *hs, http_authn *ha)
+{
+	return http_server_route(hs, "GET", "/api/v4/http_auth", h_http_auth, ha);
+}

@@ -12,10 +12,14 @@
 #define NMQ_EVENTS_REST_H
 
 #include "nng/core/nmq_err.h"
+#include "src/events/http_authn.h"
 #include "src/events/webhook.h"
 #include "src/http/http_server.h"
 
 // Registers the routes; w may be NULL (no webhook) and must outlive hs.
 nmq_err events_rest_routes(http_server *hs, webhook *w);
+// Registers GET /api/v4/http_auth (the callout counters); ha may be NULL
+// (no HTTP authentication) and must outlive hs.
+nmq_err events_rest_http_auth_route(http_server *hs, http_authn *ha);
 
 #endif // NMQ_EVENTS_REST_H

@@ -1,0 +1,261 @@
+#!/usr/bin/python3
+"""63: HTTP authentication (docs/http-auth.md): auth.http_auth.auth_req
+asked about user names that are not in the password list, against an auth
+service written here (http.server). A 2xx answer accepts, anything else
+(another status, no service, no answer in time) refuses; the request
+carries the configured method, headers and parameters with their
+placeholders filled in; answers are cached for cache_ttl; a CONNECT that
+waits for a slow answer blocks no worker (one worker here) and keeps its
+pipelined packets for after the CONNACK."""
+
+import http.server
+import json
+import socket
+import threading
+import time
+import unittest
+import urllib.parse
+import urllib.request
+
+import nmq
+from nmq import BrokerTestCase, skip_on_mosquitto, CONNACK, SUBACK, PUBLISH
+
+SLOW_S = 2.5
+
+
+def wait_for(pred, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not pred():
+        time.sleep(0.02)
+    return pred()
+
+
+class AuthService:
+    """Answers by user name: good* 200, bad* 403, slow* 200 after SLOW_S."""
+
+    def __init__(self):
+        self.reqs = []
+        self.lock = threading.Lock()
+        svc = self
+
+        class H(http.server.BaseHTTPRequestHandler):
+            def handle_req(self, method):
+                n = int(self.headers.get("Content-Length", "0"))
+                body = self.rfile.read(n).decode()
+                url = urllib.parse.urlsplit(self.path)
+                params = dict(urllib.parse.parse_qsl(body if method == "POST" else url.query,
+                                                     keep_blank_values=True))
+                with svc.lock:
+                    svc.reqs.append({"method": method, "path": url.path,
+                                     "headers": {k.lower(): v for k, v in self.headers.items()},
+                                     "params": params})
+                user = params.get("user", "")
+                if user.startswith("slow"):
+                    time.sleep(SLOW_S)
+                status = 200 if user.startswith(("good", "slow")) else 403
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def do_POST(self):
+                self.handle_req("POST")
+
+            def do_GET(self):
+                self.handle_req("GET")
+
+            def log_message(self, *a):
+                pass
+
+        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.srv.daemon_threads = True
+        self.port = self.srv.server_address[1]
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+
+    def requests(self):
+        with self.lock:
+            return list(self.reqs)
+
+    def close(self):
+        self.srv.shutdown()
+        self.srv.server_close()
+
+
+def auth_conf(url, method="post", extra="", timeout="4s"):
+    return ('system.num_taskq_thread = 1\n'
+            'system.parallel = 1\n'
+            'auth {\n  allow_anonymous = false\n  password = { "admin" = "secret" }\n'
+            '  http_auth {\n    auth_req {\n      url = "%s"\n      method = %s\n'
+            '      headers.x-api-key = "k123"\n'
+            '      params = { user = "%%u", pass = "%%P", cid = "%%c", ip = "%%a", '
+            'proto = "%%r", port = "%%p" }\n    }\n'
+            '    timeout = %s\n    connect_timeout = 1s\n%s  }\n}\n'
+            % (url, method, timeout, extra))
+
+
+class HttpAuthCase(BrokerTestCase):
+    METHOD = "post"
+    EXTRA = ""
+    URL = None  # None: the service's /mqtt/auth
+    TIMEOUT = "4s"
+
+    def setUp(self):
+        self.svc = AuthService()
+        self.addCleanup(self.svc.close)
+        url = self.URL or "http://127.0.0.1:%d/mqtt/auth" % self.svc.port
+        self.api_port = nmq.free_port()
+        self.CONF = auth_conf(url, self.METHOD, self.EXTRA, self.TIMEOUT) + (
+            "http_server { port = %d, auth_type = no_auth }\n" % self.api_port)
+        super().setUp()
+
+    def assert_alive(self):
+        self.assertTrue(self.broker.alive(), "broker died\n" + self.broker.log_tail())
+        c = self.raw(4, client_id="health-%d" % time.monotonic_ns(), username="admin",
+                     password="secret")
+        c.subscribe("h/t")
+        c.publish("h/t", b"alive", qos=1)
+        self.assertEqual(c.expect(PUBLISH).payload, b"alive")
+
+    def stats(self):
+        with urllib.request.urlopen("http://127.0.0.1:%d/api/v4/http_auth" % self.api_port,
+                                    timeout=5) as r:
+            return json.loads(r.read())["data"]
+
+
+@skip_on_mosquitto("auth.http_auth is nanomq's")
+class AuthReqTests(HttpAuthCase):
+    def test_allowed_and_request_contents(self):
+        c = self.raw(4)
+        ack = c.connect("cid-1", username="good-u", password="p&w=1 2")
+        self.assertEqual(ack.rc, 0)
+        # The connection works after the deferred CONNACK.
+        self.assertEqual(c.subscribe("t/1").type, SUBACK)
+        reqs = self.svc.requests()
+        self.assertEqual(len(reqs), 1, reqs)
+        r = reqs[0]
+        self.assertEqual(r["method"], "POST")
+        self.assertEqual(r["path"], "/mqtt/auth")
+        self.assertEqual(r["headers"].get("x-api-key"), "k123")
+        self.assertEqual(r["headers"].get("content-type"), "application/x-www-form-urlencoded")
+        self.assertEqual(r["params"], {"user": "good-u", "pass": "p&w=1 2", "cid": "cid-1",
+                                       "ip": "127.0.0.1", "proto": "4",
+                                       "port": str(self.port)})
+        self.assertEqual(self.stats()["allowed"], 1)
+
+    def test_denied_v3_and_v5(self):
+        c = self.raw(4)
+        self.assertEqual(c.connect("d3", username="bad-u", password="x").rc, 4)
+        c.expect_closed()
+        c5 = self.raw(5)
+        self.assertEqual(c5.connect("d5", username="bad-u", password="x").rc, 0x86)
+        c5.expect_closed()
+        st = self.stats()
+        self.assertEqual((st["denied"], st["allowed"]), (2, 0), st)
+        self.assertEqual(self.svc.requests()[1]["params"]["proto"], "5")
+
+    def test_listed_user_and_anonymous_not_asked(self):
+        c = self.raw(4)
+        self.assertEqual(c.connect("a1", username="admin", password="secret").rc, 0)
+        c2 = self.raw(4)
+        self.assertEqual(c2.connect("a2", username="admin", password="wrong").rc, 4)
+        c3 = self.raw(4)
+        self.assertEqual(c3.connect("a3").rc, 5)  # allow_anonymous = false
+        self.assertEqual(self.svc.requests(), [])
+
+    def test_slow_answer_blocks_no_worker(self):
+        slow = self.raw(4)
+        t0 = time.monotonic()
+        # CONNECT and a pipelined SUBSCRIBE: the SUBSCRIBE is held until the
+        # CONNACK and then handled.
+        slow.send_connect("slow-c", username="slow-u", password="p")
+        slow.send(nmq.subscribe_bytes([("s/t", 1)], 7))
+        wait_for(lambda: len(self.svc.requests()) == 1, 2.0)
+        # Meanwhile another client is served by the only worker.
+        other = self.raw(4, client_id="other", username="admin", password="secret")
+        other.subscribe("o/t")
+        other.publish("o/t", b"hi", qos=1)
+        got = other.expect(PUBLISH)
+        self.assertEqual(got.payload, b"hi")
+        self.assertLess(time.monotonic() - t0, SLOW_S - 0.5, "served only after the answer")
+        ack = slow.expect(CONNACK, timeout=SLOW_S + 3)
+        self.assertEqual(ack.rc, 0)
+        self.assertGreaterEqual(time.monotonic() - t0, SLOW_S - 0.2)
+        self.assertEqual(slow.expect(SUBACK, pid=7).pid, 7)
+        other.publish("s/t", b"to-slow", qos=1)
+        self.assertEqual(slow.expect(PUBLISH).payload, b"to-slow")
+
+    def test_client_gone_while_waiting(self):
+        for i in range(5):
+            c = nmq.RawClient(self.port)
+            c.send_connect("gone-%d" % i, username="slow-u%d" % i, password="p")
+            time.sleep(0.05)
+            c.sock.close()
+        wait_for(lambda: len(self.svc.requests()) == 5, 3.0)
+        time.sleep(SLOW_S + 0.5)  # the answers arrive for closed connections
+        self.assertEqual(self.stats()["allowed"], 5)
+        self.assert_alive()
+
+
+@skip_on_mosquitto("auth.http_auth is nanomq's")
+class GetAndCacheTests(HttpAuthCase):
+    METHOD = "get"
+    EXTRA = "    cache_ttl = 30s\n"
+
+    def test_get_with_query_and_cache(self):
+        for i in range(2):
+            c = self.raw(5)
+            self.assertEqual(c.connect("g1", username="good-g", password="pw").rc, 0)
+            c.disconnect()
+            c.expect_closed()
+        c = self.raw(5)
+        self.assertEqual(c.connect("g1", username="good-g", password="other").rc, 0)
+        reqs = self.svc.requests()
+        # The second CONNECT with the same parameters came from the cache.
+        self.assertEqual(len(reqs), 2, reqs)
+        self.assertEqual(reqs[0]["method"], "GET")
+        self.assertEqual(reqs[0]["path"], "/mqtt/auth")
+        self.assertEqual(reqs[0]["params"]["user"], "good-g")
+        self.assertEqual(reqs[1]["params"]["pass"], "other")
+        st = self.stats()
+        self.assertEqual((st["allowed"], st["cache_hits"]), (2, 1), st)
+
+
+@skip_on_mosquitto("auth.http_auth is nanomq's")
+class ServiceDownTests(HttpAuthCase):
+    def setUp(self):
+        # A port where nothing listens.
+        self.URL = "http://127.0.0.1:%d/auth" % nmq.free_port()
+        super().setUp()
+
+    def test_refused_at_once(self):
+        t0 = time.monotonic()
+        c = self.raw(4)
+        self.assertEqual(c.connect("x1", username="good-u", password="p").rc, 4)
+        self.assertLess(time.monotonic() - t0, 1.0)
+        self.assertEqual(self.stats()["failed"], 1)
+        self.assert_alive()
+
+
+@skip_on_mosquitto("auth.http_auth is nanomq's")
+class ServiceSilentTests(HttpAuthCase):
+    TIMEOUT = "1s"
+    def setUp(self):
+        # Accepts connections (the kernel's backlog) but never answers.
+        self.hole = socket.socket()
+        self.hole.bind(("127.0.0.1", 0))
+        self.hole.listen(16)
+        self.addCleanup(self.hole.close)
+        self.URL = "http://127.0.0.1:%d/auth" % self.hole.getsockname()[1]
+        super().setUp()
+
+    def test_refused_after_timeout(self):
+        t0 = time.monotonic()
+        c = self.raw(5)
+        self.assertEqual(c.connect("x2", username="good-u", password="p", timeout=5).rc, 0x86)
+        dt = time.monotonic() - t0
+        self.assertGreaterEqual(dt, 0.9)
+        self.assertLess(dt, 3.0)
+        self.assertEqual(self.stats()["failed"], 1)
+
+
+if __name__ == "__main__":
+    unittest.main()
