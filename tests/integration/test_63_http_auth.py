@@ -10,7 +10,12 @@ pipelined packets for after the CONNACK."""
 
 import http.server
 import json
+import os
+import shutil
 import socket
+import ssl
+import subprocess
+import tempfile
 import threading
 import time
 import unittest
@@ -87,7 +92,7 @@ def auth_conf(url, method="post", extra="", timeout="4s"):
             '  http_auth {\n    auth_req {\n      url = "%s"\n      method = %s\n'
             '      headers.x-api-key = "k123"\n'
             '      params = { user = "%%u", pass = "%%P", cid = "%%c", ip = "%%a", '
-            'proto = "%%r", port = "%%p" }\n    }\n'
+            'proto = "%%r", port = "%%p", cn = "%%C", subject = "%%d" }\n    }\n'
             '    timeout = %s\n    connect_timeout = 1s\n%s  }\n}\n'
             % (url, method, timeout, extra))
 
@@ -97,6 +102,7 @@ class HttpAuthCase(BrokerTestCase):
     EXTRA = ""
     URL = None  # None: the service's /mqtt/auth
     TIMEOUT = "4s"
+    TLS_CONF = ""
 
     def setUp(self):
         self.svc = AuthService()
@@ -104,7 +110,7 @@ class HttpAuthCase(BrokerTestCase):
         url = self.URL or "http://127.0.0.1:%d/mqtt/auth" % self.svc.port
         self.api_port = nmq.free_port()
         self.CONF = auth_conf(url, self.METHOD, self.EXTRA, self.TIMEOUT) + (
-            "http_server { port = %d, auth_type = no_auth }\n" % self.api_port)
+            "http_server { port = %d, auth_type = no_auth }\n" % self.api_port) + self.TLS_CONF
         super().setUp()
 
     def assert_alive(self):
@@ -138,7 +144,7 @@ class AuthReqTests(HttpAuthCase):
         self.assertEqual(r["headers"].get("content-type"), "application/x-www-form-urlencoded")
         self.assertEqual(r["params"], {"user": "good-u", "pass": "p&w=1 2", "cid": "cid-1",
                                        "ip": "127.0.0.1", "proto": "4",
-                                       "port": str(self.port)})
+                                       "port": str(self.port), "cn": "", "subject": ""})
         self.assertEqual(self.stats()["allowed"], 1)
 
     def test_denied_v3_and_v5(self):
@@ -151,6 +157,16 @@ class AuthReqTests(HttpAuthCase):
         st = self.stats()
         self.assertEqual((st["denied"], st["allowed"]), (2, 0), st)
         self.assertEqual(self.svc.requests()[1]["params"]["proto"], "5")
+
+    def test_denied_client_pipelined_publish_is_dropped(self):
+        sub = self.raw(4, client_id="watch", username="admin", password="secret")
+        sub.subscribe("leak/t")
+        bad = self.raw(4)
+        bad.send(nmq.connect_bytes("bad-pipe", username="bad-u", password="x")
+                 + nmq.publish_bytes("leak/t", b"secret", 0))
+        self.assertEqual(bad.expect(CONNACK).rc, 4)
+        bad.expect_closed()
+        sub.expect_nothing(types=[PUBLISH])
 
     def test_listed_user_and_anonymous_not_asked(self):
         c = self.raw(4)
@@ -255,6 +271,83 @@ class ServiceSilentTests(HttpAuthCase):
         self.assertGreaterEqual(dt, 0.9)
         self.assertLess(dt, 3.0)
         self.assertEqual(self.stats()["failed"], 1)
+
+
+@skip_on_mosquitto("auth.http_auth is nanomq's")
+class TlsTests(HttpAuthCase):
+    """Over TLS (NNG streams: the receive path runs as jobs on any worker),
+    with a verified client certificate for %C and %d."""
+
+    @classmethod
+    def setUpClass(cls):
+        if shutil.which("openssl") is None:
+            raise unittest.SkipTest("openssl is needed")
+        cls.pki = tempfile.mkdtemp(prefix="nmq-pki-")
+        src = os.environ.get("NMQ_SOURCE_DIR") or os.path.abspath(
+            os.path.join(os.path.dirname(__file__), "..", ".."))
+        subprocess.run(["bash", os.path.join(src, "scripts", "gen-certs.sh"), cls.pki],
+                       check=True, stdout=subprocess.DEVNULL,
+                       env=dict(os.environ, KEY_PASSWORD="nanomq-test"))
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.pki, ignore_errors=True)
+
+    def setUp(self):
+        self.tls_port = nmq.free_port()
+        p = lambda n: os.path.join(self.pki, n)
+        self.EXTRA = ""
+        self.METHOD = "post"
+        type(self).TLS_CONF = (
+            'listeners.ssl {\n  bind = "127.0.0.1:%d"\n  certfile = "%s"\n  keyfile = "%s"\n'
+            '  cacertfile = "%s"\n  verify_peer = true\n  fail_if_no_peer_cert = true\n}\n'
+            % (self.tls_port, p("server.crt"), p("server.key"), p("ca.crt")))
+        super().setUp()
+
+    def tls_conn(self):
+        ctx = ssl.create_default_context(cafile=os.path.join(self.pki, "ca.crt"))
+        ctx.load_cert_chain(os.path.join(self.pki, "client1.crt"),
+                            os.path.join(self.pki, "client1.key"))
+        raw = socket.create_connection(("127.0.0.1", self.tls_port), timeout=8)
+        return ctx.wrap_socket(raw, server_hostname="localhost")
+
+    @staticmethod
+    def read_packet(s):
+        first = s.recv(1)
+        if not first:
+            return None
+        n, mul = 0, 1
+        while True:
+            b = s.recv(1)[0]
+            n += (b & 127) * mul
+            mul *= 128
+            if b < 128:
+                break
+        body = b""
+        while len(body) < n:
+            chunk = s.recv(n - len(body))
+            if not chunk:
+                break
+            body += chunk
+        return first[0], body
+
+    def test_tls_deferred_connect_with_cert_placeholders(self):
+        s = self.tls_conn()
+        self.addCleanup(s.close)
+        # CONNECT and a pipelined SUBSCRIBE in one write.
+        s.sendall(nmq.connect_bytes("tls-1", username="slow-t", password="p")
+                  + nmq.subscribe_bytes([("tls/t", 1)], 9))
+        t0 = time.monotonic()
+        wait_for(lambda: len(self.svc.requests()) == 1, 3.0)
+        other = self.raw(4, client_id="plain", username="admin", password="secret")
+        other.subscribe("x/y")
+        self.assertLess(time.monotonic() - t0, SLOW_S - 0.5)
+        self.assertEqual(self.read_packet(s), (0x20, b"\x00\x00"))  # CONNACK accepted
+        self.assertGreaterEqual(time.monotonic() - t0, SLOW_S - 0.3)
+        self.assertEqual(self.read_packet(s), (0x90, b"\x00\x09\x01"))  # SUBACK QoS 1
+        r = self.svc.requests()[0]["params"]
+        self.assertEqual((r["cn"], r["subject"]), ("client1", "CN=client1"), r)
+        self.assertEqual(r["port"], str(self.tls_port))
 
 
 if __name__ == "__main__":
