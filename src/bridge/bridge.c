@@ -36,6 +36,7 @@
 #include "nng/codec/mqtt_codec.h"
 #include "nng/codec/mqtt_publish_out.h"
 #include "nng/core/log.h"
+#include "nng/protocol/proto.h"
 #include "nng/protocol/timer_wheel.h"
 #include "nng/transport/conn_dial.h"
 #include "nng/transport/tls_pem.h"
@@ -339,6 +340,12 @@ static void enqueue_locked(bridge *b, nmq_msg *msg, uint8_t qos, bool retain)
 		bool     mem = b->disk_only == 0 && b->n_mem < b->cfg->max_send_queue_len;
 		nmq_err  e   = store_queue_put(
 		       b->store, b->store_id, seq, msg, qos, retain, NULL, 0, NULL, NULL);
+		if (e == NMQ_OK) {
+			// On the publisher's worker, while it is routed: its ack
+			// waits for this write's commit when the sqlite section binds
+			// the store to the protocol layer (see proto_store_noted).
+			proto_store_noted();
+		}
 		if (e == NMQ_OK && !mem) {
 			if (b->disk_only == 0 || b->oldest_disk_ms == 0) {
 				b->oldest_disk_ms = now;
