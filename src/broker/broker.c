@@ -588,6 +588,7 @@ void broker_set_store(nmq_broker *b, nmq_store *st)
 	b->store = st;
 }
 
+#ifdef NMQ_HAVE_STORE
 // The durable store: retained messages and the subscriptions of
 // persistent sessions. A write the store refuses is logged (the state in
 // memory stays).
@@ -598,6 +599,7 @@ static void store_log(const char *what, const char *key, nmq_err e)
 		    what, nmq_strerror(e));
 	}
 }
+#endif
 
 // Writes (msg) or clears (NULL) the retained message of topic; the ack of
 // the PUBLISH that carried it waits for the commit.
