@@ -483,7 +483,7 @@ nmq_err link_send_publish(nmq_link *l, const out_entry *e, uint16_t pid, bool du
 	h.payload_len = m->payload_len;
 	if (l->ver == MQTT_PROTO_V5) {
 		h.fwd_props_len = m->props_len;
-		h.sub_ids       = e->sub_ids;
+		h.sub_ids       = out_entry_ids(e);
 		h.n_sub_ids     = e->n_sub_ids;
 		if (m->expiry_at_ms != 0) {
 			h.has_expiry = true;

@@ -251,6 +251,52 @@ nmq_link *session_link_locked(const nmq_session *s)
 	return s->link;
 }
 
+// Copies the subscription identifiers ids[0..n) into e (at most
+// SUBIDS_MAX). Up to SUBIDS_INLINE stay inline; more take one small array
+// that e owns. If that allocation fails (counted and logged), e keeps the
+// first SUBIDS_INLINE identifiers.
+static void entry_set_ids(nmq_proto *p, out_entry *e, const uint32_t *ids, uint32_t n)
+{
+	if (n > SUBIDS_MAX) {
+		n = SUBIDS_MAX;
+	}
+	if (n > SUBIDS_INLINE) {
+		uint32_t *h = malloc((size_t)n * sizeof(*h));
+		if (h != NULL) {
+			memcpy(h, ids, (size_t)n * sizeof(*h));
+			e->ids.heap  = h;
+			e->n_sub_ids = (uint8_t)n;
+			return;
+		}
+		proto_count_alloc_failure(p, "subscription_ids");
+		n = SUBIDS_INLINE;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		e->ids.in[i] = ids[i];
+	}
+	e->n_sub_ids = (uint8_t)n;
+}
+
+// Frees the identifier array e owns (if any); e keeps none.
+static void entry_ids_free(out_entry *e)
+{
+	if (e->n_sub_ids > SUBIDS_INLINE) {
+		free(e->ids.heap);
+	}
+	e->n_sub_ids = 0;
+}
+
+// Releases what a queued or in-flight entry owns: its message reference
+// (if any) and its identifiers.
+static void entry_free(out_entry *e)
+{
+	if (e->msg != NULL) {
+		nmq_msg_release(e->msg);
+		e->msg = NULL;
+	}
+	entry_ids_free(e);
+}
+
 // Gives back the array of an empty ring larger than RING_KEEP: a burst is
 // over (it counts against mqtt.max_message_memory, and an idle session
 // keeps little).
@@ -268,7 +314,7 @@ static void ring_trim(out_ring *r)
 static void ring_clear(out_ring *r)
 {
 	for (uint32_t i = 0; i < r->len; i++) {
-		nmq_msg_release(r->v[(r->head + i) % r->cap].msg);
+		entry_free(&r->v[(r->head + i) % r->cap]);
 	}
 	r->len  = 0;
 	r->head = 0;
@@ -281,10 +327,7 @@ static void session_clear_locked(nmq_session *s)
 	ring_clear(&s->q);
 	ring_clear(&s->q0);
 	for (uint32_t i = 0; i < s->infl_len; i++) {
-		infl_entry *f = &s->infl[s->infl_start + i];
-		if (f->e.msg != NULL) {
-			nmq_msg_release(f->e.msg);
-		}
+		entry_free(&s->infl[s->infl_start + i].e);
 	}
 	s->infl_len   = 0;
 	s->infl_start = 0;
@@ -343,7 +386,7 @@ static size_t ring_filter(out_ring *r, bool (*keep)(void *arg, const nmq_msg *ms
 			r->v[(r->head + kept) % r->cap] = e;
 			kept++;
 		} else {
-			nmq_msg_release(e.msg);
+			entry_free(&e);
 			gone++;
 		}
 	}
@@ -452,9 +495,7 @@ static int64_t infl_find(nmq_session *s, uint16_t pid, uint8_t state)
 static void infl_remove(nmq_session *s, uint32_t i)
 {
 	infl_entry *f = &s->infl[s->infl_start + i];
-	if (f->e.msg != NULL) {
-		nmq_msg_release(f->e.msg);
-	}
+	entry_free(&f->e);
 	if (i == 0) {
 		s->infl_start++;
 		s->infl_len--;
@@ -508,7 +549,7 @@ static void session_pump_locked(nmq_session *s)
 				if (e->qos > 0 && persist(s)) {
 					store_qdel_locked(s, e->seq);
 				}
-				nmq_msg_release(e->msg);
+				entry_free(e);
 				ring_pop(r);
 				continue;
 			}
@@ -526,7 +567,7 @@ static void session_pump_locked(nmq_session *s)
 				atomic_fetch_add_explicit(&p->m.msgs_sent, 1, memory_order_relaxed);
 				session_msg_event(s, e->msg, 0, false);
 			}
-			nmq_msg_release(e->msg);
+			entry_free(e);
 			ring_pop(r);
 			any = true;
 			continue;
@@ -550,7 +591,7 @@ static void session_pump_locked(nmq_session *s)
 			if (persist(s)) {
 				store_qdel_locked(s, e->seq);
 			}
-			nmq_msg_release(e->msg);
+			entry_free(e);
 			ring_pop(r);
 			continue;
 		}
@@ -595,13 +636,12 @@ static void disk_row(void *arg, const proto_store_row *r)
 		e.seq    = r->seq;
 		e.qos    = r->qos;
 		e.retain = r->retain;
-		for (uint32_t i = 0; i < r->n_sub_ids && i < SUBIDS_INLINE; i++) {
-			e.sub_ids[e.n_sub_ids++] = r->sub_ids[i];
-		}
+		entry_set_ids(s->p, &e, r->sub_ids, r->n_sub_ids);
 		if (ring_push(&s->q, &e, UINT32_MAX)) {
 			nmq_msg_hold(r->msg);
 		} else {
 			// Stays on disk; read again with the next chunk.
+			entry_ids_free(&e);
 			proto_count_alloc_failure(s->p, "session_queue");
 			nmq_mutex_unlock(&s->mtx);
 			return;
@@ -670,13 +710,8 @@ void nmq_session_deliver(nmq_session *s, nmq_msg *msg, uint8_t qos, bool retain,
 		// Offline, or its backlog is still on disk: to the store only,
 		// behind that backlog.
 		uint64_t seq = s->q_seq;
-		uint32_t ids[SUBIDS_INLINE];
-		uint32_t n = 0;
-		for (uint32_t i = 0; i < n_sub_ids && i < SUBIDS_INLINE; i++) {
-			ids[n++] = sub_ids[i];
-		}
-		nmq_err se = p->store->queue_put(
-		    p->store_arg, s->client_id, seq, msg, qos, retain, ids, n);
+		nmq_err  se = p->store->queue_put(p->store_arg, s->client_id, seq, msg, qos, retain,
+		     sub_ids, n_sub_ids < SUBIDS_MAX ? n_sub_ids : SUBIDS_MAX);
 		if (se == NMQ_OK) {
 			proto_store_noted();
 			s->q_seq++;
@@ -720,10 +755,11 @@ void nmq_session_deliver(nmq_session *s, nmq_msg *msg, uint8_t qos, bool retain,
 	e.qos       = qos;
 	e.retain    = retain;
 	e.n_sub_ids = 0;
-	for (uint32_t i = 0; i < n_sub_ids && i < SUBIDS_INLINE; i++) {
-		e.sub_ids[e.n_sub_ids++] = sub_ids[i];
-	}
+	entry_set_ids(p, &e, sub_ids, n_sub_ids);
 	nmq_err qe = queue_push(s, &e);
+	if (qe != NMQ_OK) {
+		entry_ids_free(&e);
+	}
 	if (qe == NMQ_ENOMEM) {
 		proto_count_drop(p, NULL);
 		proto_count_alloc_failure(p, "session_queue");
@@ -744,8 +780,8 @@ void nmq_session_deliver(nmq_session *s, nmq_msg *msg, uint8_t qos, bool retain,
 	}
 	nmq_msg_hold(msg);
 	if (qos > 0 && persist(s) && !persist_skip) {
-		nmq_err se = p->store->queue_put(
-		    p->store_arg, s->client_id, e.seq, msg, qos, retain, e.sub_ids, e.n_sub_ids);
+		nmq_err se = p->store->queue_put(p->store_arg, s->client_id, e.seq, msg, qos,
+		    retain, sub_ids, n_sub_ids < SUBIDS_MAX ? n_sub_ids : SUBIDS_MAX);
 		if (se == NMQ_OK) {
 			proto_store_noted();
 		} else {
@@ -865,8 +901,7 @@ bool session_pubrec_locked(nmq_session *s, uint16_t pid, bool failed)
 	if (persist(s)) {
 		store_qstate_locked(s, f->e.seq, PROTO_STORE_RELEASED, pid);
 	}
-	nmq_msg_release(f->e.msg);
-	f->e.msg   = NULL;
+	entry_free(&f->e);
 	f->state   = INFL_WAIT_PUBCOMP;
 	f->sent_ms = nmq_clock_ms();
 	return true;
@@ -1431,9 +1466,7 @@ nmq_err proto_session_restore_msg(nmq_session *s, uint64_t seq, nmq_msg *msg, ui
 	e.seq    = seq;
 	e.qos    = qos;
 	e.retain = retain;
-	for (uint32_t i = 0; i < n_sub_ids && i < SUBIDS_INLINE; i++) {
-		e.sub_ids[e.n_sub_ids++] = sub_ids[i];
-	}
+	entry_set_ids(s->p, &e, sub_ids, n_sub_ids);
 	bool ok;
 	bool keep = true; // the entry keeps a reference to msg
 	nmq_mutex_lock(&s->mtx);
@@ -1446,12 +1479,16 @@ nmq_err proto_session_restore_msg(nmq_session *s, uint64_t seq, nmq_msg *msg, ui
 		f.pid = packet_id;
 		if (state == PROTO_STORE_RELEASED) {
 			f.e.msg = NULL;
+			entry_ids_free(&f.e); // a PUBREL needs none
 			f.state = INFL_WAIT_PUBCOMP;
 			keep    = false;
 		} else {
 			f.state = qos == 1 ? INFL_WAIT_PUBACK : INFL_WAIT_PUBREC;
 		}
 		ok = infl_push(s, &f);
+	}
+	if (!ok) {
+		entry_ids_free(&e);
 	}
 	if (ok) {
 		if (keep) {

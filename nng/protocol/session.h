@@ -15,18 +15,33 @@
 #include "nng/core/nmq_err.h"
 #include "nng/protocol/proto_impl.h"
 
+// Subscription identifiers an entry keeps inline (no allocation), and at
+// most (the router merges up to 32 per delivery).
 #define SUBIDS_INLINE 4
+#define SUBIDS_MAX    32
 
 // A message waiting in a session's queue or in flight, as handed to
-// link_send_publish().
+// link_send_publish(). Up to SUBIDS_INLINE subscription identifiers live
+// in ids.in; more in ids.heap, a malloc'd array the entry owns (moved with
+// the struct, freed by whoever frees the entry: session.c). Read them with
+// out_entry_ids().
 typedef struct out_entry {
 	nmq_msg *msg;
 	uint64_t seq; // arrival order across the two queues
 	uint8_t  qos;
 	bool     retain;
 	uint8_t  n_sub_ids;
-	uint32_t sub_ids[SUBIDS_INLINE];
+	union {
+		uint32_t  in[SUBIDS_INLINE];
+		uint32_t *heap; // n_sub_ids > SUBIDS_INLINE
+	} ids;
 } out_entry;
+
+// The n_sub_ids subscription identifiers of e.
+static inline const uint32_t *out_entry_ids(const out_entry *e)
+{
+	return e->n_sub_ids > SUBIDS_INLINE ? e->ids.heap : e->ids.in;
+}
 
 // ---------------------------------------------------------------------------
 // Life cycle

@@ -136,6 +136,31 @@ class V5PropertyTests(BrokerTestCase):
         self.assertEqual(len(hash_only), 1)
         self.assertNotIn("SubscriptionIdentifier", hash_only[0].props)
 
+    # 5.0 [MQTT5-3.3.4-3]/[MQTT5-3.3.4-4]: six overlapping subscriptions of
+    # one session, with identifiers 1..6: the one copy sent carries all six
+    # (more than a queued entry keeps inline), live and after the session
+    # was offline (queued, then sent on reconnect).
+    def test_six_subscription_identifiers(self):
+        filters = ["six/a/b", "six/+/b", "six/a/+", "six/#", "six/a/#", "+/a/b"]
+        r = self.raw(5, "six", clean=False, props={"SessionExpiryInterval": 60})
+        for i, f in enumerate(filters, 1):
+            r.subscribe([(f, 1)], props={"SubscriptionIdentifier": i})
+        pub = self.paho("sixpub", 5)
+        pub.publish("six/a/b", b"live", qos=1)
+        p = r.expect(PUBLISH)
+        r.ack(p)
+        self.assertEqual(p.payload, b"live")
+        self.assertEqual(sorted(p.props.get("SubscriptionIdentifier", [])), [1, 2, 3, 4, 5, 6])
+        r.expect_nothing(0.5)
+        r.close()
+        pub.publish("six/a/b", b"queued", qos=1)
+        time.sleep(0.3)
+        r = self.raw(5, "six", clean=False, props={"SessionExpiryInterval": 60})
+        p = r.expect(PUBLISH)
+        r.ack(p)
+        self.assertEqual(p.payload, b"queued")
+        self.assertEqual(sorted(p.props.get("SubscriptionIdentifier", [])), [1, 2, 3, 4, 5, 6])
+
     # 5.0 [MQTT5-3.3.4-3] with [MQTT5-3.8.4-3]: retained messages sent on
     # subscribe carry the identifier; replacing the subscription replaces it.
     def test_subscription_identifier_retained_and_replaced(self):

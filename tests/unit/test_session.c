@@ -279,6 +279,97 @@ static void test_inflight_window_pids(void **state)
 	env_free(e);
 }
 
+// Subscription identifiers: a message matching six subscriptions of one
+// session keeps all six identifiers in its queued entry (beyond the four
+// kept inline), through the ACL filter, a restore from the store and the
+// in-flight window, and the PUBLISH sent carries all six [MQTT5-3.3.4-3]
+// [MQTT5-3.3.4-4].
+// Freed on every path (ASan checks the leaks).
+static void test_sub_ids(void **state)
+{
+	(void)state;
+	proto_limits lim;
+	default_limits(&lim);
+	env           *e      = env_new(&lim);
+	proto_metrics *m      = proto_metrics_get(e->p);
+	const uint32_t ids[6] = { 1, 2, 3, 4, 5, 6 };
+
+	// Offline: queued, with six and with three identifiers.
+	nmq_session *s = session_alloc(e->p, "ids", NULL, 0);
+	assert_non_null(s);
+	nmq_msg *a = msg_new("a", "x", 1);
+	nmq_session_deliver(s, a, 1, false, ids, 6);
+	nmq_msg_release(a);
+	nmq_msg *b = msg_new("b", "x", 1);
+	nmq_session_deliver(s, b, 1, false, ids + 3, 3);
+	nmq_msg_release(b);
+	assert_int_equal(s->q.len, 2);
+	const out_entry *q0 = &s->q.v[s->q.head];
+	assert_int_equal(q0->n_sub_ids, 6);
+	assert_memory_equal(out_entry_ids(q0), ids, sizeof(ids));
+	const out_entry *q1 = &s->q.v[(s->q.head + 1) % s->q.cap];
+	assert_int_equal(q1->n_sub_ids, 3);
+	assert_memory_equal(out_entry_ids(q1), ids + 3, 3 * sizeof(uint32_t));
+	// A restored row with six identifiers, queued and in flight.
+	nmq_msg *c = msg_new("c", "x", 1);
+	assert_int_equal(
+	    proto_session_restore_msg(s, 100, c, 1, false, PROTO_STORE_QUEUED, 0, ids, 6), NMQ_OK);
+	assert_int_equal(
+	    proto_session_restore_msg(s, 101, c, 1, false, PROTO_STORE_SENT, 9, ids, 6), NMQ_OK);
+	nmq_msg_release(c);
+	assert_int_equal(s->q.len, 3);
+	const out_entry *q2 = &s->q.v[(s->q.head + 2) % s->q.cap];
+	assert_int_equal(q2->n_sub_ids, 6);
+	assert_memory_equal(out_entry_ids(q2), ids, sizeof(ids));
+	assert_int_equal(s->infl_len, 1);
+	assert_int_equal(s->infl[s->infl_start].e.n_sub_ids, 6);
+	assert_memory_equal(out_entry_ids(&s->infl[s->infl_start].e), ids, sizeof(ids));
+	// The ACL filter drops the entry on "b" (inline ids); the others stay.
+	assert_int_equal(nmq_session_drop_queued(s, keep_not_b, NULL), 1);
+	assert_int_equal(s->q.len, 2);
+	assert_int_equal(s->q.v[s->q.head].n_sub_ids, 6);
+	nmq_session_release(s); // frees the queued and in-flight entries
+
+	// Online: the PUBLISH carries the six identifiers, in order.
+	nmq_session *o;
+	int          fd = connect_rm(e, "ids2", 10, &o);
+	nmq_msg     *d  = msg_new("d", "x", 1);
+	nmq_session_deliver(o, d, 1, false, ids, 6);
+	nmq_session_deliver(o, d, 0, false, ids, 5);
+	nmq_msg_release(d);
+	for (int k = 0; k < 2; k++) {
+		uint8_t     buf[256];
+		mqtt_packet pk;
+		assert_true(recv_pkt(fd, MQTT_PROTO_V5, buf, sizeof(buf), &pk));
+		assert_int_equal(pk.type, MQTT_PUBLISH);
+		assert_int_equal(pk.u.publish.qos, k == 0 ? 1 : 0);
+		mqtt_prop_iter it;
+		mqtt_prop_iter_init(&it, &pk.u.publish.props);
+		uint32_t got[8];
+		uint32_t n = 0;
+		while (n < 8 && mqtt_prop_iter_next_sub_id(&it, &got[n])) {
+			n++;
+		}
+		assert_int_equal(n, k == 0 ? 6 : 5);
+		assert_memory_equal(got, ids, n * sizeof(uint32_t));
+		if (k == 0) {
+			session_lock(o);
+			assert_int_equal(o->infl_len, 1);
+			assert_int_equal(o->infl[o->infl_start].e.n_sub_ids, 6);
+			session_unlock(o);
+			send_ack(fd, MQTT_PROTO_V5, MQTT_PUBACK, pk.u.publish.packet_id);
+		}
+	}
+	assert_true(quiet_for(fd, 100));
+	session_lock(o);
+	assert_int_equal(o->infl_len, 0); // acked: entry and ids freed
+	session_unlock(o);
+	close(fd);
+	assert_int_equal(atomic_load(&m->alloc_failures), 0);
+	assert_int_equal(atomic_load(&m->msgs_dropped), 1); // the ACL drop
+	env_free(e);
+}
+
 static int wait_count(env *e, const int *field, int want, int limit_ms)
 {
 	int v = 0;
@@ -477,6 +568,7 @@ int main(void)
 		cmocka_unit_test(test_queue_bound),
 		cmocka_unit_test(test_qos2_inbound),
 		cmocka_unit_test(test_inflight_window_pids),
+		cmocka_unit_test(test_sub_ids),
 		cmocka_unit_test(test_open_detach_expiry),
 		cmocka_unit_test(test_open_owner),
 		cmocka_unit_test(test_table_churn),

@@ -163,6 +163,8 @@ typedef struct loaded {
 	uint8_t  q_state[32];
 	uint16_t q_pid[32];
 	uint32_t q_subid[32];
+	uint32_t q_nsub[32];
+	uint32_t q_subs[32][8];
 	nmq_msg *q_msg[32];
 	char     ret_topic[8][32];
 	char     ret_payload[8][32];
@@ -204,6 +206,10 @@ static void on_qmsg(void *arg, const store_qmsg *q)
 	l->q_state[i] = q->state;
 	l->q_pid[i]   = q->packet_id;
 	l->q_subid[i] = q->n_sub_ids ? q->sub_ids[0] : 0;
+	l->q_nsub[i]  = q->n_sub_ids;
+	for (uint32_t k = 0; k < q->n_sub_ids && k < 8; k++) {
+		l->q_subs[i][k] = q->sub_ids[k];
+	}
 	nmq_msg_hold(q->msg);
 	l->q_msg[i] = q->msg;
 }
@@ -250,7 +256,9 @@ static void test_round_trip(void **state)
 	assert_int_equal(store_sub_put(s, &sub, NULL, NULL), NMQ_OK);
 	assert_int_equal(store_rel_put(s, "a", 42, NULL, NULL), NMQ_OK);
 	assert_int_equal(store_queue_put(s, "a", 1, m1, 1, false, ids, 1, NULL, NULL), NMQ_OK);
-	assert_int_equal(store_queue_put(s, "b", 1, m1, 1, false, NULL, 0, NULL, NULL), NMQ_OK);
+	// More identifiers than a queued entry keeps inline.
+	const uint32_t six[6] = { 1, 2, 3, 4, 5, 268435455 };
+	assert_int_equal(store_queue_put(s, "b", 1, m1, 1, false, six, 6, NULL, NULL), NMQ_OK);
 	assert_int_equal(store_queue_put(s, "a", 2, m2, 2, false, NULL, 0, NULL, NULL), NMQ_OK);
 	assert_int_equal(store_queue_state(s, "a", 2, STORE_Q_SENT, 9, NULL, NULL), NMQ_OK);
 	assert_int_equal(store_retain_put(s, "r/x", ret, NULL, NULL), NMQ_OK);
@@ -292,6 +300,9 @@ static void test_round_trip(void **state)
 	assert_int_equal(l.q_pid[1], 9);
 	assert_string_equal(l.q_cid[2], "b");
 	assert_string_equal(l.q_payload[2], "one");
+	assert_int_equal(l.q_nsub[2], 6);
+	assert_memory_equal(l.q_subs[2], six, sizeof(six));
+	assert_int_equal(l.q_nsub[1], 0);
 	// The shared row came back as one message.
 	assert_ptr_equal(l.q_msg[0], l.q_msg[2]);
 	assert_int_equal(l.q_msg[0]->props_len, 2);
