@@ -2,9 +2,6 @@
 #include "src/events/http_authn.h"
 
 #include <errno.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -13,16 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
 
 #include "nng/core/log.h"
-#include "src/http/http_parse.h"
+#include "src/http/http_client.h"
 
-#define HA_HEAD_MAX    8192 // largest answer head read
 #define HA_QUEUE_MAX   10000 // requests waiting for a slot; more are refused
 #define HA_CACHE_MAX   10000 // cached answers at most
 #define HA_CACHE_SLOTS 1024 // hash buckets
@@ -31,16 +25,13 @@
 
 // One configured callout.
 typedef struct ha_req {
-	struct sockaddr_storage addr;
-	socklen_t               addrlen;
-	char                    hostport[300];
-	char                   *path;
-	bool                    get;
-	bool                    json; // content-type says JSON: a JSON body
-	char                   *headers; // "Name: value\r\n"... as configured
-	size_t                  n_params;
-	char                  **pnames;
-	char                  **pvals; // templates with %x placeholders
+	http_url *url; // the target (of the authenticator's client)
+	bool      get;
+	bool      json; // content-type says JSON: a JSON body
+	char     *headers; // "Name: value\r\n"... as configured
+	size_t    n_params;
+	char    **pnames;
+	char    **pvals; // templates with %x placeholders
 } ha_req;
 
 // One request: queued, then on a slot, then answered.
@@ -59,27 +50,14 @@ typedef struct ha_cache_ent {
 	char                 key[];
 } ha_cache_ent;
 
-enum { SLOT_IDLE, SLOT_CONNECTING, SLOT_SENDING, SLOT_READING };
-
-typedef struct ha_slot {
-	int      state;
-	int      fd;
-	short    want;
-	uint64_t deadline_ms;
-	uint64_t end_ms; // the whole exchange
-	size_t   off;
-	ha_item *it;
-	size_t   in_len;
-	char     in[HA_HEAD_MAX];
-} ha_slot;
-
 struct http_authn {
 	ha_req      auth;
+	http_client http; // the target and its timeouts
 	uint32_t    timeout_ms;
 	uint32_t    connect_timeout_ms;
 	uint32_t    cache_ttl_ms;
 	uint32_t    pool;
-	ha_slot    *slots;
+	http_slot  *slots;
 	int         efd;
 	pthread_t   thr;
 	bool        thr_started;
@@ -96,13 +74,6 @@ struct http_authn {
 
 	atomic_ullong allowed, denied, failed, cache_hits;
 };
-
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 // ---- a growable string -------------------------------------------------------
 
@@ -284,13 +255,13 @@ static bool build_request(const ha_req *r, const proto_client_info *info, ha_ite
 	sb_str(&params, ""); // a buffer even with no parameter
 	char clen[64];
 	sb_str(&req, r->get ? "GET " : "POST ");
-	sb_str(&req, r->path);
+	sb_str(&req, r->url->path);
 	if (r->get && params.len > 0) {
-		sb_str(&req, strchr(r->path, '?') != NULL ? "&" : "?");
+		sb_str(&req, strchr(r->url->path, '?') != NULL ? "&" : "?");
 		sb_add(&req, params.p != NULL ? params.p : "", params.len);
 	}
 	sb_str(&req, " HTTP/1.1\r\nHost: ");
-	sb_str(&req, r->hostport);
+	sb_str(&req, r->url->hostport);
 	sb_str(&req, "\r\nConnection: close\r\n");
 	sb_str(&req, r->headers);
 	if (!r->get) {
@@ -328,7 +299,7 @@ static bool cache_get(http_authn *h, const char *key, uint8_t *rc)
 	if (h->cache_ttl_ms == 0) {
 		return false;
 	}
-	uint64_t now   = mono_ms();
+	uint64_t now   = http_client_now_ms();
 	bool     found = false;
 	pthread_mutex_lock(&h->cache_mtx);
 	for (ha_cache_ent *e = h->cache[key_hash(key)]; e != NULL; e = e->next) {
@@ -348,7 +319,7 @@ static void cache_put(http_authn *h, const char *key, uint8_t rc)
 	if (h->cache_ttl_ms == 0) {
 		return;
 	}
-	uint64_t now = mono_ms();
+	uint64_t now = http_client_now_ms();
 	size_t   kl  = strlen(key);
 	pthread_mutex_lock(&h->cache_mtx);
 	ha_cache_ent **pp = &h->cache[key_hash(key)];
@@ -449,8 +420,8 @@ static void item_answer(http_authn *h, ha_item *it, int status, const char *why)
 	uint8_t rc = status >= 200 && status < 300 ? 0 : HA_RC_DENY;
 	if (status == 0) {
 		atomic_fetch_add(&h->failed, 1);
-		log_warn_rl(
-		    "httpauth", "event=callout_failed reason=%s target=%s", why, h->auth.hostport);
+		log_warn_rl("httpauth", "event=callout_failed reason=%s target=%s", why,
+		    h->http.url.hostport);
 	} else {
 		atomic_fetch_add(rc == 0 ? &h->allowed : &h->denied, 1);
 		if (rc != 0) {
@@ -462,111 +433,16 @@ static void item_answer(http_authn *h, ha_item *it, int status, const char *why)
 	item_free(it);
 }
 
-static void slot_close(ha_slot *s)
+// The end of a callout on a slot (http_client_done).
+static void slot_done(void *arg, void *item, bool answered, int status, const char *why)
 {
-	if (s->fd >= 0) {
-		close(s->fd);
+	// The answer's own words for the response failures.
+	if (strcmp(why, "response_head_too_long") == 0) {
+		why = "answer_head_too_long";
+	} else if (strcmp(why, "bad_response") == 0) {
+		why = "bad_answer";
 	}
-	s->fd     = -1;
-	s->state  = SLOT_IDLE;
-	s->it     = NULL;
-	s->off    = 0;
-	s->in_len = 0;
-}
-
-static void slot_done(http_authn *h, ha_slot *s, int status, const char *why)
-{
-	ha_item *it = s->it;
-	slot_close(s);
-	item_answer(h, it, status, why);
-}
-
-static void slot_start(http_authn *h, ha_slot *s, ha_item *it)
-{
-	uint64_t now   = mono_ms();
-	s->it          = it;
-	s->end_ms      = now + h->timeout_ms;
-	s->deadline_ms = now + h->connect_timeout_ms;
-	s->fd = socket(h->auth.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (s->fd < 0) {
-		slot_done(h, s, 0, "socket");
-		return;
-	}
-	int one = 1;
-	(void)setsockopt(s->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	if (connect(s->fd, (struct sockaddr *)&h->auth.addr, h->auth.addrlen) == 0
-	    || errno == EINPROGRESS) {
-		s->state = SLOT_CONNECTING;
-		s->want  = POLLOUT;
-	} else {
-		slot_done(h, s, 0, "connect");
-	}
-}
-
-static void slot_io(http_authn *h, ha_slot *s)
-{
-	if (s->state == SLOT_CONNECTING) {
-		int       e  = 0;
-		socklen_t el = sizeof(e);
-		if (getsockopt(s->fd, SOL_SOCKET, SO_ERROR, &e, &el) != 0 || e != 0) {
-			slot_done(h, s, 0, "connect");
-			return;
-		}
-		s->state       = SLOT_SENDING;
-		s->deadline_ms = s->end_ms;
-	}
-	if (s->state == SLOT_SENDING) {
-		while (s->off < s->it->req_len) {
-			ssize_t r = send(
-			    s->fd, s->it->req + s->off, s->it->req_len - s->off, MSG_NOSIGNAL);
-			if (r < 0 && errno == EINTR) {
-				continue;
-			}
-			if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-				s->want = POLLOUT;
-				return;
-			}
-			if (r <= 0) {
-				slot_done(h, s, 0, "send");
-				return;
-			}
-			s->off += (size_t)r;
-		}
-		s->state = SLOT_READING;
-		s->want  = POLLIN;
-		return;
-	}
-	for (;;) {
-		if (s->in_len == sizeof(s->in)) {
-			slot_done(h, s, 0, "answer_head_too_long");
-			return;
-		}
-		ssize_t n = recv(s->fd, s->in + s->in_len, sizeof(s->in) - s->in_len, 0);
-		if (n < 0 && errno == EINTR) {
-			continue;
-		}
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-			return;
-		}
-		if (n > 0) {
-			s->in_len += (size_t)n;
-		}
-		http_msg      m;
-		int           status = 0;
-		http_parse_rc rc = http_parse_response(s->in, s->in_len, HA_HEAD_MAX, &m, &status);
-		if (rc == HTTP_PARSE_OK) {
-			slot_done(h, s, m.status, "status");
-			return;
-		}
-		if (rc == HTTP_PARSE_ERROR) {
-			slot_done(h, s, 0, "bad_answer");
-			return;
-		}
-		if (n <= 0) {
-			slot_done(h, s, 0, n == 0 ? "closed" : "recv");
-			return;
-		}
-	}
+	item_answer(arg, item, answered ? status : 0, why);
 }
 
 static ha_item *next_item(http_authn *h)
@@ -599,38 +475,22 @@ static void *http_authn_main(void *arg)
 	}
 	while (!atomic_load(&h->stop)) {
 		for (uint32_t i = 0; i < h->pool; i++) {
-			if (h->slots[i].state != SLOT_IDLE) {
+			if (!http_slot_idle(&h->slots[i])) {
 				continue;
 			}
 			ha_item *it = next_item(h);
 			if (it == NULL) {
 				break;
 			}
-			slot_start(h, &h->slots[i], it);
+			http_slot_start(&h->http, &h->slots[i], it, it->req, it->req_len);
 		}
-		uint64_t now     = mono_ms();
+		uint64_t now     = http_client_now_ms();
 		int      timeout = 1000;
 		int      n       = 0;
 		pfd[n].fd        = h->efd;
 		pfd[n].events    = POLLIN;
 		map[n++]         = -1;
-		for (uint32_t i = 0; i < h->pool; i++) {
-			ha_slot *s = &h->slots[i];
-			if (s->state == SLOT_IDLE) {
-				continue;
-			}
-			if (now >= s->deadline_ms) {
-				slot_done(h, s, 0,
-				    s->state == SLOT_CONNECTING ? "connect_timeout" : "timeout");
-				continue;
-			}
-			if ((int)(s->deadline_ms - now) < timeout) {
-				timeout = (int)(s->deadline_ms - now);
-			}
-			pfd[n].fd     = s->fd;
-			pfd[n].events = s->want != 0 ? s->want : POLLIN;
-			map[n++]      = (int)i;
-		}
+		http_client_poll_prepare(&h->http, h->slots, h->pool, now, pfd, map, &n, &timeout);
 		int r = poll(pfd, (nfds_t)n, timeout);
 		if (r < 0 && errno != EINTR) {
 			log_error("httpauth", "event=poll_failed errno=%d", errno);
@@ -646,9 +506,9 @@ static void *http_authn_main(void *arg)
 				(void)rr;
 				continue;
 			}
-			ha_slot *s = &h->slots[map[i]];
-			if (s->state != SLOT_IDLE) {
-				slot_io(h, s);
+			http_slot *s = &h->slots[map[i]];
+			if (!http_slot_idle(s)) {
+				http_slot_io(&h->http, s);
 			}
 		}
 	}
@@ -659,63 +519,8 @@ static void *http_authn_main(void *arg)
 
 // ---- start / stop ------------------------------------------------------------------
 
-// Splits an http:// URL into host, port and path and resolves the host.
-static nmq_err parse_url(ha_req *r, const char *url, char *err, size_t errlen)
-{
-	const char *p     = url + 7; // after "http://" (checked by the config)
-	const char *slash = strchr(p, '/');
-	size_t      hl    = slash != NULL ? (size_t)(slash - p) : strlen(p);
-	char        host[256];
-	char        port[8] = "80";
-	if (hl == 0 || hl >= sizeof(host)) {
-		snprintf(err, errlen, "auth.http_auth: bad host in \"%.200s\"", url);
-		return NMQ_EINVAL;
-	}
-	memcpy(host, p, hl);
-	host[hl] = '\0';
-	snprintf(r->hostport, sizeof(r->hostport), "%s", host);
-	char *hp = host;
-	char *colon;
-	if (hp[0] == '[') {
-		char *rb = strchr(hp, ']');
-		if (rb == NULL) {
-			snprintf(err, errlen, "auth.http_auth: bad host in \"%.200s\"", url);
-			return NMQ_EINVAL;
-		}
-		*rb   = '\0';
-		colon = rb[1] == ':' ? rb + 1 : NULL;
-		hp++;
-	} else {
-		colon = strrchr(hp, ':');
-	}
-	if (colon != NULL) {
-		*colon = '\0';
-		snprintf(port, sizeof(port), "%.7s", colon + 1);
-	}
-	r->path = strdup(slash != NULL ? slash : "/");
-	if (r->path == NULL) {
-		snprintf(err, errlen, "out of memory");
-		return NMQ_ENOMEM;
-	}
-	struct addrinfo hints, *res = NULL;
-	memset(&hints, 0, sizeof(hints));
-	hints.ai_family   = AF_UNSPEC;
-	hints.ai_socktype = SOCK_STREAM;
-	int rv            = getaddrinfo(hp, port, &hints, &res);
-	if (rv != 0 || res == NULL) {
-		snprintf(err, errlen, "auth.http_auth: cannot resolve \"%.200s\" port %s: %s", hp,
-		    port, gai_strerror(rv));
-		return NMQ_EINVAL;
-	}
-	memcpy(&r->addr, res->ai_addr, res->ai_addrlen);
-	r->addrlen = (socklen_t)res->ai_addrlen;
-	freeaddrinfo(res);
-	return NMQ_OK;
-}
-
 static void req_fini(ha_req *r)
 {
-	free(r->path);
 	free(r->headers);
 	for (size_t i = 0; i < r->n_params; i++) {
 		free(r->pnames[i]);
@@ -728,7 +533,11 @@ static void req_fini(ha_req *r)
 // Fills r from a checked callout object (see nmq_conf.auth_http).
 static nmq_err req_init(ha_req *r, const cJSON *o, char *err, size_t errlen)
 {
-	nmq_err e = parse_url(r, cJSON_GetObjectItem(o, "url")->valuestring, err, errlen);
+	const char *url = cJSON_GetObjectItem(o, "url")->valuestring;
+	nmq_err     e   = http_url_parse(url, "auth.http_auth", r->url, err, errlen);
+	if (e == NMQ_OK) {
+		e = http_url_resolve(r->url, "auth.http_auth", err, errlen);
+	}
 	if (e != NMQ_OK) {
 		return e;
 	}
@@ -780,6 +589,7 @@ void http_authn_free(http_authn *h)
 	}
 	http_authn_shutdown(h);
 	req_fini(&h->auth);
+	http_client_fini(&h->http);
 	if (h->cache != NULL) {
 		for (size_t i = 0; i < HA_CACHE_SLOTS; i++) {
 			while (h->cache[i] != NULL) {
@@ -817,9 +627,8 @@ void http_authn_shutdown(http_authn *h)
 	}
 	// The thread is gone: refuse what it held or had not started.
 	for (uint32_t i = 0; h->slots != NULL && i < h->pool; i++) {
-		if (h->slots[i].state != SLOT_IDLE) {
-			ha_item *it = h->slots[i].it;
-			slot_close(&h->slots[i]);
+		if (!http_slot_idle(&h->slots[i])) {
+			ha_item *it = http_slot_close(&h->slots[i]);
 			proto_connect_resume(it->t, HA_RC_DOWN);
 			item_free(it);
 		}
@@ -851,9 +660,15 @@ nmq_err http_authn_start(
 	h->timeout_ms = (uint32_t)cJSON_GetObjectItem(ha, "timeout_ms")->valuedouble;
 	h->connect_timeout_ms
 	    = (uint32_t)cJSON_GetObjectItem(ha, "connect_timeout_ms")->valuedouble;
-	h->cache_ttl_ms = (uint32_t)cJSON_GetObjectItem(ha, "cache_ttl_ms")->valuedouble;
-	h->pool         = (uint32_t)cJSON_GetObjectItem(ha, "pool_size")->valuedouble;
-	nmq_err e       = req_init(&h->auth, auth_r, err, errlen);
+	h->cache_ttl_ms            = (uint32_t)cJSON_GetObjectItem(ha, "cache_ttl_ms")->valuedouble;
+	h->pool                    = (uint32_t)cJSON_GetObjectItem(ha, "pool_size")->valuedouble;
+	h->http.timeout_ms         = h->timeout_ms;
+	h->http.connect_timeout_ms = h->connect_timeout_ms;
+	h->http.log_mod            = "httpauth";
+	h->http.done               = slot_done;
+	h->http.arg                = h;
+	h->auth.url                = &h->http.url;
+	nmq_err e                  = req_init(&h->auth, auth_r, err, errlen);
 	if (e != NMQ_OK) {
 		http_authn_free(h);
 		return e;
@@ -867,7 +682,7 @@ nmq_err http_authn_start(
 		return NMQ_ENOMEM;
 	}
 	for (uint32_t i = 0; i < h->pool; i++) {
-		h->slots[i].fd = -1;
+		http_slot_init(&h->slots[i]);
 	}
 	if (pthread_create(&h->thr, NULL, http_authn_main, h) != 0) {
 		snprintf(err, errlen, "cannot start the HTTP authentication thread");
@@ -877,7 +692,7 @@ nmq_err http_authn_start(
 	h->thr_started = true;
 	broker_set_authenticator(b, http_authn_connect, h);
 	log_info("httpauth", "event=started target=%s%s pool_size=%u cache_ttl_ms=%u",
-	    h->auth.hostport, h->auth.path, h->pool, h->cache_ttl_ms);
+	    h->http.url.hostport, h->http.url.path, h->pool, h->cache_ttl_ms);
 	*out = h;
 	return NMQ_OK;
 }

@@ -1,11 +1,7 @@
 // Webhooks; see webhook.h.
 #include "src/events/webhook.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -15,26 +11,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
-#include <mbedtls/ctr_drbg.h>
-#include <mbedtls/entropy.h>
-#include <mbedtls/error.h>
-#include <mbedtls/net_sockets.h>
-#include <mbedtls/pk.h>
-#include <mbedtls/ssl.h>
-#include <mbedtls/x509_crt.h>
 
 #include "nng/core/log.h"
 #include "nng/core/msg.h"
-#include "src/http/http_parse.h"
+#include "src/http/http_client.h"
 #include "src/topic/topic_tree.h"
 
 #define WH_RETRIES   3 // after the first attempt: 1 s, 2 s, 4 s
-#define WH_HEAD_MAX  8192 // largest response head read
 #define WH_MAX_FILT  16 // topic filters per event
 #define WH_CA_BUNDLE "/etc/ssl/certs/ca-certificates.crt" // Debian's public CAs
 
@@ -75,36 +62,18 @@ typedef struct wh_item {
 	char            data[];
 } wh_item;
 
-enum { SLOT_IDLE = 0, SLOT_CONNECTING, SLOT_HANDSHAKE, SLOT_SENDING, SLOT_READING };
-
-typedef struct wh_slot {
-	int                 fd;
-	int                 state;
-	short               want; // poll events the next step waits for
-	bool                tls; // ssl is set up
-	mbedtls_ssl_context ssl;
-	wh_item            *it;
-	size_t              off; // bytes of it->req sent
-	size_t              in_len;
-	uint64_t            deadline_ms;
-	char                in[WH_HEAD_MAX];
-} wh_slot;
-
 struct webhook {
 	// Configuration, read-only after start.
-	char                    hostport[300];
-	char                   *path;
-	struct sockaddr_storage addr;
-	socklen_t               addrlen;
-	char                   *headers; // "Name: value\r\n"...
-	int                     encoding; // 0 plain, 1 base64, 2 base62
-	uint32_t                pool;
-	uint32_t                timeout_ms;
-	uint32_t                queue_max;
-	uint32_t                mask;
-	char                   *filters[BEV_COUNT][WH_MAX_FILT];
-	int                     n_filters[BEV_COUNT];
-	bool                    all[BEV_COUNT]; // an entry without a topic filter
+	http_client http; // the target, its TLS configuration, its slots' rules
+	char       *headers; // "Name: value\r\n"...
+	int         encoding; // 0 plain, 1 base64, 2 base62
+	uint32_t    pool;
+	uint32_t    timeout_ms;
+	uint32_t    queue_max;
+	uint32_t    mask;
+	char       *filters[BEV_COUNT][WH_MAX_FILT];
+	int         n_filters[BEV_COUNT];
+	bool        all[BEV_COUNT]; // an entry without a topic filter
 
 	pthread_mutex_t mtx; // guards head, tail, queued
 	wh_item        *head, *tail;
@@ -115,30 +84,11 @@ struct webhook {
 	_Atomic bool    stop;
 
 	// Owned by the thread.
-	wh_item *retry; // waiting for due_ms
-	wh_slot *slots;
+	wh_item   *retry; // waiting for due_ms
+	http_slot *slots;
 
 	_Atomic uint64_t sent, failed, dropped, retried;
-
-	// https targets: one client configuration for every request.
-	bool                     https;
-	bool                     tls_ready; // the contexts below are initialised
-	char                     sni[256]; // the URL's host
-	uint8_t                  ip[16]; // the host as an address, if it is one
-	size_t                   ip_len; // 4, 16, or 0 (a name)
-	mbedtls_ssl_config       tls_conf;
-	mbedtls_x509_crt         tls_ca, tls_cert;
-	mbedtls_pk_context       tls_key;
-	mbedtls_entropy_context  tls_entropy;
-	mbedtls_ctr_drbg_context tls_drbg;
 };
-
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 static uint64_t wall_ms(void)
 {
@@ -384,9 +334,9 @@ static bool build_request(webhook *w, wh_item *it)
 	}
 	jbuf req = { 0 };
 	jb_raw(&req, "POST ", 5);
-	jb_raw(&req, w->path, strlen(w->path));
+	jb_raw(&req, w->http.url.path, strlen(w->http.url.path));
 	jb_raw(&req, " HTTP/1.1\r\nHost: ", 17);
-	jb_raw(&req, w->hostport, strlen(w->hostport));
+	jb_raw(&req, w->http.url.hostport, strlen(w->http.url.hostport));
 	jb_raw(&req, "\r\n", 2);
 	jb_raw(&req, w->headers, strlen(w->headers));
 	jb_fmt(&req, "Content-Length: %zu\r\nConnection: close\r\n\r\n", body.len);
@@ -517,7 +467,7 @@ static void item_failed(webhook *w, wh_item *it, const char *why, int status)
 	it->attempts++;
 	if (it->attempts <= WH_RETRIES) {
 		atomic_fetch_add(&w->retried, 1);
-		it->due_ms = mono_ms() + (1000ULL << (it->attempts - 1));
+		it->due_ms = http_client_now_ms() + (1000ULL << (it->attempts - 1));
 		it->next   = w->retry;
 		w->retry   = it;
 		log_info_rl("webhook",
@@ -531,31 +481,23 @@ static void item_failed(webhook *w, wh_item *it, const char *why, int status)
 	item_done(w, it);
 }
 
-static void slot_close(wh_slot *s)
+// The end of a request on a slot (http_client_done).
+static void slot_done(void *arg, void *item, bool answered, int status, const char *why)
 {
-	if (s->tls) {
-		mbedtls_ssl_free(&s->ssl);
-		s->tls = false;
+	webhook *w  = arg;
+	wh_item *it = item;
+	if (!answered) {
+		item_failed(w, it, why, status);
+	} else if (status >= 200 && status < 300) {
+		atomic_fetch_add(&w->sent, 1);
+		item_done(w, it);
+	} else {
+		item_failed(w, it, "status", status);
 	}
-	if (s->fd >= 0) {
-		close(s->fd);
-	}
-	s->fd     = -1;
-	s->state  = SLOT_IDLE;
-	s->it     = NULL;
-	s->off    = 0;
-	s->in_len = 0;
-}
-
-static void slot_fail(webhook *w, wh_slot *s, const char *why, int status)
-{
-	wh_item *it = s->it;
-	slot_close(s);
-	item_failed(w, it, why, status);
 }
 
 // Starts the request of it on the idle slot s.
-static void slot_start(webhook *w, wh_slot *s, wh_item *it)
+static void slot_start(webhook *w, http_slot *s, wh_item *it)
 {
 	if (it->req == NULL && !build_request(w, it)) {
 		atomic_fetch_add(&w->dropped, 1);
@@ -564,212 +506,7 @@ static void slot_start(webhook *w, wh_slot *s, wh_item *it)
 		item_done(w, it);
 		return;
 	}
-	s->it          = it;
-	s->deadline_ms = mono_ms() + w->timeout_ms;
-	s->fd          = socket(w->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (s->fd < 0) {
-		slot_fail(w, s, "socket", 0);
-		return;
-	}
-	int one = 1;
-	(void)setsockopt(s->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	if (connect(s->fd, (struct sockaddr *)&w->addr, w->addrlen) == 0 || errno == EINPROGRESS) {
-		s->state = SLOT_CONNECTING; // writable once connected
-		s->want  = POLLOUT;
-	} else {
-		slot_fail(w, s, "connect", 0);
-	}
-}
-
-// mbed TLS I/O on the slot's non-blocking socket.
-static int bio_send(void *arg, const unsigned char *buf, size_t len)
-{
-	wh_slot *s = arg;
-	ssize_t  n = send(s->fd, buf, len, MSG_NOSIGNAL);
-	if (n >= 0) {
-		return (int)n;
-	}
-	return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR
-	    ? MBEDTLS_ERR_SSL_WANT_WRITE
-	    : MBEDTLS_ERR_NET_SEND_FAILED;
-}
-
-static int bio_recv(void *arg, unsigned char *buf, size_t len)
-{
-	wh_slot *s = arg;
-	ssize_t  n = recv(s->fd, buf, len, 0);
-	if (n >= 0) {
-		return (int)n;
-	}
-	return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR
-	    ? MBEDTLS_ERR_SSL_WANT_READ
-	    : MBEDTLS_ERR_NET_RECV_FAILED;
-}
-
-// The poll events an mbed TLS "want" code waits for; 0 for a failure.
-static short tls_want(int rv)
-{
-	return rv == MBEDTLS_ERR_SSL_WANT_READ ? POLLIN
-	    : rv == MBEDTLS_ERR_SSL_WANT_WRITE ? POLLOUT
-	                                       : 0;
-}
-
-static void tls_fail(webhook *w, wh_slot *s, const char *what, int rv)
-{
-	char why[160];
-	mbedtls_strerror(rv, why, sizeof(why));
-	log_info_rl("webhook", "event=tls_failed step=%s reason=\"%s\"", what, why);
-	slot_fail(w, s, what, 0);
-}
-
-// Writes what is left of the request. Returns true when all is sent;
-// false when the slot ended or waits (s->want set).
-static bool slot_send(webhook *w, wh_slot *s)
-{
-	while (s->off < s->it->req_len) {
-		const char *p = s->it->req + s->off;
-		size_t      n = s->it->req_len - s->off;
-		if (s->tls) {
-			int rv = mbedtls_ssl_write(&s->ssl, (const unsigned char *)p, n);
-			if (rv > 0) {
-				s->off += (size_t)rv;
-				continue;
-			}
-			if ((s->want = tls_want(rv)) == 0) {
-				tls_fail(w, s, "tls_write", rv);
-			}
-			return false;
-		}
-		ssize_t r = send(s->fd, p, n, MSG_NOSIGNAL);
-		if (r < 0 && errno == EINTR) {
-			continue;
-		}
-		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-			s->want = POLLOUT;
-			return false;
-		}
-		if (r <= 0) {
-			slot_fail(w, s, "send", 0);
-			return false;
-		}
-		s->off += (size_t)r;
-	}
-	return true;
-}
-
-// Reads into s->in: > 0 bytes, 0 at the end of the stream, -1 on a
-// failure, -2 when it must wait (s->want set).
-static ssize_t slot_read(wh_slot *s)
-{
-	for (;;) {
-		if (s->tls) {
-			int rv = mbedtls_ssl_read(
-			    &s->ssl, (unsigned char *)s->in + s->in_len, sizeof(s->in) - s->in_len);
-			if (rv >= 0 || rv == MBEDTLS_ERR_SSL_PEER_CLOSE_NOTIFY) {
-				return rv >= 0 ? rv : 0;
-			}
-			return (s->want = tls_want(rv)) != 0 ? -2 : -1;
-		}
-		ssize_t n = recv(s->fd, s->in + s->in_len, sizeof(s->in) - s->in_len, 0);
-		if (n < 0 && errno == EINTR) {
-			continue;
-		}
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-			s->want = POLLIN;
-			return -2;
-		}
-		return n;
-	}
-}
-
-// Advances s after poll reported revents.
-static void slot_io(webhook *w, wh_slot *s, short revents)
-{
-	if (s->state == SLOT_CONNECTING) {
-		int       e  = 0;
-		socklen_t el = sizeof(e);
-		if (getsockopt(s->fd, SOL_SOCKET, SO_ERROR, &e, &el) != 0 || e != 0) {
-			slot_fail(w, s, "connect", 0);
-			return;
-		}
-		if (!w->https) {
-			s->state = SLOT_SENDING;
-		} else {
-			mbedtls_ssl_init(&s->ssl);
-			s->tls = true;
-			int rv = mbedtls_ssl_setup(&s->ssl, &w->tls_conf);
-			if (rv == 0 && w->ip_len == 0) {
-				rv = mbedtls_ssl_set_hostname(
-				    &s->ssl, w->sni); // SNI and name check
-			}
-			if (rv != 0) {
-				tls_fail(w, s, "tls_setup", rv);
-				return;
-			}
-			mbedtls_ssl_set_bio(&s->ssl, s, bio_send, bio_recv, NULL);
-			s->state = SLOT_HANDSHAKE;
-		}
-	}
-	if (s->state == SLOT_HANDSHAKE) {
-		int rv = mbedtls_ssl_handshake(&s->ssl);
-		if (rv != 0) {
-			if ((s->want = tls_want(rv)) == 0) {
-				tls_fail(w, s, "tls_handshake", rv);
-			}
-			return;
-		}
-		s->state = SLOT_SENDING;
-	}
-	if (s->state == SLOT_SENDING) {
-		if (!slot_send(w, s)) {
-			return;
-		}
-		s->state = SLOT_READING;
-		s->want  = POLLIN;
-		if (!s->tls) {
-			return; // wait for the answer
-		}
-		// mbed TLS may hold records already read: try at once.
-	}
-	if (s->state != SLOT_READING) {
-		return;
-	}
-	(void)revents;
-	for (;;) {
-		if (s->in_len == sizeof(s->in)) {
-			slot_fail(w, s, "response_head_too_long", 0);
-			return;
-		}
-		ssize_t n = slot_read(s);
-		if (n == -2) {
-			return;
-		}
-		if (n > 0) {
-			s->in_len += (size_t)n;
-		}
-		http_msg      m;
-		int           status = 0;
-		http_parse_rc rc = http_parse_response(s->in, s->in_len, WH_HEAD_MAX, &m, &status);
-		if (rc == HTTP_PARSE_OK) {
-			if (m.status >= 200 && m.status < 300) {
-				atomic_fetch_add(&w->sent, 1);
-				wh_item *it = s->it;
-				slot_close(s);
-				item_done(w, it);
-			} else {
-				slot_fail(w, s, "status", m.status);
-			}
-			return;
-		}
-		if (rc == HTTP_PARSE_ERROR) {
-			slot_fail(w, s, "bad_response", status);
-			return;
-		}
-		if (n <= 0) {
-			slot_fail(w, s, n == 0 ? "closed" : "recv", 0);
-			return;
-		}
-	}
+	http_slot_start(&w->http, s, it, it->req, it->req_len);
 }
 
 // Takes the next item to send: a due retry first, then the queue.
@@ -809,10 +546,10 @@ static void *webhook_main(void *arg)
 		return NULL;
 	}
 	while (!atomic_load(&w->stop)) {
-		uint64_t now = mono_ms();
+		uint64_t now = http_client_now_ms();
 		// Fill idle slots.
 		for (uint32_t i = 0; i < w->pool; i++) {
-			if (w->slots[i].state != SLOT_IDLE) {
+			if (!http_slot_idle(&w->slots[i])) {
 				continue;
 			}
 			wh_item *it = next_item(w, now);
@@ -821,37 +558,16 @@ static void *webhook_main(void *arg)
 			}
 			slot_start(w, &w->slots[i], it);
 		}
-		// Deadlines.
-		int timeout = 1000;
-		for (uint32_t i = 0; i < w->pool; i++) {
-			wh_slot *s = &w->slots[i];
-			if (s->state == SLOT_IDLE) {
-				continue;
-			}
-			if (now >= s->deadline_ms) {
-				slot_fail(w, s, "timeout", 0);
-				continue;
-			}
-			if ((int)(s->deadline_ms - now) < timeout) {
-				timeout = (int)(s->deadline_ms - now);
-			}
-		}
-		for (wh_item *it = w->retry; it != NULL; it = it->next) {
-			int d   = it->due_ms > now ? (int)(it->due_ms - now) : 0;
-			timeout = d < timeout ? d : timeout;
-		}
+		// Deadlines, and the slots to wait on.
+		int timeout   = 1000;
 		int n         = 0;
 		pfd[n].fd     = w->efd;
 		pfd[n].events = POLLIN;
 		map[n++]      = -1;
-		for (uint32_t i = 0; i < w->pool; i++) {
-			wh_slot *s = &w->slots[i];
-			if (s->state == SLOT_IDLE) {
-				continue;
-			}
-			pfd[n].fd     = s->fd;
-			pfd[n].events = s->want != 0 ? s->want : POLLIN;
-			map[n++]      = (int)i;
+		http_client_poll_prepare(&w->http, w->slots, w->pool, now, pfd, map, &n, &timeout);
+		for (wh_item *it = w->retry; it != NULL; it = it->next) {
+			int d   = it->due_ms > now ? (int)(it->due_ms - now) : 0;
+			timeout = d < timeout ? d : timeout;
 		}
 		int r = poll(pfd, (nfds_t)n, timeout);
 		if (r < 0 && errno != EINTR) {
@@ -868,9 +584,9 @@ static void *webhook_main(void *arg)
 				(void)rr;
 				continue;
 			}
-			wh_slot *s = &w->slots[map[i]];
-			if (s->state != SLOT_IDLE) {
-				slot_io(w, s, pfd[i].revents);
+			http_slot *s = &w->slots[map[i]];
+			if (!http_slot_idle(s)) {
+				http_slot_io(&w->http, s);
 			}
 		}
 	}
@@ -880,63 +596,6 @@ static void *webhook_main(void *arg)
 }
 
 // ---- start / stop ----------------------------------------------------------
-
-// Splits an http:// URL into host, port and path and resolves the host.
-static nmq_err parse_url(webhook *w, const char *url, char *err, size_t errlen)
-{
-	w->https          = strncmp(url, "https://", 8) == 0;
-	const char *p     = url + (w->https ? 8 : 7); // after the scheme
-	const char *slash = strchr(p, '/');
-	size_t      hl    = slash != NULL ? (size_t)(slash - p) : strlen(p);
-	char        host[256];
-	char        port[8];
-	snprintf(port, sizeof(port), "%s", w->https ? "443" : "80");
-	if (hl == 0 || hl >= sizeof(host)) {
-		snprintf(err, errlen, "webhook.url: bad host in \"%.200s\"", url);
-		return NMQ_EINVAL;
-	}
-	memcpy(host, p, hl);
-	host[hl] = '\0';
-	snprintf(w->hostport, sizeof(w->hostport), "%s", host);
-	char *h = host;
-	char *colon;
-	if (h[0] == '[') {
-		char *rb = strchr(h, ']');
-		if (rb == NULL) {
-			snprintf(err, errlen, "webhook.url: bad host in \"%.200s\"", url);
-			return NMQ_EINVAL;
-		}
-		*rb   = '\0';
-		colon = rb[1] == ':' ? rb + 1 : NULL;
-		h++;
-	} else {
-		colon = strrchr(h, ':');
-	}
-	if (colon != NULL) {
-		*colon = '\0';
-		snprintf(port, sizeof(port), "%.7s", colon + 1);
-	}
-	snprintf(w->sni, sizeof(w->sni), "%s", h);
-	w->path = strdup(slash != NULL ? slash : "/");
-	if (w->path == NULL) {
-		snprintf(err, errlen, "out of memory");
-		return NMQ_ENOMEM;
-	}
-	struct addrinfo hints, *res = NULL;
-	memset(&hints, 0, sizeof(hints));
-	hints.ai_family   = AF_UNSPEC;
-	hints.ai_socktype = SOCK_STREAM;
-	int rv            = getaddrinfo(h, port, &hints, &res);
-	if (rv != 0 || res == NULL) {
-		snprintf(err, errlen, "webhook.url: cannot resolve \"%.200s\" port %s: %s", h, port,
-		    gai_strerror(rv));
-		return NMQ_EINVAL;
-	}
-	memcpy(&w->addr, res->ai_addr, res->ai_addrlen);
-	w->addrlen = (socklen_t)res->ai_addrlen;
-	freeaddrinfo(res);
-	return NMQ_OK;
-}
 
 static int event_index(const char *name)
 {
@@ -951,101 +610,30 @@ static int event_index(const char *name)
 	return -1;
 }
 
-// Certificate check of a target given by IP address (mbed TLS 2.28 matches
-// DNS names only): the end certificate must list the address as an
-// iPAddress subject alternative name. Returns 0; flags carry the verdict.
-static int verify_ip(void *arg, mbedtls_x509_crt *crt, int depth, uint32_t *flags)
-{
-	const webhook *w = arg;
-	if (depth != 0) {
-		return 0;
-	}
-	for (const mbedtls_x509_sequence *q = &crt->subject_alt_names; q != NULL; q = q->next) {
-		if (q->buf.tag == (MBEDTLS_ASN1_CONTEXT_SPECIFIC | 7) && q->buf.len == w->ip_len
-		    && memcmp(q->buf.p, w->ip, w->ip_len) == 0) {
-			return 0;
-		}
-	}
-	*flags |= MBEDTLS_X509_BADCERT_CN_MISMATCH;
-	return 0;
-}
-
 // Sets up the client TLS configuration of an https target.
 static nmq_err tls_setup(webhook *w, const nmq_conf *conf, char *err, size_t errlen)
 {
-	mbedtls_ssl_config_init(&w->tls_conf);
-	mbedtls_x509_crt_init(&w->tls_ca);
-	mbedtls_x509_crt_init(&w->tls_cert);
-	mbedtls_pk_init(&w->tls_key);
-	mbedtls_entropy_init(&w->tls_entropy);
-	mbedtls_ctr_drbg_init(&w->tls_drbg);
-	w->tls_ready = true;
-	const char *ca
-	    = conf->webhook_ssl_cacertfile != NULL ? conf->webhook_ssl_cacertfile : WH_CA_BUNDLE;
-	char        why[160];
-	const char *what = "random generator";
-	int         rv = mbedtls_ctr_drbg_seed(&w->tls_drbg, mbedtls_entropy_func, &w->tls_entropy,
-	            (const unsigned char *)"nmq-webhook", 11);
-	if (rv == 0) {
-		rv   = mbedtls_ssl_config_defaults(&w->tls_conf, MBEDTLS_SSL_IS_CLIENT,
-		      MBEDTLS_SSL_TRANSPORT_STREAM, MBEDTLS_SSL_PRESET_DEFAULT);
-		what = "configuration";
-	}
-	if (rv == 0 && conf->webhook_ssl_verify_peer) {
-		rv   = mbedtls_x509_crt_parse_file(&w->tls_ca, ca);
-		what = ca;
-	}
-	if (rv == 0 && conf->webhook_ssl_certfile != NULL) {
-		rv   = mbedtls_x509_crt_parse_file(&w->tls_cert, conf->webhook_ssl_certfile);
-		what = conf->webhook_ssl_certfile;
-		if (rv == 0) {
-			rv = mbedtls_pk_parse_keyfile(
-			    &w->tls_key, conf->webhook_ssl_keyfile, conf->webhook_ssl_key_password);
-			what = conf->webhook_ssl_keyfile;
-		}
-		if (rv == 0) {
-			rv   = mbedtls_ssl_conf_own_cert(&w->tls_conf, &w->tls_cert, &w->tls_key);
-			what = "client certificate";
-		}
-	}
-	if (rv != 0) {
-		mbedtls_strerror(rv, why, sizeof(why));
-		snprintf(err, errlen, "webhook.ssl: %s: %s", what, why);
-		return NMQ_ETLS;
-	}
-	mbedtls_ssl_conf_rng(&w->tls_conf, mbedtls_ctr_drbg_random, &w->tls_drbg);
-	mbedtls_ssl_conf_authmode(&w->tls_conf,
-	    conf->webhook_ssl_verify_peer ? MBEDTLS_SSL_VERIFY_REQUIRED : MBEDTLS_SSL_VERIFY_NONE);
-	if (conf->webhook_ssl_verify_peer) {
-		mbedtls_ssl_conf_ca_chain(&w->tls_conf, &w->tls_ca, NULL);
-	}
-	if (inet_pton(AF_INET, w->sni, w->ip) == 1) {
-		w->ip_len = 4;
-	} else if (inet_pton(AF_INET6, w->sni, w->ip) == 1) {
-		w->ip_len = 16;
-	}
-	if (w->ip_len > 0 && conf->webhook_ssl_verify_peer) {
-		mbedtls_ssl_conf_verify(&w->tls_conf, verify_ip, w);
-	}
-	return NMQ_OK;
+	http_tls_opts o = {
+		.key          = "webhook.ssl",
+		.verify_peer  = conf->webhook_ssl_verify_peer,
+		.cafile       = conf->webhook_ssl_cacertfile != NULL ? conf->webhook_ssl_cacertfile
+		                                                     : WH_CA_BUNDLE,
+		.certfile     = conf->webhook_ssl_certfile,
+		.keyfile      = conf->webhook_ssl_keyfile,
+		.key_password = conf->webhook_ssl_key_password,
+		.pers         = "nmq-webhook",
+	};
+	return http_client_tls_init(&w->http, &o, err, errlen);
 }
 
 static void webhook_free(webhook *w)
 {
-	if (w->tls_ready) {
-		mbedtls_ssl_config_free(&w->tls_conf);
-		mbedtls_x509_crt_free(&w->tls_ca);
-		mbedtls_x509_crt_free(&w->tls_cert);
-		mbedtls_pk_free(&w->tls_key);
-		mbedtls_ctr_drbg_free(&w->tls_drbg);
-		mbedtls_entropy_free(&w->tls_entropy);
-	}
+	http_client_fini(&w->http);
 	for (int t = 0; t < BEV_COUNT; t++) {
 		for (int i = 0; i < w->n_filters[t]; i++) {
 			free(w->filters[t][i]);
 		}
 	}
-	free(w->path);
 	free(w->headers);
 	free(w->slots);
 	if (w->efd >= 0) {
@@ -1068,12 +656,19 @@ nmq_err webhook_start(const nmq_conf *conf, nmq_broker *b, webhook **out, char *
 	}
 	w->efd = -1;
 	pthread_mutex_init(&w->mtx, NULL);
-	w->encoding   = conf->webhook_encoding;
-	w->pool       = conf->webhook_pool_size > 0 ? conf->webhook_pool_size : 1;
-	w->timeout_ms = conf->webhook_timeout_ms > 0 ? conf->webhook_timeout_ms : 5000;
-	w->queue_max  = conf->webhook_queue_size > 0 ? conf->webhook_queue_size : 10000;
-	nmq_err e     = parse_url(w, conf->webhook_url, err, errlen);
-	if (e == NMQ_OK && w->https) {
+	w->encoding        = conf->webhook_encoding;
+	w->pool            = conf->webhook_pool_size > 0 ? conf->webhook_pool_size : 1;
+	w->timeout_ms      = conf->webhook_timeout_ms > 0 ? conf->webhook_timeout_ms : 5000;
+	w->queue_max       = conf->webhook_queue_size > 0 ? conf->webhook_queue_size : 10000;
+	w->http.timeout_ms = w->timeout_ms; // connect included
+	w->http.log_mod    = "webhook";
+	w->http.done       = slot_done;
+	w->http.arg        = w;
+	nmq_err e = http_url_parse(conf->webhook_url, "webhook.url", &w->http.url, err, errlen);
+	if (e == NMQ_OK) {
+		e = http_url_resolve(&w->http.url, "webhook.url", err, errlen);
+	}
+	if (e == NMQ_OK && w->http.url.https) {
 		e = tls_setup(w, conf, err, errlen);
 	}
 	if (e != NMQ_OK) {
@@ -1131,7 +726,7 @@ nmq_err webhook_start(const nmq_conf *conf, nmq_broker *b, webhook **out, char *
 		return NMQ_ENOMEM;
 	}
 	for (uint32_t i = 0; i < w->pool; i++) {
-		w->slots[i].fd = -1;
+		http_slot_init(&w->slots[i]);
 	}
 	int rv = pthread_create(&w->thr, NULL, webhook_main, w);
 	if (rv != 0) {
@@ -1176,10 +771,8 @@ void webhook_stop(webhook *w)
 	}
 	uint64_t unsent = 0;
 	for (uint32_t i = 0; i < w->pool; i++) {
-		if (w->slots[i].state != SLOT_IDLE) {
-			wh_item *it = w->slots[i].it;
-			slot_close(&w->slots[i]);
-			item_free(it);
+		if (!http_slot_idle(&w->slots[i])) {
+			item_free(http_slot_close(&w->slots[i]));
 			unsent++;
 		}
 	}
