@@ -3,7 +3,6 @@
 
 #include <errno.h>
 #include <malloc.h>
-#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -49,12 +48,35 @@ static uint64_t mono_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+// e^-x for x >= 0, to about 1e-9 relative, without libm: exp() was the
+// broker's only use of libm, which costs some 300 kB resident at startup.
+static double exp_neg(double x)
+{
+	if (x > 700) {
+		return 0;
+	}
+	int k = 0;
+	while (x > 0.5) {
+		x /= 2;
+		k++;
+	}
+	double term = 1, sum = 1;
+	for (int i = 1; i < 14; i++) {
+		term *= -x / i;
+		sum += term;
+	}
+	while (k-- > 0) {
+		sum *= sum;
+	}
+	return sum;
+}
+
 double sys_stats_load_update(double avg, double rate, double elapsed_s, double period_s)
 {
 	if (elapsed_s <= 0 || period_s <= 0) {
 		return avg;
 	}
-	double k = exp(-elapsed_s / period_s);
+	double k = exp_neg(elapsed_s / period_s);
 	return rate + (avg - rate) * k;
 }
 

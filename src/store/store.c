@@ -5,7 +5,7 @@
 
 #include <errno.h>
 #include <pthread.h>
-#include <sqlite3.h>
+
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -969,7 +969,10 @@ static void *store_thread(void *arg)
 
 nmq_err store_open(nmq_store **sp, const store_opts *opts, char *err, size_t errlen)
 {
-	*sp          = NULL;
+	*sp = NULL;
+	if (store_sqlite_load(err, errlen) != NMQ_OK) {
+		return NMQ_ENOTSUP;
+	}
 	nmq_store *s = calloc(1, sizeof(*s));
 	if (s == NULL) {
 		snprintf(err, errlen, "store: out of memory");

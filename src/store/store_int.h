@@ -2,8 +2,8 @@
 #ifndef NMQ_STORE_INT_H
 #define NMQ_STORE_INT_H
 
+#include "src/store/store_sqlite.h"
 #include <pthread.h>
-#include <sqlite3.h>
 #include <stdatomic.h>
 
 #include "nng/protocol/timer_wheel.h"
