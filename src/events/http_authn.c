@@ -496,21 +496,7 @@ static void *http_authn_main(void *arg)
 			log_error("httpauth", "event=poll_failed errno=%d", errno);
 			break;
 		}
-		for (int i = 0; r > 0 && i < n; i++) {
-			if (pfd[i].revents == 0) {
-				continue;
-			}
-			if (map[i] < 0) {
-				uint64_t v;
-				ssize_t  rr = read(h->efd, &v, sizeof(v));
-				(void)rr;
-				continue;
-			}
-			http_slot *s = &h->slots[map[i]];
-			if (!http_slot_idle(s)) {
-				http_slot_io(&h->http, s);
-			}
-		}
+		http_client_poll_dispatch(&h->http, h->slots, pfd, map, n, r);
 	}
 	free(pfd);
 	free(map);

@@ -574,21 +574,7 @@ static void *webhook_main(void *arg)
 			log_error("webhook", "event=poll_failed errno=%d", errno);
 			break;
 		}
-		for (int i = 0; r > 0 && i < n; i++) {
-			if (pfd[i].revents == 0) {
-				continue;
-			}
-			if (map[i] < 0) {
-				uint64_t v;
-				ssize_t  rr = read(w->efd, &v, sizeof(v));
-				(void)rr;
-				continue;
-			}
-			http_slot *s = &w->slots[map[i]];
-			if (!http_slot_idle(s)) {
-				http_slot_io(&w->http, s);
-			}
-		}
+		http_client_poll_dispatch(&w->http, w->slots, pfd, map, n, r);
 	}
 	free(pfd);
 	free(map);

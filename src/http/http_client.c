@@ -460,3 +460,23 @@ void http_client_poll_prepare(http_client *c, http_slot *slots, uint32_t count, 
 		(*n)++;
 	}
 }
+
+void http_client_poll_dispatch(
+    http_client *c, http_slot *slots, const struct pollfd *pfd, const int *map, int n, int r)
+{
+	for (int i = 0; r > 0 && i < n; i++) {
+		if (pfd[i].revents == 0) {
+			continue;
+		}
+		if (map[i] < 0) {
+			uint64_t v;
+			ssize_t  rr = read(pfd[i].fd, &v, sizeof(v));
+			(void)rr;
+			continue;
+		}
+		http_slot *s = &slots[map[i]];
+		if (!http_slot_idle(s)) {
+			http_slot_io(c, s);
+		}
+	}
+}

@@ -136,4 +136,10 @@ void http_client_poll_prepare(http_client *c, http_slot *slots, uint32_t count, 
 // Advances the busy slot s after poll() reported events on it.
 void http_slot_io(http_client *c, http_slot *s);
 
+// After poll() returned r over the n entries that http_client_poll_prepare
+// filled (map[i] < 0 marks the caller's wake-up eventfd, which is drained):
+// advances every slot that has events.
+void http_client_poll_dispatch(
+    http_client *c, http_slot *slots, const struct pollfd *pfd, const int *map, int n, int r);
+
 #endif // NMQ_HTTP_CLIENT_H
