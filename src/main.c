@@ -21,6 +21,7 @@
 #include "nng/core/msg.h"
 #include "nng/protocol/proto.h"
 #include "nng/transport/listener.h"
+#include "nng/transport/tls_pem.h"
 #include "src/auth/auth_passwd.h"
 #include "src/bridge/bridge.h"
 #include "src/broker/broker.h"
@@ -159,6 +160,18 @@ static int start_http(
 		.jwt_keyfile        = c->http_jwt_public_keyfile,
 		.request_timeout_ms = c->http_request_timeout_ms,
 	};
+	tls_pem_spec tls = {
+		.name                 = "http_server.ssl",
+		.certfile             = c->http_ssl_certfile,
+		.keyfile              = c->http_ssl_keyfile,
+		.cacertfile           = c->http_ssl_cacertfile,
+		.key_password         = c->http_ssl_key_password,
+		.verify_peer          = c->http_ssl_verify_peer,
+		.fail_if_no_peer_cert = c->http_ssl_fail_if_no_peer_cert,
+	};
+	if (c->http_ssl_enable) {
+		o.tls = &tls;
+	}
 	srv->http = http_server_alloc(&o, err, errlen);
 	if (srv->http == NULL) {
 		return -1;

@@ -894,3 +894,67 @@ bool tls_engine_peer(nng_stream *s, tls_peer *p)
 	}
 	return true;
 }
+
+// ---------------------------------------------------------------------------
+// Configurations for code that drives mbed TLS itself; see tls_engine.h.
+// They are the engine's configuration objects, allocated here rather than
+// by NNG, so they share cfg_init and the certificate code above.
+
+struct tls_engine_direct {
+	nng_tls_engine_config cfg;
+};
+
+int tls_engine_direct_alloc(tls_engine_direct **dp, nng_tls_mode mode, const tls_engine_params *p)
+{
+	char               err[128];
+	tls_engine_direct *d;
+	int                rv;
+	if (!tls_engine_ready()) {
+		return NNG_ENOTSUP;
+	}
+	if (tls_engine_params_check(p, err, sizeof(err)) != 0) {
+		return NNG_EINVAL;
+	}
+	if ((d = calloc(1, sizeof(*d))) == NULL) {
+		return NNG_ENOMEM;
+	}
+	pending_params = p;
+	rv             = cfg_init(&d->cfg, mode);
+	pending_params = NULL;
+	if (rv != 0) {
+		cfg_fini(&d->cfg); // mbed TLS's free functions may run twice
+		free(d);
+		return rv;
+	}
+	*dp = d;
+	return 0;
+}
+
+int tls_engine_direct_own_cert(
+    tls_engine_direct *d, const char *cert, const char *key, const char *pass)
+{
+	return cfg_own_cert(&d->cfg, cert, key, pass);
+}
+
+int tls_engine_direct_ca_chain(tls_engine_direct *d, const char *ca)
+{
+	return cfg_ca_chain(&d->cfg, ca, NULL);
+}
+
+int tls_engine_direct_auth_mode(tls_engine_direct *d, nng_tls_auth_mode mode)
+{
+	return cfg_auth(&d->cfg, mode);
+}
+
+const struct mbedtls_ssl_config *tls_engine_direct_conf(const tls_engine_direct *d)
+{
+	return &d->cfg.conf;
+}
+
+void tls_engine_direct_free(tls_engine_direct *d)
+{
+	if (d != NULL) {
+		cfg_fini(&d->cfg);
+		free(d);
+	}
+}

@@ -97,4 +97,46 @@ bool tls_engine_ready(void);
 // already closed. Never blocks; the stream stays owned by the caller.
 bool tls_engine_peer(nng_stream *s, tls_peer *p);
 
+// ---- Configurations for code that drives mbed TLS itself
+//
+// The REST API's HTTPS server runs mbed TLS over its own non-blocking
+// sockets instead of NNG streams. It gets its configuration here, so that it
+// has this engine's defaults (groups, cipher suites, TLS 1.2 only, the
+// process-wide random generator; for a server, session tickets and a
+// session cache) and the same certificate checks. tls_pem_direct_build
+// (tls_pem.h) builds one from files.
+//
+// Threads: alloc, the setters and free run on one thread at startup; the
+// mbed TLS configuration is read-only afterwards and may be used by any
+// thread (mbed TLS locks the ticket keys and the cache).
+
+struct mbedtls_ssl_config;
+typedef struct tls_engine_direct tls_engine_direct;
+
+// Allocates a configuration for mode with params (NULL: defaults). Needs
+// tls_engine_init to have succeeded. Returns 0, NNG_EINVAL for params that
+// tls_engine_params_check refuses, NNG_ENOMEM or NNG_ECRYPTO.
+int tls_engine_direct_alloc(tls_engine_direct **dp, nng_tls_mode mode, const tls_engine_params *p);
+
+// Adds a PEM certificate chain and key (pass: the key's password or NULL).
+// Returns 0, NNG_EINVAL (unparsable, or key and certificate do not match),
+// NNG_EPERM (password missing or wrong) or NNG_ENOMEM.
+int tls_engine_direct_own_cert(
+    tls_engine_direct *d, const char *cert, const char *key, const char *pass);
+
+// Adds PEM trust anchors. Returns 0 or NNG_EINVAL.
+int tls_engine_direct_ca_chain(tls_engine_direct *d, const char *ca);
+
+// Sets who must prove an identity. A server in OPTIONAL mode lets mbed TLS
+// finish the handshake with a client certificate that failed: the caller
+// checks mbedtls_ssl_get_verify_result when a certificate was sent.
+// Returns 0 or NNG_EINVAL.
+int tls_engine_direct_auth_mode(tls_engine_direct *d, nng_tls_auth_mode mode);
+
+// The mbed TLS configuration for mbedtls_ssl_setup; d keeps owning it.
+const struct mbedtls_ssl_config *tls_engine_direct_conf(const tls_engine_direct *d);
+
+// Frees d (NULL is fine). No SSL context may use it any more.
+void tls_engine_direct_free(tls_engine_direct *d);
+
 #endif // NMQ_TLS_ENGINE_H

@@ -358,3 +358,63 @@ nmq_err tls_pem_client_build(
 	*cfgp = cfg;
 	return NMQ_OK;
 }
+
+// Builds a configuration for code that drives mbed TLS itself; see
+// tls_pem.h.
+nmq_err tls_pem_direct_build(
+    const tls_pem_spec *o, nng_tls_mode tmode, tls_engine_direct **dp, char *err, size_t errlen)
+{
+	const char        *name = o->name != NULL ? o->name : "tls";
+	tls_engine_direct *d    = NULL;
+	tls_files          f;
+	nmq_err            e;
+	int                rv;
+
+	if ((rv = tls_engine_init()) != 0) {
+		snprintf(err, errlen, "%s: TLS is not available: %s", name, nng_strerror(rv));
+		return NMQ_ENOTSUP;
+	}
+	if ((e = tls_files_load(o, &f, err, errlen)) != NMQ_OK) {
+		return e;
+	}
+	nng_tls_auth_mode mode = NNG_TLS_AUTH_MODE_NONE;
+	if (o->verify_peer) {
+		mode = o->fail_if_no_peer_cert ? NNG_TLS_AUTH_MODE_REQUIRED
+		                               : NNG_TLS_AUTH_MODE_OPTIONAL;
+	}
+	tls_engine_params params = { .groups = o->groups, .ciphers = o->ciphers };
+	char              why[128];
+	if (tls_engine_params_check(&params, why, sizeof(why)) != 0) {
+		snprintf(err, errlen, "%s: %s", name, why);
+		tls_files_free(&f);
+		return NMQ_EINVAL;
+	}
+	e = NMQ_ETLS;
+	if ((rv = tls_engine_direct_alloc(&d, tmode, &params)) != 0) {
+		snprintf(
+		    err, errlen, "%s: cannot create TLS configuration: %s", name, nng_strerror(rv));
+		e = transport_err_from_nng(rv);
+		goto fail;
+	}
+	if ((rv = tls_engine_direct_own_cert(d, f.cert, f.key, o->key_password)) != 0) {
+		snprintf(err, errlen, "%s: certfile %s / keyfile %s: %s", name, o->certfile,
+		    o->keyfile, nng_strerror(rv));
+		goto fail;
+	}
+	if (f.ca != NULL && (rv = tls_engine_direct_ca_chain(d, f.ca)) != 0) {
+		snprintf(
+		    err, errlen, "%s: cacertfile %s: %s", name, o->cacertfile, nng_strerror(rv));
+		goto fail;
+	}
+	if ((rv = tls_engine_direct_auth_mode(d, mode)) != 0) {
+		snprintf(err, errlen, "%s: TLS auth mode: %s", name, nng_strerror(rv));
+		goto fail;
+	}
+	tls_files_free(&f);
+	*dp = d;
+	return NMQ_OK;
+fail:
+	tls_engine_direct_free(d);
+	tls_files_free(&f);
+	return e;
+}

@@ -58,4 +58,14 @@ nmq_err tls_pem_config_build(
 nmq_err tls_pem_client_build(const tls_pem_spec *s, const char *server_name, nng_tls_config **cfgp,
     char *err, size_t errlen);
 
+// Builds a configuration on our engine for code that runs mbed TLS over its
+// own sockets (tls_engine_direct, the REST API's HTTPS) from the files of s,
+// with the same checks and messages as tls_pem_config_build. mode is the
+// side; a server verifies clients as s asks (verify_peer: OPTIONAL, plus
+// fail_if_no_peer_cert: REQUIRED). Returns NMQ_OK with *dp set
+// (tls_engine_direct_free), or the errors of tls_pem_config_build.
+struct tls_engine_direct;
+nmq_err tls_pem_direct_build(const tls_pem_spec *s, nng_tls_mode mode,
+    struct tls_engine_direct **dp, char *err, size_t errlen);
+
 #endif // NMQ_TLS_PEM_H

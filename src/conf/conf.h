@@ -224,6 +224,15 @@ typedef struct nmq_conf {
 	char    *http_password; // NULL if not set
 	int      http_auth_type; // enum conf_http_auth_type
 	char    *http_jwt_public_keyfile; // NULL if not set
+	// http_server.ssl (HTTPS; extension): http_ssl_enable is true when
+	// the section is present and its `enable` is not false.
+	bool  http_ssl_enable;
+	char *http_ssl_certfile;
+	char *http_ssl_keyfile;
+	char *http_ssl_cacertfile;
+	char *http_ssl_key_password;
+	bool  http_ssl_verify_peer;
+	bool  http_ssl_fail_if_no_peer_cert;
 
 	// sqlite (persistence). sqlite_enable is true when the section is
 	// present and its `enable` is not false.

@@ -263,6 +263,9 @@ static void walk_section(conf_ctx *ctx, const cJSON *obj, const char *prefix)
 				if (strcmp(path, "http_server") == 0) {
 					ctx->conf->http_enable = true;
 				}
+				if (strcmp(path, "http_server.ssl") == 0) {
+					ctx->conf->http_ssl_enable = true;
+				}
 				if (strcmp(path, "webhook") == 0) {
 					ctx->conf->webhook_present = true;
 				}
@@ -332,6 +335,20 @@ static void check_after(conf_ctx *ctx)
 		if (c->http_auth_type == CONF_HTTP_AUTH_JWT && c->http_jwt_public_keyfile == NULL) {
 			conf_key_msg(ctx, true, node_at(ctx, "http_server.auth_type"),
 			    "http_server.jwt.public.keyfile", "required when auth_type = jwt");
+		}
+		if (c->http_ssl_enable) {
+			if (c->http_ssl_certfile == NULL || c->http_ssl_keyfile == NULL) {
+				conf_key_msg(ctx, true, node_at(ctx, "http_server.ssl"),
+				    "http_server.ssl",
+				    "certfile and keyfile are required for HTTPS");
+			}
+			if (c->http_ssl_verify_peer && c->http_ssl_cacertfile == NULL) {
+				conf_key_msg(ctx, true, node_at(ctx, "http_server.ssl.verify_peer"),
+				    "http_server.ssl.cacertfile", "required with verify_peer");
+			}
+			check_readable(ctx, "http_server.ssl.certfile", c->http_ssl_certfile);
+			check_readable(ctx, "http_server.ssl.keyfile", c->http_ssl_keyfile);
+			check_readable(ctx, "http_server.ssl.cacertfile", c->http_ssl_cacertfile);
 		}
 		if (c->http_auth_type == CONF_HTTP_AUTH_BASIC
 		    && (c->http_username == NULL || c->http_password == NULL)) {

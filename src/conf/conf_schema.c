@@ -368,6 +368,34 @@ const conf_key conf_schema[] = {
 	    .flat = "http_server.jwt.private.keyfile",
 	    .type = CONF_T_STR, .status = CONF_S_NOEFFECT,
 	    .help = "Accepted and ignored." },
+	{ .path = "http_server.ssl", .type = CONF_T_SECTION,
+	    .help = "HTTPS for the REST API (extension; mbed TLS, the same defaults as the MQTT "
+	        "TLS listeners). The section being present turns it on: the port then speaks "
+	        "TLS only, and a plain HTTP request on it gets a 400 reply in clear text. A TLS "
+	        "handshake must finish within `request_timeout`." },
+	{ .path = "http_server.ssl.enable", .type = CONF_T_BOOL, .store = CONF_ST_BOOL,
+	    CF(http_ssl_enable), .def_doc = "true (when the section is present)",
+	    .help = "`false` keeps the section but serves plain HTTP." },
+	{ .path = "http_server.ssl.certfile", .type = CONF_T_STR, .store = CONF_ST_STR,
+	    CF(http_ssl_certfile), .flags = CONF_F_READABLE,
+	    .help = "PEM certificate chain of the server. Required." },
+	{ .path = "http_server.ssl.keyfile", .type = CONF_T_STR, .store = CONF_ST_STR,
+	    CF(http_ssl_keyfile), .flags = CONF_F_READABLE,
+	    .help = "PEM private key of `certfile`. Required." },
+	{ .path = "http_server.ssl.key_password", .type = CONF_T_STR, .store = CONF_ST_STR,
+	    CF(http_ssl_key_password), .flags = CONF_F_SECRET,
+	    .help = "Passphrase of an encrypted `keyfile`." },
+	{ .path = "http_server.ssl.cacertfile", .type = CONF_T_STR, .store = CONF_ST_STR,
+	    CF(http_ssl_cacertfile), .flags = CONF_F_READABLE,
+	    .help = "PEM CA certificates that verify client certificates (with `verify_peer`)." },
+	{ .path = "http_server.ssl.verify_peer", .type = CONF_T_BOOL, .store = CONF_ST_BOOL,
+	    CF(http_ssl_verify_peer), .def = "false",
+	    .help = "Ask each client for a certificate and refuse one that does not verify "
+	        "against `cacertfile`; the request's credentials (`auth_type`) are still "
+	        "checked." },
+	{ .path = "http_server.ssl.fail_if_no_peer_cert", .type = CONF_T_BOOL,
+	    .store = CONF_ST_BOOL, CF(http_ssl_fail_if_no_peer_cert), .def = "false",
+	    .help = "With `verify_peer`: refuse a client that sends no certificate." },
 
 	// ---------------------------------------------------------------- log
 	{ .path = "log", .flat = "log.", .type = CONF_T_SECTION, .reload = true,

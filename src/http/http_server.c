@@ -10,6 +10,13 @@
 // after idle_timeout_ms. At most limit_conn connections are open: beyond
 // that the listening socket is taken out of the loop and new clients wait
 // in the kernel's backlog.
+//
+// With TLS (http_server_opts.tls) a connection starts in C_HANDSHAKE: the
+// handshake runs step by step as the socket allows (never blocking the
+// loop) under the same request_timeout_ms deadline, and the first byte is
+// peeked so that a plain HTTP request gets a readable 400 instead of a TLS
+// alert. Afterwards conn_recv/conn_send go through mbed TLS; everything
+// else is the same.
 #include "src/http/http_server.h"
 
 #include <errno.h>
@@ -27,8 +34,13 @@
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
+#include <mbedtls/error.h>
+#include <mbedtls/net_sockets.h>
+#include <mbedtls/ssl.h>
 
 #include "nng/core/log.h"
+#include "nng/transport/tls_engine.h"
+#include "nng/transport/tls_pem.h"
 #include "src/http/http_auth.h"
 
 #define DEFAULT_MAX_HEAD 16384
@@ -47,23 +59,24 @@ typedef struct route {
 	void        *arg;
 } route;
 
-typedef enum conn_state { C_READ, C_WRITE } conn_state;
+typedef enum conn_state { C_HANDSHAKE, C_READ, C_WRITE } conn_state;
 
 typedef struct hconn {
-	int        fd;
-	conn_state st;
-	char       peer[80];
-	char      *in;
-	size_t     in_len;
-	size_t     in_cap;
-	char      *out;
-	size_t     out_len;
-	size_t     out_off;
-	uint64_t   deadline_ms; // 0: none
-	bool       idle; // between requests (deadline is the idle one)
-	bool       sent_continue;
-	bool       close_after; // close once out is written
-	bool       draining; // reply sent, write side shut: reading to discard
+	int                  fd;
+	conn_state           st;
+	mbedtls_ssl_context *ssl; // NULL: plain HTTP (or not yet TLS)
+	char                 peer[80];
+	char                *in;
+	size_t               in_len;
+	size_t               in_cap;
+	char                *out;
+	size_t               out_len;
+	size_t               out_off;
+	uint64_t             deadline_ms; // 0: none
+	bool                 idle; // between requests (deadline is the idle one)
+	bool                 sent_continue;
+	bool                 close_after; // close once out is written
+	bool                 draining; // reply sent, write side shut: reading to discard
 	void (*after)(void *arg);
 	void         *after_arg;
 	struct hconn *prev;
@@ -71,19 +84,21 @@ typedef struct hconn {
 } hconn;
 
 struct http_server {
-	http_server_opts o;
-	http_auth       *auth;
-	int              lfd;
-	int              efd; // epoll
-	int              wfd; // eventfd: stop
-	int              port;
-	bool             listening; // lfd is in the epoll set
-	pthread_t        thr;
-	bool             started;
-	route           *routes;
-	size_t           nroutes;
-	hconn           *conns;
-	int              nconns;
+	http_server_opts   o;
+	http_auth         *auth;
+	tls_engine_direct *tls; // NULL: plain HTTP
+	bool               tls_optional; // client certificates: check on completion
+	int                lfd;
+	int                efd; // epoll
+	int                wfd; // eventfd: stop
+	int                port;
+	bool               listening; // lfd is in the epoll set
+	pthread_t          thr;
+	bool               started;
+	route             *routes;
+	size_t             nroutes;
+	hconn             *conns;
+	int                nconns;
 };
 
 static uint64_t now_ms(void)
@@ -224,9 +239,17 @@ http_server *http_server_alloc(const http_server_opts *o, char *err, size_t errl
 	if (hs->o.limit_conn <= 0) {
 		hs->o.limit_conn = 32;
 	}
-	hs->auth = http_auth_alloc(o->auth, o->username, o->password, o->jwt_keyfile, err, errlen);
+	hs->o.tls = NULL; // borrowed for this call only
+	hs->auth  = http_auth_alloc(o->auth, o->username, o->password, o->jwt_keyfile, err, errlen);
 	if (hs->auth == NULL) {
 		goto fail;
+	}
+	if (o->tls != NULL) {
+		if (tls_pem_direct_build(o->tls, NNG_TLS_MODE_SERVER, &hs->tls, err, errlen)
+		    != NMQ_OK) {
+			goto fail;
+		}
+		hs->tls_optional = o->tls->verify_peer && !o->tls->fail_if_no_peer_cert;
 	}
 	struct addrinfo hints = { 0 }, *ai = NULL;
 	char            port[16];
@@ -427,6 +450,10 @@ static void conn_close(http_server *hs, hconn *c)
 	if (c->after != NULL) {
 		c->after(c->after_arg);
 	}
+	if (c->ssl != NULL) {
+		mbedtls_ssl_free(c->ssl);
+		free(c->ssl);
+	}
 	free(c->in);
 	free(c->out);
 	free(c);
@@ -440,12 +467,77 @@ static void conn_watch(http_server *hs, hconn *c, uint32_t events)
 	epoll_ctl(hs->efd, EPOLL_CTL_MOD, c->fd, &ev);
 }
 
+// ---------------------------------------------------------------- byte I/O
+
+// mbed TLS's transport: the connection's non-blocking socket.
+static int bio_send(void *arg, const unsigned char *buf, size_t len)
+{
+	hconn  *c = arg;
+	ssize_t n = send(c->fd, buf, len, MSG_NOSIGNAL);
+	if (n >= 0) {
+		return (int)n;
+	}
+	if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+		return MBEDTLS_ERR_SSL_WANT_WRITE;
+	}
+	return MBEDTLS_ERR_NET_SEND_FAILED;
+}
+
+static int bio_recv(void *arg, unsigned char *buf, size_t len)
+{
+	hconn  *c = arg;
+	ssize_t n = recv(c->fd, buf, len, 0);
+	if (n >= 0) {
+		return (int)n; // 0: the peer closed, which mbed TLS reports
+	}
+	if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+		return MBEDTLS_ERR_SSL_WANT_READ;
+	}
+	return MBEDTLS_ERR_NET_RECV_FAILED;
+}
+
+// Reads application bytes (decrypted with TLS). Returns the count, 0 at
+// the peer's end of stream, or -1 with errno (EAGAIN: nothing yet).
+static ssize_t conn_recv(hconn *c, char *buf, size_t len)
+{
+	if (c->ssl == NULL) {
+		return recv(c->fd, buf, len, 0);
+	}
+	int rv = mbedtls_ssl_read(c->ssl, (unsigned char *)buf, len);
+	if (rv > 0) {
+		return rv;
+	}
+	if (rv == 0 || rv == MBEDTLS_ERR_SSL_PEER_CLOSE_NOTIFY) {
+		return 0;
+	}
+	errno
+	    = rv == MBEDTLS_ERR_SSL_WANT_READ || rv == MBEDTLS_ERR_SSL_WANT_WRITE ? EAGAIN : EPROTO;
+	return -1;
+}
+
+// Writes application bytes (encrypted with TLS). Returns the count taken,
+// or -1 with errno (EAGAIN: the socket is full; with TLS the same bytes
+// must be offered again).
+static ssize_t conn_send(hconn *c, const char *buf, size_t len)
+{
+	if (c->ssl == NULL) {
+		return send(c->fd, buf, len, MSG_NOSIGNAL);
+	}
+	int rv = mbedtls_ssl_write(c->ssl, (const unsigned char *)buf, len);
+	if (rv >= 0) {
+		return rv;
+	}
+	errno
+	    = rv == MBEDTLS_ERR_SSL_WANT_READ || rv == MBEDTLS_ERR_SSL_WANT_WRITE ? EAGAIN : EPIPE;
+	return -1;
+}
+
 // Tries to write what is pending. Returns false if the connection was
 // closed.
 static bool conn_flush(http_server *hs, hconn *c)
 {
 	while (c->out_off < c->out_len) {
-		ssize_t n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL);
+		ssize_t n = conn_send(c, c->out + c->out_off, c->out_len - c->out_off);
 		if (n > 0) {
 			c->out_off += (size_t)n;
 			continue;
@@ -467,6 +559,9 @@ static bool conn_flush(http_server *hs, hconn *c)
 	c->out     = NULL;
 	c->out_len = c->out_off = 0;
 	if (c->close_after) {
+		if (c->ssl != NULL) {
+			(void)mbedtls_ssl_close_notify(c->ssl); // best effort
+		}
 		shutdown(c->fd, SHUT_WR);
 		if (c->after != NULL) {
 			conn_close(hs, c);
@@ -608,7 +703,7 @@ static bool conn_process(http_server *hs, hconn *c)
 			if (ex != NULL && http_str_ieq(*ex, "100-continue") && !c->sent_continue) {
 				static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
 				c->sent_continue         = true;
-				(void)!send(c->fd, cont, sizeof(cont) - 1, MSG_NOSIGNAL);
+				(void)conn_send(c, cont, sizeof(cont) - 1);
 			}
 		}
 		if (m->chunked) {
@@ -696,7 +791,7 @@ static void conn_readable(http_server *hs, hconn *c)
 			c->in     = nb;
 			c->in_cap = ncap;
 		}
-		ssize_t n = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, 0);
+		ssize_t n = conn_recv(c, c->in + c->in_len, c->in_cap - c->in_len);
 		if (n > 0) {
 			c->in_len += (size_t)n;
 			if (c->st == C_READ && !conn_process(hs, c)) {
@@ -713,6 +808,58 @@ static void conn_readable(http_server *hs, hconn *c)
 		conn_close(hs, c); // EOF or error
 		return;
 	}
+}
+
+// Advances the TLS handshake of c as far as the socket allows. On the
+// first byte, a client that speaks plain HTTP gets a clear-text 400. When
+// the handshake completes, requests are read. Closes c on failure.
+static void conn_handshake(http_server *hs, hconn *c)
+{
+	if (c->ssl->state == MBEDTLS_SSL_HELLO_REQUEST) {
+		// Nothing read yet. A TLS record starts with its type, 22 for a
+		// handshake; a request line starts with a method in capitals.
+		unsigned char first;
+		ssize_t       n = recv(c->fd, &first, 1, MSG_PEEK);
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+			return;
+		}
+		if (n <= 0) {
+			conn_close(hs, c);
+			return;
+		}
+		if (first >= 'A' && first <= 'Z') {
+			mbedtls_ssl_free(c->ssl);
+			free(c->ssl);
+			c->ssl = NULL;
+			c->st  = C_READ;
+			conn_fail(hs, c, 400, REST_PARAM_ERROR,
+			    "plain HTTP request on the HTTPS port: use https://");
+			return;
+		}
+	}
+	int rv = mbedtls_ssl_handshake(c->ssl);
+	if (rv == MBEDTLS_ERR_SSL_WANT_READ || rv == MBEDTLS_ERR_SSL_WANT_WRITE) {
+		conn_watch(hs, c, rv == MBEDTLS_ERR_SSL_WANT_READ ? EPOLLIN : EPOLLOUT);
+		return;
+	}
+	if (rv == 0 && hs->tls_optional && mbedtls_ssl_get_peer_cert(c->ssl) != NULL
+	    && mbedtls_ssl_get_verify_result(c->ssl) != 0) {
+		(void)mbedtls_ssl_send_alert_message(
+		    c->ssl, MBEDTLS_SSL_ALERT_LEVEL_FATAL, MBEDTLS_SSL_ALERT_MSG_BAD_CERT);
+		rv = MBEDTLS_ERR_X509_CERT_VERIFY_FAILED;
+	}
+	if (rv != 0) {
+		char why[120];
+		mbedtls_strerror(rv, why, sizeof(why));
+		log_info_rl(
+		    "http", "peer=%s event=tls_handshake_failed reason=\"%s\"", c->peer, why);
+		conn_close(hs, c);
+		return;
+	}
+	// Requests may already wait, decrypted or not.
+	c->st = C_READ;
+	conn_watch(hs, c, EPOLLIN);
+	conn_readable(hs, c);
 }
 
 // Takes the listening socket out of the loop (new clients wait in the
@@ -765,8 +912,26 @@ static void accept_all(http_server *hs)
 		    == 0) {
 			snprintf(c->peer, sizeof(c->peer), "%.63s:%.8s", host, serv);
 		}
-		c->fd                 = fd;
-		c->st                 = C_READ;
+		c->fd = fd;
+		c->st = C_READ;
+		if (hs->tls != NULL) {
+			if ((c->ssl = malloc(sizeof(*c->ssl))) != NULL) {
+				mbedtls_ssl_init(c->ssl);
+			}
+			if (c->ssl == NULL
+			    || mbedtls_ssl_setup(c->ssl, tls_engine_direct_conf(hs->tls)) != 0) {
+				log_warn_rl("http", "event=accept_dropped reason=tls_setup");
+				if (c->ssl != NULL) {
+					mbedtls_ssl_free(c->ssl);
+					free(c->ssl);
+				}
+				close(fd);
+				free(c);
+				continue;
+			}
+			mbedtls_ssl_set_bio(c->ssl, c, bio_send, bio_recv, NULL);
+			c->st = C_HANDSHAKE;
+		}
 		c->idle               = true;
 		c->deadline_ms        = now_ms() + hs->o.request_timeout_ms;
 		struct epoll_event ev = { .events = EPOLLIN, .data.ptr = c };
@@ -796,6 +961,8 @@ static void expire(http_server *hs)
 		if (c->deadline_ms != 0 && now >= c->deadline_ms) {
 			if (!c->idle && c->st == C_READ && c->in_len > 0) {
 				log_info("http", "peer=%s event=request_timeout", c->peer);
+			} else if (c->st == C_HANDSHAKE) {
+				log_info_rl("http", "peer=%s event=tls_handshake_timeout", c->peer);
 			}
 			conn_close(hs, c);
 		}
@@ -826,7 +993,9 @@ static void *server_main(void *arg)
 				continue;
 			}
 			hconn *c = tag;
-			if (c->st == C_WRITE) {
+			if (c->st == C_HANDSHAKE) {
+				conn_handshake(hs, c);
+			} else if (c->st == C_WRITE) {
 				// Once the reply is out, requests that arrived behind it
 				// (pipelined) are answered.
 				if ((evs[i].events & (EPOLLOUT | EPOLLERR | EPOLLHUP))
@@ -857,8 +1026,9 @@ nmq_err http_server_start(http_server *hs)
 		return NMQ_ENOMEM;
 	}
 	hs->started = true;
-	log_info("http", "event=listening addr=%s port=%d limit_conn=%d auth=%s",
-	    hs->o.ip_addr != NULL ? hs->o.ip_addr : "0.0.0.0", hs->port, hs->o.limit_conn,
+	log_info("http", "event=listening addr=%s port=%d tls=%s limit_conn=%d auth=%s",
+	    hs->o.ip_addr != NULL ? hs->o.ip_addr : "0.0.0.0", hs->port,
+	    hs->tls != NULL ? "on" : "off", hs->o.limit_conn,
 	    hs->o.auth == HTTP_AUTH_JWT        ? "jwt"
 	        : hs->o.auth == HTTP_AUTH_NONE ? "none"
 	                                       : "basic");
@@ -894,5 +1064,6 @@ void http_server_free(http_server *hs)
 		close(hs->wfd);
 	}
 	http_auth_free(hs->auth);
+	tls_engine_direct_free(hs->tls);
 	free(hs);
 }

@@ -18,6 +18,7 @@
 #include "src/http/http_parse.h"
 
 struct cJSON;
+struct tls_pem_spec;
 
 typedef struct http_server http_server;
 
@@ -67,6 +68,10 @@ typedef struct http_server_opts {
 	const char *username; // Basic; NULL: every request is refused
 	const char *password;
 	const char *jwt_keyfile; // RS256 public key (PEM) for HTTP_AUTH_JWT
+	// HTTPS: the server's files (borrowed for http_server_alloc); NULL
+	// serves plain HTTP. A TLS handshake must finish within
+	// request_timeout_ms; a plain HTTP request gets a clear-text 400.
+	const struct tls_pem_spec *tls;
 } http_server_opts;
 
 // Creates the server and binds its socket (so that a taken port fails the
