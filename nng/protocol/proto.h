@@ -330,7 +330,10 @@ void nmq_session_deliver(nmq_session *s, nmq_msg *msg, uint8_t qos, bool retain,
 // their acknowledgement) that keep(arg, msg) refuses, e.g. after a reload
 // that took read access away. keep runs under the session lock and must
 // take no lock of the protocol layer. Counts the drops as drop_acl.
-// Returns the number dropped.
+// For a persistent session the dropped messages are deleted from the
+// durable store too, those of its backlog on disk included (keep then
+// also runs on the store's thread): this waits for the store's thread, so
+// it must not be called on a worker. Returns the number dropped.
 size_t nmq_session_drop_queued(
     nmq_session *s, bool (*keep)(void *arg, const nmq_msg *msg), void *arg);
 

@@ -1,6 +1,7 @@
 // Sessions: the outbound queue bounded by max_mqueue_len, the in-flight
 // window bounded by min(Receive Maximum, max_inflight_window), packet ids,
 // inbound QoS 2 state, expiry and delayed wills.
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -375,8 +376,11 @@ static void ring_pop(out_ring *r)
 }
 
 // Removes (and releases) the entries of r that keep refuses, keeping the
-// others in order. Returns the number removed.
-static size_t ring_filter(out_ring *r, bool (*keep)(void *arg, const nmq_msg *msg), void *arg)
+// others in order; with `unstore` (r is the QoS 1/2 queue of a persistent
+// session) their rows are deleted from the store too. Returns the number
+// removed.
+static size_t ring_filter(nmq_session *s, out_ring *r, bool unstore,
+    bool (*keep)(void *arg, const nmq_msg *msg), void *arg)
 {
 	uint32_t kept = 0;
 	size_t   gone = 0;
@@ -386,6 +390,9 @@ static size_t ring_filter(out_ring *r, bool (*keep)(void *arg, const nmq_msg *ms
 			r->v[(r->head + kept) % r->cap] = e;
 			kept++;
 		} else {
+			if (unstore) {
+				store_qdel_locked(s, e.seq);
+			}
 			entry_free(&e);
 			gone++;
 		}
@@ -398,14 +405,141 @@ static size_t ring_filter(out_ring *r, bool (*keep)(void *arg, const nmq_msg *ms
 	return gone;
 }
 
+// The disk pass of nmq_session_drop_queued: the queued rows of a
+// persistent session's backlog that are on disk only (seq > disk_after),
+// read on the store's thread; those keep refuses are collected, then
+// deleted by the caller.
+typedef struct drop_scan {
+	nmq_session *s;
+	bool (*keep)(void *arg, const nmq_msg *msg);
+	void           *arg;
+	uint64_t       *seqs;
+	size_t          len, cap;
+	bool            oom;
+	bool            done;
+	nmq_err         err;
+	pthread_mutex_t mtx;
+	pthread_cond_t  cv;
+} drop_scan;
+
+static void drop_scan_row(void *arg, const proto_store_row *r)
+{
+	drop_scan   *d = arg;
+	nmq_session *s = d->s;
+	if (r->state != PROTO_STORE_QUEUED) {
+		return; // in flight: stays, as in memory
+	}
+	nmq_mutex_lock(&s->mtx);
+	bool drop = r->seq > s->disk_after && !d->keep(d->arg, r->msg);
+	nmq_mutex_unlock(&s->mtx);
+	if (!drop) {
+		return;
+	}
+	if (d->len == d->cap) {
+		size_t    ncap = d->cap ? d->cap * 2 : 64;
+		uint64_t *nv   = realloc(d->seqs, ncap * sizeof(*nv));
+		if (nv == NULL) {
+			d->oom = true;
+			return;
+		}
+		d->seqs = nv;
+		d->cap  = ncap;
+	}
+	d->seqs[d->len++] = r->seq;
+}
+
+static void drop_scan_done(void *arg, nmq_err err)
+{
+	drop_scan *d = arg;
+	pthread_mutex_lock(&d->mtx);
+	d->err  = err;
+	d->done = true;
+	pthread_cond_signal(&d->cv);
+	pthread_mutex_unlock(&d->mtx);
+}
+
+// Waits until d is done (d->done set by a completion on the store's
+// thread).
+static void drop_scan_wait(drop_scan *d)
+{
+	pthread_mutex_lock(&d->mtx);
+	while (!d->done) {
+		pthread_cond_wait(&d->cv, &d->mtx);
+	}
+	d->done = false;
+	pthread_mutex_unlock(&d->mtx);
+}
+
+// Deletes from the store the rows of s's on-disk backlog that keep
+// refuses; returns how many. Waits for the store's thread (twice: the
+// scan, then a barrier after the deletions, so that any read of the
+// backlog issued meanwhile has put what it read into the queue in
+// memory, where the caller's ring pass finds it).
+static size_t drop_disk_backlog(
+    nmq_session *s, bool (*keep)(void *arg, const nmq_msg *msg), void *arg)
+{
+	nmq_proto *p = s->p;
+	drop_scan  d;
+	memset(&d, 0, sizeof(d));
+	d.s    = s;
+	d.keep = keep;
+	d.arg  = arg;
+	pthread_mutex_init(&d.mtx, NULL);
+	pthread_cond_init(&d.cv, NULL);
+	size_t  gone = 0;
+	nmq_err e    = p->store->queue_read(
+	       p->store_arg, s->client_id, 0, 0, drop_scan_row, drop_scan_done, &d);
+	if (e != NMQ_OK) {
+		proto_store_failed(p, "queue_read", s->client_id, e);
+		goto out;
+	}
+	drop_scan_wait(&d);
+	if (d.err != NMQ_OK || d.oom) {
+		log_warn("session",
+		    "client_id=%s event=acl_requeue_scan_failed error=%s detail=messages on disk "
+		    "not rechecked",
+		    s->client_id, d.oom ? "out of memory" : nmq_strerror(d.err));
+		if (d.oom) {
+			proto_count_alloc_failure(p, "acl_requeue_scan");
+		}
+	}
+	nmq_mutex_lock(&s->mtx);
+	for (size_t i = 0; i < d.len; i++) {
+		// Read into memory meanwhile: the ring pass decides.
+		if (!s->ended && persist(s) && d.seqs[i] > s->disk_after) {
+			store_qdel_locked(s, d.seqs[i]);
+			gone++;
+		}
+	}
+	nmq_mutex_unlock(&s->mtx);
+	e = p->store->sync(p->store_arg, drop_scan_done, &d);
+	if (e == NMQ_OK) {
+		drop_scan_wait(&d);
+	} else {
+		proto_store_failed(p, "sync", s->client_id, e);
+	}
+out:
+	free(d.seqs);
+	pthread_mutex_destroy(&d.mtx);
+	pthread_cond_destroy(&d.cv);
+	return gone;
+}
+
 // Drops the queued messages keep refuses; see proto.h.
 size_t nmq_session_drop_queued(
     nmq_session *s, bool (*keep)(void *arg, const nmq_msg *msg), void *arg)
 {
 	size_t gone = 0;
 	nmq_mutex_lock(&s->mtx);
+	bool disk = !s->ended && persist(s) && s->disk_mode;
+	nmq_mutex_unlock(&s->mtx);
+	if (disk) {
+		gone += drop_disk_backlog(s, keep, arg);
+	}
+	nmq_mutex_lock(&s->mtx);
 	if (!s->ended) {
-		gone = ring_filter(&s->q, keep, arg) + ring_filter(&s->q0, keep, arg);
+		gone += ring_filter(s, &s->q, persist(s), keep, arg)
+		    + ring_filter(s, &s->q0, false, keep, arg);
 	}
 	nmq_mutex_unlock(&s->mtx);
 	proto_count_drops(s->p, &s->p->m.drop_acl, gone);
