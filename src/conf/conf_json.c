@@ -221,6 +221,10 @@ struct cJSON *conf_to_json(const nmq_conf *c)
 	if (!c->http_enable) {
 		cJSON_DeleteItemFromObjectCaseSensitive(root, "http_server");
 	}
+	if (!c->http_ssl_enable) {
+		cJSON *hs = cJSON_GetObjectItemCaseSensitive(root, "http_server");
+		cJSON_DeleteItemFromObjectCaseSensitive(hs, "ssl");
+	}
 	if (!c->webhook_present) {
 		cJSON_DeleteItemFromObjectCaseSensitive(root, "webhook");
 	}

@@ -1,5 +1,6 @@
 // REST API v4: runtime values (/reload), the configuration file
-// (/configuration, /config_update) and /ctrl/stop|restart.
+// (/configuration in NanoMQ's sections through rest_conf_view.c,
+// /config_update) and /ctrl/stop|restart.
 //
 // Writing the file: the new text is validated first (the whole of it, as a
 // reload would read it), then the previous file is copied to <file>.bak and
@@ -153,21 +154,31 @@ static void h_conf_get(void *arg, const http_req *req, http_resp *r)
 	if (load_current(api, &c, r) != 0) {
 		return;
 	}
-	cJSON *j = conf_to_json(&c);
+	cJSON *native = conf_to_json(&c);
 	conf_free(&c);
+	cJSON *j = native != NULL ? rest_conf_nanomq_view(native) : NULL;
 	if (j == NULL) {
+		cJSON_Delete(native);
 		http_resp_error(r, 500, REST_UNKNOWN_ERROR, "out of memory");
 		return;
 	}
 	if (req->nparams == 1) {
+		// NanoMQ's section of that name, else the broker's own (system,
+		// mqtt, listeners, bridges, ...).
 		cJSON *sec = cJSON_DetachItemFromObjectCaseSensitive(j, req->params[0]);
+		if (sec == NULL) {
+			sec = cJSON_DetachItemFromObjectCaseSensitive(native, req->params[0]);
+		}
 		cJSON_Delete(j);
+		cJSON_Delete(native);
 		if (sec == NULL) {
 			http_resp_error(r, 404, REST_PARAM_ERROR, "no such section");
 			return;
 		}
-		j = sec;
+		rest_ok(r, sec);
+		return;
 	}
+	cJSON_Delete(native);
 	rest_ok(r, j);
 }
 
@@ -318,6 +329,15 @@ static void h_conf_post(void *arg, const http_req *req, http_resp *r)
 		http_resp_error(r, 400, REST_MISSING_PARAM, "a \"data\" object is required");
 		return;
 	}
+	char   why[300];
+	cJSON *t = rest_conf_nanomq_translate(d, why, sizeof(why));
+	cJSON_Delete(j);
+	if (t == NULL) {
+		http_resp_error(r, 400, REST_PARAM_ERROR, why);
+		return;
+	}
+	j = t;
+	d = t;
 	drop_masked(d);
 	// JSON is HOCON: each section is appended to the current file as
 	// `name {...}`, where later keys win and objects merge, so everything

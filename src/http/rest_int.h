@@ -31,6 +31,18 @@ cJSON *rest_parse_body(const http_req *req, http_resp *r);
 // Reads _page and _limit (defaults 1 and 10000). Returns false after an
 // error reply for a bad value.
 bool rest_paging(const http_req *req, http_resp *r, long *page, long *limit);
+// The configuration in NanoMQ's sections (basic, tls, http_server,
+// websocket, webhook, auth, auth_http, sqlite, bridge, aws_bridge, plus
+// log) from the broker's own tree as conf_to_json gives it (secrets
+// already masked). Returns a new object, or NULL on allocation failure.
+cJSON *rest_conf_nanomq_view(const cJSON *native);
+// The reverse, for POST /configuration: data may hold NanoMQ's sections
+// and the broker's own (system, mqtt, listeners, log, bridges, ...), which
+// are merged as given. Returns a new tree of the broker's sections, or
+// NULL with a message in err (an unknown key of a NanoMQ section, a bridge
+// node without a name, AWS bridges, or out of memory).
+cJSON *rest_conf_nanomq_translate(const cJSON *data, char *err, size_t errlen);
+
 // Resident memory in bytes (from /proc/self/statm), 0 if unknown.
 long rest_rss_bytes(void);
 

@@ -18,7 +18,11 @@ and, at the end, an MQTT client that is still served:
 - Keep-alive: several requests on one connection, pipelined ones too.
 - config_update: an invalid text is refused with 117 and file:line and
   writes nothing; a valid one replaces the file and keeps a .bak; POST
-  /configuration merges sections and keeps a "******" secret unchanged.
+  /configuration merges sections and keeps a "******" secret unchanged;
+  GET /configuration has NanoMQ's sections (basic, tls, websocket, ...),
+  and a script that changes a value and posts the whole document back
+  works; a bridge node in NanoMQ's shape is written; unknown keys of those
+  sections are refused (108) and wrong values (117).
 - POST /ctrl/stop answers and the broker exits cleanly.
 """
 import base64
@@ -383,13 +387,97 @@ class TestConfigWrites(ServerCase):
         c.request("GET", "/api/v4/configuration", headers={"Authorization": AUTH})
         whole = json.loads(c.getresponse().read())["data"]
         c.close()
-        self.assertNotIn("webhook", whole)  # absent, so off
+        self.assertEqual(whole["webhook"], {"enable": False})  # absent, so off
         st, j = self.post("/api/v4/configuration", json.dumps({"data": whole}))
         self.assertEqual((st, j["code"]), (200, 0), j)
         r = subprocess.run([nmq._find_nanomq(), "start", "--conf", path, "--test"],
                            capture_output=True, text=True, timeout=30)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assert_healthy()
+
+    def conf_get(self, path="/api/v4/configuration"):
+        c = http.client.HTTPConnection(nmq.HOST, self.http_port, timeout=10)
+        try:
+            c.request("GET", path, headers={"Authorization": AUTH})
+            r = c.getresponse()
+            return r.status, json.loads(r.read())
+        finally:
+            c.close()
+
+    def test_nanomq_sections(self):
+        """A NanoMQ user's script: read the sections, change a value, write
+        the whole document back."""
+        st, j = self.conf_get()
+        self.assertEqual((st, j["code"]), (200, 0))
+        d = j["data"]
+        for sec in ("basic", "tls", "http_server", "websocket", "webhook", "auth",
+                    "auth_http", "sqlite", "bridge", "aws_bridge"):
+            self.assertIn(sec, d)
+        b = d["basic"]
+        self.assertEqual(b["url"], "nmq-tcp://%s:%d" % (nmq.HOST, self.broker.port))
+        for k in ("num_taskq_thread", "max_taskq_thread", "parallel", "property_size",
+                  "max_packet_size", "client_max_packet_size", "msq_len", "qos_duration",
+                  "keepalive_backoff", "allow_anonymous"):
+            self.assertIn(k, b)
+        self.assertIs(d["tls"]["enable"], False)
+        self.assertIs(d["websocket"]["enable"], False)
+        self.assertEqual(d["http_server"]["password"], "******")
+        self.assertEqual(d["http_server"]["username"], USER)
+        self.assertEqual(d["auth_http"], {"enable": False})
+        self.assertEqual(d["bridge"]["nodes"], [])
+        self.assertEqual(d["aws_bridge"], {"nodes": []})
+        self.assertNotIn(PASSWORD, json.dumps(j))
+        st, j = self.conf_get("/api/v4/configuration/basic")
+        self.assertEqual(j["data"], b)
+        # Change one value and post everything back, as a script does.
+        d["basic"]["msq_len"] = 555
+        d["basic"]["qos_duration"] = 7
+        st, j = self.post("/api/v4/configuration", json.dumps({"data": d}))
+        self.assertEqual((st, j["code"]), (200, 0), j)
+        st, j = self.conf_get()
+        self.assertEqual((j["data"]["basic"]["msq_len"], j["data"]["basic"]["qos_duration"]),
+                         (555, 7))
+        self.assertEqual(j["data"]["http_server"]["password"], "******")  # kept
+        self.assertEqual(self.conf_get("/api/v4/configuration/mqtt")[1]["data"]
+                         ["max_mqueue_len"], 555)
+        with open(self.broker.conf_path) as f:
+            text = f.read()
+        self.assertIn(PASSWORD, text)  # the secret was not replaced by stars
+        self.assertNotIn("******", text)
+        r = subprocess.run([nmq._find_nanomq(), "start", "--conf", self.broker.conf_path,
+                            "--test"], capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        # A bridge node in NanoMQ's shape, and the older tls key names.
+        st, j = self.post("/api/v4/configuration", json.dumps({"data": {
+            "bridge": {"nodes": [{"name": "edge", "server": "mqtt-tcp://127.0.0.1:1",
+                                  "clientid": "gw-9", "password": "brpw",
+                                  "forwards": [{"remote_topic": "up/x",
+                                                "local_topic": "up/#"}]}]},
+            "websocket": {"enable": True, "url": "nmq-ws://127.0.0.1:%d/mqtt"
+                          % nmq.free_port()}}}))
+        self.assertEqual((st, j["code"]), (200, 0), j)
+        st, j = self.conf_get("/api/v4/configuration/bridge")
+        node = j["data"]["nodes"][0]
+        self.assertEqual((node["name"], node["clientid"], node["password"]),
+                         ("edge", "gw-9", "******"))
+        self.assertEqual(node["forwards"][0]["local_topic"], "up/#")
+        st, j = self.conf_get("/api/v4/configuration/websocket")
+        self.assertIs(j["data"]["enable"], True)
+        self.assertTrue(j["data"]["url"].startswith("nmq-ws://127.0.0.1:"))
+        # Refused: an unknown key of a NanoMQ section, a node without a
+        # name, a login list, AWS bridges; the file is left alone.
+        with open(self.broker.conf_path) as f:
+            before = f.read()
+        for bad in ({"basic": {"msq_lenn": 1}}, {"bridge": {"nodes": [{"server": "x"}]}},
+                    {"auth": [{"login": "a", "password": "b"}]},
+                    {"aws_bridge": {"nodes": [{"name": "a"}]}}):
+            st, j = self.post("/api/v4/configuration", json.dumps({"data": bad}))
+            self.assertEqual((st, j["code"]), (400, 108), bad)
+        st, j = self.post("/api/v4/configuration",
+                          json.dumps({"data": {"basic": {"msq_len": "lots"}}}))
+        self.assertEqual((st, j["code"]), (400, 117))
+        with open(self.broker.conf_path) as f:
+            self.assertEqual(f.read(), before)
 
     def test_ctrl_stop(self):
         st, j = self.post("/api/v4/ctrl/stop", "")
