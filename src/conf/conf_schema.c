@@ -731,8 +731,9 @@ const conf_key conf_schema[] = {
 	{ .path = "webhook.enable", .type = CONF_T_BOOL, .store = CONF_ST_BOOL, CF(webhook_enable),
 	    .def = "true", .help = "`false` keeps the section but sends nothing." },
 	{ .path = "webhook.url", .type = CONF_T_STR, .store = CONF_ST_STR, CF(webhook_url),
-	    .help = "Target of the POST requests, `http://host[:port]/path` (required when "
-	        "enabled; `https://` is not supported yet and refused at startup)." },
+	    .help = "Target of the POST requests, `http://` or `https://host[:port]/path` "
+	        "(required when enabled). A host name is looked up at startup, and again for a "
+	        "new connection after a failed one or when the last lookup is 30 s old." },
 	{ .path = "webhook.headers", .type = CONF_T_OBJECT,
 	    .help = "Extra request headers, e.g. `headers.content-type = \"application/json\"` "
 	        "(the default)." },
@@ -742,7 +743,8 @@ const conf_key conf_schema[] = {
 	    .help = "Encoding of the `payload` field of message events." },
 	{ .path = "webhook.pool_size", .type = CONF_T_INT, .store = CONF_ST_U32,
 	    CF(webhook_pool_size), .def = "32", .min = 1, .max = 1024,
-	    .help = "Concurrent HTTP requests." },
+	    .help = "Concurrent HTTP requests, each on a connection kept open between requests "
+	        "(HTTP/1.1 keep-alive) while the target allows it." },
 	{ .path = "webhook.cancel_timeout", .type = CONF_T_DUR_MS, .store = CONF_ST_U32,
 	    CF(webhook_timeout_ms), .def = "5000", .min = 1, .max = 3600000,
 	    .help = "Time one request (connect, send, answer) may take; a request that fails or "

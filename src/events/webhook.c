@@ -339,7 +339,7 @@ static bool build_request(webhook *w, wh_item *it)
 	jb_raw(&req, w->http.url.hostport, strlen(w->http.url.hostport));
 	jb_raw(&req, "\r\n", 2);
 	jb_raw(&req, w->headers, strlen(w->headers));
-	jb_fmt(&req, "Content-Length: %zu\r\nConnection: close\r\n\r\n", body.len);
+	jb_fmt(&req, "Content-Length: %zu\r\n\r\n", body.len); // kept alive
 	jb_raw(&req, body.p, body.len);
 	free(body.p);
 	if (req.failed) {
@@ -547,16 +547,21 @@ static void *webhook_main(void *arg)
 	}
 	while (!atomic_load(&w->stop)) {
 		uint64_t now = http_client_now_ms();
-		// Fill idle slots.
-		for (uint32_t i = 0; i < w->pool; i++) {
-			if (!http_slot_idle(&w->slots[i])) {
-				continue;
+		// Fill idle slots, those with a kept connection first.
+		bool more = true;
+		for (int pass = 0; more && pass < 2; pass++) {
+			for (uint32_t i = 0; i < w->pool; i++) {
+				http_slot *s = &w->slots[i];
+				if (!http_slot_idle(s) || (pass == 0 && !http_slot_kept(s))) {
+					continue;
+				}
+				wh_item *it = next_item(w, now);
+				if (it == NULL) {
+					more = false;
+					break;
+				}
+				slot_start(w, s, it);
 			}
-			wh_item *it = next_item(w, now);
-			if (it == NULL) {
-				break;
-			}
-			slot_start(w, &w->slots[i], it);
 		}
 		// Deadlines, and the slots to wait on.
 		int timeout   = 1000;
@@ -647,12 +652,17 @@ nmq_err webhook_start(const nmq_conf *conf, nmq_broker *b, webhook **out, char *
 	w->timeout_ms      = conf->webhook_timeout_ms > 0 ? conf->webhook_timeout_ms : 5000;
 	w->queue_max       = conf->webhook_queue_size > 0 ? conf->webhook_queue_size : 10000;
 	w->http.timeout_ms = w->timeout_ms; // connect included
-	w->http.log_mod    = "webhook";
-	w->http.done       = slot_done;
-	w->http.arg        = w;
+	// One connection per slot, kept between requests; the name is looked
+	// up again for a new connection after a failure or every 30 s.
+	w->http.keep_alive   = true;
+	w->http.reresolve_ms = 30000;
+	w->http.log_mod      = "webhook";
+	w->http.done         = slot_done;
+	w->http.arg          = w;
 	nmq_err e = http_url_parse(conf->webhook_url, "webhook.url", &w->http.url, err, errlen);
 	if (e == NMQ_OK) {
-		e = http_url_resolve(&w->http.url, "webhook.url", err, errlen);
+		e                   = http_url_resolve(&w->http.url, "webhook.url", err, errlen);
+		w->http.resolved_ms = http_client_now_ms();
 	}
 	if (e == NMQ_OK && w->http.url.https) {
 		e = tls_setup(w, conf, err, errlen);
@@ -760,6 +770,8 @@ void webhook_stop(webhook *w)
 		if (!http_slot_idle(&w->slots[i])) {
 			item_free(http_slot_close(&w->slots[i]));
 			unsent++;
+		} else {
+			http_slot_close(&w->slots[i]); // a kept connection
 		}
 	}
 	for (wh_item *it = w->retry, *nx; it != NULL; it = nx) {

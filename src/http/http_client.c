@@ -205,6 +205,11 @@ bool http_slot_idle(const http_slot *s)
 	return s->state == SLOT_IDLE;
 }
 
+bool http_slot_kept(const http_slot *s)
+{
+	return s->state == SLOT_IDLE && s->fd >= 0;
+}
+
 void *http_slot_close(http_slot *s)
 {
 	void *item = s->item;
@@ -215,29 +220,94 @@ void *http_slot_close(http_slot *s)
 	if (s->fd >= 0) {
 		close(s->fd);
 	}
-	s->fd     = -1;
-	s->state  = SLOT_IDLE;
-	s->item   = NULL;
-	s->req    = NULL;
-	s->off    = 0;
-	s->in_len = 0;
+	s->fd        = -1;
+	s->state     = SLOT_IDLE;
+	s->item      = NULL;
+	s->req       = NULL;
+	s->off       = 0;
+	s->in_len    = 0;
+	s->reused    = false;
+	s->head_done = false;
 	return item;
 }
 
+static void slot_connect(http_client *c, http_slot *s);
+
 static void slot_end(http_client *c, http_slot *s, bool answered, int status, const char *why)
 {
+	// A kept connection that the server closed meanwhile: the request
+	// goes out again on a fresh one (nothing of the answer was seen).
+	if (!answered && s->reused && s->in_len == 0 && !s->head_done
+	    && (strcmp(why, "send") == 0 || strcmp(why, "tls_write") == 0
+	        || strcmp(why, "closed") == 0 || strcmp(why, "recv") == 0)) {
+		void       *item = s->item;
+		const char *req  = s->req;
+		size_t      len  = s->req_len;
+		http_slot_close(s);
+		s->item    = item;
+		s->req     = req;
+		s->req_len = len;
+		slot_connect(c, s);
+		return;
+	}
+	if (strcmp(why, "connect") == 0 || strcmp(why, "connect_timeout") == 0) {
+		c->connect_failed = true;
+	}
 	void *item = http_slot_close(s);
 	c->done(c->arg, item, answered, status, why);
 }
 
-void http_slot_start(http_client *c, http_slot *s, void *item, const char *req, size_t len)
+// The whole answer is in: the slot keeps its connection if it may, and
+// is idle again.
+static void slot_finish(http_client *c, http_slot *s, bool reusable)
+{
+	if (!c->keep_alive || !reusable) {
+		slot_end(c, s, true, s->status, "status");
+		return;
+	}
+	void *item   = s->item;
+	s->item      = NULL;
+	s->req       = NULL;
+	s->off       = 0;
+	s->in_len    = 0;
+	s->reused    = false;
+	s->head_done = false;
+	s->state     = SLOT_IDLE;
+	s->idle_ms   = http_client_now_ms();
+	c->done(c->arg, item, true, s->status, "status");
+}
+
+// Looks the host up again if it is time (see http_client.reresolve_ms).
+static void maybe_reresolve(http_client *c, uint64_t now)
+{
+	if (c->reresolve_ms == 0 || now - c->resolved_ms < 1000
+	    || (!c->connect_failed && now - c->resolved_ms < c->reresolve_ms)) {
+		return;
+	}
+	http_url u = c->url;
+	char     err[300];
+	c->resolved_ms = now;
+	if (http_url_resolve(&u, c->log_mod, err, sizeof(err)) != NMQ_OK) {
+		log_warn_rl(c->log_mod,
+		    "event=resolve_failed host=%s reason=\"%s\" action=keep_address", c->url.host,
+		    err);
+		return;
+	}
+	if (u.addrlen != c->url.addrlen || memcmp(&u.addr, &c->url.addr, u.addrlen) != 0) {
+		log_info(c->log_mod, "event=address_changed host=%s", c->url.host);
+	}
+	c->url.addr    = u.addr;
+	c->url.addrlen = u.addrlen;
+}
+
+// Opens a fresh connection for the request on s.
+static void slot_connect(http_client *c, http_slot *s)
 {
 	uint64_t now   = http_client_now_ms();
-	s->item        = item;
-	s->req         = req;
-	s->req_len     = len;
+	s->reused      = false;
 	s->end_ms      = now + c->timeout_ms;
 	s->deadline_ms = c->connect_timeout_ms != 0 ? now + c->connect_timeout_ms : s->end_ms;
+	maybe_reresolve(c, now);
 	s->fd = socket(c->url.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (s->fd < 0) {
 		slot_end(c, s, false, 0, "socket");
@@ -252,6 +322,33 @@ void http_slot_start(http_client *c, http_slot *s, void *item, const char *req, 
 	} else {
 		slot_end(c, s, false, 0, "connect");
 	}
+}
+
+void http_slot_start(http_client *c, http_slot *s, void *item, const char *req, size_t len)
+{
+	s->item    = item;
+	s->req     = req;
+	s->req_len = len;
+	if (s->fd >= 0) {
+		// A kept connection: usable if the server has neither closed it
+		// nor sent anything (a close alert, say) since the last answer.
+		char    b;
+		ssize_t n = recv(s->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			uint64_t now   = http_client_now_ms();
+			s->reused      = true;
+			s->end_ms      = now + c->timeout_ms;
+			s->deadline_ms = s->end_ms;
+			s->state       = SLOT_SENDING;
+			s->want        = POLLOUT;
+			return;
+		}
+		http_slot_close(s);
+		s->item    = item;
+		s->req     = req;
+		s->req_len = len;
+	}
+	slot_connect(c, s);
 }
 
 // mbed TLS I/O on the slot's non-blocking socket.
@@ -364,7 +461,8 @@ void http_slot_io(http_client *c, http_slot *s)
 			slot_end(c, s, false, 0, "connect");
 			return;
 		}
-		s->deadline_ms = s->end_ms;
+		c->connect_failed = false;
+		s->deadline_ms    = s->end_ms;
 		if (!c->url.https) {
 			s->state = SLOT_SENDING;
 		} else {
@@ -416,6 +514,21 @@ void http_slot_io(http_client *c, http_slot *s)
 		if (n == -2) {
 			return;
 		}
+		if (s->head_done) {
+			// Reading (and dropping) the body of an answer to keep the
+			// connection; its end decides whether it may be reused.
+			if (n <= 0) {
+				slot_end(c, s, true, s->status, "status");
+				return;
+			}
+			s->body_left -= n;
+			s->in_len = 0;
+			if (s->body_left <= 0) {
+				slot_finish(c, s, s->body_left == 0);
+				return;
+			}
+			continue;
+		}
 		if (n > 0) {
 			s->in_len += (size_t)n;
 		}
@@ -424,8 +537,29 @@ void http_slot_io(http_client *c, http_slot *s)
 		http_parse_rc rc
 		    = http_parse_response(s->in, s->in_len, HTTP_CLIENT_HEAD_MAX, &m, &status);
 		if (rc == HTTP_PARSE_OK) {
-			slot_end(c, s, true, m.status, "status");
-			return;
+			s->status = m.status;
+			// Reusable when its end is known: Content-Length (none for
+			// 204 and 304), HTTP/1.1 and no "Connection: close".
+			int64_t len = m.content_length >= 0                      ? m.content_length
+			    : (m.status == 204 || m.status == 304) && !m.chunked ? 0
+			                                                         : -1;
+			if (!c->keep_alive || !m.keep_alive || m.chunked || len < 0) {
+				slot_end(c, s, true, m.status, "status");
+				return;
+			}
+			int64_t have = (int64_t)(s->in_len - m.head_len);
+			if (have >= len) {
+				slot_finish(c, s, have == len);
+				return;
+			}
+			s->head_done = true;
+			s->body_left = len - have;
+			s->in_len    = 0;
+			if (n <= 0) {
+				slot_end(c, s, true, m.status, "status");
+				return;
+			}
+			continue;
 		}
 		if (rc == HTTP_PARSE_ERROR) {
 			slot_end(c, s, false, status, "bad_response");
@@ -444,11 +578,19 @@ void http_client_poll_prepare(http_client *c, http_slot *slots, uint32_t count, 
 	for (uint32_t i = 0; i < count; i++) {
 		http_slot *s = &slots[i];
 		if (s->state == SLOT_IDLE) {
+			if (s->fd >= 0 && now - s->idle_ms >= HTTP_CLIENT_KEEP_IDLE_MS) {
+				http_slot_close(s);
+			}
 			continue;
 		}
 		if (now >= s->deadline_ms) {
 			bool connecting = s->state == SLOT_CONNECTING && c->connect_timeout_ms != 0;
-			slot_end(c, s, false, 0, connecting ? "connect_timeout" : "timeout");
+			if (s->head_done) {
+				slot_end(c, s, true, s->status, "status");
+			} else {
+				slot_end(
+				    c, s, false, 0, connecting ? "connect_timeout" : "timeout");
+			}
 			continue;
 		}
 		if ((int)(s->deadline_ms - now) < *timeout_ms) {

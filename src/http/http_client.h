@@ -28,7 +28,8 @@
 
 #include "nng/core/nmq_err.h"
 
-#define HTTP_CLIENT_HEAD_MAX 8192 // largest answer head read
+#define HTTP_CLIENT_HEAD_MAX     8192 // largest answer head read
+#define HTTP_CLIENT_KEEP_IDLE_MS 30000 // a kept connection unused this long is closed
 
 // A parsed target URL: http://host[:port][/path[?query]] or https://...
 typedef struct http_url {
@@ -73,9 +74,24 @@ typedef struct http_tls_opts {
 } http_tls_opts;
 
 typedef struct http_client {
-	http_url         url;
-	uint32_t         timeout_ms; // the whole exchange
-	uint32_t         connect_timeout_ms; // 0: timeout_ms bounds connect too
+	http_url url;
+	uint32_t timeout_ms; // the whole exchange
+	uint32_t connect_timeout_ms; // 0: timeout_ms bounds connect too
+	// Keep-alive (opt-in): after an answer whose framing is known
+	// (Content-Length, HTTP/1.1, no "Connection: close") the slot keeps
+	// its connection, and the next request on it goes out there. A kept
+	// connection found closed, or that fails before any answer byte, is
+	// replaced by a fresh one for the same request (not a failure). Kept
+	// connections idle for HTTP_CLIENT_KEEP_IDLE_MS are closed. The
+	// requests must not say "Connection: close".
+	bool keep_alive;
+	// A fresh connection looks the host name up again (blocking, on the
+	// slots' thread) when the last lookup is older than this, or when
+	// the last connection attempt failed, at most once a second; 0: the
+	// address resolved at startup is kept.
+	uint32_t         reresolve_ms;
+	uint64_t         resolved_ms; // when the address was last looked up
+	bool             connect_failed; // the last connection attempt failed
 	const char      *log_mod; // the log module of tls_failed lines
 	http_client_done done;
 	void            *arg;
@@ -92,8 +108,13 @@ typedef struct http_client {
 } http_client;
 
 typedef struct http_slot {
-	int                 fd;
+	int                 fd; // >= 0 while idle: a kept connection
 	int                 state;
+	bool                reused; // this request went out on a kept connection
+	bool                head_done; // the answer head is in; its body is read
+	int                 status; // of that head
+	int64_t             body_left; // bytes of its body still to read
+	uint64_t            idle_ms; // when a kept connection became idle
 	short               want; // poll events the next step waits for
 	bool                tls; // ssl is set up
 	mbedtls_ssl_context ssl;
@@ -119,16 +140,21 @@ uint64_t http_client_now_ms(void);
 
 void http_slot_init(http_slot *s);
 bool http_slot_idle(const http_slot *s);
+// Idle with a kept connection (keep_alive): the cheapest slot to use next.
+bool http_slot_kept(const http_slot *s);
 
 // Starts sending req (kept by the caller until done) for item on the idle
 // slot s; a failure to start calls c->done at once.
 void http_slot_start(http_client *c, http_slot *s, void *item, const char *req, size_t len);
 
-// Ends s without calling done and returns its item (NULL when idle).
+// Ends s without calling done and returns its item (NULL when idle); a
+// kept connection is closed too.
 void *http_slot_close(http_slot *s);
 
 // Ends the busy slots whose deadline passed (done: "connect_timeout" or
-// "timeout"), appends a pollfd for each other busy slot to pfd[*n] (its
+// "timeout"; answered with the status if the head was in and only the body
+// was late), closes kept connections idle for HTTP_CLIENT_KEEP_IDLE_MS,
+// appends a pollfd for each other busy slot to pfd[*n] (its
 // index to map[*n]) and lowers *timeout_ms to the nearest deadline.
 void http_client_poll_prepare(http_client *c, http_slot *slots, uint32_t count, uint64_t now,
     struct pollfd *pfd, int *map, int *n, int *timeout_ms);

@@ -22,14 +22,28 @@ from nmq import BrokerTestCase, skip_on_mosquitto
 
 
 class Receiver:
-    """An HTTP server on a free port that records every POST."""
+    """An HTTP server on a free port that records every POST and counts
+    the connections it accepts. HTTP/1.1 with keep-alive unless http10;
+    close_every=N closes a connection after its N-th answer without saying
+    so (as a server that drops idle connections does), close_header=N says
+    "Connection: close" on every N-th answer."""
 
-    def __init__(self, delay=0.0, status=200, tls=None):
+    def __init__(self, delay=0.0, status=200, tls=None, http10=False, close_every=0,
+                 close_header=0, reply=b""):
         self.posts = []
+        self.conns = 0
         self.lock = threading.Lock()
         rec = self
 
         class H(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.0" if http10 else "HTTP/1.1"
+
+            def setup(self):
+                super().setup()
+                self.served = 0
+                with rec.lock:
+                    rec.conns += 1
+
             def do_POST(self):
                 n = int(self.headers.get("Content-Length", "0"))
                 body = self.rfile.read(n)
@@ -37,9 +51,16 @@ class Receiver:
                     time.sleep(delay)
                 with rec.lock:
                     rec.posts.append((self.path, dict(self.headers), body))
+                self.served += 1
                 self.send_response(status)
-                self.send_header("Content-Length", "0")
+                self.send_header("Content-Length", str(len(reply)))
+                if close_header and self.served % close_header == 0:
+                    self.send_header("Connection", "close")
                 self.end_headers()
+                if reply:
+                    self.wfile.write(reply)
+                if close_every and self.served % close_every == 0:
+                    self.close_connection = True
 
             def log_message(self, *a):
                 pass
@@ -224,7 +245,8 @@ class HttpsTests(WebhookCase):
 
     def setUp(self):
         self.RECEIVER = {"tls": (pki("server.crt"), pki("server.key"))}
-        self.HOOK_EXTRA = '    ssl { cacertfile = "%s", verify_peer = true }' % pki(self.CA)
+        self.HOOK_EXTRA = ('    pool_size = 2\n    ssl { cacertfile = "%s", verify_peer = true }'
+                           % pki(self.CA))
         super().setUp()
 
     CA = "ca.crt"
@@ -234,6 +256,12 @@ class HttpsTests(WebhookCase):
         c.publish("t/s", b"secret", qos=1)
         got = self.rx.wait(lambda b: len(b) >= 1)
         self.assertEqual([(b["topic"], b["payload"]) for b in got], [("t/s", "secret")])
+        # Further events reuse the TLS connection.
+        for i in range(20):
+            c.publish("t/s", b"m%d" % i, qos=1)
+        got = self.rx.wait(lambda b: len(b) >= 21)
+        self.assertEqual(len(got), 21)
+        self.assertLessEqual(self.rx.conns, 2)
 
 
 @skip_on_mosquitto("webhooks are nanomq's")
@@ -248,6 +276,66 @@ class HttpsWrongCaTests(HttpsTests):
         log = nmq_wait_log(self.broker, "step=tls_handshake")
         self.assertIn("event=tls_failed step=tls_handshake", log)
         self.assertEqual(self.rx.bodies(), [])
+
+
+@skip_on_mosquitto("webhooks are nanomq's")
+class KeepAliveTests(WebhookCase):
+    """Connections are kept between requests: many events, few connections."""
+    EVENTS = [("on_message_publish", None)]
+    HOOK_EXTRA = "    pool_size = 4"
+    RECEIVER = {"reply": b'{"result":"ok"}'}
+
+    def send(self, n, prefix):
+        c = self.paho(prefix)
+        for i in range(n):
+            c.publish("ka/%s/%d" % (prefix, i), b"m%d" % i, qos=1)
+        want = {"m%d" % i for i in range(n)}
+        got = self.rx.wait(lambda b: want <= {x["payload"] for x in b
+                                             if x["topic"].startswith("ka/%s/" % prefix)},
+                           timeout=15)
+        mine = [x["payload"] for x in got if x["topic"].startswith("ka/%s/" % prefix)]
+        self.assertEqual(sorted(mine), sorted(want))  # each once, none lost
+        c.close()
+
+    def test_many_events_few_connections(self):
+        self.send(200, "a")
+        self.assertLessEqual(self.rx.conns, 4)
+        self.assertNotIn("action=retry", self.broker.log_text())
+
+
+@skip_on_mosquitto("webhooks are nanomq's")
+class KeepAliveServerClosesTests(KeepAliveTests):
+    """The receiver closes each connection after 3 answers without saying
+    so, or says Connection: close: nothing is lost, nothing counted failed."""
+    RECEIVER = {"close_every": 3}
+
+    def test_many_events_few_connections(self):
+        self.send(60, "b")
+        # About one connection per 3 requests, never one per request.
+        self.assertGreaterEqual(self.rx.conns, 60 // 3)
+        self.assertLess(self.rx.conns, 60)
+        self.assertNotIn("reason=", "".join(l for l in self.broker.log_text().splitlines()
+                                            if "action=retry" in l))
+
+
+@skip_on_mosquitto("webhooks are nanomq's")
+class KeepAliveCloseHeaderTests(KeepAliveTests):
+    RECEIVER = {"close_header": 2}
+
+    def test_many_events_few_connections(self):
+        self.send(40, "c")
+        self.assertGreaterEqual(self.rx.conns, 40 // 2)
+        self.assertLess(self.rx.conns, 40)
+
+
+@skip_on_mosquitto("webhooks are nanomq's")
+class Http10ReceiverTests(KeepAliveTests):
+    """An HTTP/1.0 receiver: one connection per request, as before."""
+    RECEIVER = {"http10": True}
+
+    def test_many_events_few_connections(self):
+        self.send(20, "d")
+        self.assertEqual(self.rx.conns, 20)
 
 
 def publish_burst(case, n):
