@@ -25,6 +25,8 @@ static const char *const stmt_sql[STMT_COUNT_] = {
 	  " expiry_wall_ms, props, payload) VALUES (1, ?1, ?2, ?3, ?4, ?5, ?6, ?7)",
 	[STMT_MSG_UNREF]       = "UPDATE msgs SET refs = refs - 1 WHERE id = ?1",
 	[STMT_MSG_GC]          = "DELETE FROM msgs WHERE id = ?1 AND refs <= 0",
+	[STMT_MSG_ADD]         = "UPDATE msgs SET refs = refs + ?2 WHERE id = ?1 RETURNING refs",
+	[STMT_MSG_DEL]         = "DELETE FROM msgs WHERE id = ?1",
 	[STMT_SESSION_GET]     = "SELECT will_msg FROM sessions WHERE cid = ?1",
 	[STMT_SESSION_PUT]     = "INSERT OR REPLACE INTO sessions(cid, username, expiry_s, proto,"
 	                         " offline_wall_ms, will_msg, will_delay_s)"
@@ -44,7 +46,7 @@ static const char *const stmt_sql[STMT_COUNT_] = {
 	                       " VALUES (?1, ?2, ?3, ?4)",
 	[STMT_SUB_DEL]       = "DELETE FROM subs WHERE cid = ?1 AND filter = ?2",
 	[STMT_QUEUE_PUT]     = "INSERT INTO queue(cid, seq, msg_id, qos, retain, state, packet_id,"
-	                       " sub_ids) VALUES (?1, ?2, ?3, ?4, ?5, 0, 0, ?6)",
+	                       " sub_ids) VALUES (?1, ?2, ?3, ?4, ?5, ?7, ?8, ?6)",
 	[STMT_QUEUE_STATE]
 	= "UPDATE queue SET state = ?3, packet_id = ?4 WHERE cid = ?1 AND seq = ?2",
 	[STMT_QUEUE_DEL]    = "DELETE FROM queue WHERE cid = ?1 AND seq = ?2 RETURNING msg_id",
@@ -556,17 +558,29 @@ static int step_done(sqlite3_stmt *st)
 }
 
 // Takes one reference to the row of m, inserting it if it has none (or if
-// the row it had was deleted since). Returns the row id, or 0 on error.
+// the row it had was deleted since). Inside a group the count is only
+// summed (store_group_ref) and written once at the end of the group.
+// Returns the row id, or 0 on error.
 static int64_t msg_ref(nmq_store *s, nmq_msg *m, uint64_t now_wall, uint64_t now_mono)
 {
 	if (m->store_id != 0) {
+		int64_t id = (int64_t)m->store_id;
+		if (s->in_group && store_group_ref(s, id, 1) == 1) {
+			return id; // touched by this group: the row exists
+		}
 		sqlite3_stmt *st = store_stmt(s, STMT_MSG_REF);
 		sqlite3_bind_int64(st, 1, (sqlite3_int64)m->store_id);
 		if (step_done(st) != SQLITE_DONE) {
 			return 0;
 		}
 		if (sqlite3_changes(s->db) == 1) {
-			return (int64_t)m->store_id;
+			if (s->in_group) {
+				store_group_ref(s, id, -1); // counted by the UPDATE
+			}
+			return id;
+		}
+		if (s->in_group) {
+			store_group_ref(s, id, -1); // no such row: undo the +1
 		}
 	}
 	sqlite3_stmt *st          = store_stmt(s, STMT_MSG_INSERT);
@@ -586,6 +600,9 @@ static int64_t msg_ref(nmq_store *s, nmq_msg *m, uint64_t now_wall, uint64_t now
 		return 0;
 	}
 	int64_t id = sqlite3_last_insert_rowid(s->db);
+	if (s->in_group) {
+		store_group_ref(s, id, 0); // later references are summed
+	}
 	// Remember the row for later references; undone if the batch fails.
 	if (s->batch_msgs_len == s->batch_msgs_cap) {
 		size_t    cap = s->batch_msgs_cap ? s->batch_msgs_cap * 2 : 64;
@@ -601,9 +618,23 @@ static int64_t msg_ref(nmq_store *s, nmq_msg *m, uint64_t now_wall, uint64_t now
 	return id;
 }
 
-// Drops one reference to message row id, deleting the row with the last.
+// Drops one reference to message row id, deleting the row with the last
+// (inside a group: at the end of the group).
 static int msg_unref(nmq_store *s, int64_t id)
 {
+	if (s->in_group) {
+		int r = store_group_ref(s, id, -1);
+		if (r < 0) {
+			// The group's table is full: write what it holds, go on.
+			if (store_group_flush_refs(s) != 0) {
+				return -1;
+			}
+			r = store_group_ref(s, id, -1);
+		}
+		if (r >= 0) {
+			return 0;
+		}
+	}
 	sqlite3_stmt *st = store_stmt(s, STMT_MSG_UNREF);
 	sqlite3_bind_int64(st, 1, id);
 	if (step_done(st) != SQLITE_DONE) {
@@ -688,6 +719,9 @@ static int op_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 {
 	sqlite3_stmt *st;
 	int           rc;
+	if (op->skip) {
+		return 0;
+	}
 	switch (op->kind) {
 	case OP_SESSION_PUT: {
 		// Keep the row's will reference right: drop the old one first.
@@ -722,6 +756,10 @@ static int op_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 		return step_done(st) == SQLITE_DONE ? 0 : -1;
 	}
 	case OP_SESSION_DEL:
+		// The purge counts references by SQL: write the group's first.
+		if (store_group_flush_refs(s) != 0) {
+			return -1;
+		}
 		return store_session_purge(s, op->s1);
 	case OP_SESSION_OFFLINE:
 		st = store_stmt(s, STMT_SESSION_OFFLINE);
@@ -755,6 +793,9 @@ static int op_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 			sqlite3_bind_blob(st, 6, op->sub_ids,
 			    (int)(op->n_sub_ids * sizeof(uint32_t)), SQLITE_STATIC);
 		}
+		// A state update of the same group folded in (store_group.c).
+		sqlite3_bind_int(st, 7, op->state);
+		sqlite3_bind_int(st, 8, op->pid);
 		rc = step_done(st);
 		if (rc == SQLITE_DONE) {
 			s->queued_rows++;
@@ -802,6 +843,9 @@ static int op_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 	case OP_RETAIN_PUT:
 		return retain_set(s, op->s1, op->msg, wall, mono);
 	case OP_QUEUE_READ:
+		if (store_group_flush_refs(s) != 0) {
+			return -1;
+		}
 		return store_queue_read_apply(s, op, wall, mono);
 	case OP_SYNC:
 	default:
@@ -879,9 +923,19 @@ static void run_batch(nmq_store *s, store_op *batch)
 {
 	uint64_t wall = store_wall_ms(), mono = store_mono_ms();
 	uint64_t rows_before = s->queued_rows;
-	int      rc          = step_done(store_stmt(s, STMT_BEGIN));
-	bool     ok          = rc == SQLITE_DONE;
-	size_t   n           = 0;
+	size_t   nb          = 0;
+	for (store_op *op = batch; op != NULL; op = op->next) {
+		nb++;
+	}
+	// Operations that cancel out inside the group are not written; the
+	// reference counts of message rows are written once, at the end.
+	if (store_group_begin(s, nb) == 0) {
+		store_group_coalesce(s, batch);
+		s->in_group = true;
+	}
+	int    rc = step_done(store_stmt(s, STMT_BEGIN));
+	bool   ok = rc == SQLITE_DONE;
+	size_t n  = 0;
 	for (store_op *op = batch; ok && op != NULL; op = op->next, n++) {
 		int r = op_apply(s, op, wall, mono);
 		if (r < 0) {
@@ -893,6 +947,9 @@ static void run_batch(nmq_store *s, store_op *batch)
 		ok = evict(s) == 0;
 	}
 	if (ok) {
+		ok = store_group_flush_refs(s) == 0;
+	}
+	if (ok) {
 		ok = step_done(store_stmt(s, STMT_COMMIT)) == SQLITE_DONE;
 	}
 	if (!ok) {
@@ -901,23 +958,28 @@ static void run_batch(nmq_store *s, store_op *batch)
 		if (!sqlite3_get_autocommit(s->db)) {
 			step_done(store_stmt(s, STMT_ROLLBACK));
 		}
+		s->in_group = false;
+		store_group_forget(s);
 		// Nothing of the batch is stored: forget the rows it created.
 		for (size_t i = 0; i < s->batch_msgs_len; i++) {
 			s->batch_msgs[i]->store_id = 0;
 		}
 		s->queued_rows = rows_before;
 	}
+	s->in_group       = false;
 	s->batch_msgs_len = 0;
 	evicts_clear(s, ok);
 	atomic_store(&s->queued_rows_pub, s->queued_rows);
 	// Counters first: a completion may be what a reader of them waits for.
-	uint64_t nops = 0;
+	uint64_t nops = 0, nskip = 0;
 	for (store_op *op = batch; op != NULL; op = op->next) {
 		nops++;
+		nskip += op->skip;
 	}
 	if (ok) {
 		atomic_fetch_add(&s->commits, 1);
 		atomic_fetch_add(&s->ops, nops);
+		atomic_fetch_add(&s->coalesced, nskip);
 	} else {
 		atomic_fetch_add(&s->failed, nops);
 	}
@@ -944,11 +1006,17 @@ static void *store_thread(void *arg)
 			break;
 		}
 		// Everything waiting, up to flush_max: one transaction, one sync.
-		store_op *batch = s->head, *last = s->head;
-		uint32_t  n = 1;
-		while (last->next != NULL && n < s->opts.flush_max) {
-			last = last->next;
-			n++;
+		// (The whole list without walking it, under the lock the workers
+		// queue with, when it fits.)
+		store_op *batch = s->head, *last = s->tail;
+		uint32_t  n = s->pending;
+		if (n > s->opts.flush_max) {
+			last = s->head;
+			n    = 1;
+			while (last->next != NULL && n < s->opts.flush_max) {
+				last = last->next;
+				n++;
+			}
 		}
 		s->head    = last->next;
 		last->next = NULL;
@@ -1056,6 +1124,9 @@ void store_close(nmq_store *s)
 	pthread_cond_destroy(&s->cv);
 	free(s->batch_msgs);
 	free(s->evicts);
+	free(s->ckeys);
+	free(s->rrefs);
+	free(s->rrefs_used);
 	free(s);
 }
 
@@ -1065,6 +1136,7 @@ void store_stats_get(nmq_store *s, store_stats *out)
 	out->commits     = atomic_load(&s->commits);
 	out->ops         = atomic_load(&s->ops);
 	out->failed      = atomic_load(&s->failed);
+	out->coalesced   = atomic_load(&s->coalesced);
 	out->evicted     = atomic_load(&s->evicted);
 	out->expired     = atomic_load(&s->expired);
 	out->queued_rows = atomic_load(&s->queued_rows_pub);

@@ -197,6 +197,10 @@ typedef struct store_stats {
 	uint64_t commits; // transactions committed
 	uint64_t ops; // operations applied
 	uint64_t failed; // operations whose transaction failed
+	// operations not written: cancelled out inside their group (a
+	// message queued and removed, a state update followed by another or
+	// by the removal)
+	uint64_t coalesced;
 	uint64_t evicted; // queued messages evicted by max_queued
 	uint64_t expired; // sessions and messages dropped at load as expired
 	uint64_t queued_rows; // queued message rows now

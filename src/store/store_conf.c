@@ -7,6 +7,9 @@
 
 #include "src/log/log.h"
 
+// The smallest cap of a group commit, in operations.
+#define STORE_GROUP_MIN 65536u
+
 bool store_conf_persist(const nmq_conf *conf)
 {
 	return conf->sqlite_enable;
@@ -45,8 +48,10 @@ nmq_err store_conf_open(nmq_store **sp, const nmq_conf                    *conf,
 		o.flush_max  = conf->bridge_cache_flush;
 		o.max_queued = conf->bridge_cache_disk_size;
 	}
-	if (o.flush_max == 0) {
-		o.flush_max = 100;
+	// A group commit takes everything waiting when the previous commit
+	// ends (decisions/0020): flush_mem_threshold only raises the cap.
+	if (o.flush_max < STORE_GROUP_MIN) {
+		o.flush_max = STORE_GROUP_MIN;
 	}
 	// A burst of puts (an offline backlog, a bridge's link down) is
 	// written as fast as it arrives: room for a full cache of them

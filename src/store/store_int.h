@@ -52,6 +52,7 @@ typedef struct store_op {
 	uint8_t   state;
 	bool      retain;
 	bool      has_s2;
+	bool      skip; // cancelled out inside its group: nothing to write
 	uint64_t  data[]; // aligned storage for sub ids, then strings
 } store_op;
 
@@ -60,6 +61,8 @@ enum store_stmt {
 	STMT_MSG_INSERT,
 	STMT_MSG_UNREF,
 	STMT_MSG_GC,
+	STMT_MSG_ADD,
+	STMT_MSG_DEL,
 	STMT_SESSION_GET,
 	STMT_SESSION_PUT,
 	STMT_SESSION_OFFLINE,
@@ -117,8 +120,17 @@ struct nmq_store {
 	size_t       batch_msgs_len, batch_msgs_cap;
 	store_evict *evicts;
 	size_t       evict_len, evict_cap;
+	// The running group (store_group.c): its (client id, seq) keys and
+	// the message rows whose reference counts it changed.
+	bool               in_group;
+	struct store_ckey *ckeys;
+	size_t             ckeys_cap;
+	uint32_t           ckeys_gen;
+	struct store_rref *rrefs;
+	uint32_t          *rrefs_used;
+	size_t             rrefs_cap, rrefs_len;
 
-	_Atomic uint64_t commits, ops, failed, evicted, expired, queued_rows_pub;
+	_Atomic uint64_t commits, ops, failed, coalesced, evicted, expired, queued_rows_pub;
 };
 
 uint64_t               store_wall_ms(void);
@@ -129,6 +141,18 @@ static inline uint64_t store_mono_ms(void)
 sqlite3_stmt *store_stmt(nmq_store *s, enum store_stmt i);
 int           store_session_purge(nmq_store *s, const char *cid);
 void          store_db_close(nmq_store *s);
+// store_group.c (store thread): sizes the tables for a group of n_ops
+// operations (0, or -1 when out of memory: nothing is coalesced); marks
+// the operations of batch that cancel out (op->skip, op->state/pid of a
+// put folded with its state update); records reference count changes of
+// message rows (see store_group.c for the return values); writes them
+// (rows left without reference are deleted). flush_refs returns 0 or -1.
+int  store_group_begin(nmq_store *s, size_t n_ops);
+void store_group_coalesce(nmq_store *s, store_op *batch);
+int  store_group_ref(nmq_store *s, int64_t id, int64_t delta);
+int  store_group_flush_refs(nmq_store *s);
+void store_group_forget(nmq_store *s); // after a rollback
+
 // store_load.c: runs OP_QUEUE_READ inside the batch's transaction.
 int store_queue_read_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono);
 

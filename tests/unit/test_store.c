@@ -693,6 +693,197 @@ static void test_pending_bound(void **state)
 	assert_int_equal(count_rows("rel"), 4);
 }
 
+// Runs a one-value query on the file through a second connection.
+static long long query_int(const char *sql)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/nanomq.db", tmpdir);
+	sqlite3 *db = NULL;
+	assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+	sqlite3_stmt *st = NULL;
+	assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+	long long n = -1;
+	if (sqlite3_step(st) == SQLITE_ROW) {
+		n = sqlite3_column_int64(st, 0);
+	}
+	sqlite3_finalize(st);
+	sqlite3_close(db);
+	return n;
+}
+
+// Blocks the store thread in a completion (on_done_block) until gate is
+// posted, so that everything queued meanwhile is one group.
+static void block_store_thread(nmq_store *s)
+{
+	assert_int_equal(store_sync(s, on_done_block, NULL), NMQ_OK);
+	store_stats st;
+	do {
+		usleep(1000);
+		store_stats_get(s, &st);
+	} while (st.pending != 0);
+}
+
+// Operations that cancel out inside one group are not written; what is
+// left is what applying them in order gives.
+static void test_group_coalescing(void **state)
+{
+	nmq_store    *s  = open_store(0);
+	nmq_msg      *m1 = mk_msg("t", "one", 1, NULL);
+	nmq_msg      *m2 = mk_msg("t", "two", 2, NULL);
+	nmq_msg      *m3 = mk_msg("t", "three", 2, NULL);
+	store_session a  = { .client_id = "a", .expiry_s = 60 };
+	store_session b  = { .client_id = "b", .expiry_s = 60 };
+	store_session_put(s, &a, NULL, NULL);
+	store_session_put(s, &b, NULL, NULL);
+	sync_store(s);
+	sem_init(&gate, 0, 0);
+	block_store_thread(s);
+	store_stats st0;
+	store_stats_get(s, &st0);
+	// a/1: queued, sent, acked: nothing of it (nor of m1) is written.
+	store_queue_put(s, "a", 1, m1, 1, false, NULL, 0, NULL, NULL);
+	store_queue_put(s, "a", 2, m2, 2, false, NULL, 0, NULL, NULL);
+	store_queue_put(s, "b", 1, m2, 2, false, NULL, 0, NULL, NULL);
+	store_queue_state(s, "a", 1, STORE_Q_SENT, 7, NULL, NULL);
+	store_queue_del(s, "a", 1, NULL, NULL);
+	// a/2: queued and sent: one row, in state SENT.
+	store_queue_state(s, "a", 2, STORE_Q_SENT, 8, NULL, NULL);
+	// a/3: queued, sent, PUBREC received: one row, RELEASED.
+	store_queue_put(s, "a", 3, m3, 2, false, NULL, 0, NULL, NULL);
+	store_queue_state(s, "a", 3, STORE_Q_SENT, 9, NULL, NULL);
+	store_queue_state(s, "a", 3, STORE_Q_RELEASED, 9, NULL, NULL);
+	// b/1 dropped again: m2 keeps one reference (a/2).
+	store_queue_del(s, "b", 1, NULL, NULL);
+	waiter_reset();
+	assert_int_equal(store_sync(s, on_done, NULL), NMQ_OK);
+	sem_post(&gate);
+	wait_calls(1);
+	assert_int_equal(W.errors, 0);
+	store_stats st1;
+	store_stats_get(s, &st1);
+	assert_int_equal(st1.commits, st0.commits + 1); // one group
+	assert_int_equal(st1.queued_rows, 2);
+	assert_int_equal(count_rows("queue"), 2);
+	assert_int_equal(query_int("SELECT COUNT(*) FROM queue WHERE cid = 'a' AND seq = 1"), 0);
+	assert_int_equal(
+	    query_int("SELECT state * 1000 + packet_id FROM queue WHERE cid = 'a' AND seq = 2"),
+	    1008);
+	assert_int_equal(
+	    query_int("SELECT state * 1000 + packet_id FROM queue WHERE cid = 'a' AND seq = 3"),
+	    2009);
+	assert_int_equal(count_rows("msgs"), 2); // m2 and m3; m1 never
+	assert_int_equal(query_int("SELECT SUM(refs) FROM msgs"), 2);
+	// Rows never inserted took no row id: a/2 and a/3 are the first queue
+	// rows, m2 and m3 the first message rows of the file.
+	assert_int_equal(query_int("SELECT MAX(id) FROM queue"), 2);
+	assert_int_equal(query_int("SELECT MAX(id) FROM msgs"), 2);
+	// a/1's put, state and delete, b/1's put and delete, a/2's state and
+	// a/3's two states.
+	assert_int_equal(st1.coalesced - st0.coalesced, 8);
+
+	// Across groups nothing is paired: the row of a group that committed
+	// is deleted by the next one, with its message.
+	store_queue_put(s, "b", 2, m1, 1, false, NULL, 0, NULL, NULL);
+	sync_store(s);
+	assert_int_equal(count_rows("msgs"), 3);
+	store_queue_state(s, "b", 2, STORE_Q_SENT, 1, NULL, NULL);
+	sync_store(s);
+	store_queue_del(s, "b", 2, NULL, NULL);
+	store_queue_del(s, "a", 2, NULL, NULL);
+	sync_store(s);
+	assert_int_equal(count_rows("queue"), 1);
+	assert_int_equal(count_rows("msgs"), 1); // m3, for a/3
+
+	// A session deleted within the group ends the pairing: a put before
+	// it is deleted with the session, one after it is kept.
+	block_store_thread(s);
+	store_queue_put(s, "a", 4, m1, 1, false, NULL, 0, NULL, NULL);
+	store_session_del(s, "a", NULL, NULL);
+	store_queue_put(s, "a", 5, m1, 1, false, NULL, 0, NULL, NULL);
+	store_queue_del(s, "a", 4, NULL, NULL);
+	waiter_reset();
+	assert_int_equal(store_sync(s, on_done, NULL), NMQ_OK);
+	sem_post(&gate);
+	wait_calls(1);
+	assert_int_equal(count_rows("queue"), 1);
+	assert_int_equal(query_int("SELECT seq FROM queue WHERE cid = 'a'"), 5);
+	assert_int_equal(count_rows("msgs"), 1);
+	assert_int_equal(query_int("SELECT refs FROM msgs"), 1);
+	store_close(s);
+	sem_destroy(&gate);
+	nmq_msg_release(m1);
+	nmq_msg_release(m2);
+	nmq_msg_release(m3);
+}
+
+// A crash while a group with cancelled-out operations waits: the groups
+// before it are whole, nothing of it is in the file.
+static void on_done_forever(void *arg, nmq_err err)
+{
+	for (;;) {
+		pause();
+	}
+}
+
+static void test_crash_before_group_commit(void **state)
+{
+	int fds[2];
+	assert_int_equal(pipe(fds), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		close(fds[0]);
+		store_opts o
+		    = { .dir = tmpdir, .durability = STORE_DURABLE_FSYNC, .flush_max = 100 };
+		nmq_store *s = NULL;
+		char       err[256];
+		if (store_open(&s, &o, err, sizeof(err)) != NMQ_OK) {
+			_exit(2);
+		}
+		nmq_msg      *m = mk_msg("t", "kept", 1, NULL);
+		store_session a = { .client_id = "a", .expiry_s = 60 };
+		store_session_put(s, &a, NULL, NULL);
+		store_queue_put(s, "a", 1, m, 1, false, NULL, 0, NULL, NULL);
+		// Acked by the publisher once this group committed.
+		sync_store(s);
+		store_sync(s, on_done_forever, NULL);
+		store_stats st;
+		do {
+			usleep(1000);
+			store_stats_get(s, &st);
+		} while (st.pending != 0);
+		// Sent and acked by the subscriber, a new message queued and
+		// sent: this group never commits.
+		store_queue_state(s, "a", 1, STORE_Q_SENT, 1, NULL, NULL);
+		store_queue_del(s, "a", 1, NULL, NULL);
+		store_queue_put(s, "a", 2, m, 1, false, NULL, 0, NULL, NULL);
+		store_queue_state(s, "a", 2, STORE_Q_SENT, 2, NULL, NULL);
+		char c = 'x';
+		if (write(fds[1], &c, 1) != 1) {
+			_exit(3);
+		}
+		for (;;) {
+			pause();
+		}
+	}
+	close(fds[1]);
+	char c;
+	assert_int_equal(read(fds[0], &c, 1), 1);
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	close(fds[0]);
+	nmq_store *s = open_store(0);
+	loaded     l = { 0 };
+	assert_int_equal(store_load(s, (uint64_t)time(NULL) * 1000, &load_all, &l), NMQ_OK);
+	assert_int_equal(l.qmsgs, 1);
+	assert_int_equal(l.q_seq[0], 1);
+	assert_int_equal(l.q_state[0], STORE_Q_QUEUED);
+	assert_string_equal(l.q_payload[0], "kept");
+	loaded_free(&l);
+	store_close(s);
+	assert_int_equal(count_rows("msgs"), 1);
+}
+
 // kill -9 of a process that writes at random moments: every message whose
 // completion ran (where the broker would send its PUBACK) is in the file
 // afterwards, and the file opens without recovery.
@@ -799,6 +990,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_bad_foreign_and_version, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pending_bound, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_kill9_acked_survive, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_group_coalescing, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_crash_before_group_commit, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

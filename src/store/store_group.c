@@ -1,0 +1,261 @@
+// Making one group commit cheap (store thread only): operations that
+// cancel out inside the group are not written, and message reference
+// counts are summed per message and written once per group. See
+// docs/decisions/0020-store-group-coalescing.md.
+//
+// Why dropping operations is safe: a group is one transaction, so after
+// any commit the database holds the state that applying every operation
+// of the committed groups in order gives; a crash loses whole groups,
+// never part of one. Within a group,
+// - QUEUE_PUT then QUEUE_DEL of the same (client id, seq): the row would
+//   not exist at the commit, so neither is written (nor its message row,
+//   unless another row references it);
+// - QUEUE_PUT then QUEUE_STATE: the row is inserted with that state;
+// - QUEUE_STATE then QUEUE_STATE or QUEUE_DEL: only the later one counts.
+// A SESSION_DEL or QUEUE_READ (which read or delete rows of a session
+// by SQL) ends what can be paired: later operations are not paired with
+// earlier ones.
+#include <stdlib.h>
+#include <string.h>
+
+#include "src/store/store_int.h"
+
+// One (client id, seq) key of the running group and the operation that
+// holds its state so far (NULL after a pair cancelled out).
+struct store_ckey {
+	const char *cid;
+	uint64_t    seq;
+	uint64_t    hash;
+	uint32_t    gen; // entries of an older generation are free
+	store_op   *op;
+};
+
+// One message row touched by the running group and the references it
+// gained (> 0) or lost (< 0) since the group began.
+struct store_rref {
+	int64_t id;
+	int64_t delta;
+};
+
+static uint64_t key_hash(const char *cid, uint64_t seq)
+{
+	uint64_t h = 1469598103934665603ull;
+	for (const unsigned char *p = (const unsigned char *)cid; *p != '\0'; p++) {
+		h = (h ^ *p) * 1099511628211ull;
+	}
+	h ^= seq * 0x9E3779B97F4A7C15ull;
+	return h ^ (h >> 29);
+}
+
+static size_t pow2_at_least(size_t n)
+{
+	size_t c = 64;
+	while (c < n) {
+		c *= 2;
+	}
+	return c;
+}
+
+// Finds the entry of (cid, seq) in the current generation, or the free
+// slot where it would go (*found false). NULL only if the table is full,
+// which the sizing rules out.
+static struct store_ckey *ckey_find(nmq_store *s, const char *cid, uint64_t seq, bool *found)
+{
+	uint64_t           h         = key_hash(cid, seq);
+	size_t             mask      = s->ckeys_cap - 1;
+	struct store_ckey *free_slot = NULL;
+	for (size_t i = h & mask, n = 0; n <= mask; i = (i + 1) & mask, n++) {
+		struct store_ckey *k = &s->ckeys[i];
+		if (k->cid == NULL) {
+			*found = false;
+			return free_slot != NULL ? free_slot : k;
+		}
+		if (k->gen != s->ckeys_gen) {
+			if (free_slot == NULL) {
+				free_slot = k;
+			}
+			continue;
+		}
+		if (k->hash == h && k->seq == seq && strcmp(k->cid, cid) == 0) {
+			*found = true;
+			return k;
+		}
+	}
+	*found = false;
+	return free_slot;
+}
+
+int store_group_begin(nmq_store *s, size_t n_ops)
+{
+	size_t want = pow2_at_least(n_ops * 2);
+	if (want > s->ckeys_cap) {
+		struct store_ckey *v = realloc(s->ckeys, want * sizeof(*v));
+		if (v == NULL) {
+			return -1;
+		}
+		s->ckeys     = v;
+		s->ckeys_cap = want;
+	}
+	memset(s->ckeys, 0, s->ckeys_cap * sizeof(*s->ckeys));
+	s->ckeys_gen = 1;
+	if (want > s->rrefs_cap) {
+		struct store_rref *v = realloc(s->rrefs, want * sizeof(*v));
+		uint32_t          *u = realloc(s->rrefs_used, want * sizeof(*u));
+		if (v != NULL) {
+			s->rrefs = v;
+		}
+		if (u != NULL) {
+			s->rrefs_used = u;
+		}
+		if (v == NULL || u == NULL) {
+			return -1;
+		}
+		s->rrefs_cap = want;
+		memset(s->rrefs, 0, want * sizeof(*s->rrefs));
+	}
+	s->rrefs_len = 0;
+	return 0;
+}
+
+void store_group_coalesce(nmq_store *s, store_op *batch)
+{
+	for (store_op *op = batch; op != NULL; op = op->next) {
+		bool               found;
+		struct store_ckey *k;
+		switch (op->kind) {
+		case OP_QUEUE_PUT:
+			k = ckey_find(s, op->s1, op->u64, &found);
+			if (k == NULL) {
+				break;
+			}
+			if (!found) {
+				*k = (struct store_ckey) { op->s1, op->u64,
+					key_hash(op->s1, op->u64), s->ckeys_gen, op };
+			} else if (k->op == NULL) {
+				k->op = op; // put again after a cancelled pair
+			}
+			// A second put of a stored seq fails at apply (kept first).
+			break;
+		case OP_QUEUE_STATE:
+			k = ckey_find(s, op->s1, op->u64, &found);
+			if (k == NULL) {
+				break;
+			}
+			if (!found) {
+				*k = (struct store_ckey) { op->s1, op->u64,
+					key_hash(op->s1, op->u64), s->ckeys_gen, op };
+			} else if (k->op == NULL) {
+				k->op = op;
+			} else if (k->op->kind == OP_QUEUE_PUT) {
+				k->op->state = op->state;
+				k->op->pid   = op->pid;
+				op->skip     = true;
+			} else {
+				k->op->skip = true; // an earlier state, overwritten
+				k->op       = op;
+			}
+			break;
+		case OP_QUEUE_DEL:
+			k = ckey_find(s, op->s1, op->u64, &found);
+			if (k == NULL || !found || k->op == NULL) {
+				break;
+			}
+			k->op->skip = true;
+			if (k->op->kind == OP_QUEUE_PUT) {
+				op->skip = true; // the row never reaches the file
+			}
+			k->op = NULL;
+			break;
+		case OP_SESSION_DEL:
+		case OP_QUEUE_READ:
+			// Rows of a session are read or deleted by SQL here: nothing
+			// before is paired with anything after.
+			s->ckeys_gen++;
+			break;
+		default:
+			break;
+		}
+	}
+}
+
+static struct store_rref *rref_slot(nmq_store *s, int64_t id, bool *found)
+{
+	size_t mask = s->rrefs_cap - 1;
+	size_t i    = ((uint64_t)id * 0x9E3779B97F4A7C15ull >> 17) & mask;
+	for (size_t n = 0; n <= mask; i = (i + 1) & mask, n++) {
+		struct store_rref *r = &s->rrefs[i];
+		if (r->id == id) {
+			*found = true;
+			return r;
+		}
+		if (r->id == 0) {
+			*found = false;
+			return r;
+		}
+	}
+	*found = false;
+	return NULL;
+}
+
+// Records delta references for row id. Returns 1 when the row was already
+// touched by this group (it exists: rows are deleted only at the flush),
+// 0 when it is new to the group, -1 if the table is full.
+int store_group_ref(nmq_store *s, int64_t id, int64_t delta)
+{
+	bool               found;
+	struct store_rref *r = rref_slot(s, id, &found);
+	if (r == NULL || (!found && s->rrefs_len * 2 >= s->rrefs_cap)) {
+		return -1;
+	}
+	if (found) {
+		r->delta += delta;
+		return 1;
+	}
+	r->id                         = id;
+	r->delta                      = delta;
+	s->rrefs_used[s->rrefs_len++] = (uint32_t)(r - s->rrefs);
+	return 0;
+}
+
+int store_group_flush_refs(nmq_store *s)
+{
+	int ret = 0;
+	for (size_t i = 0; i < s->rrefs_len; i++) {
+		struct store_rref *r = &s->rrefs[s->rrefs_used[i]];
+		if (ret == 0 && r->delta != 0) {
+			sqlite3_stmt *st = store_stmt(s, STMT_MSG_ADD);
+			sqlite3_bind_int64(st, 1, r->id);
+			sqlite3_bind_int64(st, 2, r->delta);
+			int64_t refs = 1;
+			int     rc   = sqlite3_step(st);
+			if (rc == SQLITE_ROW) {
+				refs = sqlite3_column_int64(st, 0);
+				rc   = sqlite3_step(st);
+			}
+			sqlite3_reset(st);
+			if (rc != SQLITE_DONE) {
+				ret = -1;
+			} else if (refs <= 0) {
+				st = store_stmt(s, STMT_MSG_DEL);
+				sqlite3_bind_int64(st, 1, r->id);
+				rc = sqlite3_step(st);
+				sqlite3_reset(st);
+				if (rc != SQLITE_DONE) {
+					ret = -1;
+				}
+			}
+		}
+		r->id    = 0;
+		r->delta = 0;
+	}
+	s->rrefs_len = 0;
+	return ret;
+}
+
+void store_group_forget(nmq_store *s)
+{
+	for (size_t i = 0; i < s->rrefs_len; i++) {
+		s->rrefs[s->rrefs_used[i]] = (struct store_rref) { 0, 0 };
+	}
+	s->rrefs_len = 0;
+}
