@@ -150,7 +150,7 @@ static void store_ack_done(void *arg, nmq_err err)
 void link_ack(nmq_link *l, const mqtt_packet *pkt, bool stored)
 {
 	nmq_proto *p = l->p;
-	if (p->store == NULL || (!stored && atomic_load(&l->acks_waiting) == 0)) {
+	if (p->ack_store == NULL || (!stored && atomic_load(&l->acks_waiting) == 0)) {
 		link_send_packet(l, pkt);
 		return;
 	}
@@ -170,7 +170,7 @@ void link_ack(nmq_link *l, const mqtt_packet *pkt, bool stored)
 	nmq_session_hold(a->s);
 	conn_hold(a->conn);
 	atomic_fetch_add(&l->acks_waiting, 1);
-	nmq_err e = p->store->sync(p->store_arg, store_ack_done, a);
+	nmq_err e = p->ack_store->sync(p->ack_store_arg, store_ack_done, a);
 	if (e != NMQ_OK) {
 		// The store is saturated or closing: the ack cannot be made
 		// durable nor sent ahead of those waiting. The connection ends

@@ -453,8 +453,16 @@ static __thread bool tls_store_noted;
 
 void proto_set_store(nmq_proto *p, const proto_store_ops *ops, void *st)
 {
-	p->store     = ops;
-	p->store_arg = st;
+	p->store         = ops;
+	p->store_arg     = st;
+	p->ack_store     = ops;
+	p->ack_store_arg = st;
+}
+
+void proto_set_ack_store(nmq_proto *p, const proto_store_ops *ops, void *st)
+{
+	p->ack_store     = ops;
+	p->ack_store_arg = st;
 }
 
 void proto_store_noted(void)

@@ -296,6 +296,11 @@ const conn_env *proto_conn_env(nmq_proto *p);
 // worker does not wait (the ack is posted back to the connection when the
 // store's completion runs), and later acks of that connection go behind it.
 void proto_set_store(nmq_proto *p, const proto_store_ops *ops, void *st);
+// Binds a store for acks alone (same thread and lifetime rules): sessions
+// are not written to it, but a QoS 1/2 PUBLISH whose routing wrote to it
+// (proto_store_noted, e.g. a bridge's disk cache) is acknowledged only
+// after its commit, as above. proto_set_store implies it.
+void proto_set_ack_store(nmq_proto *p, const proto_store_ops *ops, void *st);
 // Called by the application on the routing thread when it wrote to the
 // store for the message being routed (e.g. a retained message), so that
 // the publisher's ack waits for the commit.

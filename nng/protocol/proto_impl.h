@@ -31,6 +31,10 @@ struct nmq_proto {
 	// The durable store (NULL: none); set once before any connection.
 	const proto_store_ops *store;
 	void                  *store_arg;
+	// The store whose commits acks wait for: the same as store, or a
+	// store bound for acks alone (proto_set_ack_store). Set once.
+	const proto_store_ops *ack_store;
+	void                  *ack_store_arg;
 	conn_env               env;
 	proto_metrics          m;
 	atomic_ullong          next_session_id;

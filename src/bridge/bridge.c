@@ -331,33 +331,36 @@ static bentry *oldest_queued(bridge *b)
 }
 
 // Queues msg (held by the caller's reference, consumed) for the remote.
+// With the cache, a QoS 1/2 message (QoS 0 too with retry_qos_0) is written
+// through to the store first; it joins the memory queue only while nothing
+// waits on disk only and the queue has room.
 static void enqueue_locked(bridge *b, nmq_msg *msg, uint8_t qos, bool retain)
 {
 	uint64_t now = now_ms();
+	uint64_t seq = 0;
 #ifdef NMQ_HAVE_STORE
 	if (b->store != NULL && (qos > 0 || b->cfg->retry_qos_0)) {
-		uint64_t seq = ++b->next_seq;
-		bool     mem = b->disk_only == 0 && b->n_mem < b->cfg->max_send_queue_len;
-		nmq_err  e   = store_queue_put(
-		       b->store, b->store_id, seq, msg, qos, retain, NULL, 0, NULL, NULL);
+		seq         = ++b->next_seq;
+		bool    mem = b->disk_only == 0 && b->n_mem < b->cfg->max_send_queue_len;
+		nmq_err e   = store_queue_put(
+		      b->store, b->store_id, seq, msg, qos, retain, NULL, 0, NULL, NULL);
 		if (e == NMQ_OK) {
 			// On the publisher's worker, while it is routed: its ack
-			// waits for this write's commit when the sqlite section binds
-			// the store to the protocol layer (see proto_store_noted).
+			// waits for this write's commit (see proto_store_noted and
+			// proto_set_ack_store).
 			proto_store_noted();
-		}
-		if (e == NMQ_OK && !mem) {
-			if (b->disk_only == 0 || b->oldest_disk_ms == 0) {
-				b->oldest_disk_ms = now;
+			if (!mem) {
+				if (b->disk_only == 0 || b->oldest_disk_ms == 0) {
+					b->oldest_disk_ms = now;
+				}
+				if (b->disk_only != DISK_UNKNOWN) {
+					b->disk_only++;
+				}
+				b->puts_since_read++;
+				nmq_msg_release(msg);
+				return;
 			}
-			if (b->disk_only != DISK_UNKNOWN) {
-				b->disk_only++;
-			}
-			b->puts_since_read++;
-			nmq_msg_release(msg);
-			return;
-		}
-		if (e != NMQ_OK) {
+		} else {
 			log_warn_rl("bridge", "bridge=%s event=cache_write_failed reason=%s",
 			    b->name, nmq_strerror(e));
 			seq = 0;
@@ -368,36 +371,9 @@ static void enqueue_locked(bridge *b, nmq_msg *msg, uint8_t qos, bool retain)
 				return;
 			}
 		}
-		if (b->n_mem >= b->cfg->max_send_queue_len) {
-			bentry *old = oldest_queued(b);
-			if (old == NULL) {
-				b->dropped++;
-				nmq_msg_release(msg);
-				return;
-			}
-			b->dropped++;
-			log_warn_rl(
-			    "bridge", "bridge=%s event=dropped reason=max_send_queue_len", b->name);
-			entry_remove(b, old, true);
-		}
-		bentry *en = entry_new(b);
-		if (en == NULL) {
-			b->dropped++;
-			nmq_msg_release(msg);
-			return;
-		}
-		en->msg    = msg;
-		en->seq    = seq;
-		en->qos    = qos;
-		en->retain = retain;
-		en->at_ms  = now;
-		if (seq != 0) {
-			b->mem_last_seq = seq;
-		}
-		list_append(b, en);
-		return;
 	}
 #endif
+	// In memory (only there without the cache, or when its write failed).
 	if (b->n_mem >= b->cfg->max_send_queue_len) {
 		bentry *old = oldest_queued(b);
 		b->dropped++;
@@ -406,7 +382,7 @@ static void enqueue_locked(bridge *b, nmq_msg *msg, uint8_t qos, bool retain)
 			nmq_msg_release(msg);
 			return;
 		}
-		entry_remove(b, old, false);
+		entry_remove(b, old, true);
 	}
 	bentry *en = entry_new(b);
 	if (en == NULL) {
@@ -415,9 +391,13 @@ static void enqueue_locked(bridge *b, nmq_msg *msg, uint8_t qos, bool retain)
 		return;
 	}
 	en->msg    = msg;
+	en->seq    = seq;
 	en->qos    = qos;
 	en->retain = retain;
 	en->at_ms  = now;
+	if (seq != 0) {
+		b->mem_last_seq = seq;
+	}
 	list_append(b, en);
 }
 

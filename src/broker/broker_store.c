@@ -179,6 +179,9 @@ static uint64_t wall_ms(void)
 nmq_err broker_store_attach(nmq_broker *b, nmq_proto *p, nmq_store *st, bool persist)
 {
 	if (!persist) {
+		// Only the bridges' cache: no session is written, but a forward
+		// cached for a local publisher is acked after its commit.
+		proto_set_ack_store(p, &store_proto_ops, st);
 		return NMQ_OK;
 	}
 	restore_ctx c;

@@ -20,7 +20,9 @@
 // queued and in-flight messages and QoS 2 state) into p and its retained
 // messages into b, then binds the store to both. With persist false (the
 // store is open for another user, e.g. a bridge cache), nothing is
-// restored nor written. Returns NMQ_OK, or NMQ_EIO / NMQ_ENOMEM (logged).
+// restored nor written, and the store is bound for acks alone
+// (proto_set_ack_store: a forward cached for a publisher is acked after
+// its commit). Returns NMQ_OK, or NMQ_EIO / NMQ_ENOMEM (logged).
 nmq_err broker_store_attach(nmq_broker *b, nmq_proto *p, nmq_store *st, bool persist);
 
 // The store's evicted callback (arg: the broker): a queued message was
