@@ -53,6 +53,7 @@
 #define V3_WINDOW     16
 #define DISK_UNKNOWN  (UINT64_MAX / 2) // rows on disk not yet counted
 #define POOL_MAX      1024 // free entries kept per bridge
+#define DEL_BATCH     256 // acked cache rows deleted in one store operation
 #define SYS_PERIOD_MS 10000 // health on $SYS/brokers/bridges/<name>
 
 enum { Q_QUEUED = 0, Q_SENT = 1, Q_RELEASED = 2 }; // = enum store_qstate
@@ -73,6 +74,16 @@ typedef struct bentry {
 } bentry;
 
 typedef struct bridge bridge;
+
+// A row read back from the cache, before it joins the queue.
+typedef struct staged {
+	nmq_msg *msg; // held
+	uint64_t seq;
+	uint16_t pid;
+	uint8_t  qos;
+	uint8_t  state;
+	bool     retain;
+} staged;
 
 // One forward: a subscriber in the broker's topic tree.
 typedef struct bfwd {
@@ -139,23 +150,29 @@ struct bridge {
 	char     server_now[256];
 
 	// the send queue
-	bentry    *head, *tail, *next_unsent;
-	size_t     n_mem;
-	size_t     inflight;
-	bentry   **by_pid; // 65536 slots
-	uint16_t   next_pid;
-	bentry    *pool;
-	size_t     n_pool;
-	uint64_t   next_seq;
-	uint64_t   mem_last_seq; // newest cached seq held in memory
-	uint64_t   disk_only; // cached rows not in memory
-	uint64_t   puts_since_read;
-	bool       reading;
-	bool       counting; // the first read after a start: every row, counted
-	uint64_t   counted;
-	uint32_t   read_asked, read_got;
-	uint64_t   oldest_disk_ms; // queue time of the oldest row on disk only
-	nmq_store *store;
+	bentry  *head, *tail, *next_unsent;
+	size_t   n_mem;
+	size_t   inflight;
+	bentry **by_pid; // 65536 slots
+	uint16_t next_pid;
+	bentry  *pool;
+	size_t   n_pool;
+	uint64_t next_seq;
+	uint64_t mem_last_seq; // newest cached seq held in memory
+	uint64_t disk_only; // cached rows not in memory
+	uint64_t puts_since_read;
+	bool     reading;
+	bool     counting; // the first read after a start: every row, counted
+	uint64_t counted;
+	uint32_t read_asked, read_got;
+	// Rows of a read in progress (not counting), staged by the store
+	// thread without the lock and queued by read_done under it.
+	struct staged *stage;
+	uint32_t       n_stage;
+	uint64_t       oldest_disk_ms; // queue time of the oldest row on disk only
+	nmq_store     *store;
+	uint64_t      *del_seqs; // rows of removed entries, not yet deleted (DEL_BATCH)
+	uint32_t       n_del;
 
 	// inbound QoS 2 packet ids awaiting PUBREL
 	uint8_t rel[65536 / 8];
@@ -250,7 +267,32 @@ static void list_append(bridge *b, bentry *e)
 	}
 }
 
-// Unlinks e (acked, refused or dropped) and frees it; deletes its row.
+#ifdef NMQ_HAVE_STORE
+// Deletes the cache rows of the entries removed since the last call, in
+// one store operation (one wake-up of the store thread, one transaction).
+static void flush_deletes_locked(bridge *b)
+{
+	if (b->n_del == 0) {
+		return;
+	}
+	nmq_err err
+	    = store_queue_del_many(b->store, b->store_id, b->del_seqs, b->n_del, NULL, NULL);
+	if (err != NMQ_OK) {
+		log_warn_rl("bridge", "bridge=%s rows=%u event=cache_delete_failed reason=%s",
+		    b->name, b->n_del, nmq_strerror(err));
+	}
+	b->n_del = 0;
+}
+#else
+static void flush_deletes_locked(bridge *b)
+{
+	(void)b;
+}
+#endif
+
+// Unlinks e (acked, refused or dropped) and frees it; deletes its row (in
+// a batch: flush_deletes_locked runs when DEL_BATCH are waiting, when the
+// queue drains, on every tick of the link thread and when the link ends).
 static void entry_remove(bridge *b, bentry *e, bool delete_row)
 {
 	if (b->next_unsent == e) {
@@ -274,12 +316,10 @@ static void entry_remove(bridge *b, bentry *e, bool delete_row)
 		}
 	}
 #ifdef NMQ_HAVE_STORE
-	if (delete_row && e->seq != 0 && b->store != NULL) {
-		nmq_err err = store_queue_del(b->store, b->store_id, e->seq, NULL, NULL);
-		if (err != NMQ_OK) {
-			log_warn_rl("bridge",
-			    "bridge=%s seq=%" PRIu64 " event=cache_delete_failed reason=%s",
-			    b->name, e->seq, nmq_strerror(err));
+	if (delete_row && e->seq != 0 && b->store != NULL && b->del_seqs != NULL) {
+		b->del_seqs[b->n_del++] = e->seq;
+		if (b->n_del == DEL_BATCH) {
+			flush_deletes_locked(b);
 		}
 	}
 #else
@@ -404,10 +444,54 @@ static void enqueue_locked(bridge *b, nmq_msg *msg, uint8_t qos, bool retain)
 // ------------------------------------------------------------ the cache
 
 #ifdef NMQ_HAVE_STORE
-// A row read back from the cache (store thread).
+// Queues a row read back from the cache (mtx held).
+static void take_row_locked(bridge *b, const staged *q)
+{
+	if (q->seq > b->mem_last_seq) {
+		bentry *e = entry_new(b);
+		if (e != NULL) {
+			nmq_msg_hold(q->msg);
+			e->msg    = q->msg;
+			e->seq    = q->seq;
+			e->qos    = q->qos;
+			e->retain = q->retain;
+			e->at_ms  = b->oldest_disk_ms != 0 ? b->oldest_disk_ms : now_ms();
+			if (q->state != Q_QUEUED && q->pid != 0 && q->pid != SUB_PID
+			    && b->by_pid[q->pid] == NULL) {
+				// In flight when the broker stopped: resent as such.
+				e->state          = q->state;
+				e->pid            = q->pid;
+				e->dup            = true;
+				b->by_pid[q->pid] = e;
+			}
+			list_append(b, e);
+		}
+		b->mem_last_seq = q->seq;
+		if (b->disk_only != DISK_UNKNOWN && b->disk_only > 0) {
+			b->disk_only--;
+		}
+		if (q->seq >= b->next_seq) {
+			b->next_seq = q->seq;
+		}
+	}
+}
+
+// A row read back from the cache (store thread). A counting read (the
+// first after a start) takes the lock per row; any other read only
+// stages the row (b->stage holds read_asked of them, and nothing else
+// touches it until read_done), so that the workers serving the link do
+// not contend with the store thread once per row.
 static void read_row(void *arg, const store_qmsg *q)
 {
 	bridge *b = arg;
+	staged  r = { q->msg, q->seq, q->packet_id, q->qos, q->state, q->retain };
+	if (b->stage != NULL) {
+		if (b->n_stage < b->read_asked) {
+			nmq_msg_hold(q->msg);
+			b->stage[b->n_stage++] = r;
+		}
+		return;
+	}
 	pthread_mutex_lock(&b->mtx);
 	b->read_got++;
 	if (b->counting && b->n_mem >= b->cfg->max_send_queue_len) {
@@ -420,33 +504,7 @@ static void read_row(void *arg, const store_qmsg *q)
 		pthread_mutex_unlock(&b->mtx);
 		return;
 	}
-	if (q->seq > b->mem_last_seq) {
-		bentry *e = entry_new(b);
-		if (e != NULL) {
-			nmq_msg_hold(q->msg);
-			e->msg    = q->msg;
-			e->seq    = q->seq;
-			e->qos    = q->qos;
-			e->retain = q->retain;
-			e->at_ms  = b->oldest_disk_ms != 0 ? b->oldest_disk_ms : now_ms();
-			if (q->state != Q_QUEUED && q->packet_id != 0 && q->packet_id != SUB_PID
-			    && b->by_pid[q->packet_id] == NULL) {
-				// In flight when the broker stopped: resent as such.
-				e->state                = q->state;
-				e->pid                  = q->packet_id;
-				e->dup                  = true;
-				b->by_pid[q->packet_id] = e;
-			}
-			list_append(b, e);
-		}
-		b->mem_last_seq = q->seq;
-		if (b->disk_only != DISK_UNKNOWN && b->disk_only > 0) {
-			b->disk_only--;
-		}
-		if (q->seq >= b->next_seq) {
-			b->next_seq = q->seq;
-		}
-	}
+	take_row_locked(b, &r);
 	pthread_mutex_unlock(&b->mtx);
 }
 
@@ -454,6 +512,16 @@ static void read_done(void *arg, nmq_err err)
 {
 	bridge *b = arg;
 	pthread_mutex_lock(&b->mtx);
+	if (b->stage != NULL) {
+		b->read_got = b->n_stage;
+		for (uint32_t i = 0; i < b->n_stage; i++) {
+			take_row_locked(b, &b->stage[i]);
+			nmq_msg_release(b->stage[i].msg);
+		}
+		free(b->stage);
+		b->stage   = NULL;
+		b->n_stage = 0;
+	}
 	b->reading = false;
 	if (err != NMQ_OK) {
 		log_warn("bridge", "bridge=%s event=cache_read_failed reason=%s", b->name,
@@ -491,11 +559,23 @@ static void refill_locked(bridge *b)
 	b->read_asked      = b->counting ? 0 : (uint32_t)(max - b->n_mem); // 0: every row
 	b->read_got        = 0;
 	b->puts_since_read = 0;
+	b->n_stage         = 0;
+	b->stage           = NULL;
+	if (!b->counting) {
+		b->stage = malloc((size_t)b->read_asked * sizeof(*b->stage));
+		if (b->stage == NULL) {
+			log_warn_rl("bridge", "bridge=%s event=cache_read_failed reason=%s",
+			    b->name, nmq_strerror(NMQ_ENOMEM));
+			return;
+		}
+	}
 	atomic_fetch_add(&b->refs, 1);
 	nmq_err e = store_queue_read(
 	    b->store, b->store_id, b->mem_last_seq, b->read_asked, read_row, read_done, b);
 	if (e != NMQ_OK) {
 		atomic_fetch_sub(&b->refs, 1);
+		free(b->stage);
+		b->stage = NULL;
 		log_warn_rl("bridge", "bridge=%s event=cache_read_failed reason=%s", b->name,
 		    nmq_strerror(e));
 		return;
@@ -676,6 +756,9 @@ static void pump_locked(bridge *b)
 		if (sent) {
 			conn_tx_flush_later(c);
 		}
+	}
+	if (b->n_mem == 0 && b->n_del > 0) {
+		flush_deletes_locked(b); // drained: nothing more to batch with
 	}
 	refill_locked(b);
 }
@@ -1511,6 +1594,7 @@ static void serve_locked(bridge *b)
 			}
 		}
 		bool was_up = b->up;
+		flush_deletes_locked(b);
 		wait_until_locked(b, next > now ? next : now + 1);
 		if (!was_up && b->up) {
 			pthread_mutex_unlock(&b->mtx);
@@ -1524,6 +1608,7 @@ static void serve_locked(bridge *b)
 		          : "connection closed by the remote before CONNACK");
 	}
 	// Closed: every entry goes again on the next link.
+	flush_deletes_locked(b);
 	b->link        = NULL;
 	b->up          = false;
 	b->inflight    = 0;
@@ -1645,6 +1730,7 @@ static void bridge_free(bridge *b)
 	conf_bridge_free(b->cfg);
 	free(b->fwds);
 	free(b->by_pid);
+	free(b->del_seqs);
 	free(b->name);
 	free(b->store_id);
 	free(b->host_id);
@@ -1700,6 +1786,11 @@ static bridge *bridge_new(nmq_bridges *set, const conf_bridge *cb)
 	snprintf(b->host_id, nl + strlen(host) + 2, "%s-%s", cb->name, host);
 	if (b->store != NULL) {
 		b->disk_only = DISK_UNKNOWN; // counted by the first read
+		b->del_seqs  = malloc(DEL_BATCH * sizeof(*b->del_seqs));
+		if (b->del_seqs == NULL) {
+			bridge_free(b);
+			return NULL;
+		}
 	}
 	b->fwds   = fwds_alloc(b, b->cfg);
 	b->n_fwds = b->cfg->n_fwds;
@@ -1758,6 +1849,9 @@ static void bridge_halt(bridge *b)
 		}
 		usleep(1000);
 	}
+	pthread_mutex_lock(&b->mtx);
+	flush_deletes_locked(b);
+	pthread_mutex_unlock(&b->mtx);
 	log_info("bridge", "bridge=%s event=stopped", b->name);
 }
 

@@ -286,9 +286,9 @@ static int create_schema(sqlite3 *db)
 static sqlite3 *open_db(nmq_store *s, char *err, size_t errlen)
 {
 	for (int attempt = 0; attempt < 2; attempt++) {
-		sqlite3 *db = NULL;
-		int      rc = sqlite3_open_v2(
-		         s->path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
+		sqlite3    *db    = NULL;
+		int         rc    = sqlite3_open_v2(s->path, &db,
+		               SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
 		const char *bad   = NULL;
 		bool        fresh = false;
 		if (rc != SQLITE_OK) {
@@ -488,6 +488,20 @@ nmq_err store_queue_del(
 	return op_submit(s, op, done, arg);
 }
 
+nmq_err store_queue_del_many(nmq_store *s, const char *client_id, const uint64_t *seqs, uint32_t n,
+    store_done_fn done, void *arg)
+{
+	size_t    l1 = strlen(client_id) + 1;
+	store_op *op = calloc(1, sizeof(*op) + (size_t)n * sizeof(uint64_t) + l1);
+	if (op != NULL) {
+		op->kind = OP_QUEUE_DEL_MANY;
+		op->u32  = n;
+		memcpy(op->data, seqs, (size_t)n * sizeof(uint64_t));
+		op->s1 = memcpy((char *)(op->data + n), client_id, l1);
+	}
+	return op_submit(s, op, done, arg);
+}
+
 nmq_err store_rel_put(
     nmq_store *s, const char *client_id, uint16_t packet_id, store_done_fn done, void *arg)
 {
@@ -643,6 +657,30 @@ static int msg_unref(nmq_store *s, int64_t id)
 	st = store_stmt(s, STMT_MSG_GC);
 	sqlite3_bind_int64(st, 1, id);
 	return step_done(st) == SQLITE_DONE ? 0 : -1;
+}
+
+// Deletes the queue row (cid, seq) if it exists, and its message's
+// reference. Returns 0 or -1.
+static int queue_del_one(nmq_store *s, const char *cid, uint64_t seq)
+{
+	sqlite3_stmt *st = store_stmt(s, STMT_QUEUE_DEL);
+	sqlite3_bind_text(st, 1, cid, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 2, (sqlite3_int64)seq);
+	int64_t id = 0;
+	int     rc = sqlite3_step(st);
+	if (rc == SQLITE_ROW) {
+		id = sqlite3_column_int64(st, 0);
+		rc = sqlite3_step(st);
+	}
+	sqlite3_reset(st);
+	if (rc != SQLITE_DONE) {
+		return -1;
+	}
+	if (id != 0) {
+		s->queued_rows--;
+		return msg_unref(s, id);
+	}
+	return 0;
 }
 
 // Deletes a session's queue, subscriptions, QoS 2 state and row (with its
@@ -814,26 +852,15 @@ static int op_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 		sqlite3_bind_int(st, 3, op->state);
 		sqlite3_bind_int(st, 4, op->pid);
 		return step_done(st) == SQLITE_DONE ? 0 : -1;
-	case OP_QUEUE_DEL: {
-		st = store_stmt(s, STMT_QUEUE_DEL);
-		sqlite3_bind_text(st, 1, op->s1, -1, SQLITE_STATIC);
-		sqlite3_bind_int64(st, 2, (sqlite3_int64)op->u64);
-		int64_t id = 0;
-		rc         = sqlite3_step(st);
-		if (rc == SQLITE_ROW) {
-			id = sqlite3_column_int64(st, 0);
-			rc = sqlite3_step(st);
-		}
-		sqlite3_reset(st);
-		if (rc != SQLITE_DONE) {
-			return -1;
-		}
-		if (id != 0) {
-			s->queued_rows--;
-			return msg_unref(s, id);
+	case OP_QUEUE_DEL:
+		return queue_del_one(s, op->s1, op->u64);
+	case OP_QUEUE_DEL_MANY:
+		for (uint32_t i = 0; i < op->u32; i++) {
+			if (queue_del_one(s, op->s1, op->data[i]) != 0) {
+				return -1;
+			}
 		}
 		return 0;
-	}
 	case OP_REL_PUT:
 	case OP_REL_DEL:
 		st = store_stmt(s, op->kind == OP_REL_PUT ? STMT_REL_PUT : STMT_REL_DEL);

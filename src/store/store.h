@@ -148,6 +148,11 @@ nmq_err store_queue_state(nmq_store *s, const char *client_id, uint64_t seq, uin
 // Removes a queued message (acknowledged, expired or dropped).
 nmq_err store_queue_del(
     nmq_store *s, const char *client_id, uint64_t seq, store_done_fn done, void *arg);
+// Removes n queued messages of client_id in one operation (seqs copied;
+// a seq not stored is skipped): a caller deleting many, e.g. a bridge's
+// acked forwards, wakes the store thread once for all of them.
+nmq_err store_queue_del_many(nmq_store *s, const char *client_id, const uint64_t *seqs, uint32_t n,
+    store_done_fn done, void *arg);
 // Inbound QoS 2 packet ids awaiting PUBREL.
 nmq_err store_rel_put(
     nmq_store *s, const char *client_id, uint16_t packet_id, store_done_fn done, void *arg);

@@ -24,6 +24,7 @@ enum store_op_kind {
 	OP_QUEUE_PUT,
 	OP_QUEUE_STATE,
 	OP_QUEUE_DEL,
+	OP_QUEUE_DEL_MANY, // u32 seqs at data[0], then s1
 	OP_REL_PUT,
 	OP_REL_DEL,
 	OP_RETAIN_PUT,

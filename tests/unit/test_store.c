@@ -401,6 +401,28 @@ static void test_reference_counting(void **state)
 	store_queue_del(s, "b", 2, NULL, NULL);
 	sync_store(s);
 	assert_int_equal(count_rows("msgs"), 1); // retained
+	// Many rows deleted in one operation (seq 99 is not stored: skipped),
+	// their message rows with them; the other client's rows stay.
+	nmq_msg *m2 = mk_msg("u", "q", 1, NULL);
+	for (uint64_t q = 10; q < 20; q++) {
+		store_queue_put(s, "b", q, m2, 1, false, NULL, 0, NULL, NULL);
+	}
+	store_queue_put(s, "c", 10, m2, 1, false, NULL, 0, NULL, NULL);
+	sync_store(s);
+	assert_int_equal(count_rows("queue"), 11);
+	uint64_t del[] = { 10, 11, 12, 99, 13, 14, 15, 16, 17, 18, 19 };
+	waiter_reset();
+	assert_int_equal(
+	    store_queue_del_many(s, "b", del, sizeof(del) / sizeof(del[0]), on_done, NULL), NMQ_OK);
+	wait_calls(1);
+	assert_int_equal(W.errors, 0);
+	assert_int_equal(count_rows("queue"), 1);
+	assert_int_equal(count_rows("msgs"), 2); // retained "t", and "u" still queued for c
+	store_queue_del_many(s, "c", del, 1, NULL, NULL);
+	sync_store(s);
+	assert_int_equal(count_rows("queue"), 0);
+	assert_int_equal(count_rows("msgs"), 1);
+	nmq_msg_release(m2);
 	store_retain_put(s, "t", NULL, NULL, NULL);
 	sync_store(s);
 	assert_int_equal(count_rows("msgs"), 0);
