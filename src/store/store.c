@@ -856,7 +856,7 @@ static int op_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 		return queue_del_one(s, op->s1, op->u64);
 	case OP_QUEUE_DEL_MANY:
 		for (uint32_t i = 0; i < op->u32; i++) {
-			if (queue_del_one(s, op->s1, op->data[i]) != 0) {
+			if (op->data[i] != 0 && queue_del_one(s, op->s1, op->data[i]) != 0) {
 				return -1;
 			}
 		}

@@ -166,6 +166,21 @@ void store_group_coalesce(nmq_store *s, store_op *batch)
 			}
 			k->op = NULL;
 			break;
+		case OP_QUEUE_DEL_MANY:
+			// As OP_QUEUE_DEL, seq by seq; a seq whose put is in the
+			// group becomes 0 (nothing to delete).
+			for (uint32_t i = 0; i < op->u32; i++) {
+				k = ckey_find(s, op->s1, op->data[i], &found);
+				if (k == NULL || !found || k->op == NULL) {
+					continue;
+				}
+				k->op->skip = true;
+				if (k->op->kind == OP_QUEUE_PUT) {
+					op->data[i] = 0;
+				}
+				k->op = NULL;
+			}
+			break;
 		case OP_SESSION_DEL:
 		case OP_QUEUE_READ:
 			// Rows of a session are read or deleted by SQL here: nothing

@@ -831,6 +831,29 @@ static void test_group_coalescing(void **state)
 	assert_int_equal(query_int("SELECT seq FROM queue WHERE cid = 'a'"), 5);
 	assert_int_equal(count_rows("msgs"), 1);
 	assert_int_equal(query_int("SELECT refs FROM msgs"), 1);
+
+	// A batched delete pairs seq by seq: c/1's put and state never reach
+	// the file, a/5 (committed before) is deleted, c/2 stays.
+	block_store_thread(s);
+	store_stats st2;
+	store_stats_get(s, &st2);
+	store_queue_put(s, "c", 1, m2, 1, false, NULL, 0, NULL, NULL);
+	store_queue_state(s, "c", 1, STORE_Q_SENT, 3, NULL, NULL);
+	store_queue_put(s, "c", 2, m2, 1, false, NULL, 0, NULL, NULL);
+	uint64_t dels[] = { 1, 5 };
+	store_queue_del_many(s, "c", dels, 1, NULL, NULL);
+	store_queue_del_many(s, "a", dels + 1, 1, NULL, NULL);
+	waiter_reset();
+	assert_int_equal(store_sync(s, on_done, NULL), NMQ_OK);
+	sem_post(&gate);
+	wait_calls(1);
+	assert_int_equal(W.errors, 0);
+	store_stats st3;
+	store_stats_get(s, &st3);
+	assert_int_equal(st3.coalesced - st2.coalesced, 2); // c/1's put and state
+	assert_int_equal(count_rows("queue"), 1);
+	assert_int_equal(query_int("SELECT seq FROM queue WHERE cid = 'c'"), 2);
+	assert_int_equal(count_rows("msgs"), 1); // m2 for c/2; m1 gone with a/5
 	store_close(s);
 	sem_destroy(&gate);
 	nmq_msg_release(m1);
