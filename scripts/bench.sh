@@ -30,7 +30,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 scenarios_all=(fanout_q0 fanout_q1 fanout_q0_20 fanout_q1_20 four_q0 four_q1 pairs_q1 pairs_q1_1hz
 	shared_q1 idle_10k startup tls_storm tls_storm_ec tls_resume tls_fanout_q0 tls_fanout_q1
 	tls_pairs_q1_1hz bridge_fwd_q1 bridge_drain_100k four_q1_scraped fanout_q1_scraped
-	store_fanout_q1 offline_q1 store_offline_q1)
+	four_q1_webhook four_q1_4k four_q1_4k_webhook store_fanout_q1 offline_q1 store_offline_q1)
 duration=10
 repeat=1
 brokers=nanomq,mosquitto
@@ -61,6 +61,10 @@ scenario_args() {
 	tls_pairs_q1_1hz) echo "TLS rsa pubsub --pubs 1000 --subs 1000 -t bench/pair/%i -q 1 -I 1000" ;;
 	shared_q1) echo "pubsub --pubs 1000 --subs 10 -t bench/sh/%i --sub-topic \$share/g/bench/sh/+ -q 1 -I 100" ;;
 	four_q1_scraped) echo "SCRAPE pubsub --pubs 4 --subs 4 -t bench/four -q 1 -I 0" ;;
+	# Webhooks on on_message_publish to a local receiver (ours only).
+	four_q1_webhook) echo "WEBHOOK pubsub --pubs 4 --subs 4 -t bench/four -q 1 -I 0" ;;
+	four_q1_4k) echo "pubsub --pubs 4 --subs 4 -t bench/four -q 1 -I 1" ;;
+	four_q1_4k_webhook) echo "WEBHOOK pubsub --pubs 4 --subs 4 -t bench/four -q 1 -I 1" ;;
 	# With the durable store (ours: sqlite, durability fsync; mosquitto:
 	# persistence true); OFFLINE first leaves 1,000 persistent sessions
 	# subscribed to bench/off/%i and disconnected.
@@ -98,6 +102,9 @@ scenario_doc() {
 	shared_q1) echo "1,000 publishers -> one 10-member shared subscription, QoS 1, 10 msg/s each" ;;
 	four_q1_scraped) echo "four_q1 with the REST API scraped every second (/prometheus, /clients); ours only" ;;
 	fanout_q1_scraped) echo "fanout_q1 with the REST API scraped every second (/prometheus, /clients); ours only" ;;
+	four_q1_webhook) echo "four_q1 with a webhook on on_message_publish to a local HTTP/1.1 receiver; ours only" ;;
+	four_q1_4k) echo "four_q1 paced at 1,000 msg/s per publisher (4,000 msg/s)" ;;
+	four_q1_4k_webhook) echo "four_q1_4k with the webhook of four_q1_webhook; ours only" ;;
 	idle_10k) echo "10,000 idle connections: connections/s and broker memory per connection" ;;
 	startup) echo "memory 2 s after start on the default configuration (scripts/startup-rss.sh)" ;;
 	store_fanout_q1) echo "store on: 1 publisher -> 1,000 persistent subscribers, QoS 1, flat out" ;;
@@ -259,6 +266,10 @@ start_broker() {
 			printf 'http_server { port = %s, ip_addr = 127.0.0.1, auth_type = no_auth }\n' \
 				"$hport" >>"$work/nanomq.conf"
 		fi
+		if [ -n "${BENCH_WEBHOOK_URL:-}" ]; then
+			printf 'webhook { url = "%s", events = [{ event = "on_message_publish" }] }\n' \
+				"$BENCH_WEBHOOK_URL" >>"$work/nanomq.conf"
+		fi
 		if [ -n "$tls" ]; then
 			cat >"$work/nanomq.conf" <<-EOF
 				listeners.tcp.bind = "127.0.0.1:$(free_port)"
@@ -349,7 +360,7 @@ run_one() {
 	fi
 	port=$(free_port)
 	read -r -a args <<<"$(scenario_args "$s")"
-	local tls="" tlsargs=() hport="" spid="" store="" offline=""
+	local tls="" tlsargs=() hport="" spid="" store="" offline="" hook="" rpid=""
 	if [ "${args[0]}" = STORE ]; then
 		store=1
 		args=("${args[@]:1}")
@@ -370,6 +381,36 @@ run_one() {
 		fi
 		hport=$(free_port)
 	fi
+	if [ "${args[0]}" = WEBHOOK ]; then
+		args=("${args[@]:1}")
+		if [ "$b" != nanomq ]; then
+			echo "== $s: skipped on $b (no webhooks)" >&2
+			return 0
+		fi
+		# The receiver: HTTP/1.1 with keep-alive, answers 200 to every
+		# POST, on the generator's CPU; the REST API gives the counters.
+		hook=$(free_port)
+		hport=$(free_port)
+		"${pin_gen[@]}" python3 -c '
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+    def log_message(self, *a):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+' "$hook" &
+		rpid=$!
+		for _ in $(seq 50); do
+			(exec 3<>"/dev/tcp/127.0.0.1/$hook") 2>/dev/null && break
+			sleep 0.1
+		done
+		BENCH_WEBHOOK_URL="http://127.0.0.1:$hook/hook"
+	fi
 	start_broker "$b" "$port" "$tls" "$hport" "$store" || return 0
 	if [ -n "$offline" ]; then
 		# The sessions: subscribe, then go away (clean start false).
@@ -380,7 +421,7 @@ run_one() {
 	# Bytes the broker writes to storage over the run (/proc/PID/io).
 	local wb0 wb1
 	wb0=$(awk '/^write_bytes/ {print $2}' "/proc/$bpid/io" 2>/dev/null || echo 0)
-	if [ -n "$hport" ]; then
+	if [ -n "$hport" ] && [ -z "$hook" ]; then
 		# The scraper: what a Prometheus server and a dashboard would do,
 		# once a second, on the generator's CPU.
 		"${pin_gen[@]}" bash -c 'while :; do
@@ -406,7 +447,15 @@ run_one() {
 		wait "$spid" 2>/dev/null || true
 	fi
 	wb1=$(awk '/^write_bytes/ {print $2}' "/proc/$bpid/io" 2>/dev/null || echo 0)
+	if [ -n "$hook" ]; then
+		echo "   webhook counters: $(curl -s "http://127.0.0.1:$hport/api/v4/webhook")" >&2
+	fi
 	stop_broker
+	if [ -n "$rpid" ]; then
+		kill "$rpid" 2>/dev/null || true
+		wait "$rpid" 2>/dev/null || true
+		BENCH_WEBHOOK_URL=""
+	fi
 	if [ -z "$line" ]; then
 		echo "bench.sh: $s on $b produced no report:" >&2
 		tail -5 "$work/gen.err" >&2
