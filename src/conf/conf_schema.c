@@ -335,8 +335,10 @@ const conf_key conf_schema[] = {
 	    .env = "NANOMQ_HTTP_SERVER_PARALLEL", .flat = "http_server.parallel",
 	    .type = CONF_T_INT, .store = CONF_ST_INT,
 	    CF(http_limit_conn), .def = "32", .min = 1, .max = 65535, .alias = "http_server.parallel",
-	    .help = "Connections served at the same time; further clients wait in the "
-	        "listening socket's backlog." },
+	    .help = "Requests in progress at the same time; further clients wait in the "
+	        "listening socket's backlog. A kept-alive connection idle between requests "
+	        "does not hold a place: the one idle the longest is closed for a waiting "
+	        "client." },
 	{ .path = "http_server.max_body", .type = CONF_T_SIZE, .store = CONF_ST_U32,
 	    CF(http_max_body), .def = "1MB", .min = 1, .max = MB256,
 	    .help = "Largest request body; a bigger one gets HTTP 400, code 108." },

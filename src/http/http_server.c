@@ -9,7 +9,8 @@
 // its slot for a bounded time; an idle keep-alive connection is closed
 // after idle_timeout_ms. At most limit_conn connections are open: beyond
 // that the listening socket is taken out of the loop and new clients wait
-// in the kernel's backlog.
+// in the kernel's backlog, unless a kept-alive connection is idle between
+// requests, which is then closed for the waiting client (idle_victim).
 //
 // With TLS (http_server_opts.tls) a connection starts in C_HANDSHAKE: the
 // handshake runs step by step as the socket allows (never blocking the
@@ -74,6 +75,7 @@ typedef struct hconn {
 	size_t               out_off;
 	uint64_t             deadline_ms; // 0: none
 	bool                 idle; // between requests (deadline is the idle one)
+	bool                 answered; // a reply went out: idle means kept alive
 	bool                 sent_continue;
 	bool                 close_after; // close once out is written
 	bool                 draining; // reply sent, write side shut: reading to discard
@@ -582,11 +584,13 @@ static bool conn_flush(http_server *hs, hconn *c)
 	}
 	// The reply is out: the connection is idle until the next request.
 	c->idle        = true;
+	c->answered    = true;
 	c->deadline_ms = now_ms() + hs->o.idle_timeout_ms;
 	if (c->st == C_WRITE) {
 		c->st = C_READ;
 		conn_watch(hs, c, EPOLLIN);
 	}
+	listen_resume(hs); // a client waiting in the backlog may take its place
 	return true;
 }
 
@@ -862,8 +866,25 @@ static void conn_handshake(http_server *hs, hconn *c)
 	conn_readable(hs, c);
 }
 
+// The kept-alive connection idle the longest (answered, nothing pending),
+// or NULL. Such a connection gives its slot to a new client, so that
+// limit_conn bounds the requests in progress rather than the keep-alive
+// connections that dashboards and scrapers leave open.
+static hconn *idle_victim(http_server *hs)
+{
+	hconn *v = NULL;
+	for (hconn *c = hs->conns; c != NULL; c = c->next) {
+		if (c->idle && c->answered && c->st == C_READ && c->in_len == 0 && !c->draining
+		    && (v == NULL || c->deadline_ms < v->deadline_ms)) {
+			v = c;
+		}
+	}
+	return v;
+}
+
 // Takes the listening socket out of the loop (new clients wait in the
-// backlog); listen_resume puts it back while there is a free slot.
+// backlog); listen_resume puts it back while there is a free slot or an
+// idle kept-alive connection to give up.
 static void listen_pause(http_server *hs)
 {
 	if (hs->listening) {
@@ -874,7 +895,7 @@ static void listen_pause(http_server *hs)
 
 static void listen_resume(http_server *hs)
 {
-	if (!hs->listening && hs->nconns < hs->o.limit_conn) {
+	if (!hs->listening && (hs->nconns < hs->o.limit_conn || idle_victim(hs) != NULL)) {
 		struct epoll_event ev = { .events = EPOLLIN, .data.ptr = LISTEN_TAG };
 		if (epoll_ctl(hs->efd, EPOLL_CTL_ADD, hs->lfd, &ev) == 0) {
 			hs->listening = true;
@@ -884,7 +905,13 @@ static void listen_resume(http_server *hs)
 
 static void accept_all(http_server *hs)
 {
-	while (hs->nconns < hs->o.limit_conn) {
+	for (;;) {
+		// Full: an idle kept-alive connection makes room for a waiting
+		// client; without one, new clients stay in the backlog.
+		hconn *victim = NULL;
+		if (hs->nconns >= hs->o.limit_conn && (victim = idle_victim(hs)) == NULL) {
+			break;
+		}
 		struct sockaddr_storage ss;
 		socklen_t               sl = sizeof(ss);
 		int                     fd
@@ -899,6 +926,11 @@ static void accept_all(http_server *hs)
 				listen_pause(hs);
 			}
 			return;
+		}
+		if (victim != NULL) {
+			log_debug(
+			    "http", "peer=%s event=idle_closed reason=limit_conn", victim->peer);
+			conn_close(hs, victim);
 		}
 		hconn *c = calloc(1, sizeof(*c));
 		if (c == NULL) {

@@ -59,7 +59,7 @@ enum http_auth_kind { HTTP_AUTH_BASIC = 0, HTTP_AUTH_JWT, HTTP_AUTH_NONE };
 typedef struct http_server_opts {
 	const char *ip_addr; // "0.0.0.0" if NULL
 	int         port;
-	int         limit_conn; // connections served at once; the rest wait
+	int         limit_conn; // connections at once; idle kept-alive ones make room
 	uint32_t    max_body; // bytes
 	uint32_t    max_head; // bytes of request line and headers (0: 16 KiB)
 	uint32_t    request_timeout_ms; // a request must arrive within (0: 10 s)

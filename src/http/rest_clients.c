@@ -231,10 +231,16 @@ static void h_subs_client(void *arg, const http_req *req, http_resp *r)
 	list_subs(arg, req, r, req->params[0]);
 }
 
-// Topic tree: one array per depth.
+// Topic tree: one array per depth, paged by node. Nodes are numbered in
+// the order of the walk; only those of the requested page are copied (the
+// callback runs under a shard's read lock, which holds off subscribes on
+// that shard, so the work done there is bounded by _limit).
 typedef struct tree_ctx {
 	cJSON *levels; // array of arrays
 	size_t roots; // first-level nodes
+	size_t seen; // nodes walked
+	size_t first; // first node of the page
+	size_t limit;
 	bool   oom;
 } tree_ctx;
 
@@ -247,6 +253,10 @@ static void tree_cb(void *arg, const char *level, size_t len, int depth, size_t 
 	}
 	if (depth == 1) {
 		t->roots++;
+	}
+	size_t idx = t->seen++;
+	if (idx < t->first || idx - t->first >= t->limit) {
+		return;
 	}
 	while (cJSON_GetArraySize(t->levels) <= depth) {
 		if (!cJSON_AddItemToArray(t->levels, cJSON_CreateArray())) {
@@ -281,8 +291,13 @@ static void tree_cb(void *arg, const char *level, size_t len, int depth, size_t 
 static void h_topic_tree(void *arg, const http_req *req, http_resp *r)
 {
 	rest_api *api = arg;
-	(void)req;
-	tree_ctx t = { cJSON_CreateArray(), 0, false };
+	long      page, limit;
+	if (!rest_paging(req, r, &page, &limit)) {
+		return;
+	}
+	tree_ctx t = { .levels = cJSON_CreateArray(),
+		.first         = (size_t)(page - 1) * (size_t)limit,
+		.limit         = (size_t)limit };
 	if (t.levels == NULL || !cJSON_AddItemToArray(t.levels, cJSON_CreateArray())) {
 		cJSON_Delete(t.levels);
 		r->oom = true;
@@ -298,7 +313,7 @@ static void h_topic_tree(void *arg, const http_req *req, http_resp *r)
 	cJSON_AddStringToObject(root, "topic", "");
 	cJSON_AddNumberToObject(root, "cld_cnt", (double)t.roots);
 	cJSON_AddItemToArray(cJSON_GetArrayItem(t.levels, 0), root);
-	rest_ok(r, t.levels);
+	paged_reply(r, t.levels, page, limit, (long)t.seen);
 }
 
 nmq_err rest_routes_clients(http_server *hs, rest_api *api)

@@ -242,6 +242,25 @@ class HttpApiTest(unittest.TestCase):
         self.assertIn("t60", [n["topic"] for n in levels[1]])
         plus = [n for n in levels[3] if n["topic"] == "+"]
         self.assertTrue(any("t60-subs" in n.get("clientid", []) for n in plus), levels)
+        # Paged by node: the pages together hold each node once.
+        for i in range(30):
+            c.subscribe("t60/pg/%d" % i, 0)
+        st, j = self.api.json("GET", "/api/v4/topic-tree")
+        total = j["meta"]["count"]
+        self.assertEqual(total, sum(len(lv) for lv in j["data"]) - 1)  # root not counted
+        self.assertGreaterEqual(total, 34)
+        seen = []
+        for page in range(1, total // 7 + 2):
+            st, j = self.api.json("GET", "/api/v4/topic-tree?_page=%d&_limit=7" % page)
+            self.assertEqual((st, j["meta"]["page"], j["meta"]["limit"]), (200, page, 7))
+            self.assertEqual(j["meta"]["count"], total)
+            self.assertEqual(j["data"][0][0]["topic"], "")  # the root, on every page
+            nodes = [(d, n["topic"]) for d, lv in enumerate(j["data"]) for n in lv if d > 0]
+            self.assertLessEqual(len(nodes), 7)
+            seen += nodes
+        self.assertEqual(len(seen), total)
+        self.assertEqual(sorted(t for d, t in seen if d == 3 and t.isdigit()),
+                         sorted(str(i) for i in range(30)))
 
     def test_publish_reaches_subscriber(self):
         sub = self.paho("t60-rx", version=5)

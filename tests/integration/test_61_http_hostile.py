@@ -132,6 +132,33 @@ class TestHostileBasic(ServerCase):
     HTTP_CONF = ("http_server { port = %(port)d, username = admin, password = pw-61, "
                  "max_body = 2KB, limit_conn = 4, request_timeout = 1s }\n")
 
+    def test_idle_keep_alive_connections_do_not_hold_slots(self):
+        # limit_conn (4) bounds requests in progress: four clients that
+        # made a request and keep their connection open do not keep a
+        # fifth waiting (the idle timeout is 60 s); the one idle longest
+        # gives up its connection.
+        kept = []
+        for _ in range(4):
+            c = http.client.HTTPConnection(nmq.HOST, self.http_port, timeout=5)
+            c.request("GET", "/api/v4/nodes", headers={"Authorization": AUTH})
+            r = c.getresponse()
+            r.read()
+            self.assertEqual(r.status, 200)
+            kept.append(c)
+            time.sleep(0.05)
+        t0 = time.monotonic()
+        for _ in range(3):
+            st, _, j = self.get("/api/v4/nodes")
+            self.assertEqual(st, 200)
+        self.assertLess(time.monotonic() - t0, 2)
+        # The newest kept connection still works.
+        kept[-1].request("GET", "/api/v4/nodes", headers={"Authorization": AUTH})
+        r = kept[-1].getresponse()
+        r.read()
+        self.assertEqual(r.status, 200)
+        for c in kept:
+            c.close()
+
     def test_slowloris(self):
         socks = []
         for _ in range(4):
