@@ -192,6 +192,8 @@ static int start_http(
 		.n_listeners   = srv->n_listeners,
 		.stop          = rest_stop,
 		.restart       = rest_restart,
+		.counters      = events_rest_http_auth_counters,
+		.counters_arg  = srv->hauth,
 	};
 	srv->rest = rest_api_alloc(srv->http, &env);
 	if (srv->rest == NULL || events_rest_routes(srv->http, srv->hook) != NMQ_OK

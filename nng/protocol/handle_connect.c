@@ -82,50 +82,13 @@ static void open_finish(nmq_proto *p, const session_open_res *so, const char *cl
 	}
 }
 
-// A CONNECT parked for the application's answer (proto_connect_defer).
-// The link holds one reference and the application one. mtx serializes
-// the answer's completion with the receive path (link_pending_hold) and
-// with the connection's end (link_pending_cancel): while the completion
-// runs, neither can touch the link.
-struct proto_pending {
-	pthread_mutex_t mtx;
-	atomic_int      refs;
-	_Atomic bool    answered; // completion done: frames go straight up
-	bool            stopped; // set before answered: the connection ended
-	nmq_link       *l; // mtx; NULL once the connection closed
-	nmq_proto      *p;
-	workq_job       job;
-	uint8_t         rc; // the answer
-	uint8_t        *frame; // copy of the CONNECT
-	size_t          len;
-	uint8_t        *held; // frames read meanwhile: [u32 length][bytes]...
-	size_t          held_len;
-	size_t          held_cap;
-};
-
-// What authenticate may defer: the link and the frame being handled.
+// What authenticate may park: the link and the frame being handled.
 typedef struct defer_ctx {
 	nmq_link      *l;
 	const uint8_t *frame;
 	size_t         len;
 	proto_pending *t;
 } defer_ctx;
-
-// Most bytes of frames held back behind a parked CONNECT.
-#define PENDING_HELD_MAX (256 * 1024)
-
-static int connect_run(nmq_link *l, const uint8_t *frame, size_t len, int answer);
-
-static void pending_release(proto_pending *t)
-{
-	if (atomic_fetch_sub(&t->refs, 1) != 1) {
-		return;
-	}
-	pthread_mutex_destroy(&t->mtx);
-	free(t->frame);
-	free(t->held);
-	free(t);
-}
 
 // Parks the CONNECT being handled; see proto.h.
 proto_pending *proto_connect_defer(const proto_client_info *info)
@@ -134,126 +97,19 @@ proto_pending *proto_connect_defer(const proto_client_info *info)
 	if (d == NULL || d->t != NULL) {
 		return NULL;
 	}
-	nmq_link      *l = d->l;
-	proto_pending *t = calloc(1, sizeof(*t));
-	if (t != NULL) {
-		t->frame = malloc(d->len);
-	}
-	if (t == NULL || t->frame == NULL) {
-		proto_count_alloc_failure(l->p, "connect_defer");
-		free(t);
-		return NULL;
-	}
-	memcpy(t->frame, d->frame, d->len);
-	t->len = d->len;
-	t->l   = l;
-	t->p   = l->p;
-	pthread_mutex_init(&t->mtx, NULL);
-	atomic_init(&t->refs, 2); // the link's and the application's
-	atomic_init(&t->answered, false);
-	d->t = t;
-	return t;
-}
-
-// Completes a parked CONNECT on a worker: the answer, then the frames
-// held meanwhile, then reading again.
-static void pending_job(workq_job *job)
-{
-	proto_pending *t = (proto_pending *)((char *)job - offsetof(proto_pending, job));
-	pthread_mutex_lock(&t->mtx);
-	nmq_link *l = t->l;
-	if (l != NULL) {
-		int r = connect_run(l, t->frame, t->len, t->rc);
-		for (size_t off = 0; r == 0 && off + 4 <= t->held_len;) {
-			uint32_t n;
-			memcpy(&n, t->held + off, 4);
-			r = link_dispatch(l, t->held + off + 4, n);
-			off += 4 + (size_t)n;
-		}
-		if (r == 0) {
-			conn_set_rx_paused(l->conn, false);
-		}
-		t->stopped = r != 0;
-	}
-	free(t->held);
-	t->held     = NULL;
-	t->held_len = 0;
-	atomic_store(&t->answered, true);
-	pthread_mutex_unlock(&t->mtx);
-	pending_release(t); // the application's
-}
-
-// Answers a parked CONNECT; see proto.h.
-void proto_connect_resume(proto_pending *t, uint8_t rc)
-{
-	t->rc     = rc == PROTO_AUTH_PENDING ? MQTT_RC_SERVER_UNAVAILABLE : rc;
-	t->job.fn = pending_job;
-	workq_post(t->p->wq, &t->job);
-}
-
-// Holds a frame behind a parked CONNECT; see link.h.
-int link_pending_hold(nmq_link *l, const uint8_t *frame, size_t len)
-{
-	proto_pending *t = l->pending;
-	if (atomic_load(&t->answered)) {
-		return t->stopped ? -1 : 0;
-	}
-	pthread_mutex_lock(&t->mtx);
-	if (atomic_load(&t->answered)) {
-		pthread_mutex_unlock(&t->mtx);
-		return t->stopped ? -1 : 0;
-	}
-	size_t need = t->held_len + 4 + len;
-	if (need > PENDING_HELD_MAX || len > UINT32_MAX) {
-		pthread_mutex_unlock(&t->mtx);
-		log_info("conn", "peer=%s reason=too_much_before_connack held=%zu",
-		    conn_peer(l->conn), t->held_len);
-		conn_close(l->conn);
-		return -1;
-	}
-	if (need > t->held_cap) {
-		size_t   cap = need < 4096 ? 4096 : need * 2;
-		uint8_t *b   = realloc(t->held, cap);
-		if (b == NULL) {
-			pthread_mutex_unlock(&t->mtx);
-			proto_count_alloc_failure(l->p, "connect_held_frame");
-			conn_close(l->conn);
-			return -1;
-		}
-		t->held     = b;
-		t->held_cap = cap;
-	}
-	uint32_t n = (uint32_t)len;
-	memcpy(t->held + t->held_len, &n, 4);
-	memcpy(t->held + t->held_len + 4, frame, len);
-	t->held_len = need;
-	pthread_mutex_unlock(&t->mtx);
-	return 1;
-}
-
-// The connection closed; see link.h.
-void link_pending_cancel(nmq_link *l)
-{
-	proto_pending *t = l->pending;
-	if (t == NULL) {
-		return;
-	}
-	pthread_mutex_lock(&t->mtx);
-	t->l = NULL;
-	pthread_mutex_unlock(&t->mtx);
-	l->pending = NULL;
-	pending_release(t); // the link's
+	d->t = link_park(d->l, true, d->frame, d->len, NULL, 0);
+	return d->t;
 }
 
 // Handles the first packet of a connection, which must be CONNECT.
 int handle_connect(nmq_link *l, const uint8_t *frame, size_t len)
 {
-	return connect_run(l, frame, len, -1);
+	return link_connect_run(l, frame, len, -1);
 }
 
 // Handles a CONNECT; answer is the application's answer to a parked
-// CONNECT, or -1 to ask it.
-static int connect_run(nmq_link *l, const uint8_t *frame, size_t len, int answer)
+// CONNECT (a reason code, maybe with PROTO_AUTH_SUPERUSER), or -1 to ask.
+int link_connect_run(nmq_link *l, const uint8_t *frame, size_t len, int answer)
 {
 	nmq_proto  *p = l->p;
 	mqtt_packet pk;
@@ -340,13 +196,13 @@ static int connect_run(nmq_link *l, const uint8_t *frame, size_t len, int answer
 	info.local_port          = ln != NULL ? (uint16_t)listener_port(ln) : 0;
 	defer_ctx dc             = { .l = l, .frame = frame, .len = len, .t = NULL };
 	info.defer_ctx           = answer < 0 ? &dc : NULL;
-	uint8_t arc = answer < 0 ? p->ops->authenticate(p->app, &info) : (uint8_t)answer;
+	bool super               = answer >= 0 && (answer & PROTO_AUTH_SUPERUSER) != 0;
+	info.superuser           = &super;
+	uint8_t arc = answer < 0 ? p->ops->authenticate(p->app, &info) : (uint8_t)(answer & 0xFF);
 	if (arc == PROTO_AUTH_PENDING) {
 		if (dc.t != NULL) {
-			// Parked: reading pauses after this batch; frames already
-			// read are held (link_frame) until the answer.
-			__atomic_store_n(&l->pending, dc.t, __ATOMIC_RELEASE);
-			conn_set_rx_paused(l->conn, true);
+			// Parked (link_park): reading paused; frames already read
+			// are held (link_frame) until the answer.
 			free(client_id);
 			return 0;
 		}
@@ -456,6 +312,8 @@ static int connect_run(nmq_link *l, const uint8_t *frame, size_t len, int answer
 	nmq_session *s = so.s; // locked, held for this link
 	l->session     = s;
 	l->connected   = true;
+	l->superuser   = arc == 0 && super;
+	l->local_port  = info.local_port;
 	if (username != NULL) {
 		l->username = username;
 		if (session_owned_by(s, owner, owner_len)) {

@@ -186,8 +186,9 @@ void link_ack(nmq_link *l, const mqtt_packet *pkt, bool stored)
 	atomic_fetch_add_explicit(&p->m.acks_after_store, 1, memory_order_relaxed);
 }
 
-// Handles one PUBLISH. Returns 0, or -1 when the connection is ended.
-int handle_publish(nmq_link *l, const mqtt_packet *pk)
+// Handles one PUBLISH (verdicts: the acl_ask answer when replayed). Returns
+// 0, or -1 when the connection is ended.
+int handle_publish(nmq_link *l, const mqtt_packet *pk, const int *verdicts)
 {
 	nmq_proto          *p     = l->p;
 	nmq_session        *s     = l->session;
@@ -256,6 +257,20 @@ int handle_publish(nmq_link *l, const mqtt_packet *pk)
 		return -1;
 	}
 
+	// The application's external ACL: it may park this PUBLISH (and
+	// everything the client sends after it) until it knows.
+	proto_who who = { nmq_session_client_id(s), l->username, conn_peer(l->conn), PROTO_ACL_NONE,
+		l->superuser, l->ver, l->local_port };
+	if (verdicts != NULL) {
+		who.acl = verdicts[0];
+	} else {
+		who.acl = link_acl_ask(
+		    l, &who, PROTO_ACCESS_PUBLISH, (const char *)topic.p, topic.len, NULL, 0);
+		if (who.acl == PROTO_AUTH_PENDING) {
+			return 0;
+		}
+	}
+
 	// Whether routing this message writes to the store (its ack then
 	// waits for the commit): forget what an earlier upcall noted.
 	(void)proto_store_take_noted();
@@ -295,9 +310,8 @@ int handle_publish(nmq_link *l, const mqtt_packet *pk)
 		link_fail(l, MQTT_RC_UNSPECIFIED);
 		return -1;
 	}
-	proto_who who = { nmq_session_client_id(s), l->username, conn_peer(l->conn) };
-	int       rv  = p->ops->route(p->app, s, &who, m);
-	uint8_t   rc  = (uint8_t)(rv & 0xFF);
+	int     rv = p->ops->route(p->app, s, &who, m);
+	uint8_t rc = (uint8_t)(rv & 0xFF);
 	nmq_msg_release(m);
 	bool         stored    = proto_store_take_noted();
 	nmq_session *congested = session_congestion_take();

@@ -42,8 +42,41 @@ static bool filters_well_formed(nmq_link *l, const mqtt_packet *pk)
 	return !more;
 }
 
-// Handles one SUBSCRIBE. Returns 0, or -1 when the connection is ended.
-int handle_subscribe(nmq_link *l, const mqtt_packet *pk)
+// Asks acl_ask about the filters from n_known on into verdicts (n slots;
+// those before n_known are given). Returns 0 when every one is answered,
+// 1 when the packet was parked.
+static int ask_filters(nmq_link *l, const mqtt_subscribe *sub, const proto_who *who, int *verdicts,
+    uint32_t n, uint32_t n_known)
+{
+	mqtt_sub_iter it;
+	mqtt_bytes    f;
+	mqtt_sub_opts o;
+	uint32_t      i = 0;
+	mqtt_sub_iter_init(&it, sub, l->ver);
+	while (i < n && mqtt_sub_iter_next(&it, &f, &o)) {
+		if (i >= n_known) {
+			if (!proto_topic_within_limits(l->p, f.p, f.len)) {
+				verdicts[i] = PROTO_ACL_NONE; // refused for its size
+			} else {
+				verdicts[i] = link_acl_ask(l, who, PROTO_ACCESS_SUBSCRIBE,
+				    (const char *)f.p, f.len, verdicts, i);
+				if (verdicts[i] == PROTO_AUTH_PENDING) {
+					return 1;
+				}
+			}
+		}
+		i++;
+	}
+	for (; i < n; i++) {
+		verdicts[i] = PROTO_ACL_NONE;
+	}
+	return 0;
+}
+
+// Handles one SUBSCRIBE (verdicts[0..n_known): the acl_ask answers of its
+// first filters when replayed). Returns 0, or -1 when the connection is
+// ended.
+int handle_subscribe(nmq_link *l, const mqtt_packet *pk, const int *verdicts, uint32_t n_known)
 {
 	nmq_proto            *p   = l->p;
 	nmq_session          *s   = l->session;
@@ -59,12 +92,29 @@ int handle_subscribe(nmq_link *l, const mqtt_packet *pk)
 	}
 	uint8_t *codes   = malloc(n);
 	bool    *existed = malloc(n * sizeof(bool));
-	if (codes == NULL || existed == NULL) {
+	int     *acl     = malloc(((size_t)n + 1) * sizeof(int));
+	if (codes == NULL || existed == NULL || acl == NULL) {
 		proto_count_alloc_failure(p, "subscribe");
 		free(codes);
 		free(existed);
+		free(acl);
 		link_fail(l, MQTT_RC_UNSPECIFIED);
 		return -1;
+	}
+	proto_who who = { nmq_session_client_id(s), l->username, conn_peer(l->conn), PROTO_ACL_NONE,
+		l->superuser, l->ver, l->local_port };
+	if (n_known > n) {
+		n_known = n;
+	}
+	if (n_known > 0) {
+		memcpy(acl, verdicts, n_known * sizeof(int));
+	}
+	if (p->ops->acl_ask != NULL && ask_filters(l, sub, &who, acl, n, n_known) != 0) {
+		// Parked until the application knows; nothing done yet.
+		free(codes);
+		free(existed);
+		free(acl);
+		return 0;
 	}
 	uint32_t sub_id = 0;
 	if (l->ver == MQTT_PROTO_V5
@@ -78,7 +128,6 @@ int handle_subscribe(nmq_link *l, const mqtt_packet *pk)
 	mqtt_sub_opts o;
 	uint32_t      i    = 0;
 	uint8_t       kick = 0;
-	proto_who     who  = { nmq_session_client_id(s), l->username, conn_peer(l->conn) };
 	mqtt_sub_iter_init(&it, sub, l->ver);
 	while (i < n && mqtt_sub_iter_next(&it, &f, &o)) {
 		existed[i] = false;
@@ -94,6 +143,7 @@ int handle_subscribe(nmq_link *l, const mqtt_packet *pk)
 			// [MQTT-3.8.3-4]
 			free(codes);
 			free(existed);
+			free(acl);
 			link_fail(l, MQTT_RC_PROTOCOL_ERROR);
 			return -1;
 		}
@@ -103,6 +153,7 @@ int handle_subscribe(nmq_link *l, const mqtt_packet *pk)
 		so.retain_as_published = l->ver == MQTT_PROTO_V5 && o.retain_as_published;
 		so.retain_handling     = l->ver == MQTT_PROTO_V5 ? o.retain_handling : 0;
 		so.sub_id              = sub_id;
+		who.acl                = p->ops->acl_ask != NULL ? acl[i] : PROTO_ACL_NONE;
 		int rv                 = p->ops->subscribe(
 		                    p->app, s, &who, (const char *)f.p, f.len, &so, &existed[i]);
 		uint8_t rc = (uint8_t)(rv & 0xFF);
@@ -124,6 +175,7 @@ int handle_subscribe(nmq_link *l, const mqtt_packet *pk)
 	if (kick != 0) {
 		free(codes);
 		free(existed);
+		free(acl);
 		link_fail(l, kick);
 		return -1;
 	}
@@ -144,6 +196,7 @@ int handle_subscribe(nmq_link *l, const mqtt_packet *pk)
 	}
 	free(codes);
 	free(existed);
+	free(acl);
 	return 0;
 }
 

@@ -561,14 +561,18 @@ int link_dispatch(nmq_link *l, const uint8_t *frame, size_t len)
 	}
 	switch (pk.type) {
 	case MQTT_PUBLISH:
-		return handle_publish(l, &pk);
+		l->cur_frame = frame; // acl_ask may park it
+		l->cur_len   = len;
+		return handle_publish(l, &pk, NULL);
 	case MQTT_PUBACK:
 	case MQTT_PUBREC:
 	case MQTT_PUBREL:
 	case MQTT_PUBCOMP:
 		return handle_pub_ack(l, &pk);
 	case MQTT_SUBSCRIBE:
-		return handle_subscribe(l, &pk);
+		l->cur_frame = frame;
+		l->cur_len   = len;
+		return handle_subscribe(l, &pk, NULL, 0);
 	case MQTT_UNSUBSCRIBE:
 		return handle_unsubscribe(l, &pk);
 	case MQTT_PINGREQ: {

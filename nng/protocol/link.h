@@ -37,13 +37,17 @@ struct nmq_link {
 	// (incremented on rx, decremented by the job that sends them): while
 	// any waits, later acks go behind it (link_ack).
 	atomic_uint acks_waiting;
-	// A CONNECT parked for the application's answer (atomic pointer; the
-	// link holds one reference until it is freed). NULL: none.
+	// The parking token (link_park.c): made at the first CONNECT or
+	// packet parked for the application's answer, then kept (atomic
+	// pointer; the link holds one reference until it closes). NULL: none.
 	proto_pending *pending;
+	const uint8_t *cur_frame; // rx: the frame being handled (link_dispatch)
+	size_t         cur_len; // rx
 	uint32_t       will_delay_s; // rx
 	uint32_t       client_max_packet; // s (read-mostly after CONNECT)
 	uint32_t       links_idx; // position in p->links (links_mtx)
 	uint16_t       keepalive; // rx
+	uint16_t       local_port; // rx: the accepting listener's port (0: unknown)
 	uint16_t       in_alias_max; // rx
 	uint16_t       client_receive_max; // s
 	uint16_t       client_alias_max; // s
@@ -59,6 +63,7 @@ struct nmq_link {
 	bool           detached; // rx path: link_detach() done
 	bool           username_shared; // username points into the session
 	bool           tx_too_large; // tx lock: a packet did not fit client_max_packet
+	bool           superuser; // rx: the application marked the client at CONNECT
 };
 
 // Writing control packets (caller holds the session lock if attached, or
@@ -102,19 +107,47 @@ extern nmq_session *const LINK_BP_MEMORY;
 // The packet handlers, on the receive path. Each returns 0, or -1 when
 // the connection is ended (the conn_ops.frame contract).
 int handle_connect(nmq_link *l, const uint8_t *frame, size_t len);
-// A frame that arrived while l's CONNECT is parked (link_frame): held, in
-// order, and handed up once the CONNECT is accepted. Returns 1 (held), 0
-// (not parked any more: handle it now) or -1 (too much held: closed).
+// handle_connect with the application's answer to a parked CONNECT
+// (answer >= 0: a reason code, maybe with PROTO_AUTH_SUPERUSER) or -1.
+int link_connect_run(nmq_link *l, const uint8_t *frame, size_t len, int answer);
+
+// Parking (link_park.c, decisions/0018 and 0022). link_park copies the
+// packet being handled (frame, len; a CONNECT when connect, else a
+// PUBLISH or SUBSCRIBE with the n_known answers already given for its
+// first topics), pauses reading and returns the token to hand to the
+// application, or NULL when memory runs out (counted and logged). Called
+// on the receive path, or from a replay; the handler then returns 0 at
+// once and touches the link no more. The answer (proto_connect_resume,
+// proto_acl_resume) replays the packet on a worker, then the frames held
+// meanwhile, in order.
+proto_pending *link_park(nmq_link *l, bool connect, const uint8_t *frame, size_t len,
+    const int *verdicts, uint32_t n_known);
+// A frame that arrived while a packet of l is parked (link_frame): held, in
+// order, and handed up after the parked one. Returns 1 (held), 0 (not
+// parked any more: handle it now) or -1 (too much held, or a replay ended
+// the connection: closed).
 int link_pending_hold(nmq_link *l, const uint8_t *frame, size_t len);
-// The connection closed (link_closed): a parked CONNECT is cancelled and
+// The connection closed (link_closed): a parked packet is forgotten and
 // the link's reference dropped.
 void link_pending_cancel(nmq_link *l);
 // Hands a frame up as link_frame does (the replay of held frames).
 int link_dispatch(nmq_link *l, const uint8_t *frame, size_t len);
-int handle_publish(nmq_link *l, const mqtt_packet *pkt);
+// Replays a parked PUBLISH or SUBSCRIBE: verdicts[0..n_known) and answer
+// (for topic n_known) stand for the application's acl_ask answers.
+int link_replay(nmq_link *l, const uint8_t *frame, size_t len, const int *verdicts,
+    uint32_t n_known, int answer);
+// Asks the application's acl_ask about topic number idx of the packet being
+// handled (verdicts[0..idx) the answers for the topics before it). Returns
+// the answer (PROTO_ACL_NONE, PROTO_ACL_ALLOW or a refusing code), or
+// PROTO_AUTH_PENDING when the packet was parked (return 0 at once).
+int link_acl_ask(nmq_link *l, const proto_who *who, uint8_t access, const char *topic, size_t len,
+    const int *verdicts, uint32_t idx);
+// verdicts: the acl_ask answers of each topic when replaying (NULL: ask).
+int handle_publish(nmq_link *l, const mqtt_packet *pkt, const int *verdicts);
 // PUBACK, PUBREC, PUBREL and PUBCOMP (handle_publish.c).
 int handle_pub_ack(nmq_link *l, const mqtt_packet *pkt);
-int handle_subscribe(nmq_link *l, const mqtt_packet *pkt);
+// verdicts[0..n_known): the acl_ask answers of the first filters (replay).
+int handle_subscribe(nmq_link *l, const mqtt_packet *pkt, const int *verdicts, uint32_t n_known);
 int handle_unsubscribe(nmq_link *l, const mqtt_packet *pkt);
 int handle_disconnect(nmq_link *l, const mqtt_packet *pkt);
 

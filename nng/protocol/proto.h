@@ -80,6 +80,9 @@ typedef struct proto_client_info {
 	uint16_t local_port; // the accepting listener's port; 0 if unknown
 	// The protocol layer's own (for proto_connect_defer); not for the app.
 	void *defer_ctx;
+	// Out: authenticate sets *superuser = true to mark an accepted client
+	// as a superuser (proto_who.superuser of its packets).
+	bool *superuser;
 } proto_client_info;
 
 // Returned by authenticate when the answer comes later (after
@@ -95,12 +98,15 @@ typedef struct proto_pending proto_pending;
 // proto_connect_resume. Returns the token, or NULL when memory runs out
 // (counted and logged; then answer at once).
 proto_pending *proto_connect_defer(const proto_client_info *info);
+// OR'd into proto_connect_resume's rc 0: the client is a superuser.
+#define PROTO_AUTH_SUPERUSER 0x100
 // Answers a parked CONNECT: rc 0 accepts (the CONNECT then completes as
-// if authenticate had returned 0), anything else refuses with that MQTT 5
-// reason. Any thread, exactly once per token (which it consumes); the
-// work is posted to a worker. The client may have gone meanwhile: then
-// nothing happens. Call before proto_free.
-void proto_connect_resume(proto_pending *t, uint8_t rc);
+// if authenticate had returned 0; with PROTO_AUTH_SUPERUSER the client is
+// a superuser), anything else refuses with that MQTT 5 reason. Any
+// thread, exactly once per park (the answer consumes it); the work is
+// posted to a worker. The client may have gone meanwhile: then nothing
+// happens. Call before proto_free.
+void proto_connect_resume(proto_pending *t, int rc);
 
 // Who is acting: the client of the connection that sent a PUBLISH or
 // SUBSCRIBE. NUL-terminated strings, valid during the callback; username is
@@ -109,7 +115,36 @@ typedef struct proto_who {
 	const char *client_id;
 	const char *username;
 	const char *peer;
+	// The acl_ask answer for the topic being routed or subscribed:
+	// PROTO_ACL_NONE (the application's usual checks apply),
+	// PROTO_ACL_ALLOW, or a refusing reason code (>= 0x80).
+	int      acl;
+	bool     superuser; // marked at CONNECT (proto_client_info.superuser)
+	uint8_t  proto_ver; // 3, 4 or 5; 0 when not a client connection
+	uint16_t local_port; // the accepting listener's port; 0 if unknown
 } proto_who;
+
+// acl_ask answers (and proto_who.acl), besides refusing reason codes.
+#define PROTO_ACL_NONE  0
+#define PROTO_ACL_ALLOW 1
+// acl_ask access kinds.
+#define PROTO_ACCESS_SUBSCRIBE 1
+#define PROTO_ACCESS_PUBLISH   2
+
+// Called from acl_ask (only there) before it returns PROTO_AUTH_PENDING:
+// the PUBLISH or SUBSCRIBE is parked (copied; reading from the client
+// paused and any frame already read held back) until proto_acl_resume.
+// Returns the token, or NULL when memory runs out (counted and logged;
+// then answer at once).
+proto_pending *proto_acl_defer(void *defer_ctx);
+// Answers a parked PUBLISH or SUBSCRIBE for the topic acl_ask was asked
+// about: PROTO_ACL_ALLOW or a refusing reason code (anything else counts
+// as 0x80). The packet is then handled again from its copy, on a worker,
+// with that answer in proto_who.acl (SUBSCRIBE: acl_ask is asked about
+// the filters after it), then the frames held meanwhile, in order. Any
+// thread, exactly once per park. The client may have gone meanwhile: then
+// nothing happens. Call before proto_free.
+void proto_acl_resume(proto_pending *t, int verdict);
 
 // OR'd into a refusing reason code returned by route or subscribe: after
 // answering with the reason, end the connection (v5 DISCONNECT with that
@@ -128,6 +163,15 @@ typedef struct proto_app_ops {
 	// Returns 0 to accept, or an MQTT 5 reason code (0x86, 0x87, ...), or
 	// PROTO_AUTH_PENDING after proto_connect_defer(info).
 	uint8_t (*authenticate)(void *app, const proto_client_info *info);
+	// Optional (NULL: never asked). Asked on the receive path about the
+	// topic of each PUBLISH (access PROTO_ACCESS_PUBLISH, before route)
+	// and about each filter of a SUBSCRIBE (PROTO_ACCESS_SUBSCRIBE, in
+	// order, before any of them is subscribed). Returns PROTO_ACL_NONE,
+	// PROTO_ACL_ALLOW or a refusing reason code, which route / subscribe
+	// then find in who->acl; or PROTO_AUTH_PENDING after
+	// proto_acl_defer(defer_ctx). Must not block.
+	int (*acl_ask)(void *app, const proto_who *who, uint8_t access, const char *topic,
+	    size_t len, void *defer_ctx);
 	// Routes a message published by `from` through the connection of
 	// `who` (both NULL for wills and system messages); the message
 	// reference is borrowed. Returns 0, or an MQTT 5 reason code for the

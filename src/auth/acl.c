@@ -933,6 +933,23 @@ int acl_check_read(const acl *a, const acl_client *who, const char *topic, size_
 	return rv == ACL_NOMATCH ? a->no_match : rv;
 }
 
+// acl_check_read without no_match (see acl.h).
+int acl_match_read(const acl *a, const acl_client *who, const char *topic, size_t len)
+{
+	acl_client nobody = { "", NULL, NULL };
+
+	if (a == NULL || !a->enabled) {
+		return ACL_NOMATCH;
+	}
+	if (who == NULL) {
+		who = &nobody;
+	}
+	if (topic == NULL || len == 0 || !mqtt_topic_name_valid((const uint8_t *)topic, len)) {
+		return ACL_DENY;
+	}
+	return first_match(a, who, ACL_SUBSCRIBE, topic, len);
+}
+
 // Returns whether some topic name matches both filters (see acl.h).
 bool acl_filters_overlap(const char *x, size_t xlen, const char *y, size_t ylen)
 {

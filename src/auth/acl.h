@@ -125,6 +125,9 @@ int acl_check(const acl *a, const acl_client *who, int action, const char *topic
 // (one holding '+', '#' or NUL) is denied.
 int acl_check_read(const acl *a, const acl_client *who, const char *topic, size_t len);
 
+// acl_check_read() without the no_match default: ACL_NOMATCH when no rule
+// matches (and for a NULL or disabled acl).
+int acl_match_read(const acl *a, const acl_client *who, const char *topic, size_t len);
 // Returns false only when acl_check_read(a, who, t) is ACL_ALLOW for every
 // topic name t that the filter (len bytes, maybe "$share/g/...", whose
 // prefix is removed) matches; true when some such t could be denied, or

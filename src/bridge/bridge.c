@@ -965,9 +965,9 @@ static bool publish_local(bridge *b, const conf_bridge *cfg, const mqtt_publish 
 	if (m == NULL) {
 		return false;
 	}
-	proto_who who
-	    = { cfg->clientid != NULL ? cfg->clientid : b->host_id, cfg->username, b->server_now };
-	int rc = broker_sink_publish(b->set->env.broker, &b->self, &who, m);
+	proto_who who = { cfg->clientid != NULL ? cfg->clientid : b->host_id, cfg->username,
+		b->server_now, PROTO_ACL_NONE, false, 0, 0 };
+	int       rc  = broker_sink_publish(b->set->env.broker, &b->self, &who, m);
 	nmq_msg_release(m);
 	if (rc != 0) {
 		log_info_rl("bridge", "bridge=%s event=inbound_refused reason=0x%02x", b->name, rc);

@@ -46,6 +46,7 @@ typedef struct sess_ident {
 	const char *cid; // the client id it was captured for
 	const char *username; // NULL: none
 	const char *peer;
+	bool        super; // a superuser (http_auth super_req): reads everything
 	char        text[];
 } sess_ident;
 
@@ -114,10 +115,18 @@ struct nmq_broker {
 	uint32_t        obs_mask;
 	nmq_store      *store; // the durable store, NULL when off
 
-	// The external authenticator: set before clients connect.
+	// The external authenticator and ACL: set before clients connect.
 	broker_authn_fn authn_fn;
 	void           *authn_arg;
+	broker_acl_fn   acl_fn;
+	void           *acl_arg;
 };
+
+void broker_set_acl_checker(nmq_broker *b, broker_acl_fn fn, void *arg)
+{
+	b->acl_fn  = fn;
+	b->acl_arg = arg;
+}
 
 void broker_set_authenticator(nmq_broker *b, broker_authn_fn fn, void *arg)
 {
@@ -193,7 +202,8 @@ static sess_ident *ident_alloc(const char *cid, const char *user, size_t ulen, c
 		return NULL;
 	}
 	atomic_init(&id->refs, 1);
-	char *p = id->text;
+	id->super = false;
+	char *p   = id->text;
 	memcpy(p, cid, cl + 1);
 	id->cid = p;
 	p += cl + 1;
@@ -383,9 +393,9 @@ static void restamp_locked(nmq_broker *b, sess_subs *ss, const acl *a, uint32_t 
 		c.peer     = id->peer;
 	}
 	for (size_t i = 0; i < ss->n; i++) {
-		sub_rec *r = &ss->v[i];
-		uint32_t st
-		    = id != NULL && acl_enabled(a) && !acl_filter_may_deny(a, &c, r->filter, r->len)
+		sub_rec *r  = &ss->v[i];
+		uint32_t st = id != NULL && acl_enabled(a)
+		        && (id->super || !acl_filter_may_deny(a, &c, r->filter, r->len))
 		    ? epoch
 		    : 0;
 		if (st == r->stamp || (st == 0 && r->stamp != epoch)) {
@@ -912,9 +922,12 @@ static void ident_adopt(nmq_broker *b, nmq_session *s, const char *username, con
 	}
 	pthread_mutex_lock(&ss->mtx);
 	if (!ss->dead) {
-		sess_ident *old          = ss->ident;
-		bool        user_changed = old == NULL || !same_user(old, id->username);
-		bool        peer_changed = old == NULL || strcmp(old->peer, id->peer) != 0;
+		sess_ident *old = ss->ident;
+		if (old != NULL && same_user(old, id->username)) {
+			id->super = old->super; // not shared yet: writable
+		}
+		bool user_changed = old == NULL || !same_user(old, id->username);
+		bool peer_changed = old == NULL || strcmp(old->peer, id->peer) != 0;
 		if (user_changed || peer_changed) {
 			id = ident_set_locked(b, ss, id);
 			// The proofs were made for the old identity. The ACL is read
@@ -936,10 +949,23 @@ static void ident_adopt(nmq_broker *b, nmq_session *s, const char *username, con
 }
 
 // Asks the ACL; returns true if allowed. *disconnect says whether a denial
-// ends the connection (auth.deny_action).
+// ends the connection (auth.deny_action). An answer of acl_ask (who->acl:
+// a superuser, or the external ACL) stands in for the rules.
 static bool acl_allows(nmq_broker *b, const proto_who *who, int action, const char *topic,
     size_t len, bool *disconnect)
 {
+	if (who->acl == PROTO_ACL_ALLOW) {
+		*disconnect = false;
+		return true;
+	}
+	if (who->acl != PROTO_ACL_NONE) {
+		auth_ctx_release(auth_get(b, NULL, disconnect, NULL));
+		log_info_rl("acl",
+		    "client_id=%s peer=%s action=%s topic=%.*s event=denied source=acl_req",
+		    who->client_id, who->peer, action == ACL_PUBLISH ? "publish" : "subscribe",
+		    (int)(len > 200 ? 200 : len), topic);
+		return false;
+	}
 	if (!b->acl_active) {
 		*disconnect = false;
 		return true;
@@ -955,6 +981,32 @@ static bool acl_allows(nmq_broker *b, const proto_who *who, int action, const ch
 		return false;
 	}
 	return true;
+}
+
+// proto_app_ops.acl_ask: a superuser may do anything; otherwise, with an
+// external ACL, a topic that no file rule matches is left to it (it may
+// park the packet). Everything else is decided in route / subscribe.
+static int b_acl_ask(
+    void *app, const proto_who *who, uint8_t access, const char *topic, size_t len, void *defer_ctx)
+{
+	nmq_broker *b = app;
+	if (who->superuser) {
+		return PROTO_ACL_ALLOW;
+	}
+	if (b->acl_fn == NULL) {
+		return PROTO_ACL_NONE;
+	}
+	if (b->acl_active) {
+		auth_ctx  *a = auth_get(b, NULL, NULL, NULL);
+		acl_client c = { who->client_id, who->username, who->peer };
+		int        m = acl_match(auth_ctx_acl(a), &c,
+                    access == PROTO_ACCESS_PUBLISH ? ACL_PUBLISH : ACL_SUBSCRIBE, topic, len);
+		auth_ctx_release(a);
+		if (m != ACL_NOMATCH) {
+			return PROTO_ACL_NONE; // a file rule decides
+		}
+	}
+	return b->acl_fn(b->acl_arg, who, access, topic, len, defer_ctx);
 }
 
 // The read-access check of one routed message (only when an ACL is in
@@ -977,11 +1029,20 @@ static bool may_read(read_check *rc, nmq_session *s)
 	}
 	sess_ident *id = ident_get(rc->b, s);
 	int         d  = ACL_DENY; // no identity: the session has ended
-	if (id != NULL) {
+	if (id != NULL && id->super) {
+		d = ACL_ALLOW;
+	} else if (id != NULL) {
 		acl_client c = { nmq_session_client_id(s), id->username, id->peer };
-		d            = acl_check_read(auth_ctx_acl(rc->auth), &c, rc->topic, rc->len);
-		ident_release(id);
+		if (rc->b->acl_fn != NULL) {
+			// No rule for the topic: the external ACL allowed the
+			// subscription, and is not asked at delivery.
+			d = acl_match_read(auth_ctx_acl(rc->auth), &c, rc->topic, rc->len);
+			d = d == ACL_NOMATCH ? ACL_ALLOW : d;
+		} else {
+			d = acl_check_read(auth_ctx_acl(rc->auth), &c, rc->topic, rc->len);
+		}
 	}
+	ident_release(id);
 	if (d == ACL_ALLOW) {
 		return true;
 	}
@@ -1235,7 +1296,10 @@ static int b_subscribe_inner(nmq_broker *b, nmq_session *s, const proto_who *who
 		rv = MQTT_RC_UNSPECIFIED;
 		goto out;
 	}
-	if (ss->ident == NULL) {
+	if (ss->ident == NULL
+	    || (ss->ident->super != who->superuser
+	        && ident_is(ss->ident, who->username, who->peer))) {
+		// The first SUBSCRIBE, or a superuser mark that changed.
 		sess_ident *id = ident_alloc(who->client_id, who->username,
 		    who->username != NULL ? strlen(who->username) : 0, who->peer);
 		if (id == NULL) {
@@ -1243,7 +1307,8 @@ static int b_subscribe_inner(nmq_broker *b, nmq_session *s, const proto_who *who
 			rv = MQTT_RC_UNSPECIFIED;
 			goto out;
 		}
-		ident_set_locked(b, ss, id);
+		id->super = who->superuser;
+		ident_release(ident_set_locked(b, ss, id));
 	}
 	// The proof holds for the session's identity; a SUBSCRIBE from another
 	// one (a connection being taken over) is checked at each delivery. The
@@ -1255,7 +1320,7 @@ static int b_subscribe_inner(nmq_broker *b, nmq_session *s, const proto_who *who
 	const acl *rules = auth_ctx_acl(a);
 	if (acl_enabled(rules) && ident_is(ss->ident, who->username, who->peer)) {
 		acl_client c = { who->client_id, who->username, who->peer };
-		if (!acl_filter_may_deny(rules, &c, filter, len)) {
+		if (ss->ident->super || !acl_filter_may_deny(rules, &c, filter, len)) {
 			stamp = epoch;
 		}
 	}
@@ -1762,6 +1827,7 @@ int broker_unsubscribe(nmq_broker *b, nmq_session *s, const char *filter)
 
 const proto_app_ops broker_proto_ops = {
 	.authenticate  = b_authenticate,
+	.acl_ask       = b_acl_ask,
 	.route         = b_route,
 	.subscribe     = b_subscribe,
 	.subscribed    = b_subscribed,

@@ -87,6 +87,17 @@ typedef uint8_t (*broker_authn_fn)(void *arg, const proto_client_info *info);
 // Sets it (fn NULL: none). Main thread, before any client connects.
 void broker_set_authenticator(nmq_broker *b, broker_authn_fn fn, void *arg);
 
+// An external ACL (auth.http_auth.acl_req): asked on the worker about a
+// PUBLISH topic or a SUBSCRIBE filter (access PROTO_ACCESS_*) of a client
+// that is not a superuser, when no rule of auth.acl matches it. Must not
+// block: it answers at once (PROTO_ACL_ALLOW or a refusing reason code) or
+// parks the packet with proto_acl_defer(defer_ctx) and returns
+// PROTO_AUTH_PENDING.
+typedef int (*broker_acl_fn)(void *arg, const proto_who *who, uint8_t access, const char *topic,
+    size_t len, void *defer_ctx);
+// Sets it (fn NULL: none). Main thread, before any client connects.
+void broker_set_acl_checker(nmq_broker *b, broker_acl_fn fn, void *arg);
+
 // Routes a message the broker itself publishes ($SYS statistics): no
 // publisher, no ACL check; retained if msg->retain. Any thread; the
 // reference is borrowed.

@@ -116,10 +116,11 @@ static void load_sub(void *arg, const store_sub *sub)
 		.retain_handling     = (sub->options >> 4) & 0x3,
 		.sub_id              = sub->sub_id,
 	};
-	proto_who who = { sub->client_id, nmq_session_username(s), "" };
-	bool      existed;
-	int       rv = broker_proto_ops.subscribe(
-	          c->b, s, &who, sub->filter, strlen(sub->filter), &o, &existed);
+	proto_who who
+	    = { sub->client_id, nmq_session_username(s), "", PROTO_ACL_NONE, false, 0, 0 };
+	bool existed;
+	int  rv = broker_proto_ops.subscribe(
+	     c->b, s, &who, sub->filter, strlen(sub->filter), &o, &existed);
 	if ((rv & 0xFF) >= 0x80) {
 		log_warn("store",
 		    "client_id=%s filter=%s event=subscription_not_restored reason=0x%02x",

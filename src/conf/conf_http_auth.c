@@ -35,11 +35,11 @@ static void check_req(
 		if (strcmp(c->string, "url") == 0) {
 			const char *u = conf_node_text(ctx, c, buf, sizeof(buf));
 			has_url       = true; // a bad one is reported once
-			if (u == NULL || strncmp(u, "http://", 7) != 0
+			if (u == NULL
+			    || (strncmp(u, "http://", 7) != 0 && strncmp(u, "https://", 8) != 0)
 			    || strpbrk(u, " \r\n") != NULL) {
 				conf_key_msg(ctx, true, c, key,
-				    "expected an `http://host[:port]/path` URL (https is not "
-				    "supported)");
+				    "expected an `http://host[:port]/path` or `https://...` URL");
 				continue;
 			}
 			cJSON_AddStringToObject(r, "url", u);
@@ -115,6 +115,54 @@ static void check_dur(
 	cJSON_ReplaceItemInObject(out, name, cJSON_CreateNumber((double)ms));
 }
 
+// Checks ssl { } (for https:// targets) into out.ssl: {"verify_peer":
+// bool, "cacertfile", "certfile", "keyfile", "key_password": strings}.
+static void check_ssl(conf_ctx *ctx, const cJSON *node, cJSON *out)
+{
+	char key[320];
+	char buf[64];
+	if (!cJSON_IsObject(node)) {
+		conf_key_msg(ctx, true, node, "auth.http_auth.ssl", "expected an object");
+		return;
+	}
+	cJSON *o = cJSON_CreateObject();
+	if (o == NULL) {
+		return;
+	}
+	cJSON_ReplaceItemInObject(out, "ssl", o);
+	cJSON_AddBoolToObject(o, "verify_peer", true);
+	for (const cJSON *c = node->child; c != NULL; c = c->next) {
+		snprintf(key, sizeof(key), "auth.http_auth.ssl.%.200s", c->string);
+		if (strcmp(c->string, "verify_peer") == 0) {
+			if (!cJSON_IsBool(c)) {
+				conf_key_msg(ctx, true, c, key, "expected true or false");
+				continue;
+			}
+			cJSON_ReplaceItemInObject(
+			    o, "verify_peer", cJSON_CreateBool(cJSON_IsTrue(c)));
+		} else if (strcmp(c->string, "cacertfile") == 0
+		    || strcmp(c->string, "certfile") == 0 || strcmp(c->string, "keyfile") == 0
+		    || strcmp(c->string, "key_password") == 0) {
+			const char *v = conf_node_text(ctx, c, buf, sizeof(buf));
+			if (v == NULL || v[0] == '\0') {
+				conf_key_msg(ctx, true, c, key, "expected a non-empty string");
+				continue;
+			}
+			cJSON_AddStringToObject(o, c->string, v);
+		} else if (strcmp(c->string, "enable") == 0) {
+			// NanoMQ's spelling; an https:// URL is what turns TLS on.
+		} else {
+			conf_key_msg(ctx, false, c, key, "unknown key; ignored");
+		}
+	}
+	const cJSON *cert = cJSON_GetObjectItem(o, "certfile");
+	const cJSON *kf   = cJSON_GetObjectItem(o, "keyfile");
+	if ((cert == NULL) != (kf == NULL)) {
+		conf_key_msg(ctx, true, node, "auth.http_auth.ssl",
+		    "`certfile` and `keyfile` go together (a client certificate)");
+	}
+}
+
 void conf_check_http_auth(conf_ctx *ctx, const cJSON *node)
 {
 	char key[320];
@@ -137,10 +185,7 @@ void conf_check_http_auth(conf_ctx *ctx, const cJSON *node)
 		snprintf(key, sizeof(key), "auth.http_auth.%.200s", c->string);
 		size_t i;
 		for (i = 0; i < 3 && strcmp(c->string, req_names[i]) != 0; i++) { }
-		if (i > 0 && i < 3) {
-			// Not built yet: only auth_req is asked.
-			conf_key_msg(ctx, false, c, key, "not supported yet; ignored");
-		} else if (i < 3) {
+		if (i < 3) {
 			check_req(ctx, c, req_names[i], req_holders[i], out);
 		} else if (strcmp(c->string, "enable") == 0) {
 			if (!cJSON_IsBool(c)) {
@@ -164,8 +209,7 @@ void conf_check_http_auth(conf_ctx *ctx, const cJSON *node)
 			}
 			cJSON_ReplaceItemInObject(out, "pool_size", cJSON_CreateNumber((double)v));
 		} else if (strcmp(c->string, "ssl") == 0) {
-			conf_key_msg(
-			    ctx, false, c, key, "not supported yet (http:// only); ignored");
+			check_ssl(ctx, c, out);
 		} else {
 			conf_key_msg(ctx, false, c, key, "unknown key; ignored");
 		}

@@ -80,19 +80,77 @@ nmq_err events_rest_routes(http_server *hs, webhook *w)
 	return e;
 }
 
+static const char *const ha_kind_key[HA_NKINDS] = { "auth_req", "super_req", "acl_req" };
+static const char *const ha_stat_key[HA_NSTATS]
+    = { "allowed", "denied", "timeouts", "errors", "cache_hits" };
+
+// GET /api/v4/http_auth: the auth_req counters at the top level (failed =
+// timeouts + errors), and every kind's under its name.
 static void h_http_auth(void *arg, const http_req *req, http_resp *r)
 {
 	(void)req;
 	http_authn_stats st;
 	http_authn_get_stats(arg, &st);
-	r->status       = 200;
-	r->content_type = "application/json";
+	const uint64_t *a = st.n[HA_AUTH];
+	r->status         = 200;
+	r->content_type   = "application/json";
 	http_resp_printf(r,
 	    "{\"code\":0,\"data\":{\"enabled\":%s,\"allowed\":%llu,\"denied\":%llu,"
-	    "\"failed\":%llu,\"cache_hits\":%llu}}",
-	    arg != NULL ? "true" : "false", (unsigned long long)st.allowed,
-	    (unsigned long long)st.denied, (unsigned long long)st.failed,
-	    (unsigned long long)st.cache_hits);
+	    "\"failed\":%llu,\"cache_hits\":%llu",
+	    arg != NULL ? "true" : "false", (unsigned long long)a[HA_ALLOWED],
+	    (unsigned long long)a[HA_DENIED], (unsigned long long)(a[HA_TIMEOUTS] + a[HA_ERRORS]),
+	    (unsigned long long)a[HA_CACHE_HITS]);
+	for (int k = 0; k < HA_NKINDS; k++) {
+		http_resp_printf(
+		    r, ",\"%s\":{\"enabled\":%s", ha_kind_key[k], st.on[k] ? "true" : "false");
+		for (int i = 0; i < HA_NSTATS; i++) {
+			http_resp_printf(
+			    r, ",\"%s\":%llu", ha_stat_key[i], (unsigned long long)st.n[k][i]);
+		}
+		http_resp_printf(r, "}");
+	}
+	http_resp_printf(r, "}}");
+}
+
+// The counters for /metrics and /prometheus (rest_env.counters).
+size_t events_rest_http_auth_counters(void *arg, rest_counter *v, size_t cap)
+{
+	static const char *const labels[HA_NKINDS][HA_NSTATS] = {
+		{ "req=\"auth_req\",result=\"allowed\"", "req=\"auth_req\",result=\"denied\"",
+		    "req=\"auth_req\",result=\"timeout\"", "req=\"auth_req\",result=\"error\"",
+		    "req=\"auth_req\",result=\"cache_hit\"" },
+		{ "req=\"super_req\",result=\"allowed\"", "req=\"super_req\",result=\"denied\"",
+		    "req=\"super_req\",result=\"timeout\"", "req=\"super_req\",result=\"error\"",
+		    "req=\"super_req\",result=\"cache_hit\"" },
+		{ "req=\"acl_req\",result=\"allowed\"", "req=\"acl_req\",result=\"denied\"",
+		    "req=\"acl_req\",result=\"timeout\"", "req=\"acl_req\",result=\"error\"",
+		    "req=\"acl_req\",result=\"cache_hit\"" },
+	};
+	static const char *const keys[HA_NKINDS][HA_NSTATS] = {
+		{ "auth_req_allowed", "auth_req_denied", "auth_req_timeouts", "auth_req_errors",
+		    "auth_req_cache_hits" },
+		{ "super_req_allowed", "super_req_denied", "super_req_timeouts", "super_req_errors",
+		    "super_req_cache_hits" },
+		{ "acl_req_allowed", "acl_req_denied", "acl_req_timeouts", "acl_req_errors",
+		    "acl_req_cache_hits" },
+	};
+	http_authn_stats st;
+	http_authn_get_stats(arg, &st);
+	size_t n = 0;
+	for (int k = 0; k < HA_NKINDS; k++) {
+		for (int i = 0; i < HA_NSTATS && n < cap; i++) {
+			v[n].name   = "http_auth_requests";
+			v[n].help   = n == 0 ? "HTTP authentication callouts by request and result "
+			                       "(cache_hit: answered without a request)."
+			                     : NULL;
+			v[n].labels = labels[k][i];
+			v[n].group  = "http_auth";
+			v[n].key    = keys[k][i];
+			v[n].value  = st.n[k][i];
+			n++;
+		}
+	}
+	return n;
 }
 
 nmq_err events_rest_http_auth_route(http_server *hs, http_authn *ha)

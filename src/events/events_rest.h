@@ -15,11 +15,15 @@
 #include "src/events/http_authn.h"
 #include "src/events/webhook.h"
 #include "src/http/http_server.h"
+#include "src/http/rest_api.h"
 
 // Registers the routes; w may be NULL (no webhook) and must outlive hs.
 nmq_err events_rest_routes(http_server *hs, webhook *w);
 // Registers GET /api/v4/http_auth (the callout counters); ha may be NULL
 // (no HTTP authentication) and must outlive hs.
 nmq_err events_rest_http_auth_route(http_server *hs, http_authn *ha);
+// The HTTP authentication counters as rest_env.counters (arg: the
+// http_authn, NULL: all zero).
+size_t events_rest_http_auth_counters(void *arg, rest_counter *v, size_t cap);
 
 #endif // NMQ_EVENTS_REST_H

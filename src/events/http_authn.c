@@ -9,23 +9,27 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
 
+#include "nng/core/droplog.h"
 #include "nng/core/log.h"
 #include "src/http/http_client.h"
 
-#define HA_QUEUE_MAX   10000 // requests waiting for a slot; more are refused
-#define HA_CACHE_MAX   10000 // cached answers at most
+#define HA_QUEUE_MAX   10000 // requests waiting for a slot, per kind; more are refused
+#define HA_CACHE_MAX   10000 // cached answers at most (all kinds)
 #define HA_CACHE_SLOTS 1024 // hash buckets
 #define HA_RC_DENY     0x86 // bad user name or password
 #define HA_RC_DOWN     0x88 // server unavailable (shutting down)
+#define HA_RC_ACL_DENY 0x87 // not authorized
+#define HA_CA_BUNDLE   "/etc/ssl/certs/ca-certificates.crt" // Debian's public CAs
 
 // One configured callout.
 typedef struct ha_req {
-	http_url *url; // the target (of the authenticator's client)
+	http_url *url; // the target (of the kind's client)
 	bool      get;
 	bool      json; // content-type says JSON: a JSON body
 	char     *headers; // "Name: value\r\n"... as configured
@@ -34,46 +38,59 @@ typedef struct ha_req {
 	char    **pvals; // templates with %x placeholders
 } ha_req;
 
-// One request: queued, then on a slot, then answered.
+// One request: queued, then on a slot, then answered. An auth_req that
+// succeeds moves on to super_req (when configured) as the same item.
 typedef struct ha_item {
 	struct ha_item *next;
+	int             kind; // HA_AUTH, HA_SUPER or HA_ACL: the current step
 	proto_pending  *t;
-	char           *req; // the whole HTTP request
+	char           *req; // the whole HTTP request of the current step
 	size_t          req_len;
-	char           *key; // the cache key (the rendered parameters)
+	char           *next_req; // auth_req: the super_req to ask after it
+	size_t          next_len;
+	char           *key; // the cache key (kind and rendered parameters)
+	char            who[96]; // client id, for the log and the drop log
 } ha_item;
 
 typedef struct ha_cache_ent {
 	struct ha_cache_ent *next;
 	uint64_t             expires_ms;
-	uint8_t              rc;
+	int                  val;
 	char                 key[];
 } ha_cache_ent;
 
+// One kind of callout: its target, slots, queue and counters.
+typedef struct ha_kind {
+	bool          on;
+	ha_req        req;
+	http_client   http; // the target, its timeouts and TLS
+	http_slot    *slots; // pool_size of them
+	ha_item      *head, *tail; // the queue (h->mtx)
+	size_t        queued;
+	atomic_ullong n[HA_NSTATS];
+} ha_kind;
+
 struct http_authn {
-	ha_req      auth;
-	http_client http; // the target and its timeouts
+	ha_kind     k[HA_NKINDS];
 	uint32_t    timeout_ms;
 	uint32_t    connect_timeout_ms;
-	uint32_t    cache_ttl_ms;
+	uint32_t    cache_ttl_ms; // auth_req and super_req answers
+	uint32_t    acl_ttl_ms; // acl_req answers (auth.cache)
 	uint32_t    pool;
-	http_slot  *slots;
 	int         efd;
 	pthread_t   thr;
 	bool        thr_started;
 	atomic_bool stop;
 
-	pthread_mutex_t mtx; // queue, stopping (leaf)
-	ha_item        *head, *tail;
-	size_t          queued;
+	pthread_mutex_t mtx; // queues, stopping (leaf)
 	bool            stopping;
 
 	pthread_mutex_t cache_mtx; // leaf
 	ha_cache_ent  **cache;
 	size_t          cache_len;
-
-	atomic_ullong allowed, denied, failed, cache_hits;
 };
+
+static const char *const kind_names[HA_NKINDS] = { "auth_req", "super_req", "acl_req" };
 
 // ---- a growable string -------------------------------------------------------
 
@@ -144,31 +161,45 @@ static void sb_jsonenc(sbuf *b, const char *s, size_t n)
 
 // ---- requests ----------------------------------------------------------------
 
-// The value of placeholder c for this client (bytes and length).
-static const char *holder(
-    const proto_client_info *info, char c, char *tmp, size_t tmplen, size_t *n)
+// What the placeholders stand for.
+typedef struct ha_vars {
+	const char *user; // NULL: none
+	size_t      user_len;
+	const char *pass; // NULL: none
+	size_t      pass_len;
+	const char *client_id;
+	const char *peer;
+	uint8_t     proto_ver;
+	uint16_t    local_port;
+	const char *tls_cn; // "" if none
+	uint8_t     access; // acl_req: 1 subscribe, 2 publish
+	const char *topic; // acl_req
+	size_t      topic_len;
+} ha_vars;
+
+// The value of placeholder c (bytes and length).
+static const char *holder(const ha_vars *v, char c, char *tmp, size_t tmplen, size_t *n)
 {
-	const char *v = "";
-	*n            = 0;
+	const char *s = "";
 	switch (c) {
 	case 'u':
-		if (info->username != NULL) {
-			*n = info->username_len;
-			return (const char *)info->username;
+		if (v->user != NULL) {
+			*n = v->user_len;
+			return v->user;
 		}
 		break;
 	case 'P':
-		if (info->password != NULL) {
-			*n = info->password_len;
-			return (const char *)info->password;
+		if (v->pass != NULL) {
+			*n = v->pass_len;
+			return v->pass;
 		}
 		break;
 	case 'c':
-		v = info->client_id;
+		s = v->client_id != NULL ? v->client_id : "";
 		break;
 	case 'a': {
 		// The peer without its port ("1.2.3.4:5", "[::1]:5").
-		const char *p     = info->peer != NULL ? info->peer : "";
+		const char *p     = v->peer != NULL ? v->peer : "";
 		const char *colon = strrchr(p, ':');
 		size_t      len   = colon != NULL ? (size_t)(colon - p) : strlen(p);
 		if (len >= 2 && p[0] == '[' && p[len - 1] == ']') {
@@ -176,36 +207,47 @@ static const char *holder(
 			len -= 2;
 		}
 		snprintf(tmp, tmplen, "%.*s", (int)len, p);
-		v = tmp;
+		s = tmp;
 		break;
 	}
 	case 'r':
-		snprintf(tmp, tmplen, "%u", info->proto_ver);
-		v = tmp;
+		snprintf(tmp, tmplen, "%u", v->proto_ver);
+		s = tmp;
 		break;
 	case 'p':
-		snprintf(tmp, tmplen, "%u", info->local_port);
-		v = tmp;
+		snprintf(tmp, tmplen, "%u", v->local_port);
+		s = tmp;
 		break;
 	case 'C':
-		v = info->tls_cn != NULL ? info->tls_cn : "";
+		s = v->tls_cn != NULL ? v->tls_cn : "";
 		break;
 	case 'd':
 		// The certificate subject: only its common name is known here.
-		v = info->tls_cn != NULL && info->tls_cn[0] != '\0' ? tmp : "";
-		if (v == tmp) {
-			snprintf(tmp, tmplen, "CN=%s", info->tls_cn);
+		if (v->tls_cn != NULL && v->tls_cn[0] != '\0') {
+			snprintf(tmp, tmplen, "CN=%s", v->tls_cn);
+			s = tmp;
 		}
 		break;
+	case 'A':
+		snprintf(tmp, tmplen, "%u", v->access);
+		s = v->access != 0 ? tmp : "";
+		break;
+	case 't':
+		if (v->topic != NULL) {
+			*n = v->topic_len;
+			return v->topic;
+		}
+		break;
+	case 'm': // no mountpoints: always empty
 	default:
 		break;
 	}
-	*n = strlen(v);
-	return v;
+	*n = strlen(s);
+	return s;
 }
 
-// Renders the parameters of r for info: form-encoded (or a JSON object).
-static void render_params(const ha_req *r, const proto_client_info *info, bool json, sbuf *b)
+// Renders the parameters of r: form-encoded (or a JSON object).
+static void render_params(const ha_req *r, const ha_vars *v, bool json, sbuf *b)
 {
 	char tmp[300];
 	if (json) {
@@ -224,16 +266,16 @@ static void render_params(const ha_req *r, const proto_client_info *info, bool j
 			sb_str(b, "=");
 		}
 		for (const char *s = r->pvals[i]; *s != '\0'; s++) {
-			const char *v = s;
-			size_t      n = 1;
+			const char *val = s;
+			size_t      n   = 1;
 			if (s[0] == '%' && s[1] != '\0') {
-				v = holder(info, s[1], tmp, sizeof(tmp), &n);
+				val = holder(v, s[1], tmp, sizeof(tmp), &n);
 				s++;
 			}
 			if (json) {
-				sb_jsonenc(b, v, n);
+				sb_jsonenc(b, val, n);
 			} else {
-				sb_urlenc(b, v, n);
+				sb_urlenc(b, val, n);
 			}
 		}
 		if (json) {
@@ -245,40 +287,41 @@ static void render_params(const ha_req *r, const proto_client_info *info, bool j
 	}
 }
 
-// Builds the whole request for info into it. Returns false when out of
-// memory.
-static bool build_request(const ha_req *r, const proto_client_info *info, ha_item *it)
+// Builds the whole request of r for v into *req (and its length); appends
+// the rendered parameters to key. Returns false when out of memory.
+static bool build_request(const ha_req *r, const ha_vars *v, char **req, size_t *req_len, sbuf *key)
 {
 	sbuf params = { 0 };
-	sbuf req    = { 0 };
-	render_params(r, info, r->json && !r->get, &params);
+	sbuf out    = { 0 };
+	render_params(r, v, r->json && !r->get, &params);
 	sb_str(&params, ""); // a buffer even with no parameter
 	char clen[64];
-	sb_str(&req, r->get ? "GET " : "POST ");
-	sb_str(&req, r->url->path);
+	sb_str(&out, r->get ? "GET " : "POST ");
+	sb_str(&out, r->url->path);
 	if (r->get && params.len > 0) {
-		sb_str(&req, strchr(r->url->path, '?') != NULL ? "&" : "?");
-		sb_add(&req, params.p != NULL ? params.p : "", params.len);
+		sb_str(&out, strchr(r->url->path, '?') != NULL ? "&" : "?");
+		sb_add(&out, params.p != NULL ? params.p : "", params.len);
 	}
-	sb_str(&req, " HTTP/1.1\r\nHost: ");
-	sb_str(&req, r->url->hostport);
-	sb_str(&req, "\r\nConnection: close\r\n");
-	sb_str(&req, r->headers);
+	sb_str(&out, " HTTP/1.1\r\nHost: ");
+	sb_str(&out, r->url->hostport);
+	sb_str(&out, "\r\nConnection: close\r\n");
+	sb_str(&out, r->headers);
 	if (!r->get) {
 		snprintf(clen, sizeof(clen), "Content-Length: %zu\r\n\r\n", params.len);
-		sb_str(&req, clen);
-		sb_add(&req, params.p != NULL ? params.p : "", params.len);
+		sb_str(&out, clen);
+		sb_add(&out, params.p != NULL ? params.p : "", params.len);
 	} else {
-		sb_str(&req, "\r\n");
+		sb_str(&out, "\r\n");
 	}
-	if (params.oom || req.oom) {
-		free(params.p);
-		free(req.p);
+	sb_add(key, params.p != NULL ? params.p : "", params.len);
+	bool ok = !params.oom && !out.oom;
+	free(params.p);
+	if (!ok) {
+		free(out.p);
 		return false;
 	}
-	it->key     = params.p;
-	it->req     = req.p;
-	it->req_len = req.len;
+	*req     = out.p;
+	*req_len = out.len;
 	return true;
 }
 
@@ -293,18 +336,15 @@ static size_t key_hash(const char *k)
 	return (size_t)(h % HA_CACHE_SLOTS);
 }
 
-// Returns true with the cached answer in *rc.
-static bool cache_get(http_authn *h, const char *key, uint8_t *rc)
+// Returns true with the cached answer in *val.
+static bool cache_get(http_authn *h, const char *key, int *val)
 {
-	if (h->cache_ttl_ms == 0) {
-		return false;
-	}
 	uint64_t now   = http_client_now_ms();
 	bool     found = false;
 	pthread_mutex_lock(&h->cache_mtx);
 	for (ha_cache_ent *e = h->cache[key_hash(key)]; e != NULL; e = e->next) {
 		if (strcmp(e->key, key) == 0 && e->expires_ms > now) {
-			*rc   = e->rc;
+			*val  = e->val;
 			found = true;
 			break;
 		}
@@ -313,10 +353,11 @@ static bool cache_get(http_authn *h, const char *key, uint8_t *rc)
 	return found;
 }
 
-// Remembers an answer for cache_ttl (expired entries of the bucket go).
-static void cache_put(http_authn *h, const char *key, uint8_t rc)
+// Remembers an answer for ttl_ms (0: not at all); expired entries of the
+// bucket go.
+static void cache_put(http_authn *h, const char *key, int val, uint32_t ttl_ms)
 {
-	if (h->cache_ttl_ms == 0) {
+	if (ttl_ms == 0 || key == NULL) {
 		return;
 	}
 	uint64_t now = http_client_now_ms();
@@ -336,8 +377,8 @@ static void cache_put(http_authn *h, const char *key, uint8_t rc)
 	ha_cache_ent *e = h->cache_len < HA_CACHE_MAX ? malloc(sizeof(*e) + kl + 1) : NULL;
 	if (e != NULL) {
 		memcpy(e->key, key, kl + 1);
-		e->rc                   = rc;
-		e->expires_ms           = now + h->cache_ttl_ms;
+		e->val                  = val;
+		e->expires_ms           = now + ttl_ms;
 		e->next                 = h->cache[key_hash(key)];
 		h->cache[key_hash(key)] = e;
 		h->cache_len++;
@@ -345,13 +386,60 @@ static void cache_put(http_authn *h, const char *key, uint8_t rc)
 	pthread_mutex_unlock(&h->cache_mtx);
 }
 
-// ---- the authenticator (workers) -----------------------------------------------
+// ---- asking (workers) ------------------------------------------------------------
 
 static void item_free(ha_item *it)
 {
 	free(it->req);
+	free(it->next_req);
 	free(it->key);
 	free(it);
+}
+
+static void count(http_authn *h, int kind, int stat)
+{
+	atomic_fetch_add_explicit(&h->k[kind].n[stat], 1, memory_order_relaxed);
+}
+
+// Queues it on its kind and wakes the thread. Returns false when stopping
+// or the queue is full (it is not queued). Any thread.
+static bool item_queue(http_authn *h, ha_item *it)
+{
+	ha_kind *k = &h->k[it->kind];
+	pthread_mutex_lock(&h->mtx);
+	if (h->stopping || k->queued >= HA_QUEUE_MAX) {
+		pthread_mutex_unlock(&h->mtx);
+		return false;
+	}
+	bool was_empty = k->head == NULL;
+	if (k->tail != NULL) {
+		k->tail->next = it;
+	} else {
+		k->head = it;
+	}
+	k->tail = it;
+	k->queued++;
+	pthread_mutex_unlock(&h->mtx);
+	if (was_empty) {
+		uint64_t one = 1;
+		ssize_t  w   = write(h->efd, &one, sizeof(one));
+		(void)w;
+	}
+	return true;
+}
+
+// Answers the parked packet of it with the failure of its step (no
+// answer: refused), and frees it.
+static void item_refuse(ha_item *it, bool down)
+{
+	if (it->kind == HA_ACL) {
+		proto_acl_resume(it->t, HA_RC_ACL_DENY);
+	} else if (it->kind == HA_SUPER) {
+		proto_connect_resume(it->t, down ? HA_RC_DOWN : 0); // authenticated already
+	} else {
+		proto_connect_resume(it->t, down ? HA_RC_DOWN : HA_RC_DENY);
+	}
+	item_free(it);
 }
 
 // The broker's external authenticator; see http_authn.h.
@@ -359,77 +447,183 @@ static uint8_t http_authn_connect(void *arg, const proto_client_info *info)
 {
 	http_authn *h  = arg;
 	ha_item    *it = calloc(1, sizeof(*it));
-	if (it == NULL || !build_request(&h->auth, info, it)) {
-		free(it);
-		atomic_fetch_add(&h->failed, 1);
+	ha_vars     v  = {
+		     .user       = (const char *)info->username,
+		     .user_len   = info->username_len,
+		     .pass       = (const char *)info->password,
+		     .pass_len   = info->password != NULL ? info->password_len : 0,
+		     .client_id  = info->client_id,
+		     .peer       = info->peer,
+		     .proto_ver  = info->proto_ver,
+		     .local_port = info->local_port,
+		     .tls_cn     = info->tls_cn,
+	};
+	sbuf key = { 0 };
+	sb_str(&key, "a|");
+	bool ok = it != NULL && build_request(&h->k[HA_AUTH].req, &v, &it->req, &it->req_len, &key);
+	if (ok && h->k[HA_SUPER].on) {
+		sb_str(&key, "|s|");
+		ok = build_request(&h->k[HA_SUPER].req, &v, &it->next_req, &it->next_len, &key);
+	}
+	if (!ok || key.oom) {
+		free(key.p);
+		if (it != NULL) {
+			item_free(it);
+		}
+		count(h, HA_AUTH, HA_ERRORS);
 		log_warn_rl(
 		    "httpauth", "client_id=%s event=refused reason=out_of_memory", info->client_id);
 		return HA_RC_DENY;
 	}
-	uint8_t rc;
-	if (cache_get(h, it->key, &rc)) {
-		atomic_fetch_add(&h->cache_hits, 1);
+	it->key  = key.p;
+	it->kind = HA_AUTH;
+	snprintf(it->who, sizeof(it->who), "%s", info->client_id);
+	int val;
+	if (h->cache_ttl_ms > 0 && cache_get(h, it->key, &val)) {
+		count(h, HA_AUTH, HA_CACHE_HITS);
 		item_free(it);
-		return rc;
+		if ((val & PROTO_AUTH_SUPERUSER) && info->superuser != NULL) {
+			*info->superuser = true;
+		}
+		return (uint8_t)(val & 0xFF);
 	}
-	pthread_mutex_lock(&h->mtx);
-	bool refuse = h->stopping || h->queued >= HA_QUEUE_MAX;
-	bool down   = h->stopping;
-	pthread_mutex_unlock(&h->mtx);
-	if (!refuse && (it->t = proto_connect_defer(info)) == NULL) {
-		refuse = true;
+	if ((it->t = proto_connect_defer(info)) == NULL) {
+		count(h, HA_AUTH, HA_ERRORS);
+		item_free(it);
+		return HA_RC_DENY;
 	}
-	if (refuse) {
-		atomic_fetch_add(&h->failed, 1);
+	if (!item_queue(h, it)) {
+		pthread_mutex_lock(&h->mtx);
+		bool down = h->stopping;
+		pthread_mutex_unlock(&h->mtx);
+		count(h, HA_AUTH, HA_ERRORS);
 		log_warn_rl("httpauth", "client_id=%s event=refused reason=%s", info->client_id,
 		    down ? "shutting_down" : "queue_full");
+		item_refuse(it, down);
+	}
+	return PROTO_AUTH_PENDING;
+}
+
+// The broker's external ACL; see http_authn.h.
+static int http_authn_acl(
+    void *arg, const proto_who *who, uint8_t access, const char *topic, size_t len, void *defer_ctx)
+{
+	http_authn *h  = arg;
+	ha_item    *it = calloc(1, sizeof(*it));
+	ha_vars     v  = {
+		     .user       = who->username,
+		     .user_len   = who->username != NULL ? strlen(who->username) : 0,
+		     .client_id  = who->client_id,
+		     .peer       = who->peer,
+		     .proto_ver  = who->proto_ver,
+		     .local_port = who->local_port,
+		     .tls_cn     = "",
+		     .access     = access,
+		     .topic      = topic,
+		     .topic_len  = len,
+	};
+	sbuf key = { 0 };
+	sb_str(&key, "l|");
+	bool ok = it != NULL && build_request(&h->k[HA_ACL].req, &v, &it->req, &it->req_len, &key);
+	if (!ok || key.oom) {
+		free(key.p);
+		if (it != NULL) {
+			item_free(it);
+		}
+		count(h, HA_ACL, HA_ERRORS);
+		log_warn_rl("httpauth", "client_id=%s event=acl_denied reason=out_of_memory",
+		    who->client_id);
+		return HA_RC_ACL_DENY;
+	}
+	it->key  = key.p;
+	it->kind = HA_ACL;
+	snprintf(it->who, sizeof(it->who), "%s", who->client_id);
+	int val;
+	if (h->acl_ttl_ms > 0 && cache_get(h, it->key, &val)) {
+		count(h, HA_ACL, HA_CACHE_HITS);
 		item_free(it);
-		return down ? HA_RC_DOWN : HA_RC_DENY;
+		return val;
 	}
-	pthread_mutex_lock(&h->mtx);
-	if (h->stopping) {
-		// Stopped between the two looks: answer it here.
-		pthread_mutex_unlock(&h->mtx);
-		proto_connect_resume(it->t, HA_RC_DOWN);
+	if ((it->t = proto_acl_defer(defer_ctx)) == NULL) {
+		count(h, HA_ACL, HA_ERRORS);
 		item_free(it);
-		return PROTO_AUTH_PENDING;
+		return HA_RC_ACL_DENY;
 	}
-	bool was_empty = h->head == NULL;
-	if (h->tail != NULL) {
-		h->tail->next = it;
-	} else {
-		h->head = it;
-	}
-	h->tail = it;
-	h->queued++;
-	pthread_mutex_unlock(&h->mtx);
-	if (was_empty) {
-		uint64_t one = 1;
-		ssize_t  w   = write(h->efd, &one, sizeof(one));
-		(void)w;
+	if (!item_queue(h, it)) {
+		count(h, HA_ACL, HA_ERRORS);
+		log_warn_rl("httpauth",
+		    "client_id=%s event=acl_denied reason=queue_full_or_stopping", who->client_id);
+		item_refuse(it, true);
 	}
 	return PROTO_AUTH_PENDING;
 }
 
 // ---- the callout thread ----------------------------------------------------------
 
-// Answers the CONNECT of it and frees it. status: the HTTP status, 0 when
-// there was none (why says what failed).
+// The end of a step of it. status: the HTTP status, 0 when there was none
+// (why says what failed).
 static void item_answer(http_authn *h, ha_item *it, int status, const char *why)
 {
-	uint8_t rc = status >= 200 && status < 300 ? 0 : HA_RC_DENY;
+	int  kind  = it->kind;
+	bool yes   = status >= 200 && status < 300;
+	bool timed = strcmp(why, "timeout") == 0 || strcmp(why, "connect_timeout") == 0;
 	if (status == 0) {
-		atomic_fetch_add(&h->failed, 1);
-		log_warn_rl("httpauth", "event=callout_failed reason=%s target=%s", why,
-		    h->http.url.hostport);
+		count(h, kind, timed ? HA_TIMEOUTS : HA_ERRORS);
+		log_warn_rl("httpauth",
+		    "req=%s client_id=%s event=callout_failed reason=%s target=%s",
+		    kind_names[kind], it->who, why, h->k[kind].http.url.hostport);
 	} else {
-		atomic_fetch_add(rc == 0 ? &h->allowed : &h->denied, 1);
-		if (rc != 0) {
-			log_info("httpauth", "event=denied status=%d", status);
+		count(h, kind, yes ? HA_ALLOWED : HA_DENIED);
+		if (!yes) {
+			log_info("httpauth", "req=%s client_id=%s event=denied status=%d",
+			    kind_names[kind], it->who, status);
 		}
-		cache_put(h, it->key, rc);
 	}
-	proto_connect_resume(it->t, rc);
+	if (kind == HA_AUTH && yes && it->next_req != NULL) {
+		// Authenticated: now whether a superuser.
+		free(it->req);
+		it->req      = it->next_req;
+		it->req_len  = it->next_len;
+		it->next_req = NULL;
+		it->kind     = HA_SUPER;
+		if (!item_queue(h, it)) {
+			count(h, HA_SUPER, HA_ERRORS);
+			item_refuse(it, false); // accepted, not a superuser
+		}
+		return;
+	}
+	switch (kind) {
+	case HA_AUTH: {
+		int rc = yes ? 0 : HA_RC_DENY;
+		if (status != 0) {
+			cache_put(h, it->key, rc, h->cache_ttl_ms);
+		}
+		if (rc != 0) {
+			droplog_record(DENY_AUTH, it->who, NULL, 0, DROPLOG_NO_QOS, 1);
+		}
+		proto_connect_resume(it->t, rc);
+		break;
+	}
+	case HA_SUPER: {
+		int rc = yes ? PROTO_AUTH_SUPERUSER : 0;
+		if (status != 0) {
+			cache_put(h, it->key, rc, h->cache_ttl_ms);
+		}
+		if (yes) {
+			log_info("httpauth", "client_id=%s event=superuser", it->who);
+		}
+		proto_connect_resume(it->t, rc);
+		break;
+	}
+	default: {
+		int verdict = yes ? PROTO_ACL_ALLOW : HA_RC_ACL_DENY;
+		if (status != 0) {
+			cache_put(h, it->key, verdict, h->acl_ttl_ms);
+		}
+		proto_acl_resume(it->t, verdict);
+		break;
+	}
+	}
 	item_free(it);
 }
 
@@ -445,17 +639,17 @@ static void slot_done(void *arg, void *item, bool answered, int status, const ch
 	item_answer(arg, item, answered ? status : 0, why);
 }
 
-static ha_item *next_item(http_authn *h)
+static ha_item *next_item(http_authn *h, ha_kind *k)
 {
 	pthread_mutex_lock(&h->mtx);
-	ha_item *it = h->head;
+	ha_item *it = k->head;
 	if (it != NULL) {
-		h->head = it->next;
-		if (h->head == NULL) {
-			h->tail = NULL;
+		k->head = it->next;
+		if (k->head == NULL) {
+			k->tail = NULL;
 		}
 		it->next = NULL;
-		h->queued--;
+		k->queued--;
 	}
 	pthread_mutex_unlock(&h->mtx);
 	return it;
@@ -465,8 +659,9 @@ static void *http_authn_main(void *arg)
 {
 	http_authn *h = arg;
 	(void)pthread_setname_np(pthread_self(), "nmq:httpauth");
-	struct pollfd *pfd = calloc(h->pool + 1, sizeof(*pfd));
-	int           *map = calloc(h->pool + 1, sizeof(*map));
+	size_t         cap = (size_t)h->pool * HA_NKINDS + 1;
+	struct pollfd *pfd = calloc(cap, sizeof(*pfd));
+	int           *map = calloc(cap, sizeof(*map));
 	if (pfd == NULL || map == NULL) {
 		log_error("httpauth", "event=thread_failed reason=out_of_memory");
 		free(pfd);
@@ -474,15 +669,18 @@ static void *http_authn_main(void *arg)
 		return NULL;
 	}
 	while (!atomic_load(&h->stop)) {
-		for (uint32_t i = 0; i < h->pool; i++) {
-			if (!http_slot_idle(&h->slots[i])) {
-				continue;
+		for (int kk = 0; kk < HA_NKINDS; kk++) {
+			ha_kind *k = &h->k[kk];
+			for (uint32_t i = 0; k->on && i < h->pool; i++) {
+				if (!http_slot_idle(&k->slots[i])) {
+					continue;
+				}
+				ha_item *it = next_item(h, k);
+				if (it == NULL) {
+					break;
+				}
+				http_slot_start(&k->http, &k->slots[i], it, it->req, it->req_len);
 			}
-			ha_item *it = next_item(h);
-			if (it == NULL) {
-				break;
-			}
-			http_slot_start(&h->http, &h->slots[i], it, it->req, it->req_len);
 		}
 		uint64_t now     = http_client_now_ms();
 		int      timeout = 1000;
@@ -490,13 +688,39 @@ static void *http_authn_main(void *arg)
 		pfd[n].fd        = h->efd;
 		pfd[n].events    = POLLIN;
 		map[n++]         = -1;
-		http_client_poll_prepare(&h->http, h->slots, h->pool, now, pfd, map, &n, &timeout);
+		for (int kk = 0; kk < HA_NKINDS; kk++) {
+			ha_kind *k = &h->k[kk];
+			if (!k->on) {
+				continue;
+			}
+			int first = n;
+			http_client_poll_prepare(
+			    &k->http, k->slots, h->pool, now, pfd, map, &n, &timeout);
+			for (int i = first; i < n; i++) {
+				map[i] += kk * (int)h->pool; // which kind, which slot
+			}
+		}
 		int r = poll(pfd, (nfds_t)n, timeout);
 		if (r < 0 && errno != EINTR) {
 			log_error("httpauth", "event=poll_failed errno=%d", errno);
 			break;
 		}
-		http_client_poll_dispatch(&h->http, h->slots, pfd, map, n, r);
+		for (int i = 0; r > 0 && i < n; i++) {
+			if (pfd[i].revents == 0) {
+				continue;
+			}
+			if (map[i] < 0) {
+				uint64_t v;
+				ssize_t  rr = read(pfd[i].fd, &v, sizeof(v));
+				(void)rr;
+				continue;
+			}
+			ha_kind   *k = &h->k[map[i] / (int)h->pool];
+			http_slot *s = &k->slots[map[i] % (int)h->pool];
+			if (!http_slot_idle(s)) {
+				http_slot_io(&k->http, s);
+			}
+		}
 	}
 	free(pfd);
 	free(map);
@@ -517,12 +741,12 @@ static void req_fini(ha_req *r)
 }
 
 // Fills r from a checked callout object (see nmq_conf.auth_http).
-static nmq_err req_init(ha_req *r, const cJSON *o, char *err, size_t errlen)
+static nmq_err req_init(ha_req *r, const cJSON *o, const char *key, char *err, size_t errlen)
 {
 	const char *url = cJSON_GetObjectItem(o, "url")->valuestring;
-	nmq_err     e   = http_url_parse(url, "auth.http_auth", r->url, err, errlen);
+	nmq_err     e   = http_url_parse(url, key, r->url, err, errlen);
 	if (e == NMQ_OK) {
-		e = http_url_resolve(r->url, "auth.http_auth", err, errlen);
+		e = http_url_resolve(r->url, key, err, errlen);
 	}
 	if (e != NMQ_OK) {
 		return e;
@@ -568,14 +792,36 @@ static nmq_err req_init(ha_req *r, const cJSON *o, char *err, size_t errlen)
 	return NMQ_OK;
 }
 
+// The TLS client configuration of an https:// callout (auth.http_auth.ssl).
+static nmq_err kind_tls(ha_kind *k, const cJSON *ssl, char *err, size_t errlen)
+{
+	const cJSON  *ca = ssl != NULL ? cJSON_GetObjectItem(ssl, "cacertfile") : NULL;
+	const cJSON  *cf = ssl != NULL ? cJSON_GetObjectItem(ssl, "certfile") : NULL;
+	const cJSON  *kf = ssl != NULL ? cJSON_GetObjectItem(ssl, "keyfile") : NULL;
+	const cJSON  *kp = ssl != NULL ? cJSON_GetObjectItem(ssl, "key_password") : NULL;
+	http_tls_opts o  = {
+		 .key         = "auth.http_auth.ssl",
+		 .verify_peer = ssl == NULL || cJSON_IsTrue(cJSON_GetObjectItem(ssl, "verify_peer")),
+		 .cafile      = ca != NULL ? ca->valuestring : HA_CA_BUNDLE,
+		 .certfile    = cf != NULL ? cf->valuestring : NULL,
+		 .keyfile     = kf != NULL ? kf->valuestring : NULL,
+		 .key_password = kp != NULL ? kp->valuestring : NULL,
+		 .pers         = "nmq-httpauth",
+	};
+	return http_client_tls_init(&k->http, &o, err, errlen);
+}
+
 void http_authn_free(http_authn *h)
 {
 	if (h == NULL) {
 		return;
 	}
 	http_authn_shutdown(h);
-	req_fini(&h->auth);
-	http_client_fini(&h->http);
+	for (int kk = 0; kk < HA_NKINDS; kk++) {
+		req_fini(&h->k[kk].req);
+		http_client_fini(&h->k[kk].http);
+		free(h->k[kk].slots);
+	}
 	if (h->cache != NULL) {
 		for (size_t i = 0; i < HA_CACHE_SLOTS; i++) {
 			while (h->cache[i] != NULL) {
@@ -586,7 +832,6 @@ void http_authn_free(http_authn *h)
 		}
 	}
 	free(h->cache);
-	free(h->slots);
 	if (h->efd >= 0) {
 		close(h->efd);
 	}
@@ -612,27 +857,37 @@ void http_authn_shutdown(http_authn *h)
 		h->thr_started = false;
 	}
 	// The thread is gone: refuse what it held or had not started.
-	for (uint32_t i = 0; h->slots != NULL && i < h->pool; i++) {
-		if (!http_slot_idle(&h->slots[i])) {
-			ha_item *it = http_slot_close(&h->slots[i]);
-			proto_connect_resume(it->t, HA_RC_DOWN);
-			item_free(it);
+	for (int kk = 0; kk < HA_NKINDS; kk++) {
+		ha_kind *k = &h->k[kk];
+		for (uint32_t i = 0; k->slots != NULL && i < h->pool; i++) {
+			if (!http_slot_idle(&k->slots[i])) {
+				item_refuse(http_slot_close(&k->slots[i]), true);
+			}
 		}
-	}
-	ha_item *it;
-	while ((it = next_item(h)) != NULL) {
-		proto_connect_resume(it->t, HA_RC_DOWN);
-		item_free(it);
+		ha_item *it;
+		while ((it = next_item(h, k)) != NULL) {
+			item_refuse(it, true);
+		}
 	}
 }
 
 nmq_err http_authn_start(
     const nmq_conf *conf, nmq_broker *b, http_authn **out, char *err, size_t errlen)
 {
-	*out                = NULL;
-	const cJSON *ha     = conf->auth_http;
-	const cJSON *auth_r = ha != NULL ? cJSON_GetObjectItem(ha, "auth_req") : NULL;
-	if (ha == NULL || !cJSON_IsTrue(cJSON_GetObjectItem(ha, "enable")) || auth_r == NULL) {
+	*out            = NULL;
+	const cJSON *ha = conf->auth_http;
+	if (ha == NULL || !cJSON_IsTrue(cJSON_GetObjectItem(ha, "enable"))) {
+		return NMQ_OK;
+	}
+	const cJSON *reqs[HA_NKINDS];
+	for (int kk = 0; kk < HA_NKINDS; kk++) {
+		reqs[kk] = cJSON_GetObjectItem(ha, kind_names[kk]);
+	}
+	if (reqs[HA_AUTH] == NULL && reqs[HA_SUPER] != NULL) {
+		log_warn("httpauth", "event=super_req_ignored reason=no_auth_req");
+		reqs[HA_SUPER] = NULL; // asked only after an auth_req
+	}
+	if (reqs[HA_AUTH] == NULL && reqs[HA_ACL] == NULL) {
 		return NMQ_OK;
 	}
 	http_authn *h = calloc(1, sizeof(*h));
@@ -646,29 +901,52 @@ nmq_err http_authn_start(
 	h->timeout_ms = (uint32_t)cJSON_GetObjectItem(ha, "timeout_ms")->valuedouble;
 	h->connect_timeout_ms
 	    = (uint32_t)cJSON_GetObjectItem(ha, "connect_timeout_ms")->valuedouble;
-	h->cache_ttl_ms            = (uint32_t)cJSON_GetObjectItem(ha, "cache_ttl_ms")->valuedouble;
-	h->pool                    = (uint32_t)cJSON_GetObjectItem(ha, "pool_size")->valuedouble;
-	h->http.timeout_ms         = h->timeout_ms;
-	h->http.connect_timeout_ms = h->connect_timeout_ms;
-	h->http.log_mod            = "httpauth";
-	h->http.done               = slot_done;
-	h->http.arg                = h;
-	h->auth.url                = &h->http.url;
-	nmq_err e                  = req_init(&h->auth, auth_r, err, errlen);
+	h->cache_ttl_ms  = (uint32_t)cJSON_GetObjectItem(ha, "cache_ttl_ms")->valuedouble;
+	h->acl_ttl_ms    = conf->auth_cache_enable && conf->auth_cache_max_size > 0
+	       ? conf->auth_cache_ttl_s * 1000
+	       : 0;
+	h->pool          = (uint32_t)cJSON_GetObjectItem(ha, "pool_size")->valuedouble;
+	const cJSON *ssl = cJSON_GetObjectItem(ha, "ssl");
+	nmq_err      e   = NMQ_OK;
+	for (int kk = 0; kk < HA_NKINDS && e == NMQ_OK; kk++) {
+		ha_kind *k = &h->k[kk];
+		if (reqs[kk] == NULL) {
+			continue;
+		}
+		char key[64];
+		snprintf(key, sizeof(key), "auth.http_auth.%s.url", kind_names[kk]);
+		k->on                      = true;
+		k->http.timeout_ms         = h->timeout_ms;
+		k->http.connect_timeout_ms = h->connect_timeout_ms;
+		k->http.log_mod            = "httpauth";
+		k->http.done               = slot_done;
+		k->http.arg                = h;
+		k->req.url                 = &k->http.url;
+		e                          = req_init(&k->req, reqs[kk], key, err, errlen);
+		if (e == NMQ_OK && k->http.url.https) {
+			e = kind_tls(k, ssl, err, errlen);
+		}
+		if (e == NMQ_OK) {
+			k->slots = calloc(h->pool, sizeof(*k->slots));
+			if (k->slots == NULL) {
+				snprintf(err, errlen, "out of memory");
+				e = NMQ_ENOMEM;
+			}
+			for (uint32_t i = 0; k->slots != NULL && i < h->pool; i++) {
+				http_slot_init(&k->slots[i]);
+			}
+		}
+	}
 	if (e != NMQ_OK) {
 		http_authn_free(h);
 		return e;
 	}
-	h->slots = calloc(h->pool, sizeof(*h->slots));
 	h->cache = calloc(HA_CACHE_SLOTS, sizeof(*h->cache));
 	h->efd   = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (h->slots == NULL || h->cache == NULL || h->efd < 0) {
+	if (h->cache == NULL || h->efd < 0) {
 		snprintf(err, errlen, "out of memory");
 		http_authn_free(h);
 		return NMQ_ENOMEM;
-	}
-	for (uint32_t i = 0; i < h->pool; i++) {
-		http_slot_init(&h->slots[i]);
 	}
 	if (pthread_create(&h->thr, NULL, http_authn_main, h) != 0) {
 		snprintf(err, errlen, "cannot start the HTTP authentication thread");
@@ -676,9 +954,19 @@ nmq_err http_authn_start(
 		return NMQ_ENOMEM;
 	}
 	h->thr_started = true;
-	broker_set_authenticator(b, http_authn_connect, h);
-	log_info("httpauth", "event=started target=%s%s pool_size=%u cache_ttl_ms=%u",
-	    h->http.url.hostport, h->http.url.path, h->pool, h->cache_ttl_ms);
+	if (h->k[HA_AUTH].on) {
+		broker_set_authenticator(b, http_authn_connect, h);
+	}
+	if (h->k[HA_ACL].on) {
+		broker_set_acl_checker(b, http_authn_acl, h);
+	}
+	for (int kk = 0; kk < HA_NKINDS; kk++) {
+		if (h->k[kk].on) {
+			log_info("httpauth", "event=started req=%s target=%s%s%s pool_size=%u",
+			    kind_names[kk], h->k[kk].http.url.https ? "https://" : "http://",
+			    h->k[kk].http.url.hostport, h->k[kk].http.url.path, h->pool);
+		}
+	}
 	*out = h;
 	return NMQ_OK;
 }
@@ -689,8 +977,10 @@ void http_authn_get_stats(http_authn *h, http_authn_stats *st)
 	if (h == NULL) {
 		return;
 	}
-	st->allowed    = atomic_load(&h->allowed);
-	st->denied     = atomic_load(&h->denied);
-	st->failed     = atomic_load(&h->failed);
-	st->cache_hits = atomic_load(&h->cache_hits);
+	for (int kk = 0; kk < HA_NKINDS; kk++) {
+		st->on[kk] = h->k[kk].on;
+		for (int i = 0; i < HA_NSTATS; i++) {
+			st->n[kk][i] = atomic_load(&h->k[kk].n[i]);
+		}
+	}
 }

@@ -233,6 +233,8 @@ typedef struct metric {
 	const char *help;
 	double      value;
 	const char *label; // `reason="..."` or NULL
+	const char *group; // rest_env.counters: the /metrics object and key
+	const char *key;
 } metric;
 
 // Fills v with every metric (returns the count). Reads atomics only: no
@@ -246,13 +248,13 @@ static size_t collect(rest_api *api, metric *v, size_t cap)
 #define M(nm, ty, hp, val)                                                                         \
 	do {                                                                                       \
 		if (n < cap) {                                                                     \
-			v[n++] = (metric) { nm, ty, hp, (double)(val), NULL };                     \
+			v[n++] = (metric) { nm, ty, hp, (double)(val), NULL, NULL, NULL };         \
 		}                                                                                  \
 	} while (0)
 #define ML(nm, lbl, hp, val)                                                                       \
 	do {                                                                                       \
 		if (n < cap) {                                                                     \
-			v[n++] = (metric) { nm, "counter", hp, (double)(val), lbl };               \
+			v[n++] = (metric) { nm, "counter", hp, (double)(val), lbl, NULL, NULL };   \
 		}                                                                                  \
 	} while (0)
 	M("connections_count", "gauge", "Connected clients now.", atomic_load(&m->connections));
@@ -307,6 +309,15 @@ static size_t collect(rest_api *api, metric *v, size_t cap)
 	    nmq_msg_bytes_in_use());
 #undef M
 #undef ML
+	if (api->env.counters != NULL && n < cap) {
+		rest_counter more[32];
+		size_t       k
+		    = api->env.counters(api->env.counters_arg, more, cap - n < 32 ? cap - n : 32);
+		for (size_t i = 0; i < k; i++) {
+			v[n++] = (metric) { more[i].name, "counter", more[i].help,
+				(double)more[i].value, more[i].labels, more[i].group, more[i].key };
+		}
+	}
 	return n;
 }
 
@@ -314,7 +325,7 @@ static void h_prometheus(void *arg, const http_req *req, http_resp *r)
 {
 	rest_api *api = arg;
 	(void)req;
-	metric v[40];
+	metric v[64];
 	size_t n        = collect(api, v, sizeof(v) / sizeof(v[0]));
 	r->status       = 200;
 	r->content_type = "text/plain; version=0.0.4; charset=utf-8";
@@ -359,14 +370,20 @@ static void h_metrics(void *arg, const http_req *req, http_resp *r)
 {
 	rest_api *api = arg;
 	(void)req;
-	metric v[40];
+	metric v[64];
 	size_t n  = collect(api, v, sizeof(v) / sizeof(v[0]));
 	cJSON *j  = cJSON_CreateObject();
 	cJSON *a  = cJSON_AddArrayToObject(j, "metrics");
 	cJSON *o  = cJSON_CreateObject();
 	cJSON *by = cJSON_CreateObject();
 	for (size_t i = 0; i < n; i++) {
-		if (v[i].label != NULL) {
+		if (v[i].group != NULL) {
+			cJSON *g = cJSON_GetObjectItem(o, v[i].group);
+			if (g == NULL) {
+				g = cJSON_AddObjectToObject(o, v[i].group);
+			}
+			cJSON_AddNumberToObject(g, v[i].key, v[i].value);
+		} else if (v[i].label != NULL) {
 			// reason="x" -> "x"
 			char        key[32];
 			const char *q = strchr(v[i].label, '"');

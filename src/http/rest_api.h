@@ -21,6 +21,18 @@
 typedef struct rest_api rest_api;
 
 // What the API needs from the daemon.
+// A labelled counter that a layer above adds to /metrics and /prometheus
+// (HTTP authentication): nanomq_<name>{<labels>} in the Prometheus text
+// (help on the first of a family, else NULL), <group>.<key> in /metrics.
+typedef struct rest_counter {
+	const char *name;
+	const char *help;
+	const char *labels;
+	const char *group;
+	const char *key;
+	uint64_t    value;
+} rest_counter;
+
 typedef struct rest_env {
 	nmq_broker  *broker;
 	nmq_proto   *proto;
@@ -43,6 +55,10 @@ typedef struct rest_env {
 	void (*stop)(void *arg);
 	void (*restart)(void *arg);
 	void *ctl_arg;
+	// More counters (NULL: none), read on the HTTP thread: fills v with at
+	// most cap of them and returns how many. Must not block.
+	size_t (*counters)(void *arg, rest_counter *v, size_t cap);
+	void *counters_arg;
 } rest_env;
 
 // Registers every /api/v4 route on hs. env is copied (its pointers must

@@ -261,7 +261,7 @@ static outcome publish_one(rest_api *api, const cJSON *o, const char **first)
 			m->expiry_interval = expiry;
 			m->expiry_at_ms    = nmq_clock_ms() + (uint64_t)expiry * 1000;
 		}
-		proto_who who = { cid, NULL, "http" };
+		proto_who who = { cid, NULL, "http", PROTO_ACL_NONE, false, 0, 0 };
 		int       rc  = broker_publish_as(api->env.broker, &who, m);
 		nmq_msg_release(m);
 		if (rc >= 0x80) {
@@ -356,7 +356,7 @@ static outcome sub_one(rest_api *api, const cJSON *o, bool subscribe)
 		return (outcome) { 404, REST_CLIENT_OFFLINE, "no session for this clientid" };
 	}
 	outcome   res = OK;
-	proto_who who = { cid, NULL, "http" };
+	proto_who who = { cid, NULL, "http", PROTO_ACL_NONE, false, 0, 0 };
 	for (size_t i = 0; i < nt; i++) {
 		int rc = subscribe ? broker_subscribe(api->env.broker, s, &who, tv[i], (uint8_t)qos)
 		                   : broker_unsubscribe(api->env.broker, s, tv[i]);

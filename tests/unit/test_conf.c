@@ -719,14 +719,17 @@ static void test_warnings(void **state)
 	load_warn("bridges.mqtt.emqx { server = \"mqtt-tcp://h:1883\", quic_keepalive = 3s }\n",
 	    "t.conf:1: bridges.mqtt.emqx.quic_keepalive: QUIC is not supported; ignored");
 	load_warn("preset.session = []\n", "t.conf:1: preset: not supported yet; ignored");
-	load_warn("auth.http_auth.acl_req.url = \"http://x\"\n",
-	    "t.conf:1: auth.http_auth.acl_req: not supported yet; ignored");
+	load_warn("auth.http_auth { acl_req.url = \"http://x\", ssl { verify = true } }\n",
+	    "t.conf:1: auth.http_auth.ssl.verify: unknown key; ignored");
 	load_err("auth.http_auth.auth_req { url = \"http://h/a\", params = { u = \"%z\" } }\n",
 	    "t.conf:1: auth.http_auth.auth_req.params.u: unknown placeholder `%z` (allowed: "
 	    "ucaPrpCd)");
-	load_err("auth.http_auth.auth_req { url = \"https://h/a\" }\n",
-	    "t.conf:1: auth.http_auth.auth_req.url: expected an `http://host[:port]/path` URL "
-	    "(https is not supported)");
+	load_err("auth.http_auth.auth_req { url = \"ftp://h/a\" }\n",
+	    "t.conf:1: auth.http_auth.auth_req.url: expected an `http://host[:port]/path` or "
+	    "`https://...` URL");
+	load_err("auth.http_auth { acl_req { url = \"https://h/a\" }, ssl { certfile = c } }\n",
+	    "t.conf:1: auth.http_auth.ssl: `certfile` and `keyfile` go together (a client "
+	    "certificate)");
 	load_err("auth.http_auth { auth_req { url = \"http://h/\" }, timeout = 0s }\n",
 	    "t.conf:1: auth.http_auth.timeout: expected a duration such as `5s` (more than 0, at "
 	    "most 1 day)");
