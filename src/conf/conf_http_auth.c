@@ -129,7 +129,8 @@ static void check_ssl(conf_ctx *ctx, const cJSON *node, cJSON *out)
 	if (o == NULL) {
 		return;
 	}
-	cJSON_ReplaceItemInObject(out, "ssl", o);
+	cJSON_DeleteItemFromObject(out, "ssl"); // a second ssl { } replaces the first
+	cJSON_AddItemToObject(out, "ssl", o);
 	cJSON_AddBoolToObject(o, "verify_peer", true);
 	for (const cJSON *c = node->child; c != NULL; c = c->next) {
 		snprintf(key, sizeof(key), "auth.http_auth.ssl.%.200s", c->string);
