@@ -675,12 +675,14 @@ static void link_closed(void *upper)
 {
 	nmq_link  *l = upper;
 	nmq_proto *p = l->p;
+	// First: waits for a replay of a parked packet that may be running
+	// (it may arm the timer), and keeps any later one off the link.
+	link_pending_cancel(l);
 	timer_wheel_cancel(p->tw, &l->timer);
 	if (l->bp != NULL) {
 		timer_wheel_cancel(p->tw, &l->bp->timer);
 		bp_sess_release(__atomic_exchange_n(&l->bp->sess, NULL, __ATOMIC_ACQ_REL));
 	}
-	link_pending_cancel(l);
 	proto_links_remove(p, l);
 	if (l->connected) {
 		atomic_fetch_sub(&p->m.connections, 1);

@@ -177,6 +177,8 @@ static void pending_job(workq_job *job)
 		t->held_cap = 0;
 		atomic_store(&t->busy, false);
 		if (resume) {
+			// The wait was the broker's: the keepalive counts from now.
+			atomic_store_explicit(&l->last_rx_ms, nmq_clock_ms(), memory_order_relaxed);
 			conn_set_rx_paused(l->conn, false);
 		}
 	}

@@ -482,8 +482,10 @@ const conf_key conf_schema[] = {
 	        "ipaddrs, and, or, action = publish|subscribe|pubsub, topics = [...]}`." },
 	{ .path = "auth.http_auth", .flat = "auth.http.", .type = CONF_T_SECTION,
 	    .help = "HTTP authentication (docs/http-auth.md): `auth_req`, `super_req`, `acl_req` "
-	        "(each `url`, `method`, `headers`, `params`), `timeout`, `connect_timeout`, "
-	        "`pool_size`, `cache_ttl`, `enable`. Changes need a restart." },
+	        "(each `url` (http:// or https://), `method`, `headers`, `params`), `timeout`, "
+	        "`connect_timeout`, `pool_size`, `cache_ttl`, `enable`, `ssl { cacertfile, "
+	        "verify_peer, certfile, keyfile, key_password }`. `acl_req` answers are cached "
+	        "per `auth.cache`. Changes need a restart." },
 
 	// ------------------------------------------------------------ bridges
 	{ .path = "bridges", .type = CONF_T_SECTION,
