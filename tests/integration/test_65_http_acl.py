@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""64: HTTP authorization (docs/http-auth.md): auth.http_auth.acl_req asked
+"""65: HTTP authorization (docs/http-auth.md): auth.http_auth.acl_req asked
 about PUBLISH topics and SUBSCRIBE filters that no auth.acl rule matches,
 super_req asked after a successful auth_req, against a service written
 here, over http and https. A 2xx answer allows, anything else (another
