@@ -167,8 +167,10 @@ static void pending_job(workq_job *job)
 		t->kind          = t->next_kind;
 		t->next_frame    = NULL;
 		t->next_verdicts = NULL;
-		memmove(t->held, t->held + off, t->held_len - off);
-		t->held_len -= off;
+		if (off > 0) {
+			memmove(t->held, t->held + off, t->held_len - off);
+			t->held_len -= off;
+		}
 	} else {
 		bool resume = l != NULL && !t->stopped;
 		free(t->held);
