@@ -37,10 +37,11 @@ def wait_for(pred, timeout):
 
 
 class Service:
-    """The auth service. /auth: user good*, slow*, super* get 200, others 403.
+    """The auth service. /auth: user good*, gated*, super* get 200, others
+    403 (gated* once the test opens the gate).
     /super: user super* 200, others 403. /acl: topic allow/* 200, deny/* 403;
-    a PUBLISH (access 2) to gate/* waits until the test opens the gate, then
-    200. With tls, it serves https with the given certificate."""
+    a PUBLISH (access 2) to gate/* or a SUBSCRIBE (access 1) to sgate/* waits
+    until the test opens the gate, then 200. With tls, it serves https with the given certificate."""
 
     def __init__(self, certfile=None, keyfile=None):
         self.reqs = []
@@ -59,13 +60,16 @@ class Service:
                 user = p.get("user", "")
                 topic = p.get("topic", "")
                 if url.path == "/auth":
-                    ok = user.startswith(("good", "slow", "super"))
+                    if user.startswith("gated"):
+                        svc.gate.wait(30)
+                    ok = user.startswith(("good", "gated", "super"))
                 elif url.path == "/super":
                     ok = user.startswith("super")
                 else:
-                    if topic.startswith("gate/") and p.get("access") == "2":
+                    if ((topic.startswith("gate/") and p.get("access") == "2")
+                            or (topic.startswith("sgate/") and p.get("access") == "1")):
                         svc.gate.wait(30)
-                    ok = topic.startswith(("allow/", "gate/"))
+                    ok = topic.startswith(("allow/", "gate/", "sgate/"))
                 self.send_response(200 if ok else 403)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
@@ -102,6 +106,7 @@ class AclCase(BrokerTestCase):
     ACL_URL = None  # None: the service's /acl
     TIMEOUT = "5s"
     CACHE = "cache { enable = true, ttl = 30s }\n"
+    DENY = ""
     SSL = ""
     CERTS = None
 
@@ -123,13 +128,13 @@ class AclCase(BrokerTestCase):
         self.CONF = (
             'system.num_taskq_thread = 1\nsystem.parallel = 1\n'
             'auth {\n  allow_anonymous = true\n  no_match = allow\n'
-            '  password = { "admin" = "secret" }\n  %s'
+            '  password = { "admin" = "secret" }\n  %s%s'
             '  acl = { rules = [ { permit = deny, topics = ["secret/#"] },'
             ' { permit = allow, username = "admin" } ] }\n'
             '  http_auth {\n%s    acl_req {\n      url = "%s"\n      %s\n    }\n'
             '    timeout = %s\n    connect_timeout = 1s\n%s  }\n}\n'
             'http_server { port = %d, auth_type = no_auth }\n'
-            % (self.CACHE, auth, acl_url, ACL_PARAMS, self.TIMEOUT, self.SSL, self.api_port))
+            % (self.CACHE, self.DENY, auth, acl_url, ACL_PARAMS, self.TIMEOUT, self.SSL, self.api_port))
         super().setUp()
 
     def get(self, path):
@@ -256,6 +261,24 @@ class AclReqTests(AclCase):
         self.assertEqual([r["topic"] for r in self.svc.requests("/acl")],
                          ["gate/1", "allow/2", "allow/3", "gate/4", "allow/5", "allow/late"])
 
+    def test_subscribe_waits_filter_by_filter(self):
+        c = self.raw(5, client_id="sw")
+        c.send(nmq.subscribe_bytes([("sgate/a", 1), ("deny/b", 1), ("sgate/c", 0)], 77,
+                                   version=5)
+               + nmq.publish_bytes("allow/after", b"x", 1, pid=5, version=5))
+        self.assertTrue(wait_for(lambda: len(self.svc.requests("/acl")) >= 1, 5))
+        c.expect_nothing()
+        self.svc.gate.set()
+        sa = c.read()
+        self.assertEqual((sa.type, sa.pid, sa.codes), (SUBACK, 77, [1, 0x87, 0]))
+        self.assertEqual(c.expect(PUBACK).pid, 5)
+        self.assertEqual([(r["access"], r["topic"]) for r in self.svc.requests("/acl")],
+                         [("1", "sgate/a"), ("1", "deny/b"), ("1", "sgate/c"),
+                          ("2", "allow/after")])
+        self.raw(4, client_id="pub", username="admin", password="secret").publish(
+            "sgate/c", b"to-sw", qos=1)
+        self.assertEqual(c.expect(PUBLISH).payload, b"to-sw")
+
     def test_client_gone_while_waiting(self):
         for i in range(3):
             c = nmq.RawClient(self.port, version=5)
@@ -288,6 +311,23 @@ class AclReqTests(AclCase):
 
 
 @skip_on_mosquitto("auth.http_auth is nanomq's")
+class DenyDisconnectTests(AclCase):
+    DENY = "deny_action = disconnect\n  "
+
+    def test_v5_gets_0x87_then_disconnect(self):
+        c = self.raw(5, client_id="dd")
+        self.assertEqual(c.publish("allow/d", b"", qos=1).rc, 0)
+        self.assertEqual(c.publish("deny/d", b"", qos=1).rc, 0x87)
+        self.assertEqual(c.expect(nmq.DISCONNECT).rc, 0x87)
+        c.expect_closed()
+
+    def test_v3_closed(self):
+        c = self.raw(4, client_id="d3")
+        c.publish("deny/d", b"", qos=0)
+        c.expect_closed()
+
+
+@skip_on_mosquitto("auth.http_auth is nanomq's")
 class NoCacheTests(AclCase):
     CACHE = "cache { enable = false }\n"
 
@@ -311,6 +351,25 @@ class SuperuserTests(AclCase):
         self.assertEqual(sorted(p.payload for p in s.expect_publishes(2)), [b"a", b"b"])
         self.assertEqual(self.svc.requests("/acl"), [])
         self.assertEqual(self.stats("super_req")["allowed"], 1)
+
+    def test_connect_then_publishes_both_waiting(self):
+        """A CONNECT waiting for auth_req, with PUBLISHes right behind it that
+        wait for acl_req in turn: all in order once the gate opens."""
+        w = self.watcher("gate/#", "allow/#")
+        c = self.raw(5)
+        c.send(nmq.connect_bytes("gated-c", version=5, username="gated-1", password="p")
+               + nmq.publish_bytes("gate/1", b"a", 1, pid=1, version=5)
+               + nmq.publish_bytes("allow/2", b"b", 1, pid=2, version=5)
+               + nmq.publish_bytes("deny/3", b"c", 1, pid=3, version=5))
+        self.assertTrue(wait_for(lambda: len(self.svc.requests("/auth")) == 1, 5))
+        c.expect_nothing()
+        self.svc.gate.set()
+        got = [c.read() for _ in range(4)]
+        self.assertEqual([(p.type, p.rc) for p in got],
+                         [(nmq.CONNACK, 0), (PUBACK, 0), (PUBACK, 0), (PUBACK, 0x87)])
+        self.assertEqual([p.pid for p in got[1:]], [1, 2, 3])
+        self.assertEqual([p.payload for p in w.expect_publishes(2)], [b"a", b"b"])
+        w.expect_nothing(types=[PUBLISH])
 
     def test_ordinary_user(self):
         c = self.raw(5, client_id="gu", username="good-1", password="p")
