@@ -286,7 +286,10 @@ static int create_schema(sqlite3 *db)
 static sqlite3 *open_db(nmq_store *s, char *err, size_t errlen)
 {
 	for (int attempt = 0; attempt < 2; attempt++) {
-		sqlite3    *db    = NULL;
+		sqlite3 *db = NULL;
+		// NOMUTEX: one thread at a time uses the connection (the main
+		// thread until the store thread starts taking operations, which
+		// come only after store_load; then the store thread alone).
 		int         rc    = sqlite3_open_v2(s->path, &db,
 		               SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
 		const char *bad   = NULL;
@@ -945,25 +948,24 @@ static void evicts_clear(nmq_store *s, bool report)
 	s->evict_len = 0;
 }
 
-// Applies a batch in one transaction and answers every operation.
-static void run_batch(nmq_store *s, store_op *batch)
+// Applies a batch of nb operations in one transaction and answers every
+// operation.
+static void run_batch(nmq_store *s, store_op *batch, size_t nb)
 {
 	uint64_t wall = store_wall_ms(), mono = store_mono_ms();
 	uint64_t rows_before = s->queued_rows;
-	size_t   nb          = 0;
-	for (store_op *op = batch; op != NULL; op = op->next) {
-		nb++;
-	}
 	// Operations that cancel out inside the group are not written; the
 	// reference counts of message rows are written once, at the end.
 	if (store_group_begin(s, nb) == 0) {
 		store_group_coalesce(s, batch);
 		s->in_group = true;
 	}
-	int    rc = step_done(store_stmt(s, STMT_BEGIN));
-	bool   ok = rc == SQLITE_DONE;
-	size_t n  = 0;
+	int      rc    = step_done(store_stmt(s, STMT_BEGIN));
+	bool     ok    = rc == SQLITE_DONE;
+	size_t   n     = 0;
+	uint64_t nskip = 0;
 	for (store_op *op = batch; ok && op != NULL; op = op->next, n++) {
+		nskip += op->skip;
 		int r = op_apply(s, op, wall, mono);
 		if (r < 0) {
 			ok = false;
@@ -998,17 +1000,12 @@ static void run_batch(nmq_store *s, store_op *batch)
 	evicts_clear(s, ok);
 	atomic_store(&s->queued_rows_pub, s->queued_rows);
 	// Counters first: a completion may be what a reader of them waits for.
-	uint64_t nops = 0, nskip = 0;
-	for (store_op *op = batch; op != NULL; op = op->next) {
-		nops++;
-		nskip += op->skip;
-	}
 	if (ok) {
 		atomic_fetch_add(&s->commits, 1);
-		atomic_fetch_add(&s->ops, nops);
+		atomic_fetch_add(&s->ops, nb);
 		atomic_fetch_add(&s->coalesced, nskip);
 	} else {
-		atomic_fetch_add(&s->failed, nops);
+		atomic_fetch_add(&s->failed, nb);
 	}
 	while (batch != NULL) {
 		store_op *op = batch;
@@ -1052,7 +1049,7 @@ static void *store_thread(void *arg)
 		}
 		s->pending -= n;
 		pthread_mutex_unlock(&s->mtx);
-		run_batch(s, batch);
+		run_batch(s, batch, n);
 		pthread_mutex_lock(&s->mtx);
 	}
 	pthread_mutex_unlock(&s->mtx);
@@ -1152,6 +1149,7 @@ void store_close(nmq_store *s)
 	free(s->batch_msgs);
 	free(s->evicts);
 	free(s->ckeys);
+	free(s->ckeys_used);
 	free(s->rrefs);
 	free(s->rrefs_used);
 	free(s);

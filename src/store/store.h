@@ -26,6 +26,9 @@
 // Threads: store_open, store_load and store_close run on the main thread
 // (before the workers start, or after they stopped); the put/del functions
 // on any thread; completions and the evicted callback on the store thread.
+// store_load must not run while operations are queued or being applied:
+// the database connection is opened without SQLite's own mutex (one
+// thread at a time uses it).
 #ifndef NMQ_STORE_H
 #define NMQ_STORE_H
 

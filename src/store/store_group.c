@@ -59,9 +59,9 @@ static size_t pow2_at_least(size_t n)
 // Finds the entry of (cid, seq) in the current generation, or the free
 // slot where it would go (*found false). NULL only if the table is full,
 // which the sizing rules out.
-static struct store_ckey *ckey_find(nmq_store *s, const char *cid, uint64_t seq, bool *found)
+static struct store_ckey *ckey_find(
+    nmq_store *s, const char *cid, uint64_t seq, uint64_t h, bool *found)
 {
-	uint64_t           h         = key_hash(cid, seq);
 	size_t             mask      = s->ckeys_cap - 1;
 	struct store_ckey *free_slot = NULL;
 	for (size_t i = h & mask, n = 0; n <= mask; i = (i + 1) & mask, n++) {
@@ -88,15 +88,26 @@ static struct store_ckey *ckey_find(nmq_store *s, const char *cid, uint64_t seq,
 int store_group_begin(nmq_store *s, size_t n_ops)
 {
 	size_t want = pow2_at_least(n_ops * 2);
+	// Clear what the last group used (not the whole table).
+	for (size_t i = 0; i < s->ckeys_len; i++) {
+		s->ckeys[s->ckeys_used[i]].cid = NULL;
+	}
+	s->ckeys_len = 0;
 	if (want > s->ckeys_cap) {
-		struct store_ckey *v = realloc(s->ckeys, want * sizeof(*v));
-		if (v == NULL) {
+		struct store_ckey *v = malloc(want * sizeof(*v));
+		uint32_t          *u = malloc(want / 2 * sizeof(*u));
+		if (v == NULL || u == NULL) {
+			free(v);
+			free(u);
 			return -1;
 		}
-		s->ckeys     = v;
-		s->ckeys_cap = want;
+		memset(v, 0, want * sizeof(*v));
+		free(s->ckeys);
+		free(s->ckeys_used);
+		s->ckeys      = v;
+		s->ckeys_used = u;
+		s->ckeys_cap  = want;
 	}
-	memset(s->ckeys, 0, s->ckeys_cap * sizeof(*s->ckeys));
 	s->ckeys_gen = 1;
 	if (want > s->rrefs_cap) {
 		struct store_rref *v = realloc(s->rrefs, want * sizeof(*v));
@@ -117,60 +128,31 @@ int store_group_begin(nmq_store *s, size_t n_ops)
 	return 0;
 }
 
+// Takes slot k of the table for op's key.
+static void ckey_take(nmq_store *s, struct store_ckey *k, store_op *op, uint64_t h)
+{
+	if (k->cid == NULL) {
+		s->ckeys_used[s->ckeys_len++] = (uint32_t)(k - s->ckeys);
+	}
+	*k = (struct store_ckey) { op->s1, op->u64, h, s->ckeys_gen, op };
+}
+
 void store_group_coalesce(nmq_store *s, store_op *batch)
 {
 	for (store_op *op = batch; op != NULL; op = op->next) {
-		bool               found;
-		struct store_ckey *k;
-		switch (op->kind) {
-		case OP_QUEUE_PUT:
-			k = ckey_find(s, op->s1, op->u64, &found);
-			if (k == NULL) {
-				break;
-			}
-			if (!found) {
-				*k = (struct store_ckey) { op->s1, op->u64,
-					key_hash(op->s1, op->u64), s->ckeys_gen, op };
-			} else if (k->op == NULL) {
-				k->op = op; // put again after a cancelled pair
-			}
-			// A second put of a stored seq fails at apply (kept first).
-			break;
-		case OP_QUEUE_STATE:
-			k = ckey_find(s, op->s1, op->u64, &found);
-			if (k == NULL) {
-				break;
-			}
-			if (!found) {
-				*k = (struct store_ckey) { op->s1, op->u64,
-					key_hash(op->s1, op->u64), s->ckeys_gen, op };
-			} else if (k->op == NULL) {
-				k->op = op;
-			} else if (k->op->kind == OP_QUEUE_PUT) {
-				k->op->state = op->state;
-				k->op->pid   = op->pid;
-				op->skip     = true;
-			} else {
-				k->op->skip = true; // an earlier state, overwritten
-				k->op       = op;
-			}
-			break;
-		case OP_QUEUE_DEL:
-			k = ckey_find(s, op->s1, op->u64, &found);
-			if (k == NULL || !found || k->op == NULL) {
-				break;
-			}
-			k->op->skip = true;
-			if (k->op->kind == OP_QUEUE_PUT) {
-				op->skip = true; // the row never reaches the file
-			}
-			k->op = NULL;
-			break;
-		case OP_QUEUE_DEL_MANY:
+		if (op->kind == OP_SESSION_DEL || op->kind == OP_QUEUE_READ) {
+			// Rows of a session are read or deleted by SQL here: nothing
+			// before is paired with anything after.
+			s->ckeys_gen++;
+			continue;
+		}
+		bool found;
+		if (op->kind == OP_QUEUE_DEL_MANY) {
 			// As OP_QUEUE_DEL, seq by seq; a seq whose put is in the
 			// group becomes 0 (nothing to delete).
 			for (uint32_t i = 0; i < op->u32; i++) {
-				k = ckey_find(s, op->s1, op->data[i], &found);
+				struct store_ckey *k = ckey_find(
+				    s, op->s1, op->data[i], key_hash(op->s1, op->data[i]), &found);
 				if (k == NULL || !found || k->op == NULL) {
 					continue;
 				}
@@ -180,12 +162,51 @@ void store_group_coalesce(nmq_store *s, store_op *batch)
 				}
 				k->op = NULL;
 			}
+			continue;
+		}
+		if (op->kind != OP_QUEUE_PUT && op->kind != OP_QUEUE_STATE
+		    && op->kind != OP_QUEUE_DEL) {
+			continue;
+		}
+		uint64_t           h = key_hash(op->s1, op->u64);
+		struct store_ckey *k = ckey_find(s, op->s1, op->u64, h, &found);
+		if (k == NULL) {
+			continue;
+		}
+		if (!found) {
+			if (op->kind != OP_QUEUE_DEL) {
+				ckey_take(s, k, op, h);
+			}
+			continue;
+		}
+		if (k->op == NULL) {
+			// The key's earlier operations cancelled out.
+			if (op->kind != OP_QUEUE_DEL) {
+				k->op = op;
+			}
+			continue;
+		}
+		switch (op->kind) {
+		case OP_QUEUE_PUT:
+			// A second put of a stored seq fails at apply (the first is
+			// kept): left as it is.
 			break;
-		case OP_SESSION_DEL:
-		case OP_QUEUE_READ:
-			// Rows of a session are read or deleted by SQL here: nothing
-			// before is paired with anything after.
-			s->ckeys_gen++;
+		case OP_QUEUE_STATE:
+			if (k->op->kind == OP_QUEUE_PUT) {
+				k->op->state = op->state;
+				k->op->pid   = op->pid;
+				op->skip     = true;
+			} else {
+				k->op->skip = true; // an earlier state, overwritten
+				k->op       = op;
+			}
+			break;
+		case OP_QUEUE_DEL:
+			k->op->skip = true;
+			if (k->op->kind == OP_QUEUE_PUT) {
+				op->skip = true; // the row never reaches the file
+			}
+			k->op = NULL;
 			break;
 		default:
 			break;

@@ -125,7 +125,8 @@ struct nmq_store {
 	// the message rows whose reference counts it changed.
 	bool               in_group;
 	struct store_ckey *ckeys;
-	size_t             ckeys_cap;
+	uint32_t          *ckeys_used; // slots taken, to clear
+	size_t             ckeys_cap, ckeys_len;
 	uint32_t           ckeys_gen;
 	struct store_rref *rrefs;
 	uint32_t          *rrefs_used;

@@ -29,6 +29,14 @@ nmq_err store_sqlite_load(char *err, size_t errlen)
 	}
 	STORE_SQLITE_FUNCS(STORE_SQLITE_SYM)
 #undef STORE_SQLITE_SYM
+	// No memory statistics: they take a global mutex at every allocation
+	// of the store thread. Only possible before SQLite initialises
+	// (SQLITE_MISUSE afterwards, harmless: the statistics stay on).
+	int (*config)(int, ...) = NULL;
+	*(void **)&config       = dlsym(h, "sqlite3_config");
+	if (config != NULL) {
+		(void)config(SQLITE_CONFIG_MEMSTATUS, 0);
+	}
 	store_sqlite = api;
 	loaded       = true;
 	return NMQ_OK;
