@@ -481,6 +481,7 @@ static int reload(
 	broker_limits_from_conf(&nc, &lim);
 	proto_set_limits(srv->proto, &lim);
 	sys_stats_set_interval(srv->sys, nc.sys_interval_s);
+	http_authn_reload(srv->hauth, &nc);
 	reload_listeners(srv, &nc);
 	if (srv->bridges != NULL) {
 		bridges_reconfigure(srv->bridges, &nc);

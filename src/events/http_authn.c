@@ -52,12 +52,26 @@ typedef struct ha_item {
 	char            who[96]; // client id, for the log and the drop log
 } ha_item;
 
+struct ha_client;
+
+// A cached answer, in its hash bucket and, for acl_req, in its client's
+// list (oldest first).
 typedef struct ha_cache_ent {
 	struct ha_cache_ent *next;
+	struct ha_client    *cl; // acl_req: the client; NULL otherwise
+	struct ha_cache_ent *cprev, *cnext;
 	uint64_t             expires_ms;
 	int                  val;
 	char                 key[];
 } ha_cache_ent;
+
+// A client with cached acl_req answers (auth.cache.max_size bounds them).
+typedef struct ha_client {
+	struct ha_client *next;
+	ha_cache_ent     *head, *tail;
+	size_t            n;
+	char              cid[];
+} ha_client;
 
 // One kind of callout: its target, slots, queue and counters.
 typedef struct ha_kind {
@@ -71,22 +85,26 @@ typedef struct ha_kind {
 } ha_kind;
 
 struct http_authn {
-	ha_kind     k[HA_NKINDS];
-	uint32_t    timeout_ms;
-	uint32_t    connect_timeout_ms;
-	uint32_t    cache_ttl_ms; // auth_req and super_req answers
-	uint32_t    acl_ttl_ms; // acl_req answers (auth.cache)
-	uint32_t    pool;
-	int         efd;
-	pthread_t   thr;
-	bool        thr_started;
-	atomic_bool stop;
+	ha_kind  k[HA_NKINDS];
+	uint32_t timeout_ms;
+	uint32_t connect_timeout_ms;
+	uint32_t cache_ttl_ms; // auth_req and super_req answers
+	// acl_req answers (auth.cache, reloadable): how long, and how many per
+	// client at most.
+	_Atomic uint32_t acl_ttl_ms;
+	_Atomic uint32_t acl_max;
+	uint32_t         pool;
+	int              efd;
+	pthread_t        thr;
+	bool             thr_started;
+	atomic_bool      stop;
 
 	pthread_mutex_t mtx; // queues, stopping (leaf)
 	bool            stopping;
 
 	pthread_mutex_t cache_mtx; // leaf
 	ha_cache_ent  **cache;
+	ha_client     **clients; // by client id
 	size_t          cache_len;
 };
 
@@ -353,11 +371,83 @@ static bool cache_get(http_authn *h, const char *key, int *val)
 	return found;
 }
 
-// Remembers an answer for ttl_ms (0: not at all); expired entries of the
-// bucket go.
-static void cache_put(http_authn *h, const char *key, int val, uint32_t ttl_ms)
+// Frees cl once it holds no entry. cache_mtx held.
+static void client_drop_if_empty(http_authn *h, ha_client *cl)
 {
-	if (ttl_ms == 0 || key == NULL) {
+	if (cl->n > 0) {
+		return;
+	}
+	for (ha_client **cp = &h->clients[key_hash(cl->cid)]; *cp != NULL; cp = &(*cp)->next) {
+		if (*cp == cl) {
+			*cp = cl->next;
+			break;
+		}
+	}
+	free(cl);
+}
+
+// Removes e, which *pp points at (its bucket's chain), from the cache and
+// its client's list (the client goes with its last entry). cache_mtx held.
+static void cache_unlink(http_authn *h, ha_cache_ent **pp, ha_cache_ent *e)
+{
+	*pp           = e->next;
+	ha_client *cl = e->cl;
+	if (cl != NULL) {
+		if (e->cprev != NULL) {
+			e->cprev->cnext = e->cnext;
+		} else {
+			cl->head = e->cnext;
+		}
+		if (e->cnext != NULL) {
+			e->cnext->cprev = e->cprev;
+		} else {
+			cl->tail = e->cprev;
+		}
+		cl->n--;
+		client_drop_if_empty(h, cl);
+	}
+	free(e);
+	h->cache_len--;
+}
+
+// Removes e wherever it is in its bucket. cache_mtx held.
+static void cache_remove(http_authn *h, ha_cache_ent *e)
+{
+	for (ha_cache_ent **pp = &h->cache[key_hash(e->key)]; *pp != NULL; pp = &(*pp)->next) {
+		if (*pp == e) {
+			cache_unlink(h, pp, e);
+			return;
+		}
+	}
+}
+
+// Returns client cid's record, made when missing (NULL: out of memory).
+// cache_mtx held.
+static ha_client *client_get(http_authn *h, const char *cid)
+{
+	size_t b = key_hash(cid);
+	for (ha_client *cl = h->clients[b]; cl != NULL; cl = cl->next) {
+		if (strcmp(cl->cid, cid) == 0) {
+			return cl;
+		}
+	}
+	size_t     n  = strlen(cid);
+	ha_client *cl = calloc(1, sizeof(*cl) + n + 1);
+	if (cl != NULL) {
+		memcpy(cl->cid, cid, n + 1);
+		cl->next      = h->clients[b];
+		h->clients[b] = cl;
+	}
+	return cl;
+}
+
+// Remembers an answer for ttl_ms (0: not at all); expired entries of the
+// bucket go. cid (acl_req): the client, whose oldest answer makes room
+// when it has max_per_client already.
+static void cache_put(
+    http_authn *h, const char *key, int val, uint32_t ttl_ms, const char *cid, uint32_t max)
+{
+	if (ttl_ms == 0 || key == NULL || (cid != NULL && max == 0)) {
 		return;
 	}
 	uint64_t now = http_client_now_ms();
@@ -367,14 +457,23 @@ static void cache_put(http_authn *h, const char *key, int val, uint32_t ttl_ms)
 	while (*pp != NULL) {
 		ha_cache_ent *e = *pp;
 		if (e->expires_ms <= now || strcmp(e->key, key) == 0) {
-			*pp = e->next;
-			free(e);
-			h->cache_len--;
+			cache_unlink(h, pp, e);
 			continue;
 		}
 		pp = &e->next;
 	}
-	ha_cache_ent *e = h->cache_len < HA_CACHE_MAX ? malloc(sizeof(*e) + kl + 1) : NULL;
+	ha_client *cl = cid != NULL ? client_get(h, cid) : NULL;
+	while (cl != NULL && cl->n >= max) {
+		bool last = cl->n == 1;
+		cache_remove(h, cl->head); // its oldest (cl goes with its last)
+		if (last) {
+			cl = client_get(h, cid);
+		}
+	}
+	ha_cache_ent *e = NULL;
+	if (h->cache_len < HA_CACHE_MAX && (cid == NULL || cl != NULL)) {
+		e = calloc(1, sizeof(*e) + kl + 1);
+	}
 	if (e != NULL) {
 		memcpy(e->key, key, kl + 1);
 		e->val                  = val;
@@ -382,8 +481,36 @@ static void cache_put(http_authn *h, const char *key, int val, uint32_t ttl_ms)
 		e->next                 = h->cache[key_hash(key)];
 		h->cache[key_hash(key)] = e;
 		h->cache_len++;
+		if (cl != NULL) {
+			e->cl    = cl;
+			e->cprev = cl->tail;
+			if (cl->tail != NULL) {
+				cl->tail->cnext = e;
+			} else {
+				cl->head = e;
+			}
+			cl->tail = e;
+			cl->n++;
+		}
+	} else if (cl != NULL) {
+		client_drop_if_empty(h, cl); // made for nothing
 	}
 	pthread_mutex_unlock(&h->cache_mtx);
+}
+
+// Empties the cache of acl_req answers (a reload). cache_mtx held.
+static void cache_flush_acl(http_authn *h)
+{
+	for (size_t i = 0; i < HA_CACHE_SLOTS; i++) {
+		ha_cache_ent **pp = &h->cache[i];
+		while (*pp != NULL) {
+			if ((*pp)->cl != NULL) {
+				cache_unlink(h, pp, *pp);
+			} else {
+				pp = &(*pp)->next;
+			}
+		}
+	}
 }
 
 // ---- asking (workers) ------------------------------------------------------------
@@ -539,7 +666,7 @@ static int http_authn_acl(
 	it->kind = HA_ACL;
 	snprintf(it->who, sizeof(it->who), "%s", who->client_id);
 	int val;
-	if (h->acl_ttl_ms > 0 && cache_get(h, it->key, &val)) {
+	if (atomic_load(&h->acl_ttl_ms) > 0 && cache_get(h, it->key, &val)) {
 		count(h, HA_ACL, HA_CACHE_HITS);
 		item_free(it);
 		return val;
@@ -596,7 +723,7 @@ static void item_answer(http_authn *h, ha_item *it, int status, const char *why)
 	case HA_AUTH: {
 		int rc = yes ? 0 : HA_RC_DENY;
 		if (status != 0) {
-			cache_put(h, it->key, rc, h->cache_ttl_ms);
+			cache_put(h, it->key, rc, h->cache_ttl_ms, NULL, 0);
 		}
 		if (rc != 0) {
 			droplog_record(DENY_AUTH, it->who, NULL, 0, DROPLOG_NO_QOS, 1);
@@ -607,7 +734,7 @@ static void item_answer(http_authn *h, ha_item *it, int status, const char *why)
 	case HA_SUPER: {
 		int rc = yes ? PROTO_AUTH_SUPERUSER : 0;
 		if (status != 0) {
-			cache_put(h, it->key, rc, h->cache_ttl_ms);
+			cache_put(h, it->key, rc, h->cache_ttl_ms, NULL, 0);
 		}
 		if (yes) {
 			log_info("httpauth", "client_id=%s event=superuser", it->who);
@@ -618,7 +745,8 @@ static void item_answer(http_authn *h, ha_item *it, int status, const char *why)
 	default: {
 		int verdict = yes ? PROTO_ACL_ALLOW : HA_RC_ACL_DENY;
 		if (status != 0) {
-			cache_put(h, it->key, verdict, h->acl_ttl_ms);
+			cache_put(h, it->key, verdict, atomic_load(&h->acl_ttl_ms), it->who,
+			    atomic_load(&h->acl_max));
 		}
 		proto_acl_resume(it->t, verdict);
 		break;
@@ -822,22 +950,40 @@ void http_authn_free(http_authn *h)
 		http_client_fini(&h->k[kk].http);
 		free(h->k[kk].slots);
 	}
-	if (h->cache != NULL) {
+	if (h->cache != NULL && h->clients != NULL) {
 		for (size_t i = 0; i < HA_CACHE_SLOTS; i++) {
 			while (h->cache[i] != NULL) {
-				ha_cache_ent *e = h->cache[i];
-				h->cache[i]     = e->next;
-				free(e);
+				cache_unlink(h, &h->cache[i], h->cache[i]);
 			}
 		}
 	}
 	free(h->cache);
+	free(h->clients);
 	if (h->efd >= 0) {
 		close(h->efd);
 	}
 	pthread_mutex_destroy(&h->mtx);
 	pthread_mutex_destroy(&h->cache_mtx);
 	free(h);
+}
+
+// acl_req's cache settings from auth.cache.
+static void acl_cache_conf(http_authn *h, const nmq_conf *conf)
+{
+	bool on = conf->auth_cache_enable && conf->auth_cache_max_size > 0;
+	atomic_store(&h->acl_ttl_ms, on ? conf->auth_cache_ttl_s * 1000 : 0);
+	atomic_store(&h->acl_max, on ? (uint32_t)conf->auth_cache_max_size : 0);
+}
+
+void http_authn_reload(http_authn *h, const nmq_conf *conf)
+{
+	if (h == NULL) {
+		return;
+	}
+	acl_cache_conf(h, conf);
+	pthread_mutex_lock(&h->cache_mtx);
+	cache_flush_acl(h);
+	pthread_mutex_unlock(&h->cache_mtx);
 }
 
 void http_authn_shutdown(http_authn *h)
@@ -901,10 +1047,8 @@ nmq_err http_authn_start(
 	h->timeout_ms = (uint32_t)cJSON_GetObjectItem(ha, "timeout_ms")->valuedouble;
 	h->connect_timeout_ms
 	    = (uint32_t)cJSON_GetObjectItem(ha, "connect_timeout_ms")->valuedouble;
-	h->cache_ttl_ms  = (uint32_t)cJSON_GetObjectItem(ha, "cache_ttl_ms")->valuedouble;
-	h->acl_ttl_ms    = conf->auth_cache_enable && conf->auth_cache_max_size > 0
-	       ? conf->auth_cache_ttl_s * 1000
-	       : 0;
+	h->cache_ttl_ms = (uint32_t)cJSON_GetObjectItem(ha, "cache_ttl_ms")->valuedouble;
+	acl_cache_conf(h, conf);
 	h->pool          = (uint32_t)cJSON_GetObjectItem(ha, "pool_size")->valuedouble;
 	const cJSON *ssl = cJSON_GetObjectItem(ha, "ssl");
 	nmq_err      e   = NMQ_OK;
@@ -941,9 +1085,10 @@ nmq_err http_authn_start(
 		http_authn_free(h);
 		return e;
 	}
-	h->cache = calloc(HA_CACHE_SLOTS, sizeof(*h->cache));
-	h->efd   = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (h->cache == NULL || h->efd < 0) {
+	h->cache   = calloc(HA_CACHE_SLOTS, sizeof(*h->cache));
+	h->clients = calloc(HA_CACHE_SLOTS, sizeof(*h->clients));
+	h->efd     = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (h->cache == NULL || h->clients == NULL || h->efd < 0) {
 		snprintf(err, errlen, "out of memory");
 		http_authn_free(h);
 		return NMQ_ENOMEM;

@@ -62,6 +62,9 @@ void http_authn_shutdown(http_authn *h);
 // Frees everything (after http_authn_shutdown and after the workers
 // stopped). NULL is fine.
 void http_authn_free(http_authn *h);
+// A reload (main thread): takes auth.cache's ttl and max_size for acl_req
+// answers and forgets those cached.
+void http_authn_reload(http_authn *h, const nmq_conf *conf);
 // A snapshot of the counters (any thread).
 void http_authn_get_stats(http_authn *h, http_authn_stats *st);
 

@@ -13,6 +13,7 @@ import http.server
 import json
 import os
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
@@ -325,6 +326,34 @@ class DenyDisconnectTests(AclCase):
         c = self.raw(4, client_id="d3")
         c.publish("deny/d", b"", qos=0)
         c.expect_closed()
+
+
+@skip_on_mosquitto("auth.http_auth is nanomq's")
+class CacheBoundTests(AclCase):
+    CACHE = "cache { enable = true, max_size = 2, ttl = 30s }\n"
+
+    def topics_asked(self):
+        return [r["topic"] for r in self.svc.requests("/acl")]
+
+    def test_per_client_bound_and_reload(self):
+        c = self.raw(5, client_id="cb")
+        for t in ["allow/1", "allow/2", "allow/3", "allow/3", "allow/1"]:
+            self.assertEqual(c.publish(t, b"", qos=1).rc, 0)
+        # Two answers per client: allow/1 was forgotten for allow/3.
+        self.assertEqual(self.topics_asked(), ["allow/1", "allow/2", "allow/3", "allow/1"])
+        # Another client has its own two.
+        d = self.raw(5, client_id="cb2")
+        self.assertEqual(d.publish("allow/x", b"", qos=1).rc, 0)
+        self.assertEqual(c.publish("allow/1", b"", qos=1).rc, 0)
+        self.assertEqual(len(self.topics_asked()), 5)
+        # A reload forgets every answer.
+        before = self.broker.log_text().count("event=reloaded")
+        self.broker.proc.send_signal(signal.SIGHUP)
+        self.assertTrue(wait_for(
+            lambda: self.broker.log_text().count("event=reloaded") > before, 10))
+        self.assertEqual(c.publish("allow/1", b"", qos=1).rc, 0)
+        self.assertEqual(self.topics_asked()[-1], "allow/1")
+        self.assertEqual(len(self.topics_asked()), 6)
 
 
 @skip_on_mosquitto("auth.http_auth is nanomq's")
