@@ -57,7 +57,7 @@ static const view_key view_aliases[] = {
 // The item at a dotted path of root, or NULL.
 static const cJSON *get_path(const cJSON *root, const char *path)
 {
-	char        seg[64];
+	char        seg[256];
 	const char *p = path;
 	while (root != NULL) {
 		const char *dot = strchr(p, '.');
@@ -77,7 +77,7 @@ static const cJSON *get_path(const cJSON *root, const char *path)
 // failure or when a segment on the way is not an object.
 static bool set_path(cJSON *root, const char *path, cJSON *item)
 {
-	char        seg[64];
+	char        seg[256];
 	const char *p = path;
 	if (item == NULL) {
 		return false;
@@ -329,6 +329,34 @@ oom:
 	return false;
 }
 
+// Merges the object src into the object dst: objects in both are merged,
+// anything else in src replaces dst's member. Returns false on allocation
+// failure.
+static bool merge_into(cJSON *dst, const cJSON *src)
+{
+	const cJSON *c;
+	cJSON_ArrayForEach(c, src)
+	{
+		cJSON *d = cJSON_GetObjectItemCaseSensitive(dst, c->string);
+		if (cJSON_IsObject(d) && cJSON_IsObject(c)) {
+			if (!merge_into(d, c)) {
+				return false;
+			}
+			continue;
+		}
+		cJSON *dup = cJSON_Duplicate(c, true);
+		if (dup == NULL) {
+			return false;
+		}
+		cJSON_DeleteItemFromObjectCaseSensitive(dst, c->string);
+		if (!cJSON_AddItemToObject(dst, c->string, dup)) {
+			cJSON_Delete(dup);
+			return false;
+		}
+	}
+	return true;
+}
+
 cJSON *rest_conf_nanomq_translate(const cJSON *data, char *err, size_t errlen)
 {
 	cJSON *out = cJSON_CreateObject();
@@ -374,22 +402,11 @@ cJSON *rest_conf_nanomq_translate(const cJSON *data, char *err, size_t errlen)
 		} else {
 			// The broker's own sections (and http_server, webhook,
 			// sqlite, auth, which have NanoMQ's shape): merged as given.
-			const cJSON *have = cJSON_GetObjectItemCaseSensitive(out, name);
+			cJSON *have = cJSON_GetObjectItemCaseSensitive(out, name);
 			if (cJSON_IsObject(have) && cJSON_IsObject(s)) {
-				const cJSON *c;
-				cJSON_ArrayForEach(c, s)
-				{
-					char path[200];
-					snprintf(
-					    path, sizeof(path), "%.60s.%.120s", name, c->string);
-					if (strlen(c->string) > 120
-					    || strchr(c->string, '.') != NULL
-					    || !set_path(out, path, cJSON_Duplicate(c, true))) {
-						snprintf(err, errlen, "%s.%s: cannot merge", name,
-						    c->string);
-						ok = false;
-						break;
-					}
+				ok = merge_into(have, s);
+				if (!ok) {
+					snprintf(err, errlen, "out of memory");
 				}
 			} else {
 				cJSON_DeleteItemFromObjectCaseSensitive(out, name);

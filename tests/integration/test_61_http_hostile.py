@@ -481,7 +481,8 @@ class TestConfigWrites(ServerCase):
                                   "forwards": [{"remote_topic": "up/x",
                                                 "local_topic": "up/#"}]}]},
             "websocket": {"enable": True, "url": "nmq-ws://127.0.0.1:%d/mqtt"
-                          % nmq.free_port()}}}))
+                          % nmq.free_port()},
+            "listeners": {"ws": {"max_connections": 7}}}}))
         self.assertEqual((st, j["code"]), (200, 0), j)
         st, j = self.conf_get("/api/v4/configuration/bridge")
         node = j["data"]["nodes"][0]
@@ -491,6 +492,10 @@ class TestConfigWrites(ServerCase):
         st, j = self.conf_get("/api/v4/configuration/websocket")
         self.assertIs(j["data"]["enable"], True)
         self.assertTrue(j["data"]["url"].startswith("nmq-ws://127.0.0.1:"))
+        # Both spellings of the same listener were merged, not replaced.
+        st, j = self.conf_get("/api/v4/configuration/listeners")
+        self.assertEqual(j["data"]["ws"]["max_connections"], 7)
+        self.assertTrue(j["data"]["ws"]["bind"].startswith("127.0.0.1:"))
         # Refused: an unknown key of a NanoMQ section, a node without a
         # name, a login list, AWS bridges; the file is left alone.
         with open(self.broker.conf_path) as f:
