@@ -5,7 +5,8 @@
 //
 // A connection is the common object of conn.c (reference count, frame
 // cutting, the outbound queue, close and drain) over one byte backend:
-// - conn_sock.c: a plain TCP socket on its owner worker's epoll loop;
+// - conn_sock.c: a plain TCP socket on its owner worker's epoll loop,
+//   optionally carrying TLS (conn_tls.c: mbed TLS on the same loop);
 // - conn_stream.c: an nng_stream (TLS) with NNG aios.
 // A layer may sit between the backend's bytes and the MQTT frames:
 // - conn_ws.c: WebSocket (RFC 6455), over either backend.
@@ -20,8 +21,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <sys/types.h>
+#include <sys/uio.h>
+
 #include "nng/core/nmq_mutex.h"
 #include "nng/transport/conn.h"
+#include "nng/transport/conn_tls.h"
 
 #define RX_INIT     256
 #define RX_GROW_MAX (64 * 1024)
@@ -392,5 +397,30 @@ static inline void conn_count_tx(size_t n)
 {
 	atomic_fetch_add_explicit(&conn_tx_bytes_total, n, memory_order_relaxed);
 }
+
+// ---------------------------------------------------------------------------
+// TLS over a plain socket (conn_tls.c), for conn_sock.c.
+
+// Decrypts up to len bytes into buf (several records), taking mtx around
+// mbed TLS (writers use it under the same mutex); ra (rasz bytes, at least
+// CONN_TLS_RA_MIN) is read-ahead room for this call. Returns the bytes,
+// 0 at the peer's close, or -1 with errno EAGAIN (nothing decrypted yet)
+// or EPROTO (failed). The owner, without mtx.
+ssize_t conn_tls_recv(
+    conn_tls *t, nmq_mutex *mtx, uint8_t *buf, size_t len, uint8_t *ra, size_t rasz);
+// Encrypts the first bytes of iov (n entries, up to one record) after
+// flushing a record kept from before. Returns 0 with *consumed set (0 is
+// possible when n is 0), EAGAIN when the socket is full (nothing taken),
+// or EPIPE (failed). Mutex held.
+int conn_tls_send(conn_tls *t, const struct iovec *iov, int n, size_t *consumed);
+// An encrypted record is still waiting for room in the socket. Mutex held.
+bool conn_tls_unflushed(const conn_tls *t);
+// Input is buffered above the socket (read ahead, or inside mbed TLS), so
+// that the owner must read again without waiting for readiness. Mutex held.
+bool conn_tls_pending(const conn_tls *t);
+// Queues a close_notify alert, best effort. Mutex held.
+void conn_tls_close_notify(conn_tls *t);
+// Copies the peer record of the handshake.
+void conn_tls_peer_of(const conn_tls *t, tls_peer *p);
 
 #endif // NMQ_CONN_INT_H

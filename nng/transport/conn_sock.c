@@ -1,4 +1,5 @@
-// The plain-socket backend of nmq_conn (tcp:// and ws://); see conn_int.h.
+// The plain-socket backend of nmq_conn (tcp://, ws://, and tls+tcp://,
+// wss:// with TLS on the socket); see conn_int.h.
 //
 // The socket sits in its owner worker's epoll set (workq.h): the owner
 // reads and dispatches frames when it is readable, a bounded number of
@@ -18,6 +19,15 @@
 // set), whichever comes first; only then is it closed. Closing at once
 // with unread input would send a reset, which makes the peer's stack drop
 // the reason code it has not read yet. The linger holds a reference.
+//
+// TLS (conn_tls.c, docs/decisions/0019-tls-on-own-event-loops.md): a
+// socket whose handshake is over carries its mbed TLS state in the
+// backend's extension; reads decrypt (into the first half of the scratch
+// buffer, reading ahead into the second) and writes encrypt, on the same
+// paths and under the same rules as plain bytes. Input that TLS buffered
+// above the socket is invisible to epoll, so the owner is given a read job
+// (rd_job) whenever such input is left behind: at start, when a read
+// yields, and when a pause ends. A close sends close_notify first.
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -38,18 +48,30 @@
 #define LINGER_MS    2000 // longest lingering close
 #define LINGER_BYTES (64 * 1024) // input discarded at most while lingering
 
-// The state of a lingering close (c->be_state), owned by the owner
-// worker; freed with the connection.
+// The backend's extension (c->be_state): a lingering close, or TLS (from
+// the start), owned by the owner worker; freed with the connection.
 typedef struct sock_linger {
 	nmq_conn *c;
-	int       tfd; // the deadline; -1 once the linger is over
+	int       tfd; // the linger's deadline; -1 when none or over
 	workq_io  tio;
 	size_t    discarded;
 	bool      job_held; // (mtx) sock_job was posted with a reference
+	bool      lingered; // a lingering close has begun (once only)
+	conn_tls *tls; // NULL for plain bytes
+	workq_job rd_job; // a read without readiness (TLS), holding a reference
+	bool      rd_posted; // (mtx)
 } sock_linger;
+
+// The TLS state of c, or NULL.
+static inline conn_tls *sock_tls(nmq_conn *c)
+{
+	sock_linger *x = c->be_state;
+	return x != NULL ? x->tls : NULL;
+}
 
 static void sock_io(workq_io *io, uint32_t events);
 static void sock_job(workq_job *job);
+static void sock_rd_job(workq_job *job);
 
 // Formats the peer address of a socket into buf.
 static void format_peer_fd(int fd, char *buf, size_t len)
@@ -92,12 +114,89 @@ nmq_conn *conn_alloc_fd(int fd, const conn_env *env)
 	return c;
 }
 
+// Returns a connection for a socket whose TLS handshake is over; see
+// conn_tls.h.
+nmq_conn *conn_alloc_tls(int fd, conn_tls *t, const conn_env *env)
+{
+	sock_linger *x = calloc(1, sizeof(*x));
+	if (x == NULL) {
+		return NULL;
+	}
+	nmq_conn *c = conn_alloc_fd(fd, env);
+	if (c == NULL) {
+		free(x);
+		return NULL;
+	}
+	x->c         = c;
+	x->tfd       = -1;
+	x->tls       = t;
+	x->rd_job.fn = sock_rd_job;
+	c->be_state  = x;
+	return c;
+}
+
+// Copies the TLS peer record of c; see conn_tls.h.
+bool conn_tls_peer(nmq_conn *c, tls_peer *p)
+{
+	conn_tls *t = c->be == &conn_sock_backend ? sock_tls(c) : NULL;
+	if (t == NULL) {
+		memset(p, 0, sizeof(*p));
+		return false;
+	}
+	conn_tls_peer_of(t, p);
+	return true;
+}
+
+// Posts a read to the owner (TLS input buffered above the socket), once.
+// Mutex held.
+static void sock_rd_kick_locked(nmq_conn *c)
+{
+	sock_linger *x = c->be_state;
+	if (x->rd_posted || c->reading_done || c->rx_paused) {
+		return;
+	}
+	x->rd_posted = true;
+	conn_hold(c);
+	workq_post_to(c->env->wq, c->owner, &x->rd_job);
+}
+
+// Kicks a read if TLS left input above the socket (or failed, so that the
+// receive path sees it). The owner, without the mutex.
+static void sock_rd_check(nmq_conn *c)
+{
+	conn_tls *t = sock_tls(c);
+	if (t == NULL) {
+		return;
+	}
+	nmq_mutex_lock(&c->mtx);
+	if (conn_tls_pending(t)) {
+		sock_rd_kick_locked(c);
+	}
+	nmq_mutex_unlock(&c->mtx);
+}
+
+// A read without readiness (the owner).
+static void sock_rd_job(workq_job *job)
+{
+	sock_linger *x = (sock_linger *)((char *)job - offsetof(sock_linger, rd_job));
+	nmq_conn    *c = x->c;
+	nmq_mutex_lock(&c->mtx);
+	x->rd_posted = false;
+	nmq_mutex_unlock(&c->mtx);
+	sock_io(&c->io, EPOLLIN);
+	conn_release(c); // the job's reference
+}
+
 // Watches the socket for input.
 static void sock_start(nmq_conn *c)
 {
 	c->ep_events = EPOLLIN | EPOLLRDHUP;
 	if (workq_io_add(c->env->wq, c->owner, c->fd, &c->io, c->ep_events) == NMQ_OK) {
 		c->ep_added = true;
+		if (sock_tls(c) != NULL) {
+			// The handshake may have read the first MQTT bytes.
+			sock_rd_kick_locked(c);
+		}
 	} else {
 		log_warn_rl("conn", "peer=%s event=closed reason=\"epoll: %s\"", conn_peer(c),
 		    strerror(errno));
@@ -144,12 +243,18 @@ static void sock_set_paused(nmq_conn *c, bool paused)
 		c->ep_events |= EPOLLIN | EPOLLRDHUP;
 	}
 	workq_io_mod(c->env->wq, c->owner, c->fd, &c->io, c->ep_events);
+	if (!paused && sock_tls(c) != NULL && conn_tls_pending(sock_tls(c))) {
+		sock_rd_kick_locked(c);
+	}
 }
 
 // The owner sees the hang-up and ends the receive path; the descriptor is
 // closed only when the connection is destroyed.
 static void sock_close(nmq_conn *c)
 {
+	if (sock_tls(c) != NULL) {
+		conn_tls_close_notify(sock_tls(c));
+	}
 	shutdown(c->fd, SHUT_RDWR);
 }
 
@@ -189,6 +294,7 @@ static void sock_fini(nmq_conn *c)
 			workq_io_del(c->env->wq, c->owner, lg->tfd);
 			close(lg->tfd);
 		}
+		conn_tls_free(lg->tls);
 		free(lg);
 	}
 }
@@ -254,20 +360,25 @@ static void sock_discard(nmq_conn *c)
 // Starts a lingering close; see conn_int.h and the top of this file.
 static bool sock_linger_start(nmq_conn *c)
 {
-	sock_linger      *lg  = c->be_state;
-	struct itimerspec its = { .it_value = {
-		                      .tv_sec  = LINGER_MS / 1000,
-		                      .tv_nsec = (LINGER_MS % 1000) * 1000000L,
-		                  } };
-	if (lg != NULL) {
+	sock_linger      *lg    = c->be_state;
+	struct itimerspec its   = { .it_value = {
+		                        .tv_sec  = LINGER_MS / 1000,
+		                        .tv_nsec = (LINGER_MS % 1000) * 1000000L,
+                                  } };
+	bool              fresh = lg == NULL;
+	if (lg != NULL && lg->lingered) {
 		return false; // lingered once already
 	}
-	if ((lg = calloc(1, sizeof(*lg))) == NULL) {
+	if (fresh && (lg = calloc(1, sizeof(*lg))) == NULL) {
 		return false;
 	}
 	lg->c      = c;
 	lg->tio.fn = sock_linger_timer_io;
 	lg->tfd    = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	if (lg->tls != NULL) {
+		// The last record is out: say goodbye before the FIN.
+		conn_tls_close_notify(lg->tls);
+	}
 	if (lg->tfd < 0 || timerfd_settime(lg->tfd, 0, &its, NULL) != 0
 	    || shutdown(c->fd, SHUT_WR) != 0
 	    || workq_io_add(c->env->wq, c->owner, lg->tfd, &lg->tio, EPOLLIN) != NMQ_OK) {
@@ -276,10 +387,14 @@ static bool sock_linger_start(nmq_conn *c)
 		    strerror(errno));
 		if (lg->tfd >= 0) {
 			close(lg->tfd);
+			lg->tfd = -1;
 		}
-		free(lg);
+		if (fresh) {
+			free(lg);
+		}
 		return false;
 	}
+	lg->lingered = true;
 	c->be_state  = lg;
 	c->lingering = true;
 	conn_hold(c);
@@ -307,21 +422,35 @@ static bool sock_linger_start(nmq_conn *c)
 // everything went out, so the upper layer may queue more. Caller holds mtx.
 static bool sock_write(nmq_conn *c)
 {
-	txbuf *b = &c->fill;
+	txbuf    *b   = &c->fill;
+	conn_tls *tls = sock_tls(c);
 	conn_tx_seal(c);
-	while (c->send_seg < b->nsegs) {
+	while (c->send_seg < b->nsegs || (tls != NULL && conn_tls_unflushed(tls))) {
 		struct iovec iov[SOCK_IOV_MAX];
-		int          n   = 0;
-		size_t       off = c->send_off;
-		for (size_t i = c->send_seg; i < b->nsegs && n < SOCK_IOV_MAX; i++) {
+		int          n     = 0;
+		size_t       off   = c->send_off;
+		size_t       bytes = 0;
+		// TLS takes one record per call: gather no more than that.
+		size_t limit = tls != NULL ? 16 * 1024 : SIZE_MAX;
+		for (size_t i = c->send_seg; i < b->nsegs && n < SOCK_IOV_MAX && bytes < limit;
+		     i++) {
 			tx_seg        *sg   = &b->segs[i];
 			const uint8_t *base = sg->ref != NULL ? sg->p : b->arena + sg->off;
 			iov[n].iov_base     = (void *)(base + off);
 			iov[n].iov_len      = sg->len - off;
-			off                 = 0;
+			bytes += iov[n].iov_len;
+			off = 0;
 			n++;
 		}
-		ssize_t w = writev(c->fd, iov, n);
+		ssize_t w;
+		if (tls != NULL) {
+			size_t took;
+			int    e = conn_tls_send(tls, iov, n, &took);
+			w        = e == 0 ? (ssize_t)took : -1;
+			errno    = e;
+		} else {
+			w = writev(c->fd, iov, n);
+		}
 		if (w < 0 && errno == EINTR) {
 			continue;
 		}
@@ -339,7 +468,7 @@ static bool sock_write(nmq_conn *c)
 			}
 			return false;
 		}
-		if (w > 0) {
+		if (w > 0 && tls == NULL) {
 			conn_count_tx((size_t)w);
 		}
 		if (w < 0) {
@@ -397,13 +526,23 @@ static bool sock_write(nmq_conn *c)
 // EAGAIN with errno set), and sets *stop when reading must stop.
 static ssize_t read_scratch(nmq_conn *c, bool *stop)
 {
-	size_t   room;
-	uint8_t *buf = workq_scratch(&room);
-	ssize_t  n   = read(c->fd, buf, room);
+	size_t    room;
+	uint8_t  *buf = workq_scratch(&room);
+	conn_tls *tls = sock_tls(c);
+	ssize_t   n;
+	if (tls != NULL) {
+		// Plaintext in the first half, ciphertext read ahead in the second.
+		room /= 2;
+		n = conn_tls_recv(tls, &c->mtx, buf, room, buf + room, room);
+	} else {
+		n = read(c->fd, buf, room);
+	}
 	if (n <= 0) {
 		return n;
 	}
-	conn_count_rx((size_t)n);
+	if (tls == NULL) {
+		conn_count_rx((size_t)n);
+	}
 	c->rx_filled = (size_t)n == room;
 	size_t used;
 	size_t want;
@@ -445,10 +584,19 @@ static bool sock_read(nmq_conn *c)
 		if (c->rx_len == 0 && c->rx_scratch) {
 			n = read_scratch(c, &fail);
 		} else {
-			size_t room = c->rx_cap - c->rx_len;
-			n           = read(c->fd, c->rx + c->rx_len, room);
+			size_t    room = c->rx_cap - c->rx_len;
+			conn_tls *tls  = sock_tls(c);
+			if (tls != NULL) {
+				size_t   sroom;
+				uint8_t *ra = workq_scratch(&sroom);
+				n = conn_tls_recv(tls, &c->mtx, c->rx + c->rx_len, room, ra, sroom);
+			} else {
+				n = read(c->fd, c->rx + c->rx_len, room);
+			}
 			if (n > 0) {
-				conn_count_rx((size_t)n);
+				if (tls == NULL) {
+					conn_count_rx((size_t)n);
+				}
 				c->rx_filled = (size_t)n == room;
 				c->rx_len += (size_t)n;
 				fail = !conn_rx_dispatch(c);
@@ -476,9 +624,11 @@ static bool sock_read(nmq_conn *c)
 			return false;
 		}
 		if (!c->rx_filled) {
+			sock_rd_check(c);
 			return false; // the socket is most likely empty now
 		}
 	}
+	sock_rd_check(c); // yielding with input left above the socket
 	return false;
 }
 

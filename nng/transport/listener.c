@@ -1,8 +1,9 @@
 // Stream listeners for tcp://, tls+tcp://, ws:// and wss://; see listener.h.
 // This file is what every kind shares: the URL, the struct's life, the
 // hand-off of accepted connections and the per-listener checks at
-// CONNECT. The plain TCP listener is listener_tcp.c, NNG's TLS listener
-// listener_tls.c, and the certificate files tls_pem.c.
+// CONNECT. The listening socket of every kind is listener_tcp.c, the TLS
+// part (configuration, handshakes) listener_tls.c, and the certificate
+// files tls_pem.c.
 //
 // Accepted connections point at their listener (conn_set_tag). A stopped
 // listener is therefore never freed: its sockets and TLS configurations are
@@ -168,7 +169,6 @@ nmq_err listener_start(nmq_listener **lp, const listener_opts *opts, const conn_
 	l->tfd = -1;
 	char host[256];
 	char port[16];
-	char nng_url[300];
 	if (kind == KIND_WS || kind == KIND_WSS) {
 		if (listener_split_url(
 		        url, host, sizeof(host), port, sizeof(port), l->ws_path, sizeof(l->ws_path))
@@ -179,17 +179,13 @@ nmq_err listener_start(nmq_listener **lp, const listener_opts *opts, const conn_
 			goto fail;
 		}
 	}
-	if (LISTENER_KIND_PLAIN(kind)) {
+	e = NMQ_OK;
+	if (!LISTENER_KIND_PLAIN(kind)) {
+		// TLS (and for wss WebSocket over it) on our own socket.
+		e = listener_tls_setup(l, opts, err, errlen);
+	}
+	if (e == NMQ_OK) {
 		e = listener_tcp_listen(l, err, errlen);
-	} else {
-		if (kind == KIND_WSS) {
-			// TLS from NNG, WebSocket from conn_ws.c.
-			snprintf(nng_url, sizeof(nng_url),
-			    strchr(host, ':') != NULL ? "tls+tcp://[%s]:%s" : "tls+tcp://%s:%s",
-			    host, port);
-			url = nng_url;
-		}
-		e = listener_tls_listen(l, opts, url, err, errlen);
 	}
 	if (e != NMQ_OK) {
 		goto fail;
@@ -206,7 +202,7 @@ fail:
 // Returns the bound port; see listener.h.
 int listener_port(nmq_listener *l)
 {
-	return LISTENER_KIND_PLAIN(l->kind) ? l->port : listener_tls_port(l);
+	return l->port;
 }
 
 // Returns the name; see listener.h.
@@ -229,9 +225,8 @@ void listener_stop(nmq_listener *l)
 	pthread_mutex_lock(&l->mtx);
 	l->stopping = true;
 	pthread_mutex_unlock(&l->mtx);
-	if (LISTENER_KIND_PLAIN(l->kind)) {
-		listener_tcp_stop(l);
-	} else {
+	listener_tcp_stop(l);
+	if (!LISTENER_KIND_PLAIN(l->kind)) {
 		listener_tls_stop(l);
 	}
 	pthread_mutex_lock(&l->mtx);
@@ -268,7 +263,7 @@ bool listener_conn_authorized(nmq_conn *c, char *cn, size_t cnlen)
 	}
 	bool verify = atomic_load(&l->verify_peer);
 	bool demand = atomic_load(&l->fail_if_no_peer_cert);
-	if (!tls_engine_peer(conn_stream(c), &p) || !p.handshake_done) {
+	if ((!conn_tls_peer(c, &p) && !tls_engine_peer(conn_stream(c), &p)) || !p.handshake_done) {
 		return !verify;
 	}
 	if (verify && p.cert_present && !p.verified) {
@@ -286,7 +281,7 @@ bool listener_conn_authorized(nmq_conn *c, char *cn, size_t cnlen)
 // Reads the TLS peer record of a connection; see listener.h.
 bool listener_conn_peer(nmq_conn *c, tls_peer *p)
 {
-	return tls_engine_peer(conn_stream(c), p);
+	return conn_tls_peer(c, p) || tls_engine_peer(conn_stream(c), p);
 }
 
 // Says whether c's listener is over its connection limit; see listener.h.

@@ -3,24 +3,28 @@
 // listener (conn_tag) so that the CONNECT handler can ask whether a TLS
 // peer is acceptable.
 //
-// TLS runs on our own engine (tls_engine.h), registered at the first TLS
-// listener, with the files read by tls_pem.h. WebSocket is our own
-// (conn_set_websocket): ws:// on the plain sockets of tcp://, wss:// on
-// NNG's tls+tcp stream. Any Host header is accepted; the request path must
-// be the URL's path. See docs/decisions/0001-tls-peer-identity.md and
-// 0002-websocket.md. Files: listener.c (common), listener_tcp.c (tcp://,
-// ws://), listener_tls.c (tls+tcp://, wss://), tls_pem.c (certificates).
+// Every kind listens on our own socket in a worker's epoll set. TLS is
+// mbed TLS with our configuration (tls_engine.h, files read by tls_pem.h)
+// on our own loops: handshakes on the handshake thread (tls_hs.h), then
+// the connection on a worker (conn_tls.h). WebSocket is our own
+// (conn_set_websocket): ws:// on plain sockets, wss:// on TLS ones. Any
+// Host header is accepted; the request path must be the URL's path. See
+// docs/decisions/0001-tls-peer-identity.md, 0002-websocket.md and
+// 0019-tls-on-own-event-loops.md. Files: listener.c (common),
+// listener_tcp.c (the sockets), listener_tls.c (TLS), tls_pem.c
+// (certificates).
 //
 // Threads: listener_start/stop/reload_tls are called from the main thread
-// (never from an NNG callback: stop waits for the accept callback). The
-// accept callback runs on an NNG task thread and only wraps the stream and
-// re-arms; `accepted` must not block. listener_conn_authorized and
+// (stop waits for the accepting worker and the handshake thread). The
+// accept callback runs on a worker (tcp, ws) or on the handshake thread
+// (tls+tcp, wss); `accepted` must not block. listener_conn_authorized and
 // listener_conn_peer may be called from any thread.
 #ifndef NMQ_LISTENER_H
 #define NMQ_LISTENER_H
 
 #include "nng/core/nmq_err.h"
 #include "nng/transport/conn.h"
+#include "nng/transport/conn_tls.h"
 #include "nng/transport/tls_engine.h"
 
 typedef struct nmq_listener nmq_listener;
@@ -48,6 +52,9 @@ typedef struct listener_opts {
 	// tls_engine_params); NULL = the engine's defaults.
 	const char *groups;
 	const char *ciphers;
+	// tls+tcp and wss: longest time a TLS handshake may take, in ms; 0 =
+	// the default (tls_hs.h).
+	uint32_t handshake_timeout_ms;
 	// Connections open at once (accepted and not yet destroyed); beyond
 	// it, listener_conn_over_limit() says so at CONNECT. 0 = no limit.
 	uint32_t max_connections;

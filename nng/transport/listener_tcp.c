@@ -1,11 +1,12 @@
-// The plain TCP listener of tcp:// and ws://; see listener_int.h.
+// The listening socket of every kind; see listener_int.h.
 //
-// tcp:// listeners do not use NNG: the listening socket sits in one
-// worker's epoll set, and accepted sockets become plain-socket connections
-// spread over the workers (conn_alloc_fd), so that plain MQTT needs no NNG
+// Listeners do not use NNG: the listening socket sits in one worker's
+// epoll set, and accepted sockets become plain-socket connections spread
+// over the workers (conn_alloc_fd), so that plain MQTT needs no NNG
 // hand-off per read or write (docs/decisions/0003-plain-tcp-event-loops.md).
 // ws:// listeners are the same sockets with the WebSocket layer
-// (conn_ws.c) on top.
+// (conn_ws.c) on top; tls+tcp:// and wss:// ones hand accepted sockets to
+// the TLS handshake thread first (listener_tls.c, decisions/0019).
 //
 // When accept() fails for lack of descriptors or memory, the socket leaves
 // the epoll set for ACCEPT_BACKOFF_MS, timed by a timerfd in the same set.
@@ -59,6 +60,10 @@ static void raw_accept_io(workq_io *io, uint32_t events)
 		}
 		int one = 1;
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		if (!LISTENER_KIND_PLAIN(l->kind)) {
+			listener_tls_accepted(l, fd);
+			continue;
+		}
 		nmq_conn *c = conn_alloc_fd(fd, l->env);
 		if (c == NULL) {
 			log_warn_rl("listener",
@@ -167,8 +172,9 @@ nmq_err listener_tcp_listen(nmq_listener *l, char *err, size_t errlen)
 	struct sockaddr_storage sa;
 	socklen_t               salen;
 	if (listener_split_url(l->url, host, sizeof(host), port, sizeof(port), NULL, 0) != NMQ_OK) {
+		static const char *const scheme[] = { "tcp", "tls+tcp", "ws", "wss" };
 		snprintf(err, errlen, "%s: %s: expected %s://host:port", l->name, l->url,
-		    l->kind == KIND_WS ? "ws" : "tcp");
+		    scheme[l->kind]);
 		return NMQ_EINVAL;
 	}
 	if (resolve_bind(host, port, &sa, &salen, why, sizeof(why)) != 0) {

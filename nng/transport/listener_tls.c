@@ -1,87 +1,25 @@
-// The NNG stream listener of tls+tcp:// and wss://; see listener_int.h.
+// The TLS part of tls+tcp:// and wss:// listeners; see listener_int.h.
 //
-// TLS runs on our engine (tls_engine.h) with the files read by tls_pem.c.
-// wss:// is this same tls+tcp stream with our WebSocket layer on top
-// (docs/decisions/0002-websocket.md).
+// The listening socket is our own, in a worker's epoll set like tcp://
+// (listener_tcp.c). An accepted socket goes to the handshake thread
+// (tls_hs.h) with a reference on the listener's current configuration
+// (tls_pem.c, tls_engine.h: groups, cipher order, tickets, cache, peer
+// checks); once the handshake is over it becomes a plain-socket
+// connection carrying TLS (conn_alloc_tls) on a worker's loop, handed to
+// listener_adopt. wss:// is the same with our WebSocket layer on top
+// (docs/decisions/0002-websocket.md, 0019-tls-on-own-event-loops.md).
 //
-// Ownership: the listener owns its nng_stream_listener, its accept aio and
-// one reference on its current TLS configuration, plus one on the previous
-// configuration after a reload. NNG's TLS listener reads its configuration
-// pointer without a lock when it prepares the next accept, so the previous
-// one is kept alive until the reload after next.
+// A reload swaps the configuration for the next handshakes; handshakes
+// and connections under way keep the one they started with (each holds a
+// reference), so tickets and cached sessions of the old configuration do
+// not resume under the new one.
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "nng/core/log.h"
 #include "nng/transport/listener_int.h"
 #include "nng/transport/transport_err.h"
-
-// Posts the next accept, unless the listener is stopping. Called with
-// l->mtx held.
-static void accept_next(nmq_listener *l)
-{
-	if (!l->stopping) {
-		l->sleeping = false;
-		nng_stream_listener_accept(l->l, l->aio);
-	}
-}
-
-// Accept completion (or the end of a backoff sleep): wrap the stream, tag
-// it with the listener, pass it up, accept again. A cancelled accept (a
-// TLS reload drops the connection NNG prepared with the old certificate)
-// is simply posted again.
-static void accept_cb(void *arg)
-{
-	nmq_listener *l  = arg;
-	int           rv = nng_aio_result(l->aio);
-
-	pthread_mutex_lock(&l->mtx);
-	if (l->stopping || rv == NNG_ECLOSED) {
-		pthread_mutex_unlock(&l->mtx);
-		if (rv == 0) {
-			// Accepted just as the listener stops: nobody will serve it.
-			nng_stream_free(nng_aio_get_output(l->aio, 0));
-		}
-		return;
-	}
-	if (l->sleeping || rv == NNG_ECANCELED || rv == NNG_ETIMEDOUT) {
-		accept_next(l);
-		pthread_mutex_unlock(&l->mtx);
-		return;
-	}
-	pthread_mutex_unlock(&l->mtx);
-
-	if (rv == 0) {
-		nng_stream *s = nng_aio_get_output(l->aio, 0);
-		(void)nng_stream_set_bool(s, NNG_OPT_TCP_NODELAY, true);
-		nmq_conn *c = conn_alloc(s, l->env);
-		if (c == NULL) {
-			log_warn_rl("listener",
-			    "listener=%s event=accept_dropped reason=\"out of memory\"", l->name);
-			nng_stream_free(s);
-		} else {
-			listener_adopt(l, c);
-		}
-	}
-
-	pthread_mutex_lock(&l->mtx);
-	if (rv != 0) {
-		// NNG already swallows the per-connection accept errors
-		// (ECONNABORTED, ECONNRESET); what reaches us is running out of
-		// descriptors or memory, where accepting again at once would
-		// spin on the task threads that every client shares.
-		if (!l->stopping) {
-			log_warn_rl("listener",
-			    "listener=%s event=accept_paused reason=\"%s\" pause_ms=%d", l->name,
-			    nng_strerror(rv), ACCEPT_BACKOFF_MS);
-			l->sleeping = true;
-			nng_sleep_aio(ACCEPT_BACKOFF_MS, l->aio);
-		}
-	} else {
-		accept_next(l);
-	}
-	pthread_mutex_unlock(&l->mtx);
-}
 
 // The tls_pem_spec of a listener's options; see listener_int.h.
 void listener_tls_spec(const listener_opts *o, tls_pem_spec *s)
@@ -98,138 +36,97 @@ void listener_tls_spec(const listener_opts *o, tls_pem_spec *s)
 	s->ciphers              = o->ciphers;
 }
 
-// Builds the server configuration of o. Returns as tls_pem_config_build.
-static nmq_err tls_config_build(
-    const listener_opts *o, nng_tls_config **cfgp, char *err, size_t errlen)
+// Builds the configuration and starts the handshake thread; see
+// listener_int.h.
+nmq_err listener_tls_setup(nmq_listener *l, const listener_opts *o, char *err, size_t errlen)
 {
 	tls_pem_spec s;
+	nmq_err      e;
 	listener_tls_spec(o, &s);
-	return tls_pem_config_build(&s, NNG_TLS_MODE_SERVER, cfgp, err, errlen);
-}
-
-// Starts NNG's tls+tcp listener; see listener_int.h.
-nmq_err listener_tls_listen(
-    nmq_listener *l, const listener_opts *o, const char *url, char *err, size_t errlen)
-{
-	nmq_err e;
-	int     rv;
-	if ((rv = nng_stream_listener_alloc(&l->l, url)) != 0) {
-		snprintf(err, errlen, "%s: %s: %s", l->name, url, nng_strerror(rv));
-		return transport_err_from_nng(rv);
-	}
-	(void)nng_stream_listener_set_bool(l->l, NNG_OPT_TCP_NODELAY, true);
-	if ((e = tls_config_build(o, &l->tls, err, errlen)) != NMQ_OK) {
+	if ((e = tls_pem_direct_build(&s, NNG_TLS_MODE_SERVER, &l->tls, err, errlen)) != NMQ_OK) {
 		return e;
 	}
-	if ((rv = nng_stream_listener_set_ptr(l->l, NNG_OPT_TLS_CONFIG, l->tls)) != 0) {
-		snprintf(err, errlen, "%s: %s: cannot apply the TLS configuration: %s", l->name,
-		    l->url, nng_strerror(rv));
-		return NMQ_ETLS;
+	if ((e = tls_hs_start()) != NMQ_OK) {
+		snprintf(err, errlen, "%s: cannot start the TLS handshake thread: %s", l->name,
+		    nmq_strerror(e));
+		return e;
 	}
+	l->hs_timeout_ms = o->handshake_timeout_ms;
 	atomic_store(&l->verify_peer, o->verify_peer);
 	atomic_store(&l->fail_if_no_peer_cert, o->verify_peer && o->fail_if_no_peer_cert);
-	if ((rv = nng_aio_alloc(&l->aio, accept_cb, l)) != 0) {
-		snprintf(err, errlen, "%s: %s: %s", l->name, url, nng_strerror(rv));
-		return transport_err_from_nng(rv);
-	}
-	if ((rv = nng_stream_listener_listen(l->l)) != 0) {
-		snprintf(
-		    err, errlen, "%s: cannot listen on %s: %s", l->name, url, nng_strerror(rv));
-		return transport_err_from_nng(rv);
-	}
-	pthread_mutex_lock(&l->mtx);
-	accept_next(l);
-	pthread_mutex_unlock(&l->mtx);
 	return NMQ_OK;
 }
 
-// Closes NNG's listener and waits for the accept callback; see
-// listener_int.h.
+// A handshake is over (the handshake thread): wrap and hand up.
+static void hs_done(void *arg, int fd, conn_tls *t)
+{
+	nmq_listener *l = arg;
+	nmq_conn     *c = conn_alloc_tls(fd, t, l->env);
+	if (c == NULL) {
+		log_warn_rl("listener", "listener=%s event=accept_dropped reason=\"out of memory\"",
+		    l->name);
+		close(fd);
+		conn_tls_free(t);
+		return;
+	}
+	listener_adopt(l, c);
+}
+
+// Hands an accepted socket to the handshake thread; see listener_int.h.
+void listener_tls_accepted(nmq_listener *l, int fd)
+{
+	pthread_mutex_lock(&l->mtx);
+	tls_engine_direct *cfg = l->tls;
+	if (cfg != NULL) {
+		tls_engine_direct_hold(cfg);
+	}
+	pthread_mutex_unlock(&l->mtx);
+	if (cfg == NULL) {
+		close(fd); // stopping
+		return;
+	}
+	tls_hs_submit(fd, cfg, l->hs_timeout_ms, hs_done, l);
+}
+
+// Drops the running handshakes; see listener_int.h.
 void listener_tls_stop(nmq_listener *l)
 {
-	if (l->l != NULL) {
-		nng_stream_listener_close(l->l);
-	}
-	if (l->aio != NULL) {
-		nng_aio_stop(l->aio);
-	}
+	tls_hs_cancel(l);
 }
 
-// Frees what NNG gave the listener; see listener_int.h.
+// Releases the configuration; see listener_int.h.
 void listener_tls_release(nmq_listener *l)
 {
-	if (l->aio != NULL) {
-		nng_aio_free(l->aio);
-		l->aio = NULL;
-	}
-	if (l->l != NULL) {
-		nng_stream_listener_free(l->l);
-		l->l = NULL;
-	}
-	if (l->tls != NULL) {
-		nng_tls_config_free(l->tls);
-		l->tls = NULL;
-	}
-	if (l->tls_prev != NULL) {
-		nng_tls_config_free(l->tls_prev);
-		l->tls_prev = NULL;
-	}
-}
-
-// Returns the bound port; see listener_int.h.
-int listener_tls_port(nmq_listener *l)
-{
-	int port = 0;
-	if (l->l == NULL || nng_stream_listener_get_int(l->l, NNG_OPT_TCP_BOUND_PORT, &port) != 0) {
-		return 0;
-	}
-	return port;
+	tls_engine_direct_free(l->tls);
+	l->tls = NULL;
 }
 
 // Swaps in a new TLS configuration for new connections; see
 // listener_int.h.
 nmq_err listener_tls_reload(nmq_listener *l, const listener_opts *opts, char *err, size_t errlen)
 {
-	nng_tls_config *cfg;
-	nmq_err         e;
-	int             rv;
+	tls_engine_direct *cfg;
+	tls_pem_spec       s;
+	nmq_err            e;
 
 	listener_opts o = *opts;
 	o.name          = l->name;
-	if ((e = tls_config_build(&o, &cfg, err, errlen)) != NMQ_OK) {
+	listener_tls_spec(&o, &s);
+	if ((e = tls_pem_direct_build(&s, NNG_TLS_MODE_SERVER, &cfg, err, errlen)) != NMQ_OK) {
 		return e;
 	}
 	pthread_mutex_lock(&l->mtx);
 	if (l->stopping) {
 		pthread_mutex_unlock(&l->mtx);
-		nng_tls_config_free(cfg);
+		tls_engine_direct_free(cfg);
 		snprintf(err, errlen, "%s: listener is stopped", l->name);
 		return NMQ_ECLOSED;
 	}
-	// NNG 1.5.2 swaps the pointer under its own lock and keeps a
-	// reference; streams already accepted hold theirs.
-	if ((rv = nng_stream_listener_set_ptr(l->l, NNG_OPT_TLS_CONFIG, cfg)) != 0) {
-		pthread_mutex_unlock(&l->mtx);
-		nng_tls_config_free(cfg);
-		snprintf(err, errlen,
-		    "%s: NNG refused the new TLS configuration (%s); needs restart", l->name,
-		    nng_strerror(rv));
-		return NMQ_ETLS;
-	}
-	if (l->tls_prev != NULL) {
-		nng_tls_config_free(l->tls_prev);
-	}
-	l->tls_prev = l->tls;
-	l->tls      = cfg;
+	tls_engine_direct *old = l->tls;
+	l->tls                 = cfg;
 	atomic_store(&l->verify_peer, opts->verify_peer);
 	atomic_store(&l->fail_if_no_peer_cert, opts->verify_peer && opts->fail_if_no_peer_cert);
-	bool cancel = !l->sleeping;
 	pthread_mutex_unlock(&l->mtx);
-	// NNG's tls+tcp listener (under ssl and wss alike) binds the
-	// configuration when the accept is posted: re-post it so the very
-	// next client gets the new files.
-	if (cancel) {
-		nng_aio_cancel(l->aio);
-	}
+	tls_engine_direct_free(old);
 	return NMQ_OK;
 }

@@ -9,6 +9,7 @@
 #include <ctype.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -88,6 +89,8 @@ static pthread_mutex_t          rng_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static pthread_once_t engine_once = PTHREAD_ONCE_INIT;
 static int            engine_rv   = NNG_ENOTSUP;
+static pthread_once_t rng_once    = PTHREAD_ONCE_INIT;
+static int            rng_rv      = NNG_ECRYPTO;
 
 // Set by tls_engine_peer around one synchronous option read, so that the
 // engine's verified() callback (run on the same thread) can copy the
@@ -685,18 +688,19 @@ static void copy_cn(const mbedtls_x509_name *n, char *out, size_t outlen)
 	}
 }
 
-// Records what the finished handshake tells about the peer.
-static void record_peer(nng_tls_engine_conn *ec)
+// Records what a finished handshake tells about the peer; see
+// tls_engine.h.
+void tls_engine_record_peer(const mbedtls_ssl_context *ssl, tls_peer *peer)
 {
-	const mbedtls_x509_crt *crt = mbedtls_ssl_get_peer_cert(&ec->ssl);
-	ec->peer.handshake_done     = true;
-	ec->peer.cert_present       = crt != NULL;
-	ec->peer.verified           = crt != NULL && mbedtls_ssl_get_verify_result(&ec->ssl) == 0;
+	const mbedtls_x509_crt *crt = mbedtls_ssl_get_peer_cert(ssl);
+	memset(peer, 0, sizeof(*peer));
+	peer->handshake_done = true;
+	peer->cert_present   = crt != NULL;
+	peer->verified       = crt != NULL && mbedtls_ssl_get_verify_result(ssl) == 0;
 	if (crt != NULL) {
-		copy_cn(&crt->subject, ec->peer.cn, sizeof(ec->peer.cn));
-		if (mbedtls_x509_dn_gets(ec->peer.subject, sizeof(ec->peer.subject), &crt->subject)
-		    < 0) {
-			ec->peer.subject[0] = '\0';
+		copy_cn(&crt->subject, peer->cn, sizeof(peer->cn));
+		if (mbedtls_x509_dn_gets(peer->subject, sizeof(peer->subject), &crt->subject) < 0) {
+			peer->subject[0] = '\0';
 		}
 	}
 }
@@ -737,39 +741,46 @@ static void conn_close(nng_tls_engine_conn *ec)
 	}
 }
 
-// Runs the handshake as far as the buffered data allows. Returns 0 when it
-// is complete, NNG_EAGAIN when it needs I/O, NNG_EPEERAUTH when the peer's
-// certificate is missing (REQUIRED) or does not verify, or another NNG
-// error.
-static int conn_handshake(nng_tls_engine_conn *ec)
+// Runs a handshake as far as the buffered data allows (tls_engine_handshake
+// for either kind of configuration).
+static int handshake_run(
+    mbedtls_ssl_context *ssl, const nng_tls_engine_config *cfg, bool *checked, tls_peer *peer)
 {
 	bool optional_server
-	    = ec->cfg->mode == NNG_TLS_MODE_SERVER && ec->cfg->auth == NNG_TLS_AUTH_MODE_OPTIONAL;
-	while (ec->ssl.state != MBEDTLS_SSL_HANDSHAKE_OVER) {
-		int rv = mbedtls_ssl_handshake_step(&ec->ssl);
+	    = cfg->mode == NNG_TLS_MODE_SERVER && cfg->auth == NNG_TLS_AUTH_MODE_OPTIONAL;
+	while (ssl->state != MBEDTLS_SSL_HANDSHAKE_OVER) {
+		int rv = mbedtls_ssl_handshake_step(ssl);
 		if (rv != 0) {
-			return map_error(ec, rv);
+			return rv;
 		}
 		// The client's Certificate message has been processed once the
 		// state moves past it. In OPTIONAL mode mbed TLS carries on
 		// with a certificate that failed; we refuse it here, before
 		// our Finished message.
-		if (optional_server && !ec->checked
-		    && ec->ssl.state > MBEDTLS_SSL_CLIENT_CERTIFICATE) {
+		if (optional_server && !*checked && ssl->state > MBEDTLS_SSL_CLIENT_CERTIFICATE) {
 			// Mid-handshake the certificate is in the session
 			// being negotiated (get_peer_cert reads the
 			// established session, which does not exist yet).
-			const mbedtls_ssl_session *sn = ec->ssl.session_negotiate;
-			ec->checked                   = true;
+			const mbedtls_ssl_session *sn = ssl->session_negotiate;
+			*checked                      = true;
 			if (sn == NULL || (sn->peer_cert != NULL && sn->verify_result != 0)) {
-				(void)mbedtls_ssl_send_alert_message(&ec->ssl,
+				(void)mbedtls_ssl_send_alert_message(ssl,
 				    MBEDTLS_SSL_ALERT_LEVEL_FATAL, MBEDTLS_SSL_ALERT_MSG_BAD_CERT);
-				return NNG_EPEERAUTH;
+				return MBEDTLS_ERR_X509_CERT_VERIFY_FAILED;
 			}
 		}
 	}
-	record_peer(ec);
+	tls_engine_record_peer(ssl, peer);
 	return 0;
+}
+
+// Runs the handshake of an NNG stream. Returns 0 when it is complete,
+// NNG_EAGAIN when it needs I/O, NNG_EPEERAUTH when the peer's certificate
+// is missing (REQUIRED) or does not verify, or another NNG error.
+static int conn_handshake(nng_tls_engine_conn *ec)
+{
+	int rv = handshake_run(&ec->ssl, ec->cfg, &ec->checked, &ec->peer);
+	return rv == 0 ? 0 : map_error(ec, rv);
 }
 
 // Decrypts up to *lenp bytes into buf. Returns 0 with *lenp set, NNG_EAGAIN
@@ -841,16 +852,25 @@ static const nng_tls_engine engine = {
 	.fips_mode   = false,
 };
 
-// Seeds the generator and registers the engine; run once.
-static void engine_setup(void)
+// Seeds the generator; run once.
+static void rng_setup(void)
 {
 	static const char pers[] = "nanomq-tls";
 	mbedtls_entropy_init(&rng_entropy);
 	mbedtls_ctr_drbg_init(&rng_drbg);
-	if (mbedtls_ctr_drbg_seed(&rng_drbg, mbedtls_entropy_func, &rng_entropy,
-	        (const unsigned char *)pers, sizeof(pers) - 1)
-	    != 0) {
-		engine_rv = NNG_ECRYPTO;
+	rng_rv = mbedtls_ctr_drbg_seed(&rng_drbg, mbedtls_entropy_func, &rng_entropy,
+	             (const unsigned char *)pers, sizeof(pers) - 1)
+	        == 0
+	    ? 0
+	    : NNG_ECRYPTO;
+}
+
+// Seeds the generator and registers the engine; run once.
+static void engine_setup(void)
+{
+	pthread_once(&rng_once, rng_setup);
+	if (rng_rv != 0) {
+		engine_rv = rng_rv;
 		return;
 	}
 	// NNG's engine lock is only initialised with the library itself, so
@@ -902,6 +922,7 @@ bool tls_engine_peer(nng_stream *s, tls_peer *p)
 
 struct tls_engine_direct {
 	nng_tls_engine_config cfg;
+	atomic_int            refs;
 };
 
 int tls_engine_direct_alloc(tls_engine_direct **dp, nng_tls_mode mode, const tls_engine_params *p)
@@ -909,11 +930,13 @@ int tls_engine_direct_alloc(tls_engine_direct **dp, nng_tls_mode mode, const tls
 	char               err[128];
 	tls_engine_direct *d;
 	int                rv;
-	if (!tls_engine_ready()) {
-		return NNG_ENOTSUP;
-	}
 	if (tls_engine_params_check(p, err, sizeof(err)) != 0) {
 		return NNG_EINVAL;
+	}
+	// The generator only: NNG need not start for these.
+	pthread_once(&rng_once, rng_setup);
+	if (rng_rv != 0) {
+		return rng_rv;
 	}
 	if ((d = calloc(1, sizeof(*d))) == NULL) {
 		return NNG_ENOMEM;
@@ -926,8 +949,14 @@ int tls_engine_direct_alloc(tls_engine_direct **dp, nng_tls_mode mode, const tls
 		free(d);
 		return rv;
 	}
+	atomic_init(&d->refs, 1);
 	*dp = d;
 	return 0;
+}
+
+void tls_engine_direct_hold(tls_engine_direct *d)
+{
+	atomic_fetch_add_explicit(&d->refs, 1, memory_order_relaxed);
 }
 
 int tls_engine_direct_own_cert(
@@ -953,8 +982,15 @@ const struct mbedtls_ssl_config *tls_engine_direct_conf(const tls_engine_direct 
 
 void tls_engine_direct_free(tls_engine_direct *d)
 {
-	if (d != NULL) {
+	if (d != NULL && atomic_fetch_sub_explicit(&d->refs, 1, memory_order_acq_rel) == 1) {
 		cfg_fini(&d->cfg);
 		free(d);
 	}
+}
+
+// Runs a handshake on a direct configuration; see tls_engine.h.
+int tls_engine_handshake(
+    mbedtls_ssl_context *ssl, const tls_engine_direct *d, bool *checked, tls_peer *peer)
+{
+	return handshake_run(ssl, &d->cfg, checked, peer);
 }

@@ -29,6 +29,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include <mbedtls/ssl.h>
 #include <nng/nng.h>
 #include <nng/supplemental/tls/tls.h>
 
@@ -113,8 +114,8 @@ bool tls_engine_peer(nng_stream *s, tls_peer *p);
 struct mbedtls_ssl_config;
 typedef struct tls_engine_direct tls_engine_direct;
 
-// Allocates a configuration for mode with params (NULL: defaults). Needs
-// tls_engine_init to have succeeded. Returns 0, NNG_EINVAL for params that
+// Allocates a configuration for mode with params (NULL: defaults). Does
+// not need tls_engine_init (nor start NNG). Returns 0, NNG_EINVAL for params that
 // tls_engine_params_check refuses, NNG_ENOMEM or NNG_ECRYPTO.
 int tls_engine_direct_alloc(tls_engine_direct **dp, nng_tls_mode mode, const tls_engine_params *p);
 
@@ -136,7 +137,22 @@ int tls_engine_direct_auth_mode(tls_engine_direct *d, nng_tls_auth_mode mode);
 // The mbed TLS configuration for mbedtls_ssl_setup; d keeps owning it.
 const struct mbedtls_ssl_config *tls_engine_direct_conf(const tls_engine_direct *d);
 
-// Frees d (NULL is fine). No SSL context may use it any more.
+// d is reference counted: alloc gives one reference, hold takes one more
+// (any thread; e.g. each TLS connection of a listener holds one, so that a
+// reload may replace the listener's configuration), free drops one and
+// frees d with the last (NULL is fine). No SSL context may use d then.
+void tls_engine_direct_hold(tls_engine_direct *d);
 void tls_engine_direct_free(tls_engine_direct *d);
+
+// Runs the handshake of ssl (set up on d) as far as the socket allows,
+// with the OPTIONAL-mode check of a client certificate that the NNG engine
+// makes (*checked starts false). Returns 0 when it is over (*peer filled),
+// MBEDTLS_ERR_SSL_WANT_READ / _WANT_WRITE when it needs I/O,
+// MBEDTLS_ERR_X509_CERT_VERIFY_FAILED for a client certificate that is
+// presented and does not verify (an alert is sent), or mbed TLS's error.
+int tls_engine_handshake(
+    mbedtls_ssl_context *ssl, const tls_engine_direct *d, bool *checked, tls_peer *peer);
+// Fills *peer from a finished handshake.
+void tls_engine_record_peer(const mbedtls_ssl_context *ssl, tls_peer *peer);
 
 #endif // NMQ_TLS_ENGINE_H

@@ -370,10 +370,6 @@ nmq_err tls_pem_direct_build(
 	nmq_err            e;
 	int                rv;
 
-	if ((rv = tls_engine_init()) != 0) {
-		snprintf(err, errlen, "%s: TLS is not available: %s", name, nng_strerror(rv));
-		return NMQ_ENOTSUP;
-	}
 	if ((e = tls_files_load(o, &f, err, errlen)) != NMQ_OK) {
 		return e;
 	}
