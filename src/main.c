@@ -276,6 +276,7 @@ static void listener_opts_from_conf(const conf_listener *cl, const char *url, li
 	lo->groups               = cl->groups;
 	lo->ciphers              = cl->ciphers;
 	lo->max_connections      = cl->max_connections;
+	lo->handshake_timeout_ms = cl->handshake_timeout_ms;
 }
 
 // Checks the TLS files of every listener without opening sockets (for

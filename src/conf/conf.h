@@ -49,6 +49,7 @@ typedef struct conf_listener {
 	bool     fail_if_no_peer_cert;
 	char    *groups; // key exchange groups, NULL = the TLS engine's defaults
 	char    *ciphers; // cipher suites, NULL = the TLS engine's defaults
+	uint32_t handshake_timeout_ms; // ssl / wss: longest TLS handshake
 	uint32_t max_connections; // open at once on this listener, 0 = no limit
 } conf_listener;
 

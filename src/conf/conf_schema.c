@@ -31,6 +31,14 @@
 	    .help = "Most connections open on this listener at once (0 = no limit; extension). " \
 	        "A CONNECT beyond it gets CONNACK 0x97 (3.1.1: 0x03) and is counted." }
 
+#define HSTIMEOUT_KEY(kind) \
+	{ .path = "listeners." kind ".handshake_timeout", .type = CONF_T_DUR_MS, \
+	    .store = CONF_ST_U32, LF(handshake_timeout_ms), .def = "10s", .min = 100, \
+	    .max = 600000, \
+	    .help = "Longest time a TLS handshake may take (extension); a client that has not " \
+	        "finished it by then is disconnected. Handshakes run on their own thread, so a " \
+	        "slow one holds nothing but its socket meanwhile." }
+
 // The TLS keys of an ssl or wss listener. O names a family of macros
 // O##_<key> giving the other spellings of each key (empty for wss).
 #define TLS_KEYS(kind, inherit, O) \
@@ -285,6 +293,7 @@ const conf_key conf_schema[] = {
 	    .type = CONF_T_STR, .store = CONF_ST_STR, LF(bind),
 	    .flags = CONF_F_BIND, .def = "0.0.0.0:8883", .help = "Address and port." },
 	TLS_KEYS("ssl", NULL, SSL),
+	HSTIMEOUT_KEY("ssl"),
 	MAXCONN_KEY("ssl"),
 	{ .path = "listeners.ws", .type = CONF_T_SECTION, .help = "MQTT over WebSocket." },
 	{ .path = "listeners.ws.enable",
@@ -309,6 +318,7 @@ const conf_key conf_schema[] = {
 	    .flags = CONF_F_BIND, .def = "0.0.0.0:8086/mqtt",
 	    .help = "Address, port and the required URL path." },
 	TLS_KEYS("wss", "from `listeners.ssl`", WSS),
+	HSTIMEOUT_KEY("wss"),
 	MAXCONN_KEY("wss"),
 	{ .path = "listeners.quic", .type = CONF_T_SECTION, .status = CONF_S_UNSUPPORTED,
 	    .help = "MQTT over QUIC." },
