@@ -49,6 +49,7 @@ struct conn_tls {
 	size_t         ra_len;
 	uint8_t       *ra_heap; // the rest kept between calls
 	bool           ra_in_heap; // ra points into ra_heap
+	bool           rd_short; // the last read-ahead got less than its room
 	bool           checked; // OPTIONAL-mode client certificate checked
 	bool           failed; // a fatal error was seen: no more I/O
 	size_t         max_out; // largest record payload
@@ -111,6 +112,9 @@ static int bio_recv(void *arg, unsigned char *buf, size_t len)
 		return 0;
 	}
 	conn_count_rx((size_t)n);
+	// A short read-ahead most likely emptied the socket; a direct read
+	// of a record body says nothing about it.
+	t->rd_short = ahead && (size_t)n < room;
 	if (!ahead) {
 		return (int)n;
 	}
@@ -245,12 +249,17 @@ ssize_t conn_tls_recv(
 	}
 	t->ra_buf   = ra;
 	t->ra_bufsz = rasz;
+	t->rd_short = false;
 	while (got < len) {
 		rv = mbedtls_ssl_read(&t->ssl, buf + got, len - got);
 		if (rv <= 0) {
 			break;
 		}
 		got += (size_t)rv;
+		if (t->rd_short && t->ra_len == 0 && mbedtls_ssl_get_bytes_avail(&t->ssl) == 0
+		    && !mbedtls_ssl_check_pending(&t->ssl)) {
+			break; // the socket is most likely empty: spare a read
+		}
 	}
 	ra_settle(t);
 	bool fatal = rv < 0 && rv != MBEDTLS_ERR_SSL_WANT_READ && rv != MBEDTLS_ERR_SSL_WANT_WRITE;
