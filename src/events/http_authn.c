@@ -702,7 +702,7 @@ static void item_answer(http_authn *h, ha_item *it, int status, const char *why)
 	} else {
 		count(h, kind, yes ? HA_ALLOWED : HA_DENIED);
 		if (!yes) {
-			log_info("httpauth", "req=%s client_id=%s event=denied status=%d",
+			log_info_rl("httpauth", "req=%s client_id=%s event=denied status=%d",
 			    kind_names[kind], it->who, status);
 		}
 	}
