@@ -296,6 +296,18 @@ class AclReqTests(AclCase):
         self.raw(4, client_id="after").publish("allow/x", b"ok", qos=1)
         self.assertEqual(w.expect(PUBLISH).payload, b"ok")
 
+    def test_stop_while_waiting(self):
+        """SIGTERM while a PUBLISH and a SUBSCRIBE wait for a service that
+        never answers: the broker stops at once and cleanly."""
+        c = self.raw(5, client_id="w1")
+        c.publish("gate/s", b"x", qos=1, complete=False)
+        d = self.raw(5, client_id="w2")
+        d.send(nmq.subscribe_bytes([("allow/a", 1), ("sgate/s", 1)], 3, version=5))
+        self.assertTrue(wait_for(lambda: len(self.svc.requests("/acl")) >= 3, 5))
+        t0 = time.monotonic()
+        self.assertEqual(self.broker.stop(), [])
+        self.assertLess(time.monotonic() - t0, 4.0)
+
     def test_metrics(self):
         c = self.raw(5, client_id="m")
         c.publish("allow/m", b"", qos=1)
