@@ -47,6 +47,7 @@
 
 #define CONNECT_TIMEOUT_MS 10000
 #define SUB_PID            65535 // the SUBSCRIBE of each connect; never a PUBLISH's
+#define RT_SUB_PID         65534 // runtime (UN)SUBSCRIBEs (REST); never a PUBLISH's
 // In flight on a 3.1.1 link, which has no Receive Maximum: brokers still
 // bound what a client may have unacknowledged (Mosquitto: 20, refusing the
 // excess silently, since a 3.1.1 PUBACK carries no reason code).
@@ -58,8 +59,9 @@
 
 enum { Q_QUEUED = 0, Q_SENT = 1, Q_RELEASED = 2 }; // = enum store_qstate
 
-enum bstate { BS_STOPPED = 0, BS_CONNECTING, BS_UP, BS_DOWN, BS_BACKOFF };
-static const char *const state_names[] = { "stopped", "connecting", "up", "down", "backing_off" };
+enum bstate { BS_STOPPED = 0, BS_CONNECTING, BS_UP, BS_DOWN, BS_BACKOFF, BS_SWITCHED_OFF };
+static const char *const state_names[]
+    = { "stopped", "connecting", "up", "down", "backing_off", "switched_off" };
 
 typedef struct bentry {
 	struct bentry *prev, *next;
@@ -125,6 +127,7 @@ struct bridge {
 	bool            stop;
 	_Atomic bool    cancel; // stop, readable without mtx (interrupts a connect)
 	bool            restart; // reconnect with a new configuration
+	bool            switched_off; // link taken down at runtime (bridges_switch)
 
 	conf_bridge *cfg;
 	bfwd        *fwds;
@@ -184,6 +187,8 @@ struct bridge {
 
 struct nmq_bridges {
 	pthread_mutex_t mtx; // the list
+	// Serialises the changes of the set (reload, REST), taken before mtx.
+	pthread_mutex_t change_mtx;
 	bridge         *head;
 	bridge_env      env;
 	uint64_t        next_origin;
@@ -328,12 +333,12 @@ static void entry_remove(bridge *b, bentry *e, bool delete_row)
 	entry_free(b, e);
 }
 
-// Returns a free packet id (1..65534), or 0 when every one is in use.
+// Returns a free packet id (1..65533), or 0 when every one is in use.
 static uint16_t pid_alloc(bridge *b, bentry *e)
 {
-	for (uint32_t i = 0; i < 65534; i++) {
+	for (uint32_t i = 0; i < 65533; i++) {
 		uint16_t p  = b->next_pid;
-		b->next_pid = p >= 65534 ? 1 : (uint16_t)(p + 1);
+		b->next_pid = p >= 65533 ? 1 : (uint16_t)(p + 1);
 		if (p != 0 && b->by_pid[p] == NULL) {
 			b->by_pid[p] = e;
 			e->pid       = p;
@@ -1003,6 +1008,63 @@ static void requeue_locked(bridge *b, bentry *e)
 	record_state(b, e);
 }
 
+// Sets n user properties (v5) on p.
+static void bridge_user_props_set(mqtt_props *p, const mqtt_user_prop *up, uint32_t n)
+{
+	if (n > 0 && up != NULL) {
+		p->present |= MQTT_PBIT(MQTT_PROP_USER_PROPERTY);
+		p->user_props   = up;
+		p->n_user_props = n;
+	}
+}
+
+// Sends one SUBSCRIBE of subs[0..n) on the link (mtx held, link up), with
+// the configured subscription identifier and user properties (v5): the
+// configured ones, or up[0..n_up) when given.
+static void send_subscribe_locked(bridge *b, const conf_bridge_sub *subs, int n, uint16_t pid,
+    const mqtt_user_prop *up, uint32_t n_up)
+{
+	const conf_bridge *cfg = b->cfg;
+	size_t             cap = 0;
+	for (int i = 0; i < n; i++) {
+		cap += strlen(subs[i].remote_topic) + 3;
+	}
+	uint8_t *list  = malloc(cap);
+	size_t   len   = 0;
+	uint8_t  proto = b->ver == MQTT_PROTO_V5 ? MQTT_PROTO_V5 : MQTT_PROTO_V311;
+	for (int i = 0; list != NULL && i < n; i++) {
+		const conf_bridge_sub *s = &subs[i];
+		mqtt_sub_opts          o = { (uint8_t)s->qos, false, false, 0 };
+		if (proto == MQTT_PROTO_V5) {
+			o.no_local            = s->nolocal;
+			o.retain_as_published = s->retain_as_published;
+			o.retain_handling     = (uint8_t)s->retain_handling;
+		}
+		mqtt_bytes f
+		    = { (const uint8_t *)s->remote_topic, (uint32_t)strlen(s->remote_topic) };
+		len += mqtt_sub_list_put(list + len, cap - len, proto, f, &o);
+	}
+	mqtt_packet pk;
+	memset(&pk, 0, sizeof(pk));
+	pk.type                  = MQTT_SUBSCRIBE;
+	pk.flags                 = 0x2;
+	pk.u.subscribe.packet_id = pid;
+	pk.u.subscribe.count     = (uint32_t)n;
+	pk.u.subscribe.list.p    = list;
+	pk.u.subscribe.list.len  = (uint32_t)len;
+	if (proto == MQTT_PROTO_V5) {
+		if (cfg->sub_identifier > 0) {
+			pk.u.subscribe.props.present |= MQTT_PBIT(MQTT_PROP_SUBSCRIPTION_ID);
+			pk.u.subscribe.props.subscription_id = cfg->sub_identifier;
+		}
+		bridge_user_props_set(&pk.u.subscribe.props, up, n_up);
+	}
+	if (list == NULL || !send_packet_locked(b, &pk)) {
+		log_warn("bridge", "bridge=%s event=subscribe_not_sent", b->name);
+	}
+	free(list);
+}
+
 static void handle_connack_locked(bridge *b, const mqtt_connack *ca)
 {
 	if (ca->reason == MQTT_V3_BAD_PROTOCOL && b->ver != MQTT_PROTO_V5 && b->marker_sent) {
@@ -1061,43 +1123,8 @@ static void handle_connack_locked(bridge *b, const mqtt_connack *ca)
 		b->logged_up = true;
 	}
 	// Subscriptions, in one SUBSCRIBE.
-	const conf_bridge *cfg = b->cfg;
-	if (cfg->n_subs > 0) {
-		size_t cap = 0;
-		for (int i = 0; i < cfg->n_subs; i++) {
-			cap += strlen(cfg->subs[i].remote_topic) + 3;
-		}
-		uint8_t *list  = malloc(cap);
-		size_t   n     = 0;
-		uint8_t  proto = b->ver == MQTT_PROTO_V5 ? MQTT_PROTO_V5 : MQTT_PROTO_V311;
-		for (int i = 0; list != NULL && i < cfg->n_subs; i++) {
-			const conf_bridge_sub *s = &cfg->subs[i];
-			mqtt_sub_opts          o = { (uint8_t)s->qos, false, false, 0 };
-			if (proto == MQTT_PROTO_V5) {
-				o.no_local            = s->nolocal;
-				o.retain_as_published = s->retain_as_published;
-				o.retain_handling     = (uint8_t)s->retain_handling;
-			}
-			mqtt_bytes f = { (const uint8_t *)s->remote_topic,
-				(uint32_t)strlen(s->remote_topic) };
-			n += mqtt_sub_list_put(list + n, cap - n, proto, f, &o);
-		}
-		mqtt_packet pk;
-		memset(&pk, 0, sizeof(pk));
-		pk.type                  = MQTT_SUBSCRIBE;
-		pk.flags                 = 0x2;
-		pk.u.subscribe.packet_id = SUB_PID;
-		pk.u.subscribe.count     = (uint32_t)cfg->n_subs;
-		pk.u.subscribe.list.p    = list;
-		pk.u.subscribe.list.len  = (uint32_t)n;
-		if (proto == MQTT_PROTO_V5 && cfg->sub_identifier > 0) {
-			pk.u.subscribe.props.present |= MQTT_PBIT(MQTT_PROP_SUBSCRIPTION_ID);
-			pk.u.subscribe.props.subscription_id = cfg->sub_identifier;
-		}
-		if (list == NULL || !send_packet_locked(b, &pk)) {
-			log_warn("bridge", "bridge=%s event=subscribe_not_sent", b->name);
-		}
-		free(list);
+	if (b->cfg->n_subs > 0) {
+		send_subscribe_locked(b, b->cfg->subs, b->cfg->n_subs, SUB_PID, NULL, 0);
 	}
 	// The backlog, at once: unacked first (DUP), then the rest.
 	b->next_unsent = b->head;
@@ -1544,10 +1571,13 @@ static void serve_locked(bridge *b)
 	while (!l->closed) {
 		uint64_t now = now_ms();
 		uint64_t ka  = (uint64_t)b->cfg->keepalive_s * 1000;
-		if (b->stop || b->restart) {
+		if (b->stop || b->restart || b->switched_off) {
 			conn_close(l->c);
 			b->restart = false;
-			set_error_locked(b, b->stop ? "stopping" : "configuration changed");
+			set_error_locked(b,
+			    b->stop               ? "stopping"
+			        : b->switched_off ? "switched off"
+			                          : "configuration changed");
 		} else if (!b->up) {
 			if (now >= deadline) {
 				set_error_locked(
@@ -1636,6 +1666,17 @@ static void *bridge_main(void *arg)
 	bool     was_up  = false;
 	pthread_mutex_lock(&b->mtx);
 	while (!b->stop) {
+		if (b->switched_off) {
+			set_state_locked(b, BS_SWITCHED_OFF);
+			pthread_mutex_unlock(&b->mtx);
+			publish_health(b);
+			pthread_mutex_lock(&b->mtx);
+			while (b->switched_off && !b->stop) {
+				wait_until_locked(b, now_ms() + 1000);
+			}
+			attempt = 0;
+			continue;
+		}
 		const conf_bridge *cfg = b->cfg;
 		int                n   = 1 + cfg->n_hybrid_servers;
 		idx %= n; // a reload may have shortened the list
@@ -1655,6 +1696,9 @@ static void *bridge_main(void *arg)
 		bool had_up = b->state == BS_UP;
 		if (b->stop) {
 			break;
+		}
+		if (b->switched_off) {
+			continue;
 		}
 		set_state_locked(b, BS_DOWN);
 		if (had_up) {
@@ -1692,7 +1736,7 @@ static void *bridge_main(void *arg)
 		attempt++;
 		set_state_locked(b, BS_BACKOFF);
 		uint64_t until = now_ms() + delay;
-		while (!b->stop && !b->restart && now_ms() < until) {
+		while (!b->stop && !b->restart && !b->switched_off && now_ms() < until) {
 			wait_until_locked(b, until);
 		}
 	}
@@ -1900,13 +1944,38 @@ nmq_bridges *bridges_start(const nmq_conf *conf, const bridge_env *env)
 		return NULL;
 	}
 	pthread_mutex_init(&set->mtx, NULL);
+	pthread_mutex_init(&set->change_mtx, NULL);
 	set->env = *env;
 	atomic_store(&g_set, set);
 	bridges_reconfigure(set, conf);
 	return set;
 }
 
+static void reconfigure_changing(nmq_bridges *set, const nmq_conf *conf);
+
 void bridges_reconfigure(nmq_bridges *set, const nmq_conf *conf)
+{
+	pthread_mutex_lock(&set->change_mtx);
+	reconfigure_changing(set, conf);
+	pthread_mutex_unlock(&set->change_mtx);
+}
+
+// Starts the bridge cb describes (change_mtx held).
+static void start_one_changing(nmq_bridges *set, const conf_bridge *cb)
+{
+	bridge *b = bridge_new(set, cb);
+	if (b == NULL) {
+		log_error("bridge", "bridge=%s event=not_started reason=out_of_memory", cb->name);
+		return;
+	}
+	pthread_mutex_lock(&set->mtx);
+	b->next   = set->head;
+	set->head = b;
+	pthread_mutex_unlock(&set->mtx);
+	bridge_run(b);
+}
+
+static void reconfigure_changing(nmq_bridges *set, const nmq_conf *conf)
 {
 	// Removed or disabled: stopped.
 	pthread_mutex_lock(&set->mtx);
@@ -1946,16 +2015,7 @@ void bridges_reconfigure(nmq_bridges *set, const nmq_conf *conf)
 			}
 			continue;
 		}
-		if ((b = bridge_new(set, cb)) == NULL) {
-			log_error(
-			    "bridge", "bridge=%s event=not_started reason=out_of_memory", cb->name);
-			continue;
-		}
-		pthread_mutex_lock(&set->mtx);
-		b->next   = set->head;
-		set->head = b;
-		pthread_mutex_unlock(&set->mtx);
-		bridge_run(b);
+		start_one_changing(set, cb);
 	}
 }
 
@@ -1975,6 +2035,7 @@ void bridges_stop(nmq_bridges *set)
 		bridge_release(b);
 	}
 	pthread_mutex_destroy(&set->mtx);
+	pthread_mutex_destroy(&set->change_mtx);
 	free(set);
 }
 
@@ -2042,4 +2103,296 @@ size_t bridges_health_json(nmq_bridges *set, const char *name, char *buf, size_t
 	}
 	pthread_mutex_unlock(&set->mtx);
 	return name != NULL && !found ? 0 : n;
+}
+
+// ------------------------------------------------------- runtime changes
+
+// The bridge named name, held (NULL if none).
+static bridge *find_held(nmq_bridges *set, const char *name)
+{
+	pthread_mutex_lock(&set->mtx);
+	bridge *b = set->head;
+	while (b != NULL && strcmp(b->name, name) != 0) {
+		b = b->next;
+	}
+	if (b != NULL) {
+		atomic_fetch_add(&b->refs, 1);
+	}
+	pthread_mutex_unlock(&set->mtx);
+	return b;
+}
+
+// Unlinks the bridge named name from the set, stops it and drops the
+// set's reference (change_mtx held). Returns false if there is none.
+static bool remove_changing(nmq_bridges *set, const char *name)
+{
+	pthread_mutex_lock(&set->mtx);
+	bridge **pp = &set->head;
+	while (*pp != NULL && strcmp((*pp)->name, name) != 0) {
+		pp = &(*pp)->next;
+	}
+	bridge *b = *pp;
+	if (b != NULL) {
+		*pp = b->next;
+	}
+	pthread_mutex_unlock(&set->mtx);
+	if (b == NULL) {
+		return false;
+	}
+	bridge_halt(b);
+	bridge_release(b);
+	return true;
+}
+
+nmq_err bridges_put(nmq_bridges *set, const conf_bridge *cb, bool keep_password)
+{
+	nmq_err e = NMQ_OK;
+	pthread_mutex_lock(&set->change_mtx);
+	bridge *b = find_held(set, cb->name);
+	if (!cb->enable) {
+		if (b != NULL) {
+			bridge_release(b);
+			(void)remove_changing(set, cb->name);
+		}
+		pthread_mutex_unlock(&set->change_mtx);
+		return NMQ_OK;
+	}
+	conf_bridge *nc = conf_bridge_dup(cb);
+	if (nc == NULL) {
+		e = NMQ_ENOMEM;
+	} else if (keep_password) {
+		free(nc->password);
+		nc->password = NULL;
+		if (b != NULL) {
+			pthread_mutex_lock(&b->mtx);
+			if (b->cfg->password != NULL) {
+				nc->password = strdup(b->cfg->password);
+				if (nc->password == NULL) {
+					e = NMQ_ENOMEM;
+				}
+			}
+			pthread_mutex_unlock(&b->mtx);
+		}
+	}
+	if (e == NMQ_OK) {
+		if (b == NULL) {
+			start_one_changing(set, nc);
+		} else if (!conf_bridge_equal(b->cfg, nc)) {
+			bridge_update(b, nc);
+		}
+	}
+	if (nc != NULL) {
+		conf_bridge_free(nc);
+	}
+	if (b != NULL) {
+		bridge_release(b);
+	}
+	pthread_mutex_unlock(&set->change_mtx);
+	if (e == NMQ_OK) {
+		log_info("bridge", "bridge=%s event=changed by=rest", cb->name);
+	}
+	return e;
+}
+
+nmq_err bridges_delete(nmq_bridges *set, const char *name)
+{
+	pthread_mutex_lock(&set->change_mtx);
+	bool found = remove_changing(set, name);
+	pthread_mutex_unlock(&set->change_mtx);
+	if (found) {
+		log_info("bridge", "bridge=%s event=deleted by=rest", name);
+	}
+	return found ? NMQ_OK : NMQ_ENOENT;
+}
+
+nmq_err bridges_switch(nmq_bridges *set, const char *name, bool on)
+{
+	bridge *b = find_held(set, name);
+	if (b == NULL) {
+		return NMQ_ENOENT;
+	}
+	pthread_mutex_lock(&b->mtx);
+	bool changed    = b->switched_off == on;
+	b->switched_off = !on;
+	if (changed && on) {
+		b->restart = true; // connect at once, without waiting for a backoff
+	}
+	if (!on && b->link != NULL) {
+		set_error_locked(b, "switched off");
+		conn_close(b->link->c);
+	}
+	pthread_cond_broadcast(&b->cv);
+	pthread_mutex_unlock(&b->mtx);
+	if (changed) {
+		log_info("bridge", "bridge=%s event=%s by=rest", name,
+		    on ? "switched_on" : "switched_off");
+	}
+	bridge_release(b);
+	return NMQ_OK;
+}
+
+// Replaces b's configuration by nc for a change that needs no reconnect
+// (subscriptions): the forwards keep the one they point into, which is
+// retired, not freed. mtx held; takes nc.
+static bool swap_cfg_locked(bridge *b, conf_bridge *nc)
+{
+	retired *r = calloc(1, sizeof(*r));
+	if (r == NULL) {
+		conf_bridge_free(nc);
+		return false;
+	}
+	r->cfg     = b->cfg;
+	r->next    = b->retired;
+	b->retired = r;
+	b->cfg     = nc;
+	return true;
+}
+
+// Copies the user properties of REST into codec pairs (borrowed strings).
+static mqtt_user_prop *user_props_of(const char *const *kv, int n)
+{
+	if (n <= 0) {
+		return NULL;
+	}
+	mqtt_user_prop *up = calloc((size_t)n, sizeof(*up));
+	for (int i = 0; up != NULL && i < n; i++) {
+		up[i].key.p     = (const uint8_t *)kv[2 * i];
+		up[i].key.len   = (uint32_t)strlen(kv[2 * i]);
+		up[i].value.p   = (const uint8_t *)kv[2 * i + 1];
+		up[i].value.len = (uint32_t)strlen(kv[2 * i + 1]);
+	}
+	return up;
+}
+
+nmq_err bridges_subscribe(nmq_bridges *set, const char *name, const conf_bridge_sub *subs, int n,
+    const char *const *user_props, int n_props)
+{
+	bridge *b = find_held(set, name);
+	if (b == NULL) {
+		return NMQ_ENOENT;
+	}
+	pthread_mutex_lock(&set->change_mtx);
+	pthread_mutex_lock(&b->mtx);
+	nmq_err          e  = NMQ_ENOMEM;
+	conf_bridge     *nc = conf_bridge_dup(b->cfg);
+	conf_bridge_sub *v  = nc != NULL ? calloc((size_t)(nc->n_subs + n), sizeof(*v)) : NULL;
+	mqtt_user_prop  *up = user_props_of(user_props, n_props);
+	if (v != NULL && (n_props == 0 || up != NULL)) {
+		// Kept: the old ones whose remote filter is not given again.
+		int k = 0;
+		for (int i = 0; i < nc->n_subs; i++) {
+			bool again = false;
+			for (int j = 0; j < n; j++) {
+				again
+				    |= strcmp(nc->subs[i].remote_topic, subs[j].remote_topic) == 0;
+			}
+			if (again) {
+				conf_bridge_sub_clear(&nc->subs[i]);
+			} else {
+				v[k++] = nc->subs[i];
+			}
+		}
+		bool ok = true;
+		for (int j = 0; j < n; j++) {
+			ok &= conf_bridge_sub_copy(&v[k++], &subs[j]) == 0;
+		}
+		free(nc->subs);
+		nc->subs   = v;
+		nc->n_subs = k;
+		v          = NULL;
+		if (ok && swap_cfg_locked(b, nc)) {
+			nc = NULL;
+			e  = NMQ_OK;
+			if (b->link != NULL && b->up && !b->link->closed) {
+				send_subscribe_locked(
+				    b, subs, n, RT_SUB_PID, up, (uint32_t)n_props);
+			}
+		}
+	}
+	pthread_mutex_unlock(&b->mtx);
+	pthread_mutex_unlock(&set->change_mtx);
+	free(v);
+	free(up);
+	if (nc != NULL) {
+		conf_bridge_free(nc);
+	}
+	if (e == NMQ_OK) {
+		log_info("bridge", "bridge=%s event=subscribed filters=%d by=rest", name, n);
+	}
+	bridge_release(b);
+	return e;
+}
+
+nmq_err bridges_unsubscribe(nmq_bridges *set, const char *name, const char *const *filters, int n,
+    const char *const *user_props, int n_props)
+{
+	bridge *b = find_held(set, name);
+	if (b == NULL) {
+		return NMQ_ENOENT;
+	}
+	pthread_mutex_lock(&set->change_mtx);
+	pthread_mutex_lock(&b->mtx);
+	nmq_err         e  = NMQ_ENOMEM;
+	conf_bridge    *nc = conf_bridge_dup(b->cfg);
+	mqtt_user_prop *up = user_props_of(user_props, n_props);
+	if (nc != NULL && (n_props == 0 || up != NULL)) {
+		int k = 0;
+		for (int i = 0; i < nc->n_subs; i++) {
+			bool gone = false;
+			for (int j = 0; j < n; j++) {
+				gone |= strcmp(nc->subs[i].remote_topic, filters[j]) == 0;
+			}
+			if (gone) {
+				conf_bridge_sub_clear(&nc->subs[i]);
+			} else {
+				nc->subs[k++] = nc->subs[i];
+			}
+		}
+		nc->n_subs = k;
+		if (swap_cfg_locked(b, nc)) {
+			nc = NULL;
+			e  = NMQ_OK;
+			if (b->link != NULL && b->up && !b->link->closed) {
+				size_t cap = 0;
+				for (int j = 0; j < n; j++) {
+					cap += strlen(filters[j]) + 2;
+				}
+				uint8_t *list = malloc(cap);
+				size_t   len  = 0;
+				for (int j = 0; list != NULL && j < n; j++) {
+					mqtt_bytes f = { (const uint8_t *)filters[j],
+						(uint32_t)strlen(filters[j]) };
+					len += mqtt_unsub_list_put(list + len, cap - len, f);
+				}
+				mqtt_packet pk;
+				memset(&pk, 0, sizeof(pk));
+				pk.type                    = MQTT_UNSUBSCRIBE;
+				pk.flags                   = 0x2;
+				pk.u.unsubscribe.packet_id = RT_SUB_PID;
+				pk.u.unsubscribe.count     = (uint32_t)n;
+				pk.u.unsubscribe.list.p    = list;
+				pk.u.unsubscribe.list.len  = (uint32_t)len;
+				if (b->ver == MQTT_PROTO_V5) {
+					bridge_user_props_set(
+					    &pk.u.unsubscribe.props, up, (uint32_t)n_props);
+				}
+				if (list == NULL || !send_packet_locked(b, &pk)) {
+					log_warn("bridge", "bridge=%s event=unsubscribe_not_sent",
+					    b->name);
+				}
+				free(list);
+			}
+		}
+	}
+	pthread_mutex_unlock(&b->mtx);
+	pthread_mutex_unlock(&set->change_mtx);
+	free(up);
+	if (nc != NULL) {
+		conf_bridge_free(nc);
+	}
+	if (e == NMQ_OK) {
+		log_info("bridge", "bridge=%s event=unsubscribed filters=%d by=rest", name, n);
+	}
+	bridge_release(b);
+	return e;
 }

@@ -28,7 +28,8 @@
 // subscriptions use No Local (nolocal, default true).
 //
 // Threads: bridges_start, bridges_reconfigure and bridges_stop run on the
-// main thread; bridges_health_json on any thread.
+// main thread; bridges_health_json and the runtime changes (bridges_put
+// ... bridges_unsubscribe) on any thread.
 #ifndef NMQ_BRIDGE_H
 #define NMQ_BRIDGE_H
 
@@ -59,6 +60,33 @@ void bridges_reconfigure(nmq_bridges *bs, const nmq_conf *conf);
 // Stops every link and frees the set. Queued messages not in the cache are
 // lost (and logged with their count).
 void bridges_stop(nmq_bridges *bs);
+
+// Runtime changes (the REST API), on any thread but a bridge's own; they
+// are serialised with each other and with bridges_reconfigure, and are
+// not written to the configuration file (a reload applies the file
+// again). Each returns NMQ_OK, NMQ_ENOENT (no bridge of that name) or
+// NMQ_ENOMEM.
+//
+// Adds the bridge cb describes, or changes the one of that name as a
+// reload would (its link reconnects, its queue is kept); with
+// keep_password the running bridge's password is kept. A cb that is not
+// enabled stops and removes it.
+nmq_err bridges_put(nmq_bridges *bs, const conf_bridge *cb, bool keep_password);
+// Stops and removes a bridge (its cached messages stay in the store).
+nmq_err bridges_delete(nmq_bridges *bs, const char *name);
+// Takes a bridge's link down (on false) or up again; its forwards keep
+// queueing meanwhile (QoS 0 is dropped, as while the link is down).
+nmq_err bridges_switch(nmq_bridges *bs, const char *name, bool on);
+// Adds subscriptions (remote to local) to a bridge, replacing any with the
+// same remote_topic, and subscribes them on the remote now if the link is
+// up (and after every reconnect). user_props: n_props key/value pairs for
+// a v5 SUBSCRIBE (may be 0).
+nmq_err bridges_subscribe(nmq_bridges *bs, const char *name, const conf_bridge_sub *subs, int n,
+    const char *const *user_props, int n_props);
+// Removes the subscriptions of these remote filters and unsubscribes them
+// on the remote now if the link is up.
+nmq_err bridges_unsubscribe(nmq_bridges *bs, const char *name, const char *const *filters, int n,
+    const char *const *user_props, int n_props);
 
 // The store's eviction callback (store_opts.evicted): counts a cached
 // message dropped because the cache was full. arg is ignored.

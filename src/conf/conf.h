@@ -430,8 +430,12 @@ int conf_load_text(nmq_conf *conf, const char *text, size_t len, const char *nam
 // "tls+mqtt-tcp://host:port"; returns 0, or -1 with a reason in why.
 bool conf_bridge_equal(const conf_bridge *a, const conf_bridge *b);
 // A deep copy (NULL when out of memory), freed with conf_bridge_free.
-conf_bridge       *conf_bridge_dup(const conf_bridge *b);
-void               conf_bridge_free(conf_bridge *b);
+conf_bridge *conf_bridge_dup(const conf_bridge *b);
+void         conf_bridge_free(conf_bridge *b);
+// Copies a subscription's strings into dst (0, or -1 when out of memory:
+// dst then holds what was copied; clear it). Frees them and zeroes them.
+int                conf_bridge_sub_copy(conf_bridge_sub *dst, const conf_bridge_sub *src);
+void               conf_bridge_sub_clear(conf_bridge_sub *s);
 const conf_bridge *conf_bridge_find(const nmq_conf *c, const char *name);
 int                conf_bridge_url(
                    const char *url, bool *tls, char *host, size_t hostlen, int *port, char *why, size_t whylen);

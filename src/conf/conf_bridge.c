@@ -519,6 +519,24 @@ static int dup_strings(int which, void *base)
 	return rc;
 }
 
+int conf_bridge_sub_copy(conf_bridge_sub *dst, const conf_bridge_sub *src)
+{
+	*dst = *src;
+	return dup_strings(CONF_BASE_BRIDGE_SUB, dst);
+}
+
+void conf_bridge_sub_clear(conf_bridge_sub *s)
+{
+	for (size_t i = 0; i < conf_schema_len; i++) {
+		const conf_key *k = &conf_schema[i];
+		if (k->base == CONF_BASE_BRIDGE_SUB && k->store == CONF_ST_STR) {
+			char **p = (char **)((char *)s + k->off);
+			free(*p);
+			*p = NULL;
+		}
+	}
+}
+
 void conf_bridge_free(conf_bridge *b)
 {
 	nmq_conf c;

@@ -34,6 +34,14 @@ static const struct {
 	{ "/prometheus/", "prometheus_metrics", "GET", "Metrics in the Prometheus text format" },
 	{ "/bridges/", "list_bridges", "GET", "The health of every bridge" },
 	{ "/bridges/:name", "lookup_bridge", "GET", "The health of one bridge" },
+	{ "/bridges/:name", "update_bridge", "PUT", "Change a bridge's configuration at runtime" },
+	{ "/bridges/:name", "delete_bridge", "DELETE", "Stop and remove a bridge at runtime" },
+	{ "/bridges/switch/:name", "switch_bridge", "POST",
+	    "Take a bridge's link down or up, keeping its buffer" },
+	{ "/bridges/sub/:name", "bridge_subscribe", "PUT",
+	    "Subscribe a bridge to remote topics at runtime" },
+	{ "/bridges/unsub/:name", "bridge_unsubscribe", "PUT",
+	    "Unsubscribe a bridge from remote topics at runtime" },
 	{ "/reload/", "reload_conf", "GET", "Show the runtime-changeable configuration" },
 	{ "/reload/", "reload_conf", "POST", "Change the runtime-changeable configuration" },
 	{ "/configuration/", "get_broker_configuration", "GET", "Show the broker's configuration" },
@@ -489,6 +497,9 @@ rest_api *rest_api_alloc(http_server *hs, const rest_env *env)
 	}
 	if (e == NMQ_OK) {
 		e = rest_routes_conf(hs, api);
+	}
+	if (e == NMQ_OK) {
+		e = rest_routes_bridges(hs, api);
 	}
 	if (e != NMQ_OK) {
 		free(api);

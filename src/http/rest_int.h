@@ -23,6 +23,7 @@ struct rest_api {
 nmq_err rest_routes_clients(http_server *hs, rest_api *api);
 nmq_err rest_routes_mqtt(http_server *hs, rest_api *api);
 nmq_err rest_routes_conf(http_server *hs, rest_api *api);
+nmq_err rest_routes_bridges(http_server *hs, rest_api *api);
 
 // {"code":0,"data":data} with status 200.
 void rest_ok(http_resp *r, cJSON *data);
