@@ -1018,6 +1018,20 @@ static void bridge_user_props_set(mqtt_props *p, const mqtt_user_prop *up, uint3
 	}
 }
 
+// The codec's view of configured user properties (out has room for 64,
+// the configuration's bound). Returns the count.
+static uint32_t conf_props_codec(const conf_props *p, mqtt_user_prop *out)
+{
+	uint32_t n = 0;
+	for (int i = 0; i < p->n && n < 64; i++, n++) {
+		out[n].key.p     = (const uint8_t *)p->kv[2 * i];
+		out[n].key.len   = (uint32_t)strlen(p->kv[2 * i]);
+		out[n].value.p   = (const uint8_t *)p->kv[2 * i + 1];
+		out[n].value.len = (uint32_t)strlen(p->kv[2 * i + 1]);
+	}
+	return n;
+}
+
 // Sends one SUBSCRIBE of subs[0..n) on the link (mtx held, link up), with
 // the configured subscription identifier and user properties (v5): the
 // configured ones, or up[0..n_up) when given.
@@ -1029,9 +1043,10 @@ static void send_subscribe_locked(bridge *b, const conf_bridge_sub *subs, int n,
 	for (int i = 0; i < n; i++) {
 		cap += strlen(subs[i].remote_topic) + 3;
 	}
-	uint8_t *list  = malloc(cap);
-	size_t   len   = 0;
-	uint8_t  proto = b->ver == MQTT_PROTO_V5 ? MQTT_PROTO_V5 : MQTT_PROTO_V311;
+	uint8_t       *list  = malloc(cap);
+	size_t         len   = 0;
+	uint8_t        proto = b->ver == MQTT_PROTO_V5 ? MQTT_PROTO_V5 : MQTT_PROTO_V311;
+	mqtt_user_prop cup[64]; // the configured user properties, while encoding
 	for (int i = 0; list != NULL && i < n; i++) {
 		const conf_bridge_sub *s = &subs[i];
 		mqtt_sub_opts          o = { (uint8_t)s->qos, false, false, 0 };
@@ -1056,6 +1071,10 @@ static void send_subscribe_locked(bridge *b, const conf_bridge_sub *subs, int n,
 		if (cfg->sub_identifier > 0) {
 			pk.u.subscribe.props.present |= MQTT_PBIT(MQTT_PROP_SUBSCRIPTION_ID);
 			pk.u.subscribe.props.subscription_id = cfg->sub_identifier;
+		}
+		if (up == NULL) {
+			up   = cup;
+			n_up = conf_props_codec(&cfg->sub_user_props, cup);
 		}
 		bridge_user_props_set(&pk.u.subscribe.props, up, n_up);
 	}
@@ -1362,7 +1381,44 @@ static void send_connect_locked(bridge *b)
 		c->will_payload.p   = (const uint8_t *)wp;
 		c->will_payload.len = (uint32_t)strlen(wp);
 	}
+	mqtt_user_prop cup[64], wup[64];
 	if (cfg->proto_ver == MQTT_PROTO_V5) {
+		bridge_user_props_set(&c->props, cup, conf_props_codec(&cfg->cp_user_props, cup));
+		if (c->will_flag) {
+			mqtt_props *w = &c->will_props;
+			bridge_user_props_set(w, wup, conf_props_codec(&cfg->will_user_props, wup));
+			if (cfg->will_payload_format >= 0) {
+				w->present |= MQTT_PBIT(MQTT_PROP_PAYLOAD_FORMAT);
+				w->payload_format = (uint8_t)cfg->will_payload_format;
+			}
+			if (cfg->will_message_expiry > 0) {
+				w->present |= MQTT_PBIT(MQTT_PROP_MESSAGE_EXPIRY);
+				w->message_expiry = cfg->will_message_expiry;
+			}
+			if (cfg->will_delay_interval > 0) {
+				w->present |= MQTT_PBIT(MQTT_PROP_WILL_DELAY);
+				w->will_delay = cfg->will_delay_interval;
+			}
+			const struct {
+				const char *v;
+				int         id;
+				mqtt_bytes *out;
+			} strs[] = {
+				{ cfg->will_content_type, MQTT_PROP_CONTENT_TYPE,
+				    &w->content_type },
+				{ cfg->will_response_topic, MQTT_PROP_RESPONSE_TOPIC,
+				    &w->response_topic },
+				{ cfg->will_correlation_data, MQTT_PROP_CORRELATION_DATA,
+				    &w->correlation_data },
+			};
+			for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++) {
+				if (strs[i].v != NULL && strs[i].v[0] != '\0') {
+					w->present |= MQTT_PBIT(strs[i].id);
+					strs[i].out->p   = (const uint8_t *)strs[i].v;
+					strs[i].out->len = (uint32_t)strlen(strs[i].v);
+				}
+			}
+		}
 		mqtt_props *p   = &c->props;
 		uint32_t    exp = cfg->cp_session_expiry_interval;
 		if (exp == 0 && !cfg->clean_start) {

@@ -106,6 +106,13 @@ typedef struct conf_bridge_sub {
 	bool  nolocal;
 } conf_bridge_sub;
 
+// MQTT 5 user properties: kv[2i] = key, kv[2i+1] = value, n pairs, in the
+// order written (kv NULL when n is 0).
+typedef struct conf_props {
+	char **kv;
+	int    n;
+} conf_props;
+
 // One bridges.mqtt.<name> object. Strings are NULL when not set.
 typedef struct conf_bridge {
 	char    *name;
@@ -131,17 +138,26 @@ typedef struct conf_bridge {
 	uint32_t resend_wait_ms;
 	uint32_t cancel_timeout_ms;
 	// conn_properties (v5)
-	uint32_t cp_maximum_packet_size; // 0 = not sent
-	uint32_t cp_receive_maximum; // 0 = not sent
-	uint32_t cp_topic_alias_maximum;
-	int      cp_request_problem_information; // -1 = not sent
-	int      cp_request_response_information; // -1 = not sent
-	uint32_t cp_session_expiry_interval;
+	uint32_t   cp_maximum_packet_size; // 0 = not sent
+	uint32_t   cp_receive_maximum; // 0 = not sent
+	uint32_t   cp_topic_alias_maximum;
+	int        cp_request_problem_information; // -1 = not sent
+	int        cp_request_response_information; // -1 = not sent
+	uint32_t   cp_session_expiry_interval;
+	conf_props cp_user_props;
 	// will
 	char *will_topic;
 	char *will_payload;
 	int   will_qos;
 	bool  will_retain;
+	// will.properties (v5); sent when set
+	int        will_payload_format; // -1 = not sent
+	uint32_t   will_message_expiry; // 0 = not sent
+	char      *will_content_type;
+	char      *will_response_topic;
+	char      *will_correlation_data;
+	uint32_t   will_delay_interval; // 0 = not sent
+	conf_props will_user_props;
 	// ssl / tls
 	bool  tls; // the server URL says tls+mqtt-tcp
 	char *keyfile;
@@ -157,7 +173,8 @@ typedef struct conf_bridge {
 	uint32_t tcp_keepcnt;
 	char    *bind_interface;
 	// sub_properties
-	uint32_t sub_identifier; // 0 = none
+	uint32_t   sub_identifier; // 0 = none
+	conf_props sub_user_props;
 
 	conf_bridge_fwd *fwds;
 	int              n_fwds;

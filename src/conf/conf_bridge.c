@@ -43,6 +43,65 @@ static void free_strings(int which, void *base)
 	}
 }
 
+static void props_free(conf_props *p)
+{
+	for (int i = 0; i < 2 * p->n; i++) {
+		free(p->kv[i]);
+	}
+	free(p->kv);
+	p->kv = NULL;
+	p->n  = 0;
+}
+
+// Copies src into dst (dst's old content is not freed). Returns 0 or -1.
+static int props_dup(conf_props *dst, const conf_props *src)
+{
+	dst->kv = NULL;
+	dst->n  = 0;
+	if (src->n == 0) {
+		return 0;
+	}
+	if ((dst->kv = calloc((size_t)src->n * 2, sizeof(char *))) == NULL) {
+		return -1;
+	}
+	dst->n = src->n;
+	for (int i = 0; i < 2 * src->n; i++) {
+		if ((dst->kv[i] = strdup(src->kv[i])) == NULL) {
+			return -1;
+		}
+	}
+	return 0;
+}
+
+static bool props_equal(const conf_props *a, const conf_props *b)
+{
+	if (a->n != b->n) {
+		return false;
+	}
+	for (int i = 0; i < 2 * a->n; i++) {
+		if (strcmp(a->kv[i], b->kv[i]) != 0) {
+			return false;
+		}
+	}
+	return true;
+}
+
+// The user properties of a bridge (which one the key's path says), or NULL.
+static conf_props *props_of(conf_bridge *b, const char *path)
+{
+	const char *leaf = path + strlen(BR_PREFIX);
+	if (strcmp(leaf, "conn_properties.user_property") == 0) {
+		return &b->cp_user_props;
+	}
+	if (strcmp(leaf, "will.properties.user_property") == 0) {
+		return &b->will_user_props;
+	}
+	if (strcmp(leaf, "sub_properties.user_property") == 0) {
+		return &b->sub_user_props;
+	}
+	return NULL;
+}
+
 // Frees every bridge of conf.
 void conf_bridges_free(nmq_conf *conf)
 {
@@ -60,6 +119,9 @@ void conf_bridges_free(nmq_conf *conf)
 		free(b->hybrid_servers);
 		free(b->fwds);
 		free(b->subs);
+		props_free(&b->cp_user_props);
+		props_free(&b->will_user_props);
+		props_free(&b->sub_user_props);
 		free_strings(CONF_BASE_BRIDGE, b);
 		free(b->name);
 	}
@@ -120,7 +182,10 @@ bool conf_bridge_equal(const conf_bridge *a, const conf_bridge *b)
 {
 	if (!str_eq(a->name, b->name) || a->tls != b->tls || a->n_fwds != b->n_fwds
 	    || a->n_subs != b->n_subs || a->n_hybrid_servers != b->n_hybrid_servers
-	    || !rows_equal(CONF_BASE_BRIDGE, a, b)) {
+	    || !rows_equal(CONF_BASE_BRIDGE, a, b)
+	    || !props_equal(&a->cp_user_props, &b->cp_user_props)
+	    || !props_equal(&a->will_user_props, &b->will_user_props)
+	    || !props_equal(&a->sub_user_props, &b->sub_user_props)) {
 		return false;
 	}
 	for (int i = 0; i < a->n_hybrid_servers; i++) {
@@ -338,6 +403,59 @@ static void read_hybrid(conf_ctx *ctx, const cJSON *arr, const char *dkey, conf_
 	}
 }
 
+// Reads `{key = "value", ...}` (MQTT 5 user properties, UTF-8 strings;
+// numbers and booleans are taken as written) into p, replacing it.
+static void read_user_props(conf_ctx *ctx, const cJSON *obj, const char *dkey, conf_props *p)
+{
+	props_free(p);
+	int n = cJSON_GetArraySize(obj);
+	if (n == 0) {
+		return;
+	}
+	if (n > 64) {
+		conf_key_msg(ctx, true, obj, dkey, "at most 64 user properties");
+		return;
+	}
+	if ((p->kv = calloc((size_t)n * 2, sizeof(char *))) == NULL) {
+		conf_key_msg(ctx, true, obj, dkey, "out of memory");
+		return;
+	}
+	for (const cJSON *c = obj->child; c != NULL; c = c->next) {
+		char        num[64];
+		const char *v = NULL;
+		if (cJSON_IsString(c)) {
+			v = c->valuestring;
+		} else if (cJSON_IsNumber(c)) {
+			snprintf(num, sizeof(num), "%.17g", c->valuedouble);
+			v = num;
+		} else if (cJSON_IsBool(c)) {
+			v = cJSON_IsTrue(c) ? "true" : "false";
+		}
+		char key[CONF_PATH_MAX];
+		snprintf(key, sizeof(key), "%s.%.64s", dkey, c->string);
+		if (v == NULL) {
+			conf_key_msg(ctx, true, c, key, "a user property's value is a string");
+			continue;
+		}
+		if (strlen(c->string) > 65535 || strlen(v) > 65535
+		    || !mqtt_utf8_valid((const uint8_t *)c->string, strlen(c->string))
+		    || !mqtt_utf8_valid((const uint8_t *)v, strlen(v))) {
+			conf_key_msg(ctx, true, c, key, "not a valid MQTT string");
+			continue;
+		}
+		char *ks = strdup(c->string), *vs = strdup(v);
+		if (ks == NULL || vs == NULL) {
+			free(ks);
+			free(vs);
+			conf_key_msg(ctx, true, c, key, "out of memory");
+			continue;
+		}
+		p->kv[2 * p->n]     = ks;
+		p->kv[2 * p->n + 1] = vs;
+		p->n++;
+	}
+}
+
 static void walk_obj(conf_ctx *ctx, const cJSON *obj, const char *spre, const char *dpre,
     void *base, int which, bool *quic_warned)
 {
@@ -379,6 +497,8 @@ static void walk_obj(conf_ctx *ctx, const cJSON *obj, const char *spre, const ch
 		if (k->type == CONF_T_OBJECT) {
 			if (!cJSON_IsObject(c)) {
 				conf_key_msg(ctx, true, c, dkey, "expected an object");
+			} else if (which == CONF_BASE_BRIDGE && props_of(base, k->path) != NULL) {
+				read_user_props(ctx, c, dkey, props_of(base, k->path));
 			}
 			continue;
 		}
@@ -497,6 +617,12 @@ void conf_check_bridges(conf_ctx *ctx, const cJSON *node)
 		        (const uint8_t *)b->will_topic, strlen(b->will_topic))) {
 			conf_key_msg(ctx, true, c, dpre, "will.topic is not a valid topic name");
 		}
+		if (b->will_response_topic != NULL && b->will_response_topic[0] != '\0'
+		    && !mqtt_topic_name_valid(
+		        (const uint8_t *)b->will_response_topic, strlen(b->will_response_topic))) {
+			conf_key_msg(ctx, true, c, dpre,
+			    "will.properties.response_topic is not a valid topic name");
+		}
 		if ((b->keyfile == NULL) != (b->certfile == NULL)) {
 			conf_key_msg(ctx, true, c, dpre, "ssl: keyfile and certfile go together");
 		}
@@ -552,11 +678,14 @@ conf_bridge *conf_bridge_dup(const conf_bridge *src)
 	if (b == NULL) {
 		return NULL;
 	}
-	*b                = *src;
-	b->name           = NULL;
-	b->hybrid_servers = NULL;
-	b->fwds           = NULL;
-	b->subs           = NULL;
+	*b                 = *src;
+	b->cp_user_props   = (conf_props) { 0 };
+	b->will_user_props = (conf_props) { 0 };
+	b->sub_user_props  = (conf_props) { 0 };
+	b->name            = NULL;
+	b->hybrid_servers  = NULL;
+	b->fwds            = NULL;
+	b->subs            = NULL;
 	b->n_fwds = b->n_subs = b->n_hybrid_servers = 0;
 	int rc                                      = dup_strings(CONF_BASE_BRIDGE, b);
 	if ((b->name = strdup(src->name)) == NULL) {
@@ -583,6 +712,11 @@ conf_bridge *conf_bridge_dup(const conf_bridge *src)
 			b->n_fwds  = i + 1;
 			rc |= dup_strings(CONF_BASE_BRIDGE_FWD, &b->fwds[i]);
 		}
+	}
+	if (props_dup(&b->cp_user_props, &src->cp_user_props) != 0
+	    || props_dup(&b->will_user_props, &src->will_user_props) != 0
+	    || props_dup(&b->sub_user_props, &src->sub_user_props) != 0) {
+		rc = -1;
 	}
 	if (src->n_subs > 0) {
 		if ((b->subs = calloc((size_t)src->n_subs, sizeof(*b->subs))) == NULL) {

@@ -191,3 +191,96 @@ def health(client, name, timeout=5.0, pred=None):
         if pred is None or pred(last):
             return last
     return last
+
+
+class FakeRemote:
+    """A v5 remote broker on a raw socket: accepts the bridge, records the
+    CONNECT and the SUBSCRIBEs it sends (parsed), answers CONNACK and
+    SUBACK."""
+
+    def __init__(self):
+        self.srv = socket.socket()
+        self.srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.srv.bind((nmq.HOST, 0))
+        self.srv.listen(4)
+        self.port = self.srv.getsockname()[1]
+        self.connects, self.subscribes, self.unsubscribes = [], [], []
+        self.conns = []
+        self.t = threading.Thread(target=self.serve, daemon=True)
+        self.t.start()
+
+    def close(self):
+        for c in [self.srv] + self.conns:
+            try:
+                c.close()
+            except OSError:
+                pass
+
+    @staticmethod
+    def read_packet(c):
+        first = c.recv(1)
+        if not first:
+            return None, None
+        n, mult = 0, 1
+        while True:
+            b = c.recv(1)[0]
+            n += (b & 0x7F) * mult
+            mult *= 128
+            if not b & 0x80:
+                break
+        body = b""
+        while len(body) < n:
+            chunk = c.recv(n - len(body))
+            if not chunk:
+                return None, None
+            body += chunk
+        return first[0], body
+
+    def serve(self):
+        while True:
+            try:
+                c, _ = self.srv.accept()
+            except OSError:
+                return
+            self.conns.append(c)
+            try:
+                while True:
+                    first, body = self.read_packet(c)
+                    if first is None:
+                        break
+                    t = first >> 4
+                    r = nmq._Reader(body)
+                    if t == nmq.CONNECT:
+                        d = {"proto": r.str(), "level": r.byte()}
+                        flags = r.byte()
+                        d["keepalive"] = r.u16()
+                        d["props"] = r.props()
+                        d["client_id"] = r.str()
+                        if flags & 0x04:
+                            d["will_props"] = r.props()
+                            d["will_topic"] = r.str()
+                            d["will_payload"] = r.bin()
+                        self.connects.append(d)
+                        c.sendall(nmq.packet(nmq.CONNACK, 0, b"\x00\x00\x00"))
+                    elif t == 8:  # SUBSCRIBE
+                        pid = r.u16()
+                        props = r.props()
+                        filters = []
+                        while r.left():
+                            filters.append((r.str(), r.byte()))
+                        self.subscribes.append({"props": props, "filters": filters})
+                        c.sendall(nmq.packet(9, 0, nmq.u16(pid) + b"\x00"
+                                             + bytes([f[1] & 3 for f in filters])))
+                    elif t == 10:  # UNSUBSCRIBE
+                        pid = r.u16()
+                        props = r.props()
+                        filters = []
+                        while r.left():
+                            filters.append(r.str())
+                        self.unsubscribes.append({"props": props, "filters": filters})
+                        c.sendall(nmq.packet(11, 0, nmq.u16(pid) + b"\x00"
+                                             + b"\x00" * len(filters)))
+                    elif t == 12:  # PINGREQ
+                        c.sendall(b"\xd0\x00")
+            except (OSError, IndexError, nmq.MalformedFromBroker):
+                pass

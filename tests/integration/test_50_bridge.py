@@ -19,7 +19,7 @@ import unittest
 
 import nmq
 import nmq_ops
-from bridge_util import FaultProxy, Mosquitto, bridge_conf, first_order, health
+from bridge_util import FakeRemote, FaultProxy, Mosquitto, bridge_conf, first_order, health
 from nmq import free_port
 from nmq_ops import OpsTestCase, wait_for
 
@@ -296,6 +296,62 @@ class TestBridgeBasics(BridgeCase):
                     pub.publish("s/1", b"must-not-pass", qos=1)
                     remote.expect_no_message(0.5)
                 self.assert_stops(inst)
+
+
+class TestBridgeV5Properties(BridgeCase):
+
+    # What the remote receives on a v5 link: the CONNECT's user properties,
+    # the will's properties (payload format, expiry, content type, response
+    # topic, correlation data, delay, user properties), and the user
+    # properties and identifier of the SUBSCRIBE.
+    def test_connect_will_and_subscribe_properties(self):
+        inst = self.instance()
+        fake = FakeRemote()
+        self.addCleanup(fake.close)
+        extra = (
+            "conn_properties { session_expiry_interval = 60, "
+            "user_property { site = \"s17\", rack = \"4\" } }\n"
+            "will { topic = \"gw/status\", payload = \"offline\", qos = 1, properties {"
+            " payload_format_indicator = 1, message_expiry_interval = 300,"
+            " content_type = \"text/plain\", response_topic = \"gw/reply\","
+            " correlation_data = \"c1\", will_delay_interval = 5,"
+            " user_property { why = \"link lost\" } } }\n"
+            "sub_properties { identifier = 7, user_property { role = \"gw\" } }\n")
+        port, _, _ = self.broker(inst, bridge_conf(
+            "p5", "mqtt-tcp://127.0.0.1:%d" % fake.port, 5, 10, "",
+            '{ remote_topic = "cmd/#", qos = 1 }', extra=extra))
+        self.assertTrue(wait_for(lambda: fake.connects and fake.subscribes, 10),
+                        inst.output()[-2000:])
+        c = fake.connects[0]
+        self.assertEqual(c["level"], 5)
+        self.assertEqual(sorted(c["props"]["UserProperty"]), [("rack", "4"), ("site", "s17")])
+        self.assertEqual(c["props"]["SessionExpiryInterval"], 60)
+        w = c["will_props"]
+        self.assertEqual((c["will_topic"], c["will_payload"]), ("gw/status", b"offline"))
+        self.assertEqual(w["PayloadFormatIndicator"], 1)
+        self.assertEqual(w["MessageExpiryInterval"], 300)
+        self.assertEqual(w["ContentType"], "text/plain")
+        self.assertEqual(w["ResponseTopic"], "gw/reply")
+        self.assertEqual(w["CorrelationData"], b"c1")
+        self.assertEqual(w["WillDelayInterval"], 5)
+        self.assertEqual(w["UserProperty"], [("why", "link lost")])
+        s = fake.subscribes[0]
+        self.assertEqual(s["filters"][0][0], "cmd/#")
+        self.assertEqual(s["props"]["UserProperty"], [("role", "gw")])
+        self.assertEqual(s["props"]["SubscriptionIdentifier"], [7])
+        self.assert_stops(inst)
+
+    # A v3.1.1 link sends none of them (the codec would refuse them).
+    def test_v311_sends_no_properties(self):
+        inst = self.instance()
+        m = self.remote_mosquitto(inst)
+        extra = ("conn_properties { user_property { site = \"s17\" } }\n"
+                 "will { topic = \"gw/status\", payload = \"offline\","
+                 " properties { content_type = \"text/plain\" } }\n")
+        self.broker(inst, bridge_conf("p4", "mqtt-tcp://127.0.0.1:%d" % m.port, 4, 10, "",
+                                      '{ remote_topic = "cmd/#", qos = 1 }', extra=extra))
+        self.linked(inst)
+        self.assert_stops(inst)
 
 
 class TestBridgeReload(BridgeCase):

@@ -17,7 +17,7 @@ import unittest
 
 import nmq
 import nmq_ops
-from bridge_util import FaultProxy, Mosquitto, bridge_conf, health
+from bridge_util import FakeRemote, FaultProxy, Mosquitto, bridge_conf
 from nmq import free_port
 from nmq_ops import OpsTestCase, wait_for
 
@@ -246,6 +246,43 @@ class TestBridgeRest(OpsTestCase):
         self.assertEqual(c.connect(), 0)
         self.assertIsNotNone(self.state("b1"))
         self.assert_stops(self.inst)
+
+
+class TestBridgeRestV5(OpsTestCase):
+
+    # On a v5 link, runtime SUBSCRIBE and UNSUBSCRIBE carry the request's
+    # user properties (seen by a raw-socket remote).
+    def test_sub_unsub_user_properties(self):
+        inst = self.instance()
+        fake = FakeRemote()
+        self.addCleanup(fake.close)
+        hport, port = free_port(), free_port()
+        extra = ("http_server { port = %d, username = %s, password = %s }\n" %
+                 (hport, USER, PASSWORD)) + bridge_conf(
+            "v5", "mqtt-tcp://127.0.0.1:%d" % fake.port, 5, 10)
+        self.start_broker(inst, ["start", "--conf", inst.conf(port, extra=extra)], port=port)
+        self.assertTrue(wait_for(lambda: fake.connects, 10), inst.output()[-2000:])
+        api = Api(hport)
+        self.assertTrue(wait_for(
+            lambda: api.request("GET", "/api/v4/bridges/v5")[1]["data"]["state"] == "up", 5))
+        st, j = api.request("PUT", "/api/v4/bridges/sub/v5", {"data": {
+            "subscription": [{"remote_topic": "a/#", "qos": 1}, {"remote_topic": "b", "qos": 2}],
+            "sub_properties": {"user_properties": [{"key": "who", "value": "rest"}]}}})
+        self.assertEqual((st, j["code"]), (200, 0), j)
+        self.assertTrue(wait_for(lambda: fake.subscribes, 5))
+        s = fake.subscribes[0]
+        self.assertEqual([f[0] for f in s["filters"]], ["a/#", "b"])
+        self.assertEqual([f[1] & 3 for f in s["filters"]], [1, 2])
+        self.assertEqual(s["props"]["UserProperty"], [("who", "rest")])
+        st, j = api.request("PUT", "/api/v4/bridges/unsub/v5", {"data": {
+            "unsubscription": [{"topic": "a/#"}],
+            "unsub_properties": {"user_properties": [{"key": "why", "value": "done"}]}}})
+        self.assertEqual((st, j["code"]), (200, 0), j)
+        self.assertTrue(wait_for(lambda: fake.unsubscribes, 5))
+        u = fake.unsubscribes[0]
+        self.assertEqual(u["filters"], ["a/#"])
+        self.assertEqual(u["props"]["UserProperty"], [("why", "done")])
+        self.assert_stops(inst)
 
 
 if __name__ == "__main__":
