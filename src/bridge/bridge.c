@@ -51,10 +51,15 @@
 // In flight on a 3.1.1 link, which has no Receive Maximum: brokers still
 // bound what a client may have unacknowledged (Mosquitto: 20, refusing the
 // excess silently, since a 3.1.1 PUBACK carries no reason code).
-#define V3_WINDOW     16
-#define DISK_UNKNOWN  (UINT64_MAX / 2) // rows on disk not yet counted
-#define POOL_MAX      1024 // free entries kept per bridge
-#define DEL_BATCH     256 // acked cache rows deleted in one store operation
+#define V3_WINDOW    16
+#define DISK_UNKNOWN (UINT64_MAX / 2) // rows on disk not yet counted
+#define POOL_MAX     1024 // free entries kept per bridge
+#define DEL_BATCH    256 // acked cache rows deleted in one store operation
+// Echo guard of a 3.1.1 link without the bridge marker: digests of the
+// messages forwarded recently (direct-mapped slots), matched against what
+// the remote sends back.
+#define ECHO_SLOTS    4096
+#define ECHO_TTL_MS   30000
 #define SYS_PERIOD_MS 10000 // health on $SYS/brokers/bridges/<name>
 
 enum { Q_QUEUED = 0, Q_SENT = 1, Q_RELEASED = 2 }; // = enum store_qstate
@@ -180,6 +185,13 @@ struct bridge {
 	// inbound QoS 2 packet ids awaiting PUBREL
 	uint8_t rel[65536 / 8];
 
+	// digests of recent forwards (only while echo_guard; NULL otherwise)
+	struct echo_slot {
+		uint64_t digest;
+		uint64_t at_ms;
+		uint32_t count;
+	} * echo;
+
 	// counters (guarded by mtx)
 	uint64_t forwarded, received, dropped, dropped_qos0, evicted, refused, reconnects,
 	    loop_guarded, expired;
@@ -226,6 +238,72 @@ static void set_error_locked(bridge *b, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(b->last_error, sizeof(b->last_error), fmt, ap);
 	va_end(ap);
+}
+
+// ------------------------------------------------------------ echo guard
+
+// A 3.1.1 remote that refused the bridge marker sends a forward back when
+// the bridge also subscribes its topic (it has no No Local). Such a link
+// remembers a digest of each PUBLISH it sends (topic and payload) for
+// ECHO_TTL_MS, and an inbound PUBLISH with a remembered digest is taken as
+// the echo: acked, not published locally, counted in loop_guarded. A
+// message published on the remote with the same topic and payload within
+// that time is taken for an echo too (the price of a remote without No
+// Local); a slot reused by another digest lets one echo through.
+static bool echo_guard_on(const bridge *b)
+{
+	return b->ver != MQTT_PROTO_V5 && b->cfg->no_local_v4 && b->marker_refused;
+}
+
+static uint64_t echo_digest(const uint8_t *t, size_t tl, const uint8_t *p, size_t pl)
+{
+	uint64_t h = 1469598103934665603ull;
+	for (size_t i = 0; i < tl; i++) {
+		h = (h ^ t[i]) * 1099511628211ull;
+	}
+	h = (h ^ 0xFF) * 1099511628211ull; // topic | payload
+	for (size_t i = 0; i < pl; i++) {
+		h = (h ^ p[i]) * 1099511628211ull;
+	}
+	return h | 1; // never 0 (an empty slot)
+}
+
+static void echo_remember_locked(bridge *b, const nmq_msg *m)
+{
+	if (!echo_guard_on(b)) {
+		return;
+	}
+	if (b->echo == NULL && (b->echo = calloc(ECHO_SLOTS, sizeof(*b->echo))) == NULL) {
+		return;
+	}
+	uint64_t d
+	    = echo_digest((const uint8_t *)m->topic, m->topic_len, m->payload, m->payload_len);
+	struct echo_slot *s   = &b->echo[d % ECHO_SLOTS];
+	uint64_t          now = now_ms();
+	if (s->digest == d && now - s->at_ms < ECHO_TTL_MS) {
+		s->count++;
+	} else {
+		s->digest = d;
+		s->count  = 1;
+	}
+	s->at_ms = now;
+}
+
+// True when p is the echo of a recent forward (and forgets one of them).
+static bool echo_take_locked(bridge *b, const mqtt_publish *p)
+{
+	if (b->echo == NULL || !echo_guard_on(b)) {
+		return false;
+	}
+	uint64_t          d = echo_digest(p->topic.p, p->topic.len, p->payload.p, p->payload.len);
+	struct echo_slot *s = &b->echo[d % ECHO_SLOTS];
+	if (s->digest != d || s->count == 0 || now_ms() - s->at_ms >= ECHO_TTL_MS) {
+		return false;
+	}
+	if (--s->count == 0) {
+		s->digest = 0;
+	}
+	return true;
 }
 
 // ---------------------------------------------------------------- queue
@@ -735,6 +813,9 @@ static void pump_locked(bridge *b)
 			}
 			sent           = true;
 			b->next_unsent = e->next;
+			if (rc > 0) {
+				echo_remember_locked(b, e->msg);
+			}
 			if (rc < 0) {
 				b->dropped++;
 				log_warn_rl("bridge",
@@ -1246,16 +1327,20 @@ static int link_frame(void *upper, const uint8_t *frame, size_t len)
 		const conf_bridge *cfg    = b->cfg;
 		uint16_t           pid    = p->packet_id;
 		bool               dup_q2 = p->qos == 2 && (b->rel[pid / 8] & (1u << (pid % 8)));
+		bool               echo   = !dup_q2 && echo_take_locked(b, p);
+		if (echo) {
+			b->loop_guarded++;
+		}
 		pthread_mutex_unlock(&b->mtx);
 		bool ok = true;
-		if (!dup_q2) {
+		if (!dup_q2 && !echo) {
 			ok = publish_local(b, cfg, p);
 		}
 		pthread_mutex_lock(&b->mtx);
 		if (b->link != l || l->closed) {
 			break;
 		}
-		if (!dup_q2) {
+		if (!dup_q2 && !echo) {
 			if (ok) {
 				b->received++;
 			} else {
@@ -1831,6 +1916,7 @@ static void bridge_free(bridge *b)
 	free(b->fwds);
 	free(b->by_pid);
 	free(b->del_seqs);
+	free(b->echo);
 	free(b->name);
 	free(b->store_id);
 	free(b->host_id);

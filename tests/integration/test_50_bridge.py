@@ -113,12 +113,14 @@ class TestBridgeBasics(BridgeCase):
 
     # A bridge that forwards and subscribes the same topics does not echo:
     # v5 (No Local at the remote, origin marking here) with our own broker as
-    # the remote; v3.1.1 with mosquitto (the bridge marker on CONNECT).
+    # the remote; v3.1.1 with mosquitto (the bridge marker on CONNECT); and
+    # v3.1.1 with our own broker, which refuses the marker (the digests of
+    # recent forwards catch the echo).
     def test_both_ways_no_echo(self):
-        for ver in (5, 4):
-            with self.subTest(proto_ver=ver):
+        for ver, remote in ((5, "ours"), (4, "mosquitto"), (4, "ours")):
+            with self.subTest(proto_ver=ver, remote=remote):
                 inst = self.instance()
-                if ver == 5:
+                if remote == "ours":
                     rport = free_port()
                     rinst = self.instance()
                     self.start_broker(rinst, ["start", "--conf", rinst.conf(rport)], port=rport)
@@ -144,6 +146,21 @@ class TestBridgeBasics(BridgeCase):
                 self.assertEqual(b.wait_message(5).topic, "x/from-b")
                 a.expect_no_message(1.0)
                 b.expect_no_message(0.3)
+                if ver == 4 and remote == "ours":
+                    # Our broker refuses the bridge marker: the echo of the
+                    # forward came back and was dropped by its digest.
+                    self.assertIn("event=bridge_marker_refused", inst.output())
+                    mon = self.client(port, "mon")
+                    mon.connect()
+                    mon.subscribe("$SYS/brokers/bridges/#", 0)
+                    h = health(mon, "loop", timeout=12, pred=lambda h: h["loop_guarded"] >= 1)
+                    self.assertGreaterEqual(h["loop_guarded"], 1, h)
+                    # A burst of the same payload: each copy once, no echo.
+                    for _ in range(5):
+                        a.publish("x/burst", b"same", qos=1)
+                    self.assertEqual(len(b.wait_messages(5, timeout=5)), 5)
+                    self.assertEqual(len(a.wait_messages(5, timeout=5)), 5)
+                    a.expect_no_message(1.0)
 
     # A 3.1.1 link sends the bridge marker (protocol level | 0x80); a remote
     # that refuses it (our own broker: CONNACK 0x01) gets a plain CONNECT
