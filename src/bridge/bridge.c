@@ -2000,6 +2000,12 @@ static void bridge_run(bridge *b)
 		return;
 	}
 	b->thr_started = true;
+	if (b->cfg->transparent) {
+		log_warn("bridge",
+		    "bridge=%s key=transparent event=ignored reason=not_supported "
+		    "(see docs/bridge.md; use subscription entries or PUT /api/v4/bridges/sub)",
+		    b->name);
+	}
 	log_info("bridge",
 	    "bridge=%s server=%s forwards=%d subscriptions=%d cache=%s event=started", b->name,
 	    b->cfg->server, b->cfg->n_fwds, b->cfg->n_subs, b->store != NULL ? "on" : "off");
