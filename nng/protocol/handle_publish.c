@@ -272,8 +272,10 @@ int handle_publish(nmq_link *l, const mqtt_packet *pk, const int *verdicts)
 	}
 
 	// Whether routing this message writes to the store (its ack then
-	// waits for the commit): forget what an earlier upcall noted.
+	// waits for the commit) or the store refused one of its writes (no
+	// success ack then): forget what an earlier upcall noted.
 	(void)proto_store_take_noted();
+	(void)proto_store_take_refused();
 
 	// Inbound QoS 2: a resent PUBLISH before PUBREL is acknowledged again
 	// but not routed again.
@@ -314,6 +316,7 @@ int handle_publish(nmq_link *l, const mqtt_packet *pk, const int *verdicts)
 	uint8_t rc = (uint8_t)(rv & 0xFF);
 	nmq_msg_release(m);
 	bool         stored    = proto_store_take_noted();
+	bool         refused   = proto_store_take_refused();
 	nmq_session *congested = session_congestion_take();
 	if (congested == s) {
 		// Its own queue: pausing its reads would also hold back the acks
@@ -331,6 +334,11 @@ int handle_publish(nmq_link *l, const mqtt_packet *pk, const int *verdicts)
 		// Over mqtt.max_message_memory: read no more from this publisher
 		// until the subscribers have drained some.
 		link_backpressure(l, LINK_BP_MEMORY);
+	} else if ((stored || refused) && proto_store_congested(p, false)) {
+		// The store's write queue is half full: read no more from this
+		// publisher until it has drained to a quarter, rather than have
+		// the store refuse writes (whose messages then cannot be acked).
+		link_backpressure(l, LINK_BP_STORE);
 	}
 
 	if (pub->qos > 0) {
@@ -339,10 +347,32 @@ int handle_publish(nmq_link *l, const mqtt_packet *pk, const int *verdicts)
 		r.type            = pub->qos == 1 ? MQTT_PUBACK : MQTT_PUBREC;
 		r.u.ack.packet_id = pub->packet_id;
 		r.u.ack.reason    = l->ver == MQTT_PROTO_V5 ? rc : 0;
+		bool nack         = refused && rc < 0x80;
+		if (nack) {
+			// The store refused a write this message needed: an ack
+			// would promise what is not durable (0021). A v5 publisher
+			// is told (0x97) and may resend; a 3.1.1 one cannot be
+			// told, so its connection ends without the ack.
+			rc             = MQTT_RC_QUOTA_EXCEEDED;
+			r.u.ack.reason = rc;
+			long n         = atomic_fetch_add(&p->m.store_refused_acks, 1) + 1;
+			log_warn_rl("proto",
+			    "client_id=%s topic=%.*s qos=%u event=publish_not_acked "
+			    "reason=store_full "
+			    "action=%s store_refused_acks=%ld",
+			    nmq_session_client_id(s), (int)(topic.len > 200 ? 200 : topic.len),
+			    (const char *)topic.p, pub->qos,
+			    l->ver == MQTT_PROTO_V5 ? "ack_0x97" : "disconnect", n);
+		}
 		session_lock(s);
 		if (pub->qos == 2 && rc >= 0x80) {
 			// A refused QoS 2 flow ends here: forget the id.
 			session_qos2_release_locked(s, pub->packet_id);
+		}
+		if (nack && l->ver != MQTT_PROTO_V5) {
+			session_unlock(s);
+			link_fail(l, MQTT_RC_QUOTA_EXCEEDED);
+			return -1;
 		}
 		link_ack(l, &r, stored);
 		session_unlock(s);

@@ -91,14 +91,16 @@ static void link_free(nmq_link *l)
 #define BP_CHECK_MS 5 // how often a paused publisher looks again
 #define BP_MAX_MS   1000 // longest pause: a stuck subscriber then drops
 
-// A session pointer that stands for "the memory cap" in link_bp.sess.
-static char        bp_memory_tag;
+// Session pointers that stand for "the memory cap" and "the store's write
+// queue" in link_bp.sess.
+static char        bp_memory_tag, bp_store_tag;
 nmq_session *const LINK_BP_MEMORY = (nmq_session *)(void *)&bp_memory_tag;
+nmq_session *const LINK_BP_STORE  = (nmq_session *)(void *)&bp_store_tag;
 
-// Drops what link_bp.sess holds (nothing for LINK_BP_MEMORY).
+// Drops what link_bp.sess holds (nothing for the tags).
 static void bp_sess_release(nmq_session *s)
 {
-	if (s != NULL && s != LINK_BP_MEMORY) {
+	if (s != NULL && s != LINK_BP_MEMORY && s != LINK_BP_STORE) {
 		nmq_session_release(s);
 	}
 }
@@ -127,6 +129,12 @@ void link_backpressure(nmq_link *l, nmq_session *s)
 		return;
 	}
 	bp->since_ms = nmq_clock_ms();
+	if (s == LINK_BP_STORE) {
+		long n = atomic_fetch_add(&l->p->m.store_pauses, 1) + 1;
+		log_info_rl("proto",
+		    "peer=%s event=publisher_paused reason=store_backlog store_pauses=%ld",
+		    conn_peer(l->conn), n);
+	}
 	conn_set_rx_paused(l->conn, true);
 	timer_wheel_schedule(l->p->tw, &bp->timer, bp->since_ms + BP_CHECK_MS);
 }
@@ -146,6 +154,8 @@ static void link_bp_cb(tw_timer *t)
 	if (s == LINK_BP_MEMORY) {
 		uint64_t cap = proto_lim(l->p)->max_message_memory;
 		wait         = cap > 0 && nmq_mem_in_use() >= cap / 8 * 7;
+	} else if (s == LINK_BP_STORE) {
+		wait = proto_store_congested(l->p, true);
 	} else {
 		bool     online;
 		uint32_t n = session_queue_len(s, &online);

@@ -100,9 +100,12 @@ void link_detach(nmq_link *l);
 nmq_conn *link_take_over_locked(nmq_link *l, bool *v5);
 // Pauses reading from l until s drains (consumes the reference to s), or,
 // with s = LINK_BP_MEMORY, until all messages together hold less than 7/8
-// of mqtt.max_message_memory; at most 1 s at a time either way.
+// of mqtt.max_message_memory, or, with s = LINK_BP_STORE, until the
+// durable store's write queue is under a quarter of its bound; at most 1 s
+// at a time in every case.
 void                      link_backpressure(nmq_link *l, nmq_session *s);
 extern nmq_session *const LINK_BP_MEMORY;
+extern nmq_session *const LINK_BP_STORE;
 
 // The packet handlers, on the receive path. Each returns 0, or -1 when
 // the connection is ended (the conn_ops.frame contract).

@@ -450,6 +450,7 @@ void proto_get_limits(nmq_proto *p, proto_limits *out)
 // The durable store
 
 static __thread bool tls_store_noted;
+static __thread bool tls_store_refused;
 
 void proto_set_store(nmq_proto *p, const proto_store_ops *ops, void *st)
 {
@@ -475,6 +476,28 @@ bool proto_store_take_noted(void)
 	bool n          = tls_store_noted;
 	tls_store_noted = false;
 	return n;
+}
+
+void proto_store_refused(void)
+{
+	tls_store_refused = true;
+}
+
+bool proto_store_take_refused(void)
+{
+	bool n            = tls_store_refused;
+	tls_store_refused = false;
+	return n;
+}
+
+bool proto_store_congested(nmq_proto *p, bool resume)
+{
+	if (p->store == NULL || p->store->backlog == NULL) {
+		return false;
+	}
+	uint32_t pending = 0, max = 0;
+	p->store->backlog(p->store_arg, &pending, &max);
+	return max > 0 && pending >= (resume ? max / 4 : max / 2);
 }
 
 void proto_store_failed(nmq_proto *p, const char *what, const char *client_id, nmq_err e)

@@ -272,6 +272,11 @@ typedef struct proto_store_ops {
 	// session lock (the store holds none of its own meanwhile).
 	nmq_err (*queue_read)(void *st, const char *client_id, uint64_t after_seq, uint32_t max,
 	    void (*row)(void *arg, const proto_store_row *r), proto_store_done_fn done, void *arg);
+	// The writes waiting for the store's thread (*pending) and how many
+	// it takes before refusing more (*max). Any thread, cheap: the
+	// receive path asks it after every PUBLISH that wrote to the store
+	// (back-pressure, docs/decisions/0021-store-back-pressure.md).
+	void (*backlog)(void *st, uint32_t *pending, uint32_t *max);
 } proto_store_ops;
 
 // Counters for metrics; every field is updated atomically.
@@ -301,6 +306,13 @@ typedef struct proto_metrics {
 	atomic_long store_failures;
 	// QoS 1/2 acks that waited for the store's commit.
 	atomic_long acks_after_store;
+	// QoS 1/2 PUBLISHes not acknowledged as received because the store
+	// refused a write they needed (v5: ack 0x97; 3.1.1: connection
+	// closed without the ack).
+	atomic_long store_refused_acks;
+	// Publishers paused because the store's write queue passed its
+	// high-water mark.
+	atomic_long store_pauses;
 } proto_metrics;
 
 // True if a topic name or filter is within the length and level limits.
@@ -349,6 +361,12 @@ void proto_set_ack_store(nmq_proto *p, const proto_store_ops *ops, void *st);
 // store for the message being routed (e.g. a retained message), so that
 // the publisher's ack waits for the commit.
 void proto_store_noted(void);
+// Called by the application on the routing thread when the store refused
+// a write the message being routed needed (its queue is full): the
+// publisher then gets no success ack for it (a v5 ack with reason 0x97,
+// or, for 3.1.1, the connection is closed without the ack), since an ack
+// promises the message is stored.
+void proto_store_refused(void);
 
 // Restoring the store's sessions at startup (main thread, after
 // proto_set_store and before any listener opens). Creates the offline

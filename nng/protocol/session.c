@@ -109,6 +109,9 @@ static void store_rel_locked(nmq_session *s, uint16_t pid, bool put)
 	                : s->p->store->rel_del(s->p->store_arg, s->client_id, pid);
 	if (e != NMQ_OK) {
 		proto_store_failed(s->p, put ? "rel_put" : "rel_del", s->client_id, e);
+		if (put) {
+			proto_store_refused(); // the PUBLISH being received is not acked
+		}
 	}
 }
 
@@ -860,9 +863,11 @@ void nmq_session_deliver(nmq_session *s, nmq_msg *msg, uint8_t qos, bool retain,
 			nmq_mutex_unlock(&s->mtx);
 			return;
 		}
-		// Not stored (logged and counted): kept in memory as without a
-		// store, unless a backlog on disk must stay ahead of it.
+		// Not stored (logged and counted; the publisher gets no success
+		// ack): kept in memory as without a store, unless a backlog on
+		// disk must stay ahead of it.
 		proto_store_failed(p, "queue_put", s->client_id, se);
+		proto_store_refused();
 		if (s->disk_mode) {
 			proto_count_drop(p, &p->m.drop_queue_full);
 			nmq_mutex_unlock(&s->mtx);
@@ -920,6 +925,7 @@ void nmq_session_deliver(nmq_session *s, nmq_msg *msg, uint8_t qos, bool retain,
 			proto_store_noted();
 		} else {
 			proto_store_failed(p, "queue_put", s->client_id, se);
+			proto_store_refused();
 		}
 	}
 	if (s->link != NULL) {

@@ -623,6 +623,8 @@ static void persist_retain(nmq_broker *b, const char *topic, nmq_msg *msg)
 		store_log("retain_put", topic, e);
 		if (e == NMQ_OK) {
 			proto_store_noted();
+		} else {
+			proto_store_refused();
 		}
 	}
 #else

@@ -260,6 +260,7 @@ typedef struct nmq_conf {
 	uint32_t sqlite_flush_mem_threshold; // largest group commit
 	uint32_t sqlite_resend_interval_ms; // accepted, no effect
 	int      sqlite_durability; // enum conf_sqlite_durability
+	uint32_t sqlite_max_pending; // write queue bound; 0 = sized from the caches
 
 	// auth (the parts the core broker uses today)
 	bool     allow_anonymous;

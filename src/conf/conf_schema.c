@@ -758,6 +758,13 @@ const conf_key conf_schema[] = {
 	        "is fsynced at every group commit; it survives a power cut. `os`: committed data "
 	        "is left in the operating system's buffers; it survives a crash or kill -9 of "
 	        "the broker, not a power cut, and costs less." },
+	{ .path = "sqlite.max_pending_writes", .type = CONF_T_INT, .store = CONF_ST_U32,
+	    CF(sqlite_max_pending), .def = "0", .min = 0, .max = 16777216,
+	    .help = "Writes waiting for the store's thread (extension; 0 = sized from "
+	        "disk_cache_size, at least 65536). Past half of it, a publisher whose message is "
+	        "stored is paused until the queue is under a quarter; a write refused because "
+	        "the queue is full means no success ack for its message (v5: reason 0x97; "
+	        "3.1.1: the connection is closed). See docs/decisions/0021-store-back-pressure.md." },
 
 	// ------------------------------------- recognised, not supported yet
 	{ .path = "webhook", .flat = "web.hook.", .type = CONF_T_SECTION,

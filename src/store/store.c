@@ -375,6 +375,9 @@ static store_op *op_new(
 	return op;
 }
 
+// Room for barriers beyond 2 * max_pending (see op_submit).
+#define STORE_SYNC_EXTRA 4096
+
 // Queues op (ownership passes on NMQ_OK; freed otherwise).
 static nmq_err op_submit(nmq_store *s, store_op *op, store_done_fn done, void *arg)
 {
@@ -389,7 +392,12 @@ static nmq_err op_submit(nmq_store *s, store_op *op, store_done_fn done, void *a
 		op_free(op);
 		return NMQ_ECLOSED;
 	}
-	if (s->pending >= s->opts.max_pending) {
+	// A barrier holds no data and orders the acks of writes already
+	// queued (or of a refusal): it has room of its own, for the frames a
+	// publisher's last read held after the store became congested.
+	if (s->pending >= s->opts.max_pending
+	    && (op->kind != OP_SYNC
+	        || s->pending >= 2 * (uint64_t)s->opts.max_pending + STORE_SYNC_EXTRA)) {
 		pthread_mutex_unlock(&s->mtx);
 		op_free(op);
 		return NMQ_ELIMIT;
@@ -1169,6 +1177,14 @@ void store_stats_get(nmq_store *s, store_stats *out)
 	out->pending = s->pending;
 	pthread_mutex_unlock(&s->mtx);
 	out->recovered = s->recovered;
+}
+
+void store_backlog(nmq_store *s, uint32_t *pending, uint32_t *max)
+{
+	pthread_mutex_lock(&s->mtx);
+	*pending = s->pending;
+	pthread_mutex_unlock(&s->mtx);
+	*max = s->opts.max_pending;
 }
 
 const char *store_path(const nmq_store *s)

@@ -59,7 +59,8 @@ typedef struct store_opts {
 	// oldest queued message is evicted. 0 = no bound.
 	uint64_t max_queued;
 	// Operations waiting for the store thread; a put beyond it fails with
-	// NMQ_ELIMIT. 0 = 65536.
+	// NMQ_ELIMIT (a store_sync barrier only beyond twice it plus 4096).
+	// 0 = 65536.
 	uint32_t max_pending;
 	// Called on the store thread for every queued message evicted by
 	// max_queued (may be NULL).
@@ -217,6 +218,9 @@ typedef struct store_stats {
 } store_stats;
 
 void store_stats_get(nmq_store *s, store_stats *out);
+// The operations waiting for the store thread and opts.max_pending (past
+// which puts fail with NMQ_ELIMIT). Any thread.
+void store_backlog(nmq_store *s, uint32_t *pending, uint32_t *max);
 
 // The path of the database file.
 const char *store_path(const nmq_store *s);

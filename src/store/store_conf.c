@@ -65,9 +65,12 @@ nmq_err store_conf_open(nmq_store **sp, const nmq_conf                    *conf,
 	o.max_pending    = pending < 65536 ? 65536
 	       : pending > (1u << 24)      ? (1u << 24)
 	                                   : (uint32_t)pending;
-	o.evicted        = evicted;
-	o.evicted_arg    = evicted_arg;
-	nmq_err e        = store_open(sp, &o, err, errlen);
+	if (conf->sqlite_enable && conf->sqlite_max_pending > 0) {
+		o.max_pending = conf->sqlite_max_pending;
+	}
+	o.evicted     = evicted;
+	o.evicted_arg = evicted_arg;
+	nmq_err e     = store_open(sp, &o, err, errlen);
 	if (e == NMQ_OK) {
 		log_info("store",
 		    "path=%s event=opened for=%s%s%s durability=%s flush_max=%u max_queued=%llu",

@@ -105,6 +105,11 @@ static nmq_err sp_queue_read(void *st, const char *client_id, uint64_t after_seq
 	return e;
 }
 
+static void sp_backlog(void *st, uint32_t *pending, uint32_t *max)
+{
+	store_backlog(st, pending, max);
+}
+
 const proto_store_ops store_proto_ops = {
 	.session_put = sp_session_put,
 	.session_del = sp_session_del,
@@ -115,4 +120,5 @@ const proto_store_ops store_proto_ops = {
 	.rel_del     = sp_rel_del,
 	.sync        = sp_sync,
 	.queue_read  = sp_queue_read,
+	.backlog     = sp_backlog,
 };

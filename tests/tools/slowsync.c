@@ -1,0 +1,68 @@
+// A slow disk for tests of the durable store's back-pressure.
+//
+// Loaded with LD_PRELOAD into the broker, it makes every fsync and
+// fdatasync of a file below $NMQ_SLOWSYNC_DIR (all files when unset) take
+// $NMQ_SLOWSYNC_MS milliseconds longer (default 20): the store's group
+// commits become slow, so that writes pile up in its queue as they would
+// on a slow SD card.
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <dlfcn.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static int (*real_fsync)(int);
+static int (*real_fdatasync)(int);
+
+// True when fd is a file below $NMQ_SLOWSYNC_DIR (or the variable is unset).
+static int watched(int fd)
+{
+	const char *dir = getenv("NMQ_SLOWSYNC_DIR");
+	if (dir == NULL || dir[0] == '\0') {
+		return 1;
+	}
+	char link[64], path[PATH_MAX];
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	ssize_t n = readlink(link, path, sizeof(path) - 1);
+	if (n <= 0) {
+		return 0;
+	}
+	path[n] = '\0';
+	return strncmp(path, dir, strlen(dir)) == 0;
+}
+
+static void delay(int fd)
+{
+	if (!watched(fd)) {
+		return;
+	}
+	const char *v  = getenv("NMQ_SLOWSYNC_MS");
+	long        ms = v != NULL ? strtol(v, NULL, 10) : 20;
+	if (ms > 0) {
+		struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+		nanosleep(&ts, NULL);
+	}
+}
+
+int fsync(int fd)
+{
+	if (real_fsync == NULL) {
+		real_fsync = (int (*)(int))dlsym(RTLD_NEXT, "fsync");
+	}
+	delay(fd);
+	return real_fsync(fd);
+}
+
+int fdatasync(int fd)
+{
+	if (real_fdatasync == NULL) {
+		real_fdatasync = (int (*)(int))dlsym(RTLD_NEXT, "fdatasync");
+	}
+	delay(fd);
+	return real_fdatasync(fd);
+}
