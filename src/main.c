@@ -25,6 +25,7 @@
 #include "src/auth/auth_passwd.h"
 #include "src/bridge/bridge.h"
 #include "src/broker/broker.h"
+#include "src/broker/broker_preset.h"
 #include "src/conf/conf.h"
 #include "src/daemon/args.h"
 #include "src/daemon/ctl.h"
@@ -744,6 +745,10 @@ static int run(const cli_args *args, nmq_conf *conf, const char *argv0, int read
 	}
 	broker_set_proto(srv.broker, srv.proto);
 	if (open_store(&srv, err, sizeof(err)) != 0) {
+		goto fail;
+	}
+	if (broker_preset_sessions(srv.broker, srv.proto, srv.conf.preset_sessions) != NMQ_OK) {
+		snprintf(err, sizeof(err), "out of memory at startup (preset.session)");
 		goto fail;
 	}
 	if (webhook_start(&srv.conf, srv.broker, &srv.hook, err, sizeof(err)) != NMQ_OK) {

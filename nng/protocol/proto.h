@@ -383,6 +383,16 @@ nmq_err proto_session_restore_msg(nmq_session *s, uint64_t seq, nmq_msg *msg, ui
     bool retain, uint8_t state, uint16_t packet_id, const uint32_t *sub_ids, uint32_t n_sub_ids);
 // Puts back an inbound QoS 2 packet id awaiting PUBREL.
 nmq_err proto_session_restore_rel(nmq_session *s, uint16_t packet_id);
+// Creates the preset session of client_id (preset.session; main thread,
+// after the store's sessions were restored and before any listener
+// opens): offline, without an owning user, never expiring until a client
+// takes it over (clean start 0; clean start 1 discards it as any other),
+// protocol version 5 for its subscription options; written to the store
+// when one is bound. If a session of client_id exists (restored from the
+// store) it is returned as is and *existed is set. Returns the session
+// (the table's reference; not held for the caller), or NULL when memory
+// runs out (counted and logged).
+nmq_session *proto_session_preset(nmq_proto *p, const char *client_id, bool *existed);
 
 // Takes over a freshly accepted connection (the reference is consumed).
 void proto_accept(nmq_proto *p, nmq_conn *c);

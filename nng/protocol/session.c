@@ -1597,6 +1597,43 @@ nmq_session *proto_session_restore(
 	return s;
 }
 
+// A preset session (preset.session); see proto.h.
+nmq_session *proto_session_preset(nmq_proto *p, const char *client_id, bool *existed)
+{
+	*existed = false;
+	pthread_mutex_lock(&p->tbl_mtx);
+	nmq_session *s = proto_table_find(p, client_id);
+	if (s != NULL) {
+		// Restored from the store: it is the same session, already
+		// subscribed as its client left it.
+		pthread_mutex_unlock(&p->tbl_mtx);
+		*existed = true;
+		return s;
+	}
+	s = session_alloc(p, client_id, NULL, 0);
+	if (s == NULL) {
+		pthread_mutex_unlock(&p->tbl_mtx);
+		proto_count_alloc_failure(p, "session");
+		return NULL;
+	}
+	s->expiry_s         = UINT32_MAX; // until a client takes it over
+	s->ver              = MQTT_PROTO_V5; // subscription options as configured
+	s->offline_since_ms = nmq_clock_ms();
+	if (proto_table_insert(p, s) != NMQ_OK) { // the table keeps this reference
+		pthread_mutex_unlock(&p->tbl_mtx);
+		nmq_session_release(s);
+		proto_count_alloc_failure(p, "session");
+		return NULL;
+	}
+	pthread_mutex_unlock(&p->tbl_mtx);
+	nmq_mutex_lock(&s->mtx);
+	if (p->store != NULL) {
+		store_session_locked(s, wall_ms());
+	}
+	nmq_mutex_unlock(&s->mtx);
+	return s;
+}
+
 nmq_err proto_session_restore_msg(nmq_session *s, uint64_t seq, nmq_msg *msg, uint8_t qos,
     bool retain, uint8_t state, uint16_t packet_id, const uint32_t *sub_ids, uint32_t n_sub_ids)
 {

@@ -68,6 +68,7 @@ void conf_free(nmq_conf *conf)
 	cJSON_Delete(conf->webhook_headers);
 	cJSON_Delete(conf->auth_http);
 	cJSON_Delete(conf->webhook_events);
+	cJSON_Delete(conf->preset_sessions);
 	conf_bridges_free(conf);
 	memset(conf, 0, sizeof(*conf));
 }
@@ -461,6 +462,10 @@ nmq_err conf_diff(const nmq_conf *a, const nmq_conf *b, conf_changes *out)
 	}
 	if (json_differs(a->webhook_events, b->webhook_events)
 	    && add_change(out, "webhook.events", true) != 0) {
+		goto fail;
+	}
+	if (json_differs(a->preset_sessions, b->preset_sessions)
+	    && add_change(out, "preset.session", true) != 0) {
 		goto fail;
 	}
 	for (int i = 0; i < a->n_bridges; i++) {

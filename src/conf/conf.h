@@ -307,6 +307,12 @@ typedef struct nmq_conf {
 	struct cJSON *webhook_headers;
 	struct cJSON *webhook_events;
 
+	// preset.session: sessions created at startup, in file order, or NULL
+	// when the section is absent. An array of
+	// {"clientid": str, "topics": [{"filter": str, "qos": 0..2,
+	//   "rap": bool, "rh": 0..2}]}, client ids distinct.
+	struct cJSON *preset_sessions;
+
 	// bridges.mqtt: the enabled and disabled bridges, in file order.
 	conf_bridge *bridges;
 	int          n_bridges;

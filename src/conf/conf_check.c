@@ -239,6 +239,10 @@ static void walk_section(conf_ctx *ctx, const cJSON *obj, const char *prefix)
 			conf_check_webhook_events(ctx, c);
 			continue;
 		}
+		if (strcmp(path, "preset.session") == 0) {
+			conf_check_preset_sessions(ctx, c);
+			continue;
+		}
 		if (strcmp(path, "bridges.mqtt") == 0) {
 			conf_check_bridges(ctx, c);
 			continue;

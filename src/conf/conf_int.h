@@ -186,6 +186,8 @@ void conf_check_http_auth(conf_ctx *ctx, const cJSON *node);
 void conf_check_webhook_events(conf_ctx *ctx, const cJSON *node);
 void conf_check_webhook_after(conf_ctx *ctx, const cJSON *section);
 void conf_listener_free(conf_listener *l);
+// preset.session: validated into nmq_conf.preset_sessions (conf_preset.c).
+void conf_check_preset_sessions(conf_ctx *ctx, const cJSON *node);
 // The bridges.mqtt section (conf_bridge.c).
 void conf_check_bridges(conf_ctx *ctx, const cJSON *node);
 void conf_bridges_free(nmq_conf *conf);

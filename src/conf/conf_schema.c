@@ -766,6 +766,22 @@ const conf_key conf_schema[] = {
 	        "the queue is full means no success ack for its message (v5: reason 0x97; "
 	        "3.1.1: the connection is closed). See docs/decisions/0021-store-back-pressure.md." },
 
+	// ------------------------------------------------------------- preset
+	{ .path = "preset", .type = CONF_T_SECTION,
+	    .help = "Persistent sessions created at startup (a restart applies a change)." },
+	{ .path = "preset.session", .type = CONF_T_OBJECT,
+	    .help = "Named sessions `preset.session.<n> { clientid = \"...\", topic = [{ "
+	        "remote_topic = \"filter\", qos = 1, retain_as_published = false, "
+	        "retain_handling = 0 }] }`, or an array of them. At startup each becomes a "
+	        "persistent session (never expiring) subscribed to its filters, so that "
+	        "messages queue for it before its client first connects (bounded by "
+	        "`mqtt.max_mqueue_len`, or on disk with the `sqlite` section). A CONNECT with "
+	        "clean start 0 takes it over with its queue; clean start 1 discards it. "
+	        "`clientid` and `remote_topic` are required; `qos` (0 to 2), "
+	        "`retain_as_published` and `retain_handling` (0 to 2) default to 0. With an ACL "
+	        "in force, only a client without a user name resumes it. See "
+	        "docs/persistence.md." },
+
 	// ------------------------------------- recognised, not supported yet
 	{ .path = "webhook", .flat = "web.hook.", .type = CONF_T_SECTION,
 	    .help = "HTTP POST of broker events (docs/webhooks.md); the section being present "
@@ -816,8 +832,6 @@ const conf_key conf_schema[] = {
 	{ .path = "webhook.ssl.verify_peer", .type = CONF_T_BOOL, .store = CONF_ST_BOOL,
 	    CF(webhook_ssl_verify_peer), .def = "true",
 	    .help = "Verify the target's certificate and name (`false`: encrypt only)." },
-	{ .path = "preset", .type = CONF_T_SECTION, .status = CONF_S_NOT_YET,
-	    .help = "Persistent sessions created at startup." },
 
 	// ---------------------------------------- recognised, never supported
 	{ .path = "bridges.aws", .type = CONF_T_SECTION, .status = CONF_S_UNSUPPORTED,

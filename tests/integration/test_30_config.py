@@ -173,6 +173,18 @@ BAD_FILES = [
      "listeners.ssl {\n  bind = \"127.0.0.1:{sslport}\"\n  keyfile = \"{tmp}\"\n"
      "  certfile = \"{tmp}\"\n}\n",
      [(3, "listeners.ssl.keyfile")]),
+    ("preset: missing clientid",
+     "preset.session.1 {\n  topic = [{remote_topic = \"a/b\"}]\n}\n",
+     [(1, "preset.session.1.clientid")]),
+    ("preset: bad filter",
+     "preset.session.s1 {\n  clientid = \"c\"\n  topic = [{remote_topic = \"a/#/b\", qos = 1}]\n}\n",
+     [(3, "preset.session.s1.topic[0].remote_topic")]),
+    ("preset: bad qos (array form)",
+     "preset.session = [\n  {clientid = \"c\", topic = [\n    {remote_topic = \"a\", qos = 3}]}\n]\n",
+     [(3, "preset.session[0].topic[0].qos")]),
+    ("preset: client id twice",
+     "preset.session = [\n  {clientid = \"c\"}\n  {clientid = \"c\"}\n]\n",
+     [(3, "preset.session[1].clientid")]),
     ("several errors in one file",
      "mqtt {\n  max_mqueue_len = -1\n  max_packet_size = big\n}\nlog.level = chatty\n"
      "auth.no_match = maybe\n",

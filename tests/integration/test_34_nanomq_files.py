@@ -49,9 +49,8 @@ def tearDownModule():
 # Sections each file holds that are not implemented yet: each must be
 # named by a warning (the broker says "not supported").
 UNSUPPORTED = {
-    "nanomq_example.conf": ["bridges.aws", "preset", "rules",
+    "nanomq_example.conf": ["bridges.aws", "rules",
                             "exchange_client", "parquet", "plugin"],
-    "doc-preset-session.conf": ["preset"],
 }
 
 

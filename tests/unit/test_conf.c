@@ -718,7 +718,15 @@ static void test_warnings(void **state)
 	    "t.conf:4: webhook.events[0]: unknown key \"tpic\"; ignored");
 	load_warn("bridges.mqtt.emqx { server = \"mqtt-tcp://h:1883\", quic_keepalive = 3s }\n",
 	    "t.conf:1: bridges.mqtt.emqx.quic_keepalive: QUIC is not supported; ignored");
-	load_warn("preset.session = []\n", "t.conf:1: preset: not supported yet; ignored");
+	load_warn("preset.session.1 { clientid = \"c\", topc = [] }\n",
+	    "t.conf:1: preset.session.1.topc: unknown key; ignored");
+	load_err("preset.session.1 { topic = [] }\n",
+	    "t.conf:1: preset.session.1.clientid: required: the client id of the session");
+	load_err("preset.session = [{ clientid = \"c\", topic = [{ remote_topic = \"a/+b\" }] }]\n",
+	    "t.conf:1: preset.session[0].topic[0].remote_topic: not a valid topic filter");
+	load_err("preset.session = [{ clientid = \"c\", topic = [{ remote_topic = \"a\", qos = 3 "
+	         "}] }]\n",
+	    "t.conf:1: preset.session[0].topic[0].qos: expected an integer from 0 to 2");
 	load_warn("auth.http_auth { acl_req.url = \"http://x\", ssl { verify = true } }\n",
 	    "t.conf:1: auth.http_auth.ssl.verify: unknown key; ignored");
 	load_err("auth.http_auth.auth_req { url = \"http://h/a\", params = { u = \"%z\" } }\n",
