@@ -3,14 +3,15 @@
 // survive short counts. Two byte backends (conn_sock.c, conn_stream.c;
 // the interface is in conn_int.h) and an optional WebSocket layer
 // (conn_ws.c) over either:
-// - a plain TCP socket (tcp:// listeners) owned by one worker's event loop
-//   (workq.h): the worker reads and dispatches frames when the socket is
-//   readable, and output is written with writev() by whichever thread
+// - a TCP socket (every listener; TLS on it for tls+tcp and wss,
+//   conn_tls.h) owned by one worker's event loop (workq.h): the worker
+//   reads (and decrypts) and dispatches frames when the socket is
+//   readable, and output is written (encrypted) by whichever thread
 //   flushes it; only a full socket arms EPOLLOUT on the owner;
-// - an nng_stream (tls+tcp, ws, wss): the recv callback (an NNG task
-//   thread) only records the result and posts the connection's job to a
-//   worker, which hands the frames up and re-arms the receive; sends are
-//   NNG aios whose completions continue the output.
+// - an nng_stream (the bridge's outbound TLS): the recv callback (an NNG
+//   task thread) only records the result and posts the connection's job
+//   to a worker, which hands the frames up and re-arms the receive; sends
+//   are NNG aios whose completions continue the output.
 //
 // Threads and ownership:
 // - At most one thread processes a connection's input at a time, in order,

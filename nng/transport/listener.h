@@ -94,8 +94,8 @@ nmq_err listener_tls_check(const listener_opts *opts, char *err, size_t errlen);
 // listener's URL is not changed (a new bind needs a restart). Returns
 // NMQ_OK; on error the listener keeps its previous configuration and err
 // says why: NMQ_EINVAL for a listener without TLS, a file error as in
-// listener_start, NMQ_ECLOSED for a stopped listener, or NMQ_ETLS if NNG
-// refused the new configuration, in which case the change needs a restart.
+// listener_start, NMQ_ECLOSED for a stopped listener, or NMQ_ETLS if mbed
+// TLS refused the material.
 nmq_err listener_reload_tls(nmq_listener *l, const listener_opts *opts, char *err, size_t errlen);
 
 // Decides, at CONNECT time, whether the TLS peer of c may proceed. Returns

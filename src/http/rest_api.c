@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "nng/core/msg.h"
+#include "nng/transport/tls_hs.h"
 #include "src/http/rest_int.h"
 
 // The endpoint list of GET /api/v4.
@@ -315,6 +316,13 @@ static size_t collect(rest_api *api, metric *v, size_t cap)
 	    nmq_mem_in_use());
 	M("message_payload_bytes", "gauge", "Bytes allocated for messages alone.",
 	    nmq_msg_bytes_in_use());
+	M("tls_handshakes_failed", "counter",
+	    "TLS handshakes on ssl and wss listeners that failed or timed out.", tls_hs_failed());
+	M("tls_handshakes_timed_out", "counter",
+	    "TLS handshakes not over within the listener's handshake_timeout.", tls_hs_timed_out());
+	M("tls_handshakes_refused", "counter",
+	    "TLS connections closed at once: too many handshakes running, or out of memory.",
+	    tls_hs_refused());
 #undef M
 #undef ML
 	if (api->env.counters != NULL && n < cap) {

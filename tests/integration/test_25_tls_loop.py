@@ -10,10 +10,12 @@ Clients: paho-mqtt over TLS, Python's ssl module (sockets and memory BIOs)
 and raw sockets.  Certificates from scripts/gen-certs.sh (test_20_tls)."""
 
 import os
+import re
 import socket
 import ssl
 import threading
 import time
+import urllib.request
 
 import nmq
 import test_20_tls as t20
@@ -91,6 +93,16 @@ class LoopCase(TlsCase):
 
 class HandshakeThread(LoopCase):
     HS_TIMEOUT = "1s"
+    HTTP_PORT = nmq.free_port()
+    CONF = "http_server { port = %d, auth_type = no_auth }\n" % HTTP_PORT
+
+    def metric(self, name):
+        url = "http://%s:%d/api/v4/prometheus" % (HOST, self.HTTP_PORT)
+        with urllib.request.urlopen(url, timeout=10) as r:
+            text = r.read().decode()
+        m = re.search(r"^nanomq_%s (\S+)$" % name, text, re.M)
+        self.assertIsNotNone(m, "metric %s missing" % name)
+        return float(m.group(1))
 
     def test_tls_runs_without_nng_threads(self):
         """TLS connections are served by the broker's own threads: a
@@ -146,6 +158,9 @@ class HandshakeThread(LoopCase):
         except ConnectionResetError:
             pass
         self.assertLess(time.monotonic() - t0, 5)
+        self.assertGreaterEqual(self.metric("tls_handshakes_timed_out"), 2)
+        self.assertGreaterEqual(self.metric("tls_handshakes_failed"), 2)
+        self.assertEqual(self.metric("tls_handshakes_refused"), 0)
         # A real client is not affected.
         c = self.tls_paho("after-timeouts")
         c.subscribe("loop/t", 1)
