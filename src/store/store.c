@@ -624,10 +624,10 @@ static int64_t msg_ref(nmq_store *s, nmq_msg *m, uint64_t now_wall, uint64_t now
 	if (step_done(st) != SQLITE_DONE) {
 		return 0;
 	}
+	// Not entered in the group's reference table: most rows get one
+	// reference; a second one goes through the UPDATE above once, and
+	// the sum from then on.
 	int64_t id = sqlite3_last_insert_rowid(s->db);
-	if (s->in_group) {
-		store_group_ref(s, id, 0); // later references are summed
-	}
 	// Remember the row for later references; undone if the batch fails.
 	if (s->batch_msgs_len == s->batch_msgs_cap) {
 		size_t    cap = s->batch_msgs_cap ? s->batch_msgs_cap * 2 : 64;
