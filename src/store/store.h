@@ -16,7 +16,11 @@
 // commit, which is how "acknowledge only when durable" is built: the caller
 // sends PUBACK/PUBREC from the completion (posting to its own thread; a
 // completion must not block). Operations are applied in the order they
-// were queued.
+// were queued; those that cancel out within the group (a queued message
+// removed, a state update followed by another or by the removal) are not
+// written (store_group.c, decisions/0020): a commit holds what applying
+// all of them in order gives. This relies on a (client id, seq) being
+// queued once.
 //
 // Opening never fails on a bad file: a database that cannot be read, is
 // damaged, belongs to another program or has an unknown schema version is
