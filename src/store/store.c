@@ -84,6 +84,18 @@ static const char schema_sql[]
       " PRIMARY KEY(cid, packet_id)) WITHOUT ROWID;"
       "CREATE TABLE retained(topic TEXT PRIMARY KEY, msg_id INTEGER NOT NULL) WITHOUT ROWID;";
 
+// Indexes for store_load, so that a startup reads what it needs and not
+// every queued row: the rows in flight (a row enters the index when its
+// PUBLISH is sent, leaves it when acknowledged) and the messages that can
+// expire. Partial, so that a queued row or a message without expiry costs
+// nothing more to write. Created with the schema, and added to a file of
+// the same schema version that lacks them (they change no row, so a file
+// with them is still read by a build without them).
+static const char index_sql[]
+    = "CREATE INDEX IF NOT EXISTS queue_inflight ON queue(cid, seq) WHERE state != 0;"
+      "CREATE INDEX IF NOT EXISTS msgs_expiry ON msgs(expiry_wall_ms)"
+      " WHERE expiry_wall_ms != 0;";
+
 // The tables a store of STORE_SCHEMA_VERSION must have.
 static const char *const schema_tables[]
     = { "msgs", "sessions", "subs", "queue", "rel", "retained" };
@@ -305,6 +317,9 @@ static sqlite3 *open_db(nmq_store *s, char *err, size_t errlen)
 			rc = apply_pragmas(db, s->opts.durability);
 			if (rc == SQLITE_OK && fresh) {
 				rc = create_schema(db);
+			}
+			if (rc == SQLITE_OK) {
+				rc = sqlite3_exec(db, index_sql, NULL, NULL, NULL);
 			}
 			if (rc == SQLITE_OK) {
 				return db;

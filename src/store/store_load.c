@@ -167,6 +167,25 @@ static int drop_expired(nmq_store *s, uint64_t now)
 	}
 	atomic_fetch_add(&s->expired, n);
 
+	// Anything expired at all? (The msgs_expiry index answers; the scans
+	// below are for when something did.)
+	long long any = 0;
+	if (sqlite3_prepare_v2(s->db,
+	        "SELECT COUNT(*) FROM (SELECT 1 FROM msgs WHERE expiry_wall_ms != 0"
+	        " AND expiry_wall_ms <= ?1 LIMIT 1)",
+	        -1, &st, NULL)
+	    != SQLITE_OK) {
+		return -1;
+	}
+	sqlite3_bind_int64(st, 1, (sqlite3_int64)now);
+	if (sqlite3_step(st) == SQLITE_ROW) {
+		any = sqlite3_column_int64(st, 0);
+	}
+	sqlite3_finalize(st);
+	if (any == 0) {
+		return 0;
+	}
+
 	int64_t *pairs = NULL;
 	long     np    = collect_pairs(s,
 	           "SELECT q.id, q.msg_id FROM queue q JOIN msgs m ON m.id = q.msg_id"

@@ -12,12 +12,14 @@ sessions checked (a sample of 150, spread over the range, plus the first
 and last) get their whole queue in order and nothing else; a message
 published after the restart reaches a session behind its backlog. A
 second restart after some sessions were drained brings back exactly the
-rest.
+rest. The indexes that spare the startup a scan of every queued row
+(queue_inflight, msgs_expiry) are added to a file that lacks them.
 """
 
 import os
 import random
 import re
+import sqlite3
 import subprocess
 import sys
 import unittest
@@ -92,6 +94,13 @@ class TestLargeStore(StoreCase):
         r = subprocess.run([gen, self.db_dir, str(SESSIONS), str(PER), "64", str(FANOUT)],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300)
         self.assertEqual(r.returncode, 0, r.stdout)
+        # A file of the same schema without the load indexes (as written
+        # by an earlier build) gets them at open.
+        db = sqlite3.connect(os.path.join(self.db_dir, "nanomq.db"))
+        db.execute("DROP INDEX queue_inflight")
+        db.execute("DROP INDEX msgs_expiry")
+        db.commit()
+        db.close()
         b = self.start()
         self.assertEqual(self.restored(b), (SESSIONS, SESSIONS, 0, 0))
         self.assertIn("queued_messages=%d" % (SESSIONS * PER), b.log_text())
@@ -108,6 +117,10 @@ class TestLargeStore(StoreCase):
             w = want(i) + extra
             self.assertEqual(self.drain_session(b, i, len(w)), w, "gen-%d" % i)
         self.assertEqual(b.stop(), [])
+        db = sqlite3.connect(os.path.join(self.db_dir, "nanomq.db"))
+        names = {r[0] for r in db.execute("SELECT name FROM sqlite_schema WHERE type = 'index'")}
+        db.close()
+        self.assertTrue({"queue_inflight", "msgs_expiry"} <= names, names)
         # The drained sessions come back empty, the others complete.
         b2 = self.start()
         self.assertEqual(self.restored(b2), (SESSIONS, SESSIONS, 0, 0))
