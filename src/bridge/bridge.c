@@ -484,8 +484,12 @@ static void enqueue_locked(bridge *b, nmq_msg *msg, uint8_t qos, bool retain)
 				return;
 			}
 		} else {
+			// Not cached (the store's queue is full or closing): the
+			// publisher gets no success ack for it (decisions/0021); it
+			// is kept in memory unless rows on disk must stay ahead.
 			log_warn_rl("bridge", "bridge=%s event=cache_write_failed reason=%s",
 			    b->name, nmq_strerror(e));
+			proto_store_refused();
 			seq = 0;
 			if (b->disk_only > 0) {
 				// Cannot keep it in order behind the rows on disk.
