@@ -5,10 +5,12 @@ sending, it half-closes the socket after that packet and discards what the
 client sends for a bounded time (2 s or 64 KiB, whichever comes first), so
 the client reads the reason code and then an orderly end of stream instead
 of a TCP reset; a client that keeps sending does not keep the socket past
-the bound (nng/transport/conn_sock.c)."""
+the bound (nng/transport/conn_sock.c). The same over TLS on the broker's
+own loops (close_notify, then the half-close; decisions/0019)."""
 
 import os
 import socket
+import ssl
 import time
 import unittest
 
@@ -32,7 +34,8 @@ def read_until_end(sock, timeout):
             d = sock.recv(65536)
         except socket.timeout:
             return bytes(data), "timeout"
-        except ConnectionResetError:
+        except (ConnectionResetError, ssl.SSLError):
+            # Over TLS, a FIN without close_notify is an SSLEOFError.
             return bytes(data), "reset"
         if not d:
             return bytes(data), "eof"
@@ -62,9 +65,13 @@ def packets(data, version=5):
 class LingeringCloseTests(BrokerTestCase):
     CONF = "mqtt.max_awaiting_rel = 3"
 
-    def flood_connect(self, cid):
+    def open_sock(self):
         s = socket.create_connection((nmq.HOST, self.port), timeout=5)
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return s
+
+    def flood_connect(self, cid):
+        s = self.open_sock()
         s.sendall(nmq.connect_bytes(cid, version=5))
         data, _ = b"", None
         s.settimeout(5)
@@ -94,7 +101,7 @@ class LingeringCloseTests(BrokerTestCase):
         for pid in range(1, 41):
             try:
                 s.sendall(nmq.publish_bytes("in/t", b"x" * 200, 2, pid=pid, version=5))
-            except (BrokenPipeError, ConnectionResetError) as e:
+            except (BrokenPipeError, ConnectionResetError, ssl.SSLError) as e:
                 self.fail("write of PUBLISH %d failed: the broker reset the connection while "
                           "the client was still sending (%r)" % (pid, e))
             time.sleep(0.005)
@@ -137,7 +144,7 @@ class LingeringCloseTests(BrokerTestCase):
         while time.monotonic() - t0 < 4 * LINGER_S:
             try:
                 s.sendall(pkt)
-            except (BrokenPipeError, ConnectionResetError):
+            except (BrokenPipeError, ConnectionResetError, ssl.SSLError):
                 cut = time.monotonic() - t0
                 break
             time.sleep(0.02)
@@ -149,6 +156,35 @@ class LingeringCloseTests(BrokerTestCase):
         self.assertGreater(cut, LINGER_S / 2, "reset %.2f s after the DISCONNECT" % cut)
         self.assertLess(cut, LINGER_S + 1.5, "socket held %.2f s after the DISCONNECT" % cut)
         self.assert_broker_healthy()
+
+
+class TlsLingeringCloseTests(LingeringCloseTests):
+    """The tests above over a tls+tcp listener: the DISCONNECT, then
+    close_notify and an orderly end of the TLS stream."""
+
+    @classmethod
+    def setUpClass(cls):
+        if nmq.USE_MOSQUITTO:
+            raise unittest.SkipTest("TLS listener configuration is nanomq-specific")
+        import test_20_tls
+        cls.t20 = test_20_tls
+        test_20_tls.setUpModule()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.t20.tearDownModule()
+
+    def setUp(self):
+        self.tls_port = nmq.free_port()
+        self.CONF = LingeringCloseTests.CONF + "\n" + self.t20.ssl_conf(self.tls_port)
+        super().setUp()
+
+    def open_sock(self):
+        raw = socket.create_connection((nmq.HOST, self.tls_port), timeout=5)
+        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        ctx = ssl.create_default_context(cafile=self.t20.pki("ca.crt"))
+        ctx.check_hostname = False
+        return ctx.wrap_socket(raw)
 
 
 if __name__ == "__main__":

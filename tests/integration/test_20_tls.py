@@ -201,7 +201,7 @@ class ServerTls(TlsCase):
         self.assert_paho_refused(ca="other-ca.crt")
         self.assert_broker_healthy()
 
-    # Lingering close over TLS (nng/transport/conn_stream.c): a 5.0 client
+    # Lingering close over TLS (nng/transport/conn_sock.c): a 5.0 client
     # whose packet makes the broker send DISCONNECT (a PUBLISH with QoS 3:
     # Malformed Packet, 0x81) while it is still sending must be able to go
     # on writing for a moment (the broker discards its input instead of
@@ -335,11 +335,10 @@ class RequirePeer(TlsCase):
 class TlsLingerBound(TlsCase):
     CONF = "mqtt.max_awaiting_rel = 3\n"
 
-    # A lingering close over TLS ends within its time bound even when NNG
-    # does not end the receive it waits on (nng/transport/conn_stream.c:
-    # NNG 1.5.2 leaves a TLS receive whose lower TCP receive is not in
-    # flight unended by a cancel or a timeout; the linger's own timer closes
-    # the stream). 5.0 clients flood QoS 2 past the Receive Maximum (the
+    # A lingering close over TLS ends within its time bound (the linger's
+    # timer in the owner worker's epoll set, nng/transport/conn_sock.c; it
+    # once had to make up for NNG 1.5.2's TLS receives, which a cancel or
+    # a timeout did not always end). 5.0 clients flood QoS 2 past the Receive Maximum (the
     # broker answers DISCONNECT 0x93 and lingers) and close or reset at
     # once, without reading. Once the bound has passed, the broker must
     # stop with every connection gone: a linger that never ends holds its

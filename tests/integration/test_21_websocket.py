@@ -485,8 +485,7 @@ class WebSocket(WsCase):
             c.recv_frame(timeout=nmq.T_CLOSE)
 
     def test_client_still_sending_reads_the_reason_and_close_frame(self):
-        # Lingering close (nng/transport/conn_sock.c for ws, conn_stream.c
-        # for wss): after DISCONNECT 0x82 and the close frame the broker
+        # Lingering close (nng/transport/conn_sock.c, for ws and wss): after DISCONNECT 0x82 and the close frame the broker
         # discards what the client keeps sending for a moment instead of
         # closing at once, so the client's writes do not fail and it then
         # reads the reason code and the close frame.
