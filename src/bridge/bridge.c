@@ -1603,6 +1603,26 @@ static void publish_health(bridge *b)
 	nmq_msg_release(m);
 }
 
+// Clears the retained health of a bridge removed (reload or REST), once
+// its thread has stopped, so that $SYS/brokers/bridges/<name> does not
+// keep describing a bridge that is gone.
+static void clear_health(bridge *b)
+{
+	char topic[300];
+	int  tl = snprintf(topic, sizeof(topic), "$SYS/brokers/bridges/%s", b->name);
+	if (tl <= 0 || (size_t)tl >= sizeof(topic)) {
+		return;
+	}
+	nmq_msg *m = nmq_msg_alloc(topic, (size_t)tl, 0, 0);
+	if (m == NULL) {
+		return;
+	}
+	m->qos    = 0;
+	m->retain = true; // empty: clears the retained message
+	(void)broker_sink_publish(b->set->env.broker, &b->self, NULL, m);
+	nmq_msg_release(m);
+}
+
 // Waits on b->cv until deadline (nmq_clock_ms) or a signal. mtx held.
 static void wait_until_locked(bridge *b, uint64_t deadline)
 {
@@ -2148,6 +2168,7 @@ static void reconfigure_changing(nmq_bridges *set, const nmq_conf *conf)
 	for (bridge *b = gone, *nx; b != NULL; b = nx) {
 		nx = b->next;
 		bridge_halt(b);
+		clear_health(b);
 		bridge_release(b);
 	}
 	for (int i = 0; i < conf->n_bridges; i++) {
@@ -2292,6 +2313,7 @@ static bool remove_changing(nmq_bridges *set, const char *name)
 		return false;
 	}
 	bridge_halt(b);
+	clear_health(b);
 	bridge_release(b);
 	return true;
 }
