@@ -184,6 +184,7 @@ static int start_http(
 		.broker        = srv->broker,
 		.proto         = srv->proto,
 		.bridges       = srv->bridges,
+		.store         = srv->store,
 		.conf_path     = srv->http_conf_path,
 		.cli           = &args->cli,
 		.argv0         = argv0,

@@ -323,6 +323,40 @@ static size_t collect(rest_api *api, metric *v, size_t cap)
 	M("tls_handshakes_refused", "counter",
 	    "TLS connections closed at once: too many handshakes running, or out of memory.",
 	    tls_hs_refused());
+	M("acks_after_store", "counter",
+	    "QoS 1/2 acknowledgements that waited for the durable store's commit.",
+	    atomic_load(&m->acks_after_store));
+	M("store_write_failures", "counter",
+	    "Writes the durable store refused (queue full or closing); the message stayed in "
+	    "memory.",
+	    atomic_load(&m->store_failures));
+	M("store_refused_acks", "counter",
+	    "QoS 1/2 PUBLISHes not acknowledged as received because the store refused a write.",
+	    atomic_load(&m->store_refused_acks));
+	M("store_publisher_pauses", "counter",
+	    "Publishers paused because the store's write queue passed its high-water mark.",
+	    atomic_load(&m->store_pauses));
+	if (api->env.store != NULL) {
+		store_stats st;
+		store_stats_get(api->env.store, &st);
+		M("store_commits", "counter", "Transactions the durable store committed.",
+		    st.commits);
+		M("store_operations", "counter", "Operations the durable store applied.", st.ops);
+		M("store_operations_coalesced", "counter",
+		    "Operations not written because they cancelled out within one group commit.",
+		    st.coalesced);
+		M("store_operations_failed", "counter",
+		    "Operations whose transaction failed (each logged).", st.failed);
+		M("store_evicted", "counter",
+		    "Queued messages evicted from the store at disk_cache_size.", st.evicted);
+		M("store_expired", "counter",
+		    "Sessions and messages dropped from the store at startup as expired.",
+		    st.expired);
+		M("store_queued_rows", "gauge", "Queued message rows in the store now.",
+		    st.queued_rows);
+		M("store_pending_writes", "gauge", "Operations waiting for the store's thread now.",
+		    st.pending);
+	}
 #undef M
 #undef ML
 	if (api->env.counters != NULL && n < cap) {
@@ -341,7 +375,7 @@ static void h_prometheus(void *arg, const http_req *req, http_resp *r)
 {
 	rest_api *api = arg;
 	(void)req;
-	metric v[64];
+	metric v[128];
 	size_t n        = collect(api, v, sizeof(v) / sizeof(v[0]));
 	r->status       = 200;
 	r->content_type = "text/plain; version=0.0.4; charset=utf-8";
@@ -386,7 +420,7 @@ static void h_metrics(void *arg, const http_req *req, http_resp *r)
 {
 	rest_api *api = arg;
 	(void)req;
-	metric v[64];
+	metric v[128];
 	size_t n  = collect(api, v, sizeof(v) / sizeof(v[0]));
 	cJSON *j  = cJSON_CreateObject();
 	cJSON *a  = cJSON_AddArrayToObject(j, "metrics");

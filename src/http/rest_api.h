@@ -17,6 +17,7 @@
 #include "src/broker/broker.h"
 #include "src/conf/conf.h"
 #include "src/http/http_server.h"
+#include "src/store/store.h"
 
 typedef struct rest_api rest_api;
 
@@ -37,6 +38,7 @@ typedef struct rest_env {
 	nmq_broker  *broker;
 	nmq_proto   *proto;
 	nmq_bridges *bridges; // GET /bridges; NULL: none
+	nmq_store   *store; // the durable store's figures; NULL: none
 	// The running configuration's file (NULL: none; the configuration
 	// endpoints that write then answer 118) and how it was loaded, so that
 	// GET /configuration can show what the file, the environment and the

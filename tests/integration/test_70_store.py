@@ -274,6 +274,74 @@ class TestEviction(StoreCase):
         s2.expect_no_message()
 
 
+class TestStoreMetrics(StoreCase):
+    """The store's figures in /api/v4/prometheus and /api/v4/metrics,
+    against known traffic: 25 QoS 1 messages for an offline session whose
+    store keeps 10 (disk_cache_size)."""
+
+    EXTRA = "  disk_cache_size = 10\n"
+
+    def setUp(self):
+        super().setUp()
+        self.http_port = nmq.free_port()
+        self.CONF = ("http_server { port = %d, username = admin, password = secret }\n"
+                     % self.http_port)
+
+    def get(self, path):
+        import base64
+        import http.client
+        deadline = time.monotonic() + 5
+        while True:
+            try:
+                c = http.client.HTTPConnection(nmq.HOST, self.http_port, timeout=5)
+                tok = base64.b64encode(b"admin:secret").decode()
+                c.request("GET", path, headers={"Authorization": "Basic " + tok})
+                r = c.getresponse()
+                body = r.read()
+                c.close()
+                self.assertEqual(r.status, 200, body)
+                return body.decode()
+            except ConnectionRefusedError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def test_store_figures_match_traffic(self):
+        from prometheus_client.parser import text_string_to_metric_families
+        import json
+        b = self.start()
+        s = self.client(b, "m-sub")
+        s.connect()
+        s.subscribe("m/#", qos=1)
+        s.disconnect()
+        p = self.client(b, "m-pub", version=4, clean=True, expiry=0)
+        p.connect()
+        for i in range(25):
+            p.publish("m/t", b"%d" % i, qos=1)
+        p.disconnect()
+        vals = {}
+        helps = {}
+        for f in text_string_to_metric_families(self.get("/api/v4/prometheus")):
+            helps[f.name] = f.documentation
+            for smp in f.samples:
+                vals[smp.name] = smp.value
+        self.assertEqual(vals["nanomq_store_evicted_total"
+                              if "nanomq_store_evicted_total" in vals
+                              else "nanomq_store_evicted"], 15)
+        self.assertEqual(vals["nanomq_store_queued_rows"], 10)
+        self.assertGreaterEqual(vals["nanomq_acks_after_store_total"
+                                     if "nanomq_acks_after_store_total" in vals
+                                     else "nanomq_acks_after_store"], 25)
+        commits = [v for k, v in vals.items() if k.startswith("nanomq_store_commits")]
+        self.assertTrue(commits and commits[0] > 0, vals)
+        for name in ("nanomq_store_refused_acks", "nanomq_store_publisher_pauses"):
+            self.assertTrue(helps.get(name), name)
+        m = json.loads(self.get("/api/v4/metrics"))["metrics"][0]
+        self.assertEqual(m["store_queued_rows"], 10)
+        self.assertEqual(m["store_evicted"], 15)
+        self.assertEqual(m["store_refused_acks"], 0)
+
+
 class TestDamagedFile(StoreCase):
     """Each kind of bad database file: the broker starts with an empty
     store, the file is moved aside with a timestamp, and the loss is logged
