@@ -199,6 +199,9 @@ int link_connect_run(nmq_link *l, const uint8_t *frame, size_t len, int answer)
 	bool super               = answer >= 0 && (answer & PROTO_AUTH_SUPERUSER) != 0;
 	info.superuser           = &super;
 	uint8_t arc = answer < 0 ? p->ops->authenticate(p->app, &info) : (uint8_t)(answer & 0xFF);
+	if (answer >= 0 && p->ops->auth_answered != NULL) {
+		p->ops->auth_answered(p->app, &info, arc);
+	}
 	if (arc == PROTO_AUTH_PENDING) {
 		if (dc.t != NULL) {
 			// Parked (link_park): reading paused; frames already read

@@ -163,6 +163,10 @@ typedef struct proto_app_ops {
 	// Returns 0 to accept, or an MQTT 5 reason code (0x86, 0x87, ...), or
 	// PROTO_AUTH_PENDING after proto_connect_defer(info).
 	uint8_t (*authenticate)(void *app, const proto_client_info *info);
+	// Optional (NULL: none): the answer given by proto_connect_resume to a
+	// CONNECT that authenticate parked, when that CONNECT is handled again
+	// (on a worker): rc is 0 or the refusing reason code.
+	void (*auth_answered)(void *app, const proto_client_info *info, uint8_t rc);
 	// Optional (NULL: never asked). Asked on the receive path about the
 	// topic of each PUBLISH (access PROTO_ACCESS_PUBLISH, before route)
 	// and about each filter of a SUBSCRIBE (PROTO_ACCESS_SUBSCRIBE, in

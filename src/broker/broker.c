@@ -813,6 +813,25 @@ static thread_state *thread_state_get(void)
 // (docs/compatibility.md §2).
 static uint8_t authenticate(nmq_broker *b, const proto_client_info *info);
 
+// Reports the answer to a CONNECT (rc: 0 or the refusing reason code) to
+// the observer; user is the CONNECT's user name (NULL: none).
+static void connack_event(
+    nmq_broker *b, const proto_client_info *info, const char *user, uint8_t rc)
+{
+	if (!obs_wants(b, BEV_CLIENT_CONNACK)) {
+		return;
+	}
+	broker_event ev;
+	memset(&ev, 0, sizeof(ev));
+	ev.type      = BEV_CLIENT_CONNACK;
+	ev.client_id = info->client_id;
+	ev.username  = user;
+	ev.proto_ver = info->proto_ver;
+	ev.keepalive = info->keepalive;
+	ev.rc        = rc;
+	b->obs_fn(b->obs_arg, &ev);
+}
+
 // Reports CONNECT and its answer to the observer around authenticate().
 static uint8_t b_authenticate(void *app, const proto_client_info *info)
 {
@@ -838,19 +857,30 @@ static uint8_t b_authenticate(void *app, const proto_client_info *info)
 		}
 	}
 	uint8_t rc = authenticate(b, info);
-	// A parked CONNECT (HTTP authentication) reports no CONNACK event.
-	if (rc != PROTO_AUTH_PENDING && obs_wants(b, BEV_CLIENT_CONNACK)) {
-		broker_event ev;
-		memset(&ev, 0, sizeof(ev));
-		ev.type      = BEV_CLIENT_CONNACK;
-		ev.client_id = info->client_id;
-		ev.username  = u;
-		ev.proto_ver = info->proto_ver;
-		ev.keepalive = info->keepalive;
-		ev.rc        = rc;
-		b->obs_fn(b->obs_arg, &ev);
+	// A parked CONNECT (HTTP authentication) reports its CONNACK event
+	// when the answer comes (b_auth_answered).
+	if (rc != PROTO_AUTH_PENDING) {
+		connack_event(b, info, u, rc);
 	}
 	return rc;
+}
+
+// The answer to a CONNECT that HTTP authentication parked.
+static void b_auth_answered(void *app, const proto_client_info *info, uint8_t rc)
+{
+	nmq_broker *b = app;
+	char        user[256];
+	const char *u = NULL;
+	if (!obs_wants(b, BEV_CLIENT_CONNACK)) {
+		return;
+	}
+	if (info->username != NULL) {
+		snprintf(user, sizeof(user), "%.*s",
+		    (int)(info->username_len < 255 ? info->username_len : 255),
+		    (const char *)info->username);
+		u = user;
+	}
+	connack_event(b, info, u, rc);
 }
 
 static uint8_t authenticate(nmq_broker *b, const proto_client_info *info)
@@ -1528,8 +1558,10 @@ static void b_session_end(void *app, nmq_session *s)
 	nmq_broker *b = app;
 	if (obs_wants(b, BEV_SESSION_TERMINATED)) {
 		sess_ident *id = ident_get(b, s);
+		// A session that never subscribed has no identity: the user of
+		// the CONNECT that created it then.
 		obs_emit(b, BEV_SESSION_TERMINATED, nmq_session_client_id(s),
-		    id != NULL ? id->username : NULL, NULL, 0, 0, 0);
+		    id != NULL ? id->username : nmq_session_username(s), NULL, 0, 0, 0);
 		if (id != NULL) {
 			ident_release(id);
 		}
@@ -1829,6 +1861,7 @@ int broker_unsubscribe(nmq_broker *b, nmq_session *s, const char *filter)
 
 const proto_app_ops broker_proto_ops = {
 	.authenticate  = b_authenticate,
+	.auth_answered = b_auth_answered,
 	.acl_ask       = b_acl_ask,
 	.route         = b_route,
 	.subscribe     = b_subscribe,

@@ -191,6 +191,52 @@ class EventBodyTests(WebhookCase):
 
 
 @skip_on_mosquitto("webhooks are nanomq's")
+class HttpAuthConnackTests(WebhookCase):
+    """A CONNECT that waits for auth.http_auth.auth_req still reports
+    client_connack (when the answer comes), and session_terminated names
+    the user of a session that never subscribed."""
+    EVENTS = [("on_client_connack", None), ("on_session_terminated", None)]
+    AUTH_STATUS = 200
+
+    def setUp(self):
+        self.authrx = Receiver(status=self.AUTH_STATUS)
+        self.addCleanup(self.authrx.close)
+        self.AUTH = ('auth {\n  allow_anonymous = false\n  http_auth {\n'
+                     '    auth_req { url = "http://127.0.0.1:%d/auth", method = post,'
+                     ' params = { username = "%%u" } }\n    timeout = 2s\n  }\n}\n'
+                     % self.authrx.port)
+        super().setUp()
+
+    def test_connack_after_http_auth(self):
+        c = self.paho("ha1", username="remote-user", password="pw")
+        c.disconnect()
+        got = self.rx.wait(lambda b: {"client_connack", "session_terminated"}
+                           <= {x["action"] for x in b})
+        self.assertEqual(len(self.authrx.posts), 1)
+        ack = [b for b in got if b["action"] == "client_connack"]
+        self.assertEqual([(b["clientid"], b["username"], b["conn_ack"], b["proto_ver"],
+                           b["keepalive"]) for b in ack],
+                         [("ha1", "remote-user", "success", 4, 60)])
+        end = [b for b in got if b["action"] == "session_terminated"]
+        self.assertEqual((end[0]["clientid"], end[0]["username"]), ("ha1", "remote-user"))
+
+
+@skip_on_mosquitto("webhooks are nanomq's")
+class HttpAuthDeniedConnackTests(HttpAuthConnackTests):
+    AUTH_STATUS = 403
+
+    def test_connack_after_http_auth(self):
+        r = self.raw(4)
+        r.connect("ha2", username="nobody", password="pw")
+        r.expect_closed()
+        got = self.rx.wait(lambda b: any(x["action"] == "client_connack" for x in b))
+        self.assertEqual(len(self.authrx.posts), 1)
+        ack = [b for b in got if b["action"] == "client_connack"]
+        self.assertEqual([(b["clientid"], b["username"], b["conn_ack"]) for b in ack],
+                         [("ha2", "nobody", "fail")])
+
+
+@skip_on_mosquitto("webhooks are nanomq's")
 class FilterEncodingTests(WebhookCase):
     EVENTS = [("on_message_publish", "s/#")]
     HOOK_EXTRA = "    body.encoding = base64"
