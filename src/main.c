@@ -139,6 +139,15 @@ static void rest_restart(void *arg)
 	kill(getpid(), SIGTERM);
 }
 
+// The counters of src/events for /metrics and /prometheus: HTTP
+// authentication, then the webhook (HTTP thread).
+static size_t rest_counters(void *arg, rest_counter *v, size_t cap)
+{
+	server *srv = arg;
+	size_t  n   = events_rest_http_auth_counters(srv->hauth, v, cap);
+	return n + events_rest_webhook_counters(srv->hook, v + n, cap - n);
+}
+
 // Starts the REST API when the configuration enables it. Returns 0, or -1
 // with a message in err.
 static int start_http(
@@ -194,8 +203,8 @@ static int start_http(
 		.n_listeners   = srv->n_listeners,
 		.stop          = rest_stop,
 		.restart       = rest_restart,
-		.counters      = events_rest_http_auth_counters,
-		.counters_arg  = srv->hauth,
+		.counters      = rest_counters,
+		.counters_arg  = srv,
 	};
 	srv->rest = rest_api_alloc(srv->http, &env);
 	if (srv->rest == NULL || events_rest_routes(srv->http, srv->hook) != NMQ_OK

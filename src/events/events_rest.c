@@ -153,6 +153,49 @@ size_t events_rest_http_auth_counters(void *arg, rest_counter *v, size_t cap)
 	return n;
 }
 
+// The webhook counters (rest_env.counters; arg: the webhook, NULL: all
+// zero).
+size_t events_rest_webhook_counters(void *arg, rest_counter *v, size_t cap)
+{
+	webhook_stats st;
+	memset(&st, 0, sizeof(st));
+	if (arg != NULL) {
+		webhook_get_stats(arg, &st);
+	}
+	const struct {
+		const char *labels, *key;
+		uint64_t    value;
+	} c[] = {
+		{ "result=\"sent\"", "sent", st.sent },
+		{ "result=\"failed\"", "failed", st.failed },
+		{ "result=\"dropped\"", "dropped", st.dropped },
+		{ "result=\"retried\"", "retried", st.retried },
+	};
+	size_t n = 0;
+	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]) && n < cap; i++, n++) {
+		v[n].name   = "webhook_requests";
+		v[n].help   = i == 0
+		      ? "Webhook events by outcome: sent (2xx), failed (given up after "
+		        "the retries), dropped (not queued, or unsent at exit), "
+		        "retried (retries scheduled)."
+		      : NULL;
+		v[n].labels = c[i].labels;
+		v[n].group  = "webhook";
+		v[n].key    = c[i].key;
+		v[n].value  = c[i].value;
+	}
+	if (n < cap) {
+		v[n].name  = "webhook_queued";
+		v[n].help  = "Webhook events waiting or in flight now.";
+		v[n].type  = "gauge";
+		v[n].group = "webhook";
+		v[n].key   = "queued";
+		v[n].value = st.queued;
+		n++;
+	}
+	return n;
+}
+
 nmq_err events_rest_http_auth_route(http_server *hs, http_authn *ha)
 {
 	return http_server_route(hs, "GET", "/api/v4/http_auth", h_http_auth, ha);

@@ -25,5 +25,8 @@ nmq_err events_rest_http_auth_route(http_server *hs, http_authn *ha);
 // The HTTP authentication counters as rest_env.counters (arg: the
 // http_authn, NULL: all zero).
 size_t events_rest_http_auth_counters(void *arg, rest_counter *v, size_t cap);
+// The webhook counters as rest_env.counters (arg: the webhook, NULL: all
+// zero): nanomq_webhook_requests{result=...} and nanomq_webhook_queued.
+size_t events_rest_webhook_counters(void *arg, rest_counter *v, size_t cap);
 
 #endif // NMQ_EVENTS_REST_H

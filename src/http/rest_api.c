@@ -361,14 +361,91 @@ static size_t collect(rest_api *api, metric *v, size_t cap)
 #undef ML
 	if (api->env.counters != NULL && n < cap) {
 		rest_counter more[32];
-		size_t       k
+		memset(more, 0, sizeof(more));
+		size_t k
 		    = api->env.counters(api->env.counters_arg, more, cap - n < 32 ? cap - n : 32);
 		for (size_t i = 0; i < k; i++) {
-			v[n++] = (metric) { more[i].name, "counter", more[i].help,
+			v[n++] = (metric) { more[i].name,
+				more[i].type != NULL ? more[i].type : "counter", more[i].help,
 				(double)more[i].value, more[i].labels, more[i].group, more[i].key };
 		}
 	}
 	return n;
+}
+
+// Copies a Prometheus label value into out (cap bytes), escaping '\\', '"'
+// and newlines; a value too long is cut.
+static void prom_label(const char *p, char *out, size_t cap)
+{
+	size_t k = 0;
+	for (; *p != '\0' && k + 3 < cap; p++) {
+		if (*p == '\\' || *p == '"' || *p == '\n') {
+			out[k++] = '\\';
+			out[k++] = *p == '\n' ? 'n' : *p;
+		} else {
+			out[k++] = *p;
+		}
+	}
+	out[k] = '\0';
+}
+
+static cJSON *bridges_health(rest_api *api, const char *name, int *status);
+
+// The per-bridge families of /prometheus, from the bridges' health
+// (docs/metrics.md): one line per bridge in each.
+static void prom_bridges(rest_api *api, http_resp *r)
+{
+	static const struct {
+		const char *name, *type, *key, *help;
+	} fam[] = {
+		{ "bridge_up", "gauge", NULL,
+		    "1 when the bridge's link to its remote broker is up." },
+		{ "bridge_backlog", "gauge", "backlog",
+		    "Forwards not yet acknowledged by the remote broker (memory and offline "
+		    "cache)." },
+		{ "bridge_inflight", "gauge", "inflight",
+		    "QoS 1/2 forwards sent and not yet acknowledged by the remote broker." },
+		{ "bridge_forwarded", "counter", "forwarded",
+		    "Forwards acknowledged by the remote broker (QoS 0: sent)." },
+		{ "bridge_received", "counter", "received",
+		    "Messages from the remote broker published locally." },
+		{ "bridge_dropped", "counter", "dropped",
+		    "Forwards given up (QoS 0 while the link is down, queue full, too large, "
+		    "refused)." },
+		{ "bridge_reconnects", "counter", "reconnects",
+		    "Times the link went down after being up." },
+	};
+	int    status;
+	cJSON *all = bridges_health(api, NULL, &status);
+	if (all == NULL || cJSON_GetArraySize(all) == 0) {
+		cJSON_Delete(all);
+		return;
+	}
+	for (size_t f = 0; f < sizeof(fam) / sizeof(fam[0]); f++) {
+		http_resp_printf(r, "# HELP nanomq_%s %s\n# TYPE nanomq_%s %s\n", fam[f].name,
+		    fam[f].help, fam[f].name, fam[f].type);
+		const cJSON *b;
+		cJSON_ArrayForEach(b, all)
+		{
+			const cJSON *nm = cJSON_GetObjectItem(b, "name");
+			if (!cJSON_IsString(nm)) {
+				continue;
+			}
+			char label[160];
+			prom_label(nm->valuestring, label, sizeof(label));
+			double v;
+			if (fam[f].key == NULL) {
+				const cJSON *st = cJSON_GetObjectItem(b, "state");
+				v = cJSON_IsString(st) && strcmp(st->valuestring, "up") == 0;
+			} else {
+				const cJSON *x = cJSON_GetObjectItem(b, fam[f].key);
+				v              = cJSON_IsNumber(x) ? x->valuedouble : 0;
+			}
+			http_resp_printf(
+			    r, "nanomq_%s{bridge=\"%s\"} %.17g\n", fam[f].name, label, v);
+		}
+	}
+	cJSON_Delete(all);
 }
 
 static void h_prometheus(void *arg, const http_req *req, http_resp *r)
@@ -398,22 +475,12 @@ static void h_prometheus(void *arg, const http_req *req, http_resp *r)
 	}
 	for (int i = 0; i < api->env.n_listeners; i++) {
 		nmq_listener *l = api->env.listeners[i];
-		// A label value escapes '\\', '"' and newlines.
-		char        name[160];
-		size_t      k = 0;
-		const char *p = listener_name(l);
-		for (; *p != '\0' && k + 3 < sizeof(name); p++) {
-			if (*p == '\\' || *p == '"' || *p == '\n') {
-				name[k++] = '\\';
-				name[k++] = *p == '\n' ? 'n' : *p;
-			} else {
-				name[k++] = *p;
-			}
-		}
-		name[k] = '\0';
+		char          name[160];
+		prom_label(listener_name(l), name, sizeof(name));
 		http_resp_printf(r, "nanomq_listener_connections{listener=\"%s\"} %u\n", name,
 		    listener_conn_count(l));
 	}
+	prom_bridges(api, r);
 }
 
 static void h_metrics(void *arg, const http_req *req, http_resp *r)
@@ -459,52 +526,61 @@ static void h_metrics(void *arg, const http_req *req, http_resp *r)
 	http_resp_json(r, 200, j);
 }
 
-// GET /bridges and /bridges/:name: the health of the bridges
-// (bridges_health_json, docs/bridge.md).
-static void h_bridges(void *arg, const http_req *req, http_resp *r)
+// The health of the bridge named name, or of every bridge (an array) when
+// name is NULL (bridges_health_json, docs/bridge.md). Returns it (the
+// caller deletes it), or NULL with *status 404 (no such bridge), 500 (the
+// document kept changing or did not parse) or 0 (out of memory).
+static cJSON *bridges_health(rest_api *api, const char *name, int *status)
 {
-	rest_api   *api  = arg;
-	const char *name = req->nparams == 1 ? req->params[0] : NULL;
+	*status = 404;
 	if (api->env.bridges == NULL) {
-		if (name != NULL) {
-			http_resp_error(r, 404, REST_PARAM_ERROR, "no such bridge");
-		} else {
-			rest_ok(r, cJSON_CreateArray());
-		}
-		return;
+		return name != NULL ? NULL : cJSON_CreateArray();
 	}
 	size_t need = bridges_health_json(api->env.bridges, name, NULL, 0);
 	if (need == 0) {
-		http_resp_error(r, 404, REST_PARAM_ERROR, "no such bridge");
-		return;
+		return NULL;
 	}
 	// The health may grow between the two calls: retry with room.
 	for (int tries = 0; tries < 4; tries++) {
 		char *buf = malloc(need + 1);
 		if (buf == NULL) {
-			r->oom = true;
-			return;
+			*status = 0;
+			return NULL;
 		}
 		size_t got = bridges_health_json(api->env.bridges, name, buf, need + 1);
 		if (got == 0) {
 			free(buf);
-			http_resp_error(r, 404, REST_PARAM_ERROR, "no such bridge");
-			return;
+			return NULL;
 		}
 		if (got <= need) {
 			cJSON *j = cJSON_ParseWithLength(buf, got);
 			free(buf);
-			if (j == NULL) {
-				http_resp_error(r, 500, REST_UNKNOWN_ERROR, "bad health document");
-				return;
-			}
-			rest_ok(r, j);
-			return;
+			*status = 500;
+			return j;
 		}
 		free(buf);
 		need = got;
 	}
-	http_resp_error(r, 500, REST_UNKNOWN_ERROR, "bridge health kept changing");
+	*status = 500;
+	return NULL;
+}
+
+// GET /bridges and /bridges/:name: the health of the bridges.
+static void h_bridges(void *arg, const http_req *req, http_resp *r)
+{
+	rest_api   *api  = arg;
+	const char *name = req->nparams == 1 ? req->params[0] : NULL;
+	int         status;
+	cJSON      *j = bridges_health(api, name, &status);
+	if (j != NULL) {
+		rest_ok(r, j);
+	} else if (status == 0) {
+		r->oom = true;
+	} else if (status == 404) {
+		http_resp_error(r, 404, REST_PARAM_ERROR, "no such bridge");
+	} else {
+		http_resp_error(r, 500, REST_UNKNOWN_ERROR, "bad bridge health document");
+	}
 }
 
 rest_api *rest_api_alloc(http_server *hs, const rest_env *env)

@@ -23,14 +23,16 @@ typedef struct rest_api rest_api;
 
 // What the API needs from the daemon.
 // A labelled counter that a layer above adds to /metrics and /prometheus
-// (HTTP authentication): nanomq_<name>{<labels>} in the Prometheus text
-// (help on the first of a family, else NULL), <group>.<key> in /metrics.
+// (HTTP authentication, webhooks): nanomq_<name>{<labels>} in the
+// Prometheus text (help on the first of a family, else NULL; labels NULL:
+// none), <group>.<key> in /metrics; type "gauge", or NULL for a counter.
 typedef struct rest_counter {
 	const char *name;
 	const char *help;
 	const char *labels;
 	const char *group;
 	const char *key;
+	const char *type;
 	uint64_t    value;
 } rest_counter;
 

@@ -90,6 +90,22 @@ class TestBridgeRest(OpsTestCase):
         self.remote.connect()
         self.remote.subscribe("#", 1)
 
+    def prom(self):
+        """The bridge families of /api/v4/prometheus, read by Prometheus'
+        own text parser: {(family, bridge): value}."""
+        from prometheus_client.parser import text_string_to_metric_families
+        c = http.client.HTTPConnection(nmq.HOST, self.hport, timeout=10)
+        c.request("GET", "/api/v4/prometheus", headers={"Authorization": self.api.auth})
+        text = c.getresponse().read().decode()
+        c.close()
+        out = {}
+        for fam in text_string_to_metric_families(text):
+            if fam.name.startswith("nanomq_bridge_"):
+                self.assertIn("# HELP %s " % fam.name, text)
+                for smp in fam.samples:
+                    out[(fam.name, smp.labels["bridge"])] = smp.value
+        return out
+
     def state(self, name):
         st, j = self.api.request("GET", "/api/v4/bridges/" + name)
         return j["data"]["state"] if st == 200 else None
@@ -148,11 +164,19 @@ class TestBridgeRest(OpsTestCase):
             pub.publish("f/s", b"%d" % i, qos=1)
         self.remote.expect_no_message(1.0)
         self.assertEqual(self.state("b1"), "switched_off")  # no reconnect meanwhile
+        m = self.prom()
+        self.assertEqual((m[("nanomq_bridge_up", "b1")], m[("nanomq_bridge_backlog", "b1")],
+                          m[("nanomq_bridge_forwarded", "b1")]), (0, 20, 0), m)
         st, j = curl(self.hport, "POST", "/api/v4/bridges/b1/switch", '{"enable": true}')
         self.assertEqual((st, j["code"]), (200, 0), j)
         got = self.remote.wait_messages(20, timeout=10)
         self.assertEqual([x.payload for x in got], [b"%d" % i for i in range(20)])
         self.assertEqual(self.state("b1"), "up")
+        self.assertTrue(wait_for(lambda: self.prom()[("nanomq_bridge_forwarded", "b1")] == 20,
+                                 5), self.prom())
+        m = self.prom()
+        self.assertEqual((m[("nanomq_bridge_up", "b1")], m[("nanomq_bridge_backlog", "b1")],
+                          m[("nanomq_bridge_dropped", "b1")]), (1, 0, 0), m)
         self.assert_stops(self.inst)
 
     # PUT changes a running bridge (its link reconnects with the new

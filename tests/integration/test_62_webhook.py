@@ -263,6 +263,15 @@ class FilterEncodingTests(WebhookCase):
         st = json.loads(out.stdout)["data"]
         self.assertEqual((st["enabled"], st["sent"], st["failed"], st["dropped"], st["queued"]),
                          (True, 2, 0, 0, 0))
+        # And in the Prometheus text, read by Prometheus' own parser.
+        from prometheus_client.parser import text_string_to_metric_families
+        out = subprocess.run(["curl", "-s", "http://127.0.0.1:%d/api/v4/prometheus"
+                              % self.HTTP_PORT], capture_output=True, timeout=20)
+        fams = {f.name: f for f in text_string_to_metric_families(out.stdout.decode())}
+        req = {s.labels["result"]: s.value for s in fams["nanomq_webhook_requests"].samples}
+        self.assertEqual(req, {"sent": 2, "failed": 0, "dropped": 0, "retried": 0})
+        self.assertEqual(fams["nanomq_webhook_requests"].type, "counter")
+        self.assertEqual([s.value for s in fams["nanomq_webhook_queued"].samples], [0])
 
 
 PKI = None
