@@ -175,6 +175,62 @@ static bool add_bridges(cJSON *root, const nmq_conf *c)
 	return true;
 }
 
+// Sets root.<path> to a copy of v (nothing when v is NULL). Returns false
+// on allocation failure.
+static bool add_copy(cJSON *root, const char *path, const cJSON *v)
+{
+	if (v == NULL) {
+		return true;
+	}
+	const char *leaf;
+	cJSON      *o = parent_of(root, path, &leaf);
+	cJSON      *d = o != NULL ? cJSON_Duplicate(v, true) : NULL;
+	if (d == NULL || !cJSON_AddItemToObject(o, leaf, d)) {
+		cJSON_Delete(d);
+		return false;
+	}
+	return true;
+}
+
+// auth.http_auth with the file's keys: the durations the checker keeps in
+// milliseconds go back to their keys as "<n>ms" (which the reader takes
+// again), the key password is masked.
+static bool add_http_auth(cJSON *root, const nmq_conf *c)
+{
+	static const char *const durs[][2] = { { "timeout_ms", "timeout" },
+		{ "connect_timeout_ms", "connect_timeout" }, { "cache_ttl_ms", "cache_ttl" } };
+	if (c->auth_http == NULL) {
+		return true;
+	}
+	if (!add_copy(root, "auth.http_auth", c->auth_http)) {
+		return false;
+	}
+	cJSON *auth = cJSON_GetObjectItemCaseSensitive(root, "auth");
+	cJSON *o    = cJSON_GetObjectItemCaseSensitive(auth, "http_auth");
+	for (size_t i = 0; i < sizeof(durs) / sizeof(durs[0]); i++) {
+		cJSON *d  = cJSON_DetachItemFromObjectCaseSensitive(o, durs[i][0]);
+		bool   ok = true;
+		if (cJSON_IsNumber(d)) {
+			char b[32];
+			snprintf(b, sizeof(b), "%.0fms", d->valuedouble);
+			ok = cJSON_AddStringToObject(o, durs[i][1], b) != NULL;
+		}
+		cJSON_Delete(d);
+		if (!ok) {
+			return false;
+		}
+	}
+	cJSON *ssl = cJSON_GetObjectItemCaseSensitive(o, "ssl");
+	if (cJSON_GetObjectItemCaseSensitive(ssl, "key_password") != NULL) {
+		cJSON *m = cJSON_CreateString("******");
+		if (m == NULL || !cJSON_ReplaceItemInObjectCaseSensitive(ssl, "key_password", m)) {
+			cJSON_Delete(m);
+			return false;
+		}
+	}
+	return true;
+}
+
 struct cJSON *conf_to_json(const nmq_conf *c)
 {
 	cJSON *root = cJSON_CreateObject();
@@ -213,7 +269,10 @@ struct cJSON *conf_to_json(const nmq_conf *c)
 			}
 		}
 	}
-	if (!add_bridges(root, c)) {
+	if (!add_bridges(root, c) || !add_http_auth(root, c)
+	    || (c->webhook_present
+	        && (!add_copy(root, "webhook.headers", c->webhook_headers)
+	            || !add_copy(root, "webhook.events", c->webhook_events)))) {
 		goto fail;
 	}
 	// Sections whose presence turns them on are shown only when on, so

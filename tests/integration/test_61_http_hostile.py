@@ -554,5 +554,41 @@ class TestConfigWrites(ServerCase):
         self.assertEqual((st, j["code"]), (400, 108))
 
 
+class TestConfigCalloutSections(ServerCase):
+    """auth.http_auth and the webhook's headers and events are shown by GET
+    /configuration (auth_http, webhook) in the file's keys, and the
+    document written back loads."""
+    HTTP_CONF = ("http_server { port = %(port)d, username = admin, password = pw-61 }\n"
+                 "auth.http_auth {\n  auth_req { url = \"http://127.0.0.1:9/auth\", method = get,"
+                 " headers.x-gw = \"g1\", params = { u = \"%%u\", c = \"%%c\" } }\n"
+                 "  timeout = 1500ms\n  cache_ttl = 30s\n}\n"
+                 "webhook {\n  url = \"http://127.0.0.1:9/hook\"\n  headers.x-site = \"s1\"\n"
+                 "  events = [{ event = \"on_message_publish\", topic = \"a/#\" },"
+                 " { event = \"on_client_connected\" }]\n}\n")
+
+    def test_shown_and_written_back(self):
+        st, j = self.conf_get()
+        self.assertEqual((st, j["code"]), (200, 0))
+        ah = j["data"]["auth_http"]
+        self.assertEqual((ah["enable"], ah["timeout"], ah["cache_ttl"]),
+                         (True, "1500ms", "30000ms"))
+        self.assertEqual(ah["auth_req"], {"url": "http://127.0.0.1:9/auth", "method": "get",
+                                          "headers": {"x-gw": "g1"},
+                                          "params": {"u": "%u", "c": "%c"}})
+        wh = j["data"]["webhook"]
+        self.assertEqual(wh["headers"], {"x-site": "s1"})
+        self.assertEqual(wh["events"], [{"event": "on_message_publish", "topic": "a/#"},
+                                        {"event": "on_client_connected"}])
+        st, j2 = self.post("/api/v4/configuration", json.dumps({"data": j["data"]}))
+        self.assertEqual((st, j2["code"]), (200, 0), j2)
+        r = subprocess.run([nmq._find_nanomq(), "start", "--conf", self.broker.conf_path,
+                            "--test"], capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(self.conf_get()[1]["data"]["auth_http"], ah)
+
+    post = TestConfigWrites.post
+    conf_get = TestConfigWrites.conf_get
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
