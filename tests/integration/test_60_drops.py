@@ -6,6 +6,7 @@ topic, QoS) and sampled into the log. These tests cause known drops and
 refusals with real clients and check what the broker says about them."""
 
 import json
+import os
 import re
 import subprocess
 import time
@@ -90,6 +91,21 @@ class QueueFullTests(BrokerTestCase):
         self.assertEqual([e["topic"] for e in json.loads(body)["data"]], ["q/9", "q/8"])
         code, body = curl("/api/v4/drops?limit=x")
         self.assertEqual((code, json.loads(body)["code"]), (400, 108))
+        # And through nanomq_cli, as an operator reads them.
+        cli = os.environ.get("NANOMQ_CLI_BIN", "")
+        if os.access(cli, os.X_OK):
+            out = subprocess.run([cli, "drops", "-p", str(HTTP_PORT), "-n", "3"],
+                                 capture_output=True, timeout=20)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            j = json.loads(out.stdout)
+            self.assertEqual(j["counters"]["queue_full"], 6)
+            self.assertEqual([(e["reason"], e["clientid"], e["topic"], e["qos"])
+                              for e in j["data"]],
+                             [("queue_full", "parked", "q/%d" % i, 1) for i in (9, 8, 7)])
+            out = subprocess.run([cli, "drops", "-p", str(nmq.free_port())],
+                                 capture_output=True, timeout=20)
+            self.assertEqual(out.returncode, 1)
+            self.assertIn(b"cannot connect", out.stderr)
         # The four queued ones are still delivered when the client returns.
         back = self.raw(4)
         ack = back.connect("parked", clean=False)

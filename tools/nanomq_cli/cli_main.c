@@ -1,8 +1,9 @@
-// nanomq_cli: `pub`, `sub`, `conn`, and with BUILD_BENCH `bench`.
+// nanomq_cli: `pub`, `sub`, `conn`, `drops`, and with BUILD_BENCH `bench`.
 #include <stdio.h>
 #include <string.h>
 
 #include "tools/nanomq_cli/cli_client.h"
+#include "tools/nanomq_cli/cli_drops.h"
 #include "tools/nanomq_cli/cli_opts.h"
 #ifdef NMQ_BUILD_BENCH
 #include "tools/nanomq_cli/bench.h"
@@ -31,6 +32,9 @@ int main(int argc, char **argv)
 	}
 	argv++;
 	argc--;
+	if (strcmp(argv[0], "drops") == 0) {
+		return cli_drops_main(argc, argv);
+	}
 	if (strcmp(argv[0], "bench") == 0) {
 #ifdef NMQ_BUILD_BENCH
 		bench = true;

@@ -875,6 +875,7 @@ static const char usage_overview[]
       "  pub     publish messages\n"
       "  sub     subscribe and print messages\n"
       "  conn    connect clients and hold the connections\n"
+      "  drops   print the broker's recent drops and refusals (its REST API)\n"
 #ifdef NMQ_BUILD_BENCH
       "  bench   load generator: bench pub|sub|conn|pubsub (see nanomq_cli bench --help)\n"
 #endif
