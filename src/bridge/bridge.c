@@ -48,6 +48,8 @@
 #define CONNECT_TIMEOUT_MS 10000
 #define SUB_PID            65535 // the SUBSCRIBE of each connect; never a PUBLISH's
 #define RT_SUB_PID         65534 // runtime (UN)SUBSCRIBEs (REST); never a PUBLISH's
+#define TP_PID             65533 // transparent (UN)SUBSCRIBEs; never a PUBLISH's
+#define TP_BATCH           64 // filters in one transparent (UN)SUBSCRIBE
 // In flight on a 3.1.1 link, which has no Receive Maximum: brokers still
 // bound what a client may have unacknowledged (Mosquitto: 20, refusing the
 // excess silently, since a 3.1.1 PUBACK carries no reason code).
@@ -109,6 +111,13 @@ typedef struct blink {
 
 // Configurations and forward arrays replaced by a reload, freed with the
 // bridge (a worker may still hold a forward matched before the swap).
+// A filter subscribed on the remote because local clients hold it
+// (transparent).
+typedef struct tpf {
+	char   *f;
+	uint8_t qos;
+} tpf;
+
 typedef struct retired {
 	struct retired *next;
 	conf_bridge    *cfg;
@@ -192,6 +201,17 @@ struct bridge {
 		uint32_t count;
 	} * echo;
 
+	// transparent: the filters local sessions hold, mirrored on the remote
+	// by the link thread (tp_sync_locked). tp_dirty: the set changed (or
+	// a new link, a runtime change) since the last sync; tp_resync: send
+	// every filter again (a new link). tp_sent (sorted by filter) is what
+	// the remote was last told, kept across links so that a filter left
+	// while the link was down is unsubscribed on the next one.
+	bool    tp_dirty, tp_resync;
+	tpf    *tp_sent;
+	size_t  n_tp_sent;
+	bridge *tp_next; // in set->tp_head, from bridge_run to bridge_halt
+
 	// counters (guarded by mtx)
 	uint64_t forwarded, received, dropped, dropped_qos0, evicted, refused, reconnects,
 	    loop_guarded, expired;
@@ -204,6 +224,10 @@ struct nmq_bridges {
 	bridge         *head;
 	bridge_env      env;
 	uint64_t        next_origin;
+	// The running bridges, for the broker's filter watcher (tp_changed):
+	// tp_mtx is taken under the broker's count lock, before a bridge's mtx.
+	pthread_mutex_t tp_mtx;
+	bridge         *tp_head;
 };
 
 static _Atomic(nmq_bridges *) g_set; // for the store's eviction callback
@@ -411,12 +435,12 @@ static void entry_remove(bridge *b, bentry *e, bool delete_row)
 	entry_free(b, e);
 }
 
-// Returns a free packet id (1..65533), or 0 when every one is in use.
+// Returns a free packet id (1..65532), or 0 when every one is in use.
 static uint16_t pid_alloc(bridge *b, bentry *e)
 {
-	for (uint32_t i = 0; i < 65533; i++) {
+	for (uint32_t i = 0; i < 65532; i++) {
 		uint16_t p  = b->next_pid;
-		b->next_pid = p >= 65533 ? 1 : (uint16_t)(p + 1);
+		b->next_pid = p >= 65532 ? 1 : (uint16_t)(p + 1);
 		if (p != 0 && b->by_pid[p] == NULL) {
 			b->by_pid[p] = e;
 			e->pid       = p;
@@ -1169,6 +1193,214 @@ static void send_subscribe_locked(bridge *b, const conf_bridge_sub *subs, int n,
 	free(list);
 }
 
+// Sends one UNSUBSCRIBE of filters[0..n) on the link (mtx held, link up),
+// with user properties up[0..n_up) (v5).
+static void send_unsubscribe_locked(bridge *b, const char *const *filters, int n, uint16_t pid,
+    const mqtt_user_prop *up, uint32_t n_up)
+{
+	size_t cap = 0;
+	for (int j = 0; j < n; j++) {
+		cap += strlen(filters[j]) + 2;
+	}
+	uint8_t *list = malloc(cap);
+	size_t   len  = 0;
+	for (int j = 0; list != NULL && j < n; j++) {
+		mqtt_bytes f = { (const uint8_t *)filters[j], (uint32_t)strlen(filters[j]) };
+		len += mqtt_unsub_list_put(list + len, cap - len, f);
+	}
+	mqtt_packet pk;
+	memset(&pk, 0, sizeof(pk));
+	pk.type                    = MQTT_UNSUBSCRIBE;
+	pk.flags                   = 0x2;
+	pk.u.unsubscribe.packet_id = pid;
+	pk.u.unsubscribe.count     = (uint32_t)n;
+	pk.u.unsubscribe.list.p    = list;
+	pk.u.unsubscribe.list.len  = (uint32_t)len;
+	if (b->ver == MQTT_PROTO_V5) {
+		bridge_user_props_set(&pk.u.unsubscribe.props, up, n_up);
+	}
+	if (list == NULL || !send_packet_locked(b, &pk)) {
+		log_warn("bridge", "bridge=%s event=unsubscribe_not_sent", b->name);
+	}
+	free(list);
+}
+
+// ------------------------------------------------------------ transparent
+
+typedef struct tpvec {
+	tpf   *v;
+	size_t n, cap;
+	bool   oom;
+} tpvec;
+
+// broker_filters_each callback: copies one filter.
+static void tp_collect(void *arg, const char *f, size_t len, uint8_t qos)
+{
+	tpvec *d = arg;
+	if (d->oom) {
+		return;
+	}
+	if (d->n == d->cap) {
+		size_t ncap = d->cap ? d->cap * 2 : 16;
+		tpf   *nv   = realloc(d->v, ncap * sizeof(*nv));
+		if (nv == NULL) {
+			d->oom = true;
+			return;
+		}
+		d->v   = nv;
+		d->cap = ncap;
+	}
+	char *c = strndup(f, len);
+	if (c == NULL) {
+		d->oom = true;
+		return;
+	}
+	d->v[d->n].f   = c;
+	d->v[d->n].qos = qos;
+	d->n++;
+}
+
+static int tpf_cmp(const void *a, const void *b)
+{
+	return strcmp(((const tpf *)a)->f, ((const tpf *)b)->f);
+}
+
+static void tpf_free(tpf *v, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		free(v[i].f);
+	}
+	free(v);
+}
+
+// True when f is one of the configured subscriptions' remote filters
+// (those are the configuration's business, never mirrored).
+static bool tp_configured(const conf_bridge *cfg, const char *f)
+{
+	for (int i = 0; i < cfg->n_subs; i++) {
+		if (strcmp(cfg->subs[i].remote_topic, f) == 0) {
+			return true;
+		}
+	}
+	return false;
+}
+
+// Sends the (UN)SUBSCRIBEs of one batch (mtx held, link up).
+static void tp_flush_locked(
+    bridge *b, conf_bridge_sub *subs, int *n_subs, const char **unsubs, int *n_unsubs)
+{
+	if (*n_subs > 0) {
+		send_subscribe_locked(b, subs, *n_subs, TP_PID, NULL, 0);
+		*n_subs = 0;
+	}
+	if (*n_unsubs > 0) {
+		send_unsubscribe_locked(b, unsubs, *n_unsubs, TP_PID, NULL, 0);
+		*n_unsubs = 0;
+	}
+}
+
+// Brings the remote's mirrored filters in line with the filters local
+// sessions hold (link thread, mtx held and released meanwhile, link up):
+// SUBSCRIBE for the new ones and those whose QoS changed (every one after
+// a new link), UNSUBSCRIBE for those no local session holds any more.
+static void tp_sync_locked(bridge *b)
+{
+	bool   resync = b->tp_resync;
+	blink *l      = b->link;
+	b->tp_dirty   = false;
+	b->tp_resync  = false;
+	tpvec d       = { NULL, 0, 0, false };
+	if (b->cfg->transparent) {
+		pthread_mutex_unlock(&b->mtx);
+		(void)broker_filters_each(b->set->env.broker, tp_collect, &d);
+		if (d.n > 1) {
+			qsort(d.v, d.n, sizeof(*d.v), tpf_cmp);
+		}
+		pthread_mutex_lock(&b->mtx);
+	} else if (b->n_tp_sent == 0) {
+		return;
+	}
+	if (b->link != l || !b->up || l->closed) {
+		tpf_free(d.v, d.n); // a new link syncs again from its CONNACK
+		return;
+	}
+	if (d.oom) {
+		log_warn_rl("bridge",
+		    "bridge=%s event=transparent_sync_failed reason=out_of_memory", b->name);
+		b->tp_dirty  = true; // again at the next wake-up
+		b->tp_resync = resync;
+		tpf_free(d.v, d.n);
+		return;
+	}
+	conf_bridge_sub subs[TP_BATCH];
+	const char     *unsubs[TP_BATCH];
+	int             ns = 0, nu = 0;
+	size_t          bytes = 0, n_sub = 0, n_unsub = 0;
+	size_t          i = 0, j = 0;
+	while (i < d.n || j < b->n_tp_sent) {
+		int c = i == d.n ? 1 : j == b->n_tp_sent ? -1 : strcmp(d.v[i].f, b->tp_sent[j].f);
+		const tpf  *sub  = NULL;
+		const char *gone = NULL;
+		if (c < 0) {
+			sub = &d.v[i++];
+		} else if (c > 0) {
+			gone = b->tp_sent[j++].f;
+		} else {
+			if (resync || d.v[i].qos != b->tp_sent[j].qos) {
+				sub = &d.v[i];
+			}
+			i++;
+			j++;
+		}
+		if (sub != NULL && !tp_configured(b->cfg, sub->f)) {
+			memset(&subs[ns], 0, sizeof(subs[ns]));
+			subs[ns].remote_topic = sub->f;
+			subs[ns].qos          = sub->qos;
+			subs[ns].retain       = 2;
+			subs[ns].nolocal      = true; // v5: no echo of our forwards
+			ns++;
+			n_sub++;
+			bytes += strlen(sub->f);
+		}
+		if (gone != NULL && !tp_configured(b->cfg, gone)) {
+			unsubs[nu++] = gone;
+			n_unsub++;
+			bytes += strlen(gone);
+		}
+		if (ns == TP_BATCH || nu == TP_BATCH || bytes >= 16384) {
+			tp_flush_locked(b, subs, &ns, unsubs, &nu);
+			bytes = 0;
+		}
+	}
+	tp_flush_locked(b, subs, &ns, unsubs, &nu);
+	tpf_free(b->tp_sent, b->n_tp_sent);
+	b->tp_sent   = d.v;
+	b->n_tp_sent = d.n;
+	if (n_sub > 0 || n_unsub > 0) {
+		log_info("bridge",
+		    "bridge=%s event=transparent_sync subscribed=%zu unsubscribed=%zu held=%zu",
+		    b->name, n_sub, n_unsub, d.n);
+	}
+}
+
+// The broker's filter watcher (broker_watch_filters): the set of filters
+// local sessions hold changed. Wakes the link thread of every transparent
+// bridge. Runs on a worker with broker locks held: only flags and signals.
+static void tp_changed(void *arg)
+{
+	nmq_bridges *set = arg;
+	pthread_mutex_lock(&set->tp_mtx);
+	for (bridge *b = set->tp_head; b != NULL; b = b->tp_next) {
+		pthread_mutex_lock(&b->mtx);
+		if (b->cfg->transparent) {
+			b->tp_dirty = true;
+			pthread_cond_broadcast(&b->cv);
+		}
+		pthread_mutex_unlock(&b->mtx);
+	}
+	pthread_mutex_unlock(&set->tp_mtx);
+}
+
 static void handle_connack_locked(bridge *b, const mqtt_connack *ca)
 {
 	if (ca->reason == MQTT_V3_BAD_PROTOCOL && b->ver != MQTT_PROTO_V5 && b->marker_sent) {
@@ -1226,10 +1458,13 @@ static void handle_connack_locked(bridge *b, const mqtt_connack *ca)
 		    b->n_mem + (b->disk_only == DISK_UNKNOWN ? 0 : (size_t)b->disk_only));
 		b->logged_up = true;
 	}
-	// Subscriptions, in one SUBSCRIBE.
+	// Subscriptions, in one SUBSCRIBE; the mirrored ones from the link
+	// thread (tp_sync_locked), every one again.
 	if (b->cfg->n_subs > 0) {
 		send_subscribe_locked(b, b->cfg->subs, b->cfg->n_subs, SUB_PID, NULL, 0);
 	}
+	b->tp_dirty  = true;
+	b->tp_resync = true;
 	// The backlog, at once: unacked first (DUP), then the rest.
 	b->next_unsent = b->head;
 	for (bentry *e = b->head; e != NULL; e = e->next) {
@@ -1790,6 +2025,14 @@ static void serve_locked(bridge *b)
 		}
 		bool was_up = b->up;
 		flush_deletes_locked(b);
+		if (b->up && b->tp_dirty && !l->closed) {
+			tp_sync_locked(b);
+		}
+		if (b->tp_dirty && b->up && !l->closed) {
+			// Out of memory: again in a second.
+			wait_until_locked(b, now + 1000);
+			continue;
+		}
 		wait_until_locked(b, next > now ? next : now + 1);
 		if (!was_up && b->up) {
 			pthread_mutex_unlock(&b->mtx);
@@ -1941,6 +2184,7 @@ static void bridge_free(bridge *b)
 	free(b->by_pid);
 	free(b->del_seqs);
 	free(b->echo);
+	tpf_free(b->tp_sent, b->n_tp_sent);
 	free(b->name);
 	free(b->store_id);
 	free(b->host_id);
@@ -2024,20 +2268,31 @@ static void bridge_run(bridge *b)
 		return;
 	}
 	b->thr_started = true;
+	pthread_mutex_lock(&b->set->tp_mtx);
+	b->tp_next      = b->set->tp_head;
+	b->set->tp_head = b;
+	pthread_mutex_unlock(&b->set->tp_mtx);
 	if (b->cfg->transparent) {
-		log_warn("bridge",
-		    "bridge=%s key=transparent event=ignored reason=not_supported "
-		    "(see docs/bridge.md; use subscription entries or PUT /api/v4/bridges/sub)",
-		    b->name);
+		broker_watch_filters(b->set->env.broker, tp_changed, b->set);
 	}
 	log_info("bridge",
-	    "bridge=%s server=%s forwards=%d subscriptions=%d cache=%s event=started", b->name,
-	    b->cfg->server, b->cfg->n_fwds, b->cfg->n_subs, b->store != NULL ? "on" : "off");
+	    "bridge=%s server=%s forwards=%d subscriptions=%d cache=%s transparent=%d "
+	    "event=started",
+	    b->name, b->cfg->server, b->cfg->n_fwds, b->cfg->n_subs,
+	    b->store != NULL ? "on" : "off", b->cfg->transparent ? 1 : 0);
 }
 
 // Stops b's link and removes its forwards; the caller drops its reference.
 static void bridge_halt(bridge *b)
 {
+	pthread_mutex_lock(&b->set->tp_mtx);
+	for (bridge **pp = &b->set->tp_head; *pp != NULL; pp = &(*pp)->tp_next) {
+		if (*pp == b) {
+			*pp = b->tp_next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&b->set->tp_mtx);
 	fwds_unsubscribe(b, b->fwds, b->n_fwds);
 	pthread_mutex_lock(&b->mtx);
 	b->stop = true;
@@ -2091,14 +2346,15 @@ static void bridge_update(bridge *b, const conf_bridge *cb)
 	for (int i = 0; i < b->n_fwds; i++) {
 		b->fwds[i].dead = true;
 	}
-	r->cfg     = b->cfg;
-	r->fwds    = b->fwds;
-	r->next    = b->retired;
-	b->retired = r;
-	b->cfg     = ncfg;
-	b->fwds    = nfw;
-	b->n_fwds  = ncfg->n_fwds;
-	b->restart = true;
+	r->cfg      = b->cfg;
+	r->fwds     = b->fwds;
+	r->next     = b->retired;
+	b->retired  = r;
+	b->cfg      = ncfg;
+	b->fwds     = nfw;
+	b->n_fwds   = ncfg->n_fwds;
+	b->restart  = true;
+	b->tp_dirty = true; // transparent switched off: unsubscribed on the next link
 	if (b->link != NULL) {
 		set_error_locked(b, "configuration changed");
 		conn_close(b->link->c);
@@ -2106,6 +2362,9 @@ static void bridge_update(bridge *b, const conf_bridge *cb)
 	pthread_cond_broadcast(&b->cv);
 	pthread_mutex_unlock(&b->mtx);
 	fwds_subscribe(b, b->fwds, b->n_fwds);
+	if (ncfg->transparent) {
+		broker_watch_filters(b->set->env.broker, tp_changed, b->set);
+	}
 	log_info("bridge", "bridge=%s event=reconfigured", b->name);
 }
 
@@ -2117,6 +2376,7 @@ nmq_bridges *bridges_start(const nmq_conf *conf, const bridge_env *env)
 	}
 	pthread_mutex_init(&set->mtx, NULL);
 	pthread_mutex_init(&set->change_mtx, NULL);
+	pthread_mutex_init(&set->tp_mtx, NULL);
 	set->env = *env;
 	atomic_store(&g_set, set);
 	bridges_reconfigure(set, conf);
@@ -2198,6 +2458,8 @@ void bridges_stop(nmq_bridges *set)
 		return;
 	}
 	atomic_store(&g_set, NULL);
+	// No watcher call runs or starts once this returns.
+	broker_watch_filters(set->env.broker, NULL, NULL);
 	pthread_mutex_lock(&set->mtx);
 	bridge *head = set->head;
 	set->head    = NULL;
@@ -2209,6 +2471,7 @@ void bridges_stop(nmq_bridges *set)
 	}
 	pthread_mutex_destroy(&set->mtx);
 	pthread_mutex_destroy(&set->change_mtx);
+	pthread_mutex_destroy(&set->tp_mtx);
 	free(set);
 }
 
@@ -2481,6 +2744,8 @@ nmq_err bridges_subscribe(nmq_bridges *set, const char *name, const conf_bridge_
 				send_subscribe_locked(
 				    b, subs, n, RT_SUB_PID, up, (uint32_t)n_props);
 			}
+			b->tp_dirty = true; // a mirrored filter may now be configured
+			pthread_cond_broadcast(&b->cv);
 		}
 	}
 	pthread_mutex_unlock(&b->mtx);
@@ -2527,35 +2792,14 @@ nmq_err bridges_unsubscribe(nmq_bridges *set, const char *name, const char *cons
 			nc = NULL;
 			e  = NMQ_OK;
 			if (b->link != NULL && b->up && !b->link->closed) {
-				size_t cap = 0;
-				for (int j = 0; j < n; j++) {
-					cap += strlen(filters[j]) + 2;
-				}
-				uint8_t *list = malloc(cap);
-				size_t   len  = 0;
-				for (int j = 0; list != NULL && j < n; j++) {
-					mqtt_bytes f = { (const uint8_t *)filters[j],
-						(uint32_t)strlen(filters[j]) };
-					len += mqtt_unsub_list_put(list + len, cap - len, f);
-				}
-				mqtt_packet pk;
-				memset(&pk, 0, sizeof(pk));
-				pk.type                    = MQTT_UNSUBSCRIBE;
-				pk.flags                   = 0x2;
-				pk.u.unsubscribe.packet_id = RT_SUB_PID;
-				pk.u.unsubscribe.count     = (uint32_t)n;
-				pk.u.unsubscribe.list.p    = list;
-				pk.u.unsubscribe.list.len  = (uint32_t)len;
-				if (b->ver == MQTT_PROTO_V5) {
-					bridge_user_props_set(
-					    &pk.u.unsubscribe.props, up, (uint32_t)n_props);
-				}
-				if (list == NULL || !send_packet_locked(b, &pk)) {
-					log_warn("bridge", "bridge=%s event=unsubscribe_not_sent",
-					    b->name);
-				}
-				free(list);
+				send_unsubscribe_locked(
+				    b, filters, n, RT_SUB_PID, up, (uint32_t)n_props);
 			}
+			// A filter local clients hold is mirrored again (after the
+			// UNSUBSCRIBE above); one that was mirrored is now configured.
+			b->tp_dirty  = true;
+			b->tp_resync = true;
+			pthread_cond_broadcast(&b->cv);
 		}
 	}
 	pthread_mutex_unlock(&b->mtx);

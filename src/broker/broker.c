@@ -16,8 +16,15 @@
 // group's copy goes to the next member that may read it
 // (topic_tree_match_stamped stand-ins).
 //
+// Filters held (bridges.mqtt.<name>.transparent): once a watcher is set,
+// the broker counts, per filter ("$share/<g>/" stripped, '$' topics left
+// out), the local subscriptions of each QoS, under watch_mtx, on the
+// SUBSCRIBE / UNSUBSCRIBE / session end path only (never on publish).
+// A session's filters join the count under its sess_subs.mtx (counted).
+//
 // Locks, in order: sess_subs.mtx -> slot stripe -> reg_mtx, and
-// sess_subs.mtx -> tree shard / auth_mtx. A delivery check takes only the
+// sess_subs.mtx -> tree shard / auth_mtx, and sess_subs.mtx -> watch_mtx
+// -> the watcher's own locks. A delivery check takes only the
 // subscriber's slot stripe (to read its identity), never while holding
 // another broker lock; acl_swapped takes a session's protocol lock
 // (nmq_session_drop_queued) with no broker lock held.
@@ -78,7 +85,16 @@ typedef struct sess_subs {
 	struct sess_subs *prev;
 	struct sess_subs *next;
 	unsigned          refs;
+	bool              counted; // its filters are in the broker's filter count
 } sess_subs;
+
+// One filter of the filter count: subscriptions per QoS.
+typedef struct fcount {
+	struct fcount *next;
+	uint32_t       n[3];
+	size_t         len;
+	char           f[];
+} fcount;
 
 #define SLOT_STRIPES 64
 
@@ -120,6 +136,15 @@ struct nmq_broker {
 	void           *authn_arg;
 	broker_acl_fn   acl_fn;
 	void           *acl_arg;
+
+	// The filter count (see the top of the file).
+	pthread_mutex_t   watch_mtx;
+	_Atomic bool      watch_on; // counting (never switched off again)
+	broker_filters_fn watch_fn; // NULL: nobody to tell
+	void             *watch_arg;
+	fcount          **wtab;
+	size_t            wcap; // buckets, a power of 2
+	size_t            wn; // filters
 };
 
 void broker_set_acl_checker(nmq_broker *b, broker_acl_fn fn, void *arg)
@@ -579,6 +604,7 @@ nmq_broker *broker_alloc(const nmq_conf *conf)
 	}
 	pthread_mutex_init(&b->reg_mtx, NULL);
 	pthread_mutex_init(&b->auth_mtx, NULL);
+	pthread_mutex_init(&b->watch_mtx, NULL);
 	char err[256];
 	if (broker_reconfigure(b, conf, err, sizeof(err)) != NMQ_OK) {
 		log_error("auth", "%s", err);
@@ -729,6 +755,14 @@ void broker_free(nmq_broker *b)
 	}
 	pthread_mutex_destroy(&b->reg_mtx);
 	pthread_mutex_destroy(&b->auth_mtx);
+	for (size_t i = 0; i < b->wcap; i++) {
+		for (fcount *f = b->wtab[i], *nx; f != NULL; f = nx) {
+			nx = f->next;
+			free(f);
+		}
+	}
+	free(b->wtab);
+	pthread_mutex_destroy(&b->watch_mtx);
 	free(b);
 }
 
@@ -1286,6 +1320,176 @@ int broker_sink_publish(nmq_broker *b, broker_sink *s, const proto_who *who, nmq
 	return route_msg(b, sink_key(s), who, msg);
 }
 
+// ------------------------------------------------------------ filter count
+
+// The filter a subscription counts as ("$share/<g>/" stripped) in *k, *kl;
+// false when it is not counted (a '$' topic, a malformed share).
+static bool fc_key(const char *filter, size_t len, const char **k, size_t *kl)
+{
+	mqtt_share sh;
+	if (mqtt_share_split((const uint8_t *)filter, len, &sh) == MQTT_SHARE_MALFORMED) {
+		return false;
+	}
+	*k  = (const char *)sh.filter;
+	*kl = sh.flen;
+	return *kl > 0 && (*k)[0] != '$';
+}
+
+static size_t fc_hash(const char *f, size_t len)
+{
+	uint64_t h = 1469598103934665603ull;
+	for (size_t i = 0; i < len; i++) {
+		h = (h ^ (uint8_t)f[i]) * 1099511628211ull;
+	}
+	return (size_t)(h ^ (h >> 29));
+}
+
+static int fc_max(const fcount *c)
+{
+	return c->n[2] > 0 ? 2 : c->n[1] > 0 ? 1 : c->n[0] > 0 ? 0 : -1;
+}
+
+// Doubles the table (watch_mtx held); on failure it stays as it is.
+static void fc_grow_locked(nmq_broker *b)
+{
+	size_t   ncap = b->wcap ? b->wcap * 2 : 64;
+	fcount **nt   = calloc(ncap, sizeof(*nt));
+	if (nt == NULL) {
+		return;
+	}
+	for (size_t i = 0; i < b->wcap; i++) {
+		for (fcount *c = b->wtab[i], *nx; c != NULL; c = nx) {
+			nx       = c->next;
+			size_t h = fc_hash(c->f, c->len) & (ncap - 1);
+			c->next  = nt[h];
+			nt[h]    = c;
+		}
+	}
+	free(b->wtab);
+	b->wtab = nt;
+	b->wcap = ncap;
+}
+
+// One local subscription of filter changes from QoS old_qos to new_qos
+// (-1: none); tells the watcher when the filter's highest QoS changes
+// (appears, goes). The subscriber's sess_subs.mtx is held.
+static void fc_change(nmq_broker *b, const char *filter, size_t len, int old_qos, int new_qos)
+{
+	const char *k;
+	size_t      kl;
+	if (old_qos == new_qos || !fc_key(filter, len, &k, &kl)) {
+		return;
+	}
+	pthread_mutex_lock(&b->watch_mtx);
+	if (b->wn >= b->wcap) {
+		fc_grow_locked(b);
+	}
+	fcount **pp = NULL;
+	fcount  *c  = NULL;
+	if (b->wcap > 0) {
+		pp = &b->wtab[fc_hash(k, kl) & (b->wcap - 1)];
+		while (*pp != NULL && ((*pp)->len != kl || memcmp((*pp)->f, k, kl) != 0)) {
+			pp = &(*pp)->next;
+		}
+		c = *pp;
+	}
+	if (c == NULL && new_qos >= 0 && pp != NULL) {
+		c = calloc(1, sizeof(*c) + kl + 1);
+		if (c != NULL) {
+			c->len = kl;
+			memcpy(c->f, k, kl);
+			*pp = c;
+			b->wn++;
+		}
+	}
+	if (c == NULL) {
+		if (new_qos >= 0) {
+			alloc_failed(b, "filter_count");
+		}
+		pthread_mutex_unlock(&b->watch_mtx);
+		return;
+	}
+	int before = fc_max(c);
+	if (old_qos >= 0 && old_qos <= 2 && c->n[old_qos] > 0) {
+		c->n[old_qos]--;
+	}
+	if (new_qos >= 0 && new_qos <= 2) {
+		c->n[new_qos]++;
+	}
+	int after = fc_max(c);
+	if (after < 0) {
+		*pp = c->next;
+		free(c);
+		b->wn--;
+	}
+	if (after != before && b->watch_fn != NULL) {
+		b->watch_fn(b->watch_arg);
+	}
+	pthread_mutex_unlock(&b->watch_mtx);
+}
+
+// Puts a session's filters in the count once counting is on (ss->mtx
+// held).
+static void fc_join_locked(nmq_broker *b, sess_subs *ss)
+{
+	if (ss->counted || ss->dead || !atomic_load(&b->watch_on)) {
+		return;
+	}
+	ss->counted = true;
+	for (size_t i = 0; i < ss->n; i++) {
+		fc_change(b, ss->v[i].filter, ss->v[i].len, -1, ss->v[i].opts.qos);
+	}
+}
+
+void broker_watch_filters(nmq_broker *b, broker_filters_fn fn, void *arg)
+{
+	pthread_mutex_lock(&b->watch_mtx);
+	b->watch_fn  = fn;
+	b->watch_arg = arg;
+	bool was_on  = atomic_exchange(&b->watch_on, fn != NULL || b->watch_on);
+	pthread_mutex_unlock(&b->watch_mtx);
+	if (fn == NULL || was_on) {
+		return;
+	}
+	// The first watcher: every session's filters join the count, one
+	// session at a time (as acl_swapped walks them); a session that
+	// subscribes meanwhile joins by itself.
+	pthread_mutex_lock(&b->reg_mtx);
+	sess_subs *ss = b->reg_head;
+	if (ss != NULL) {
+		ss->refs++;
+	}
+	pthread_mutex_unlock(&b->reg_mtx);
+	while (ss != NULL) {
+		pthread_mutex_lock(&ss->mtx);
+		fc_join_locked(b, ss);
+		pthread_mutex_unlock(&ss->mtx);
+		pthread_mutex_lock(&b->reg_mtx);
+		sess_subs *next = ss->next;
+		if (next != NULL) {
+			next->refs++;
+		}
+		pthread_mutex_unlock(&b->reg_mtx);
+		ss_put(b, ss);
+		ss = next;
+	}
+}
+
+size_t broker_filters_each(
+    nmq_broker *b, void (*cb)(void *arg, const char *filter, size_t len, uint8_t qos), void *arg)
+{
+	size_t n = 0;
+	pthread_mutex_lock(&b->watch_mtx);
+	for (size_t i = 0; i < b->wcap; i++) {
+		for (const fcount *c = b->wtab[i]; c != NULL; c = c->next) {
+			cb(arg, c->f, c->len, (uint8_t)fc_max(c));
+			n++;
+		}
+	}
+	pthread_mutex_unlock(&b->watch_mtx);
+	return n;
+}
+
 // Adds or replaces one subscription, stamped when the ACL lets the client
 // read every topic of the filter.
 static int b_subscribe_inner(nmq_broker *b, nmq_session *s, const proto_who *who,
@@ -1328,6 +1532,7 @@ static int b_subscribe_inner(nmq_broker *b, nmq_session *s, const proto_who *who
 		rv = MQTT_RC_UNSPECIFIED;
 		goto out;
 	}
+	fc_join_locked(b, ss);
 	if (ss->ident == NULL
 	    || (ss->ident->super != who->superuser
 	        && ident_is(ss->ident, who->username, who->peer))) {
@@ -1406,6 +1611,9 @@ static int b_subscribe_inner(nmq_broker *b, nmq_session *s, const proto_who *who
 			rv = MQTT_RC_UNSPECIFIED;
 		}
 		goto out;
+	}
+	if (ss->counted) {
+		fc_change(b, filter, len, i == ss->n ? -1 : ss->v[i].opts.qos, opts->qos);
 	}
 	ss->v[i].opts  = *opts;
 	ss->v[i].stamp = stamp;
@@ -1538,6 +1746,9 @@ static uint8_t unsubscribe(nmq_broker *b, nmq_session *s, const char *filter, si
 		if (ss->v[i].len == len && memcmp(ss->v[i].filter, filter, len) == 0) {
 			tree_remove(b, ss->v[i].filter, ss->v[i].len, s);
 			persist_sub(b, s, ss->v[i].filter, ss->v[i].len, NULL, false);
+			if (ss->counted) {
+				fc_change(b, ss->v[i].filter, ss->v[i].len, ss->v[i].opts.qos, -1);
+			}
 			free(ss->v[i].filter);
 			ss->v[i] = ss->v[--ss->n];
 			rc       = 0;
@@ -1585,6 +1796,9 @@ static void session_end(nmq_broker *b, nmq_session *s)
 	ss->dead = true;
 	for (size_t i = 0; i < ss->n; i++) {
 		tree_remove(b, ss->v[i].filter, ss->v[i].len, s);
+		if (ss->counted) {
+			fc_change(b, ss->v[i].filter, ss->v[i].len, ss->v[i].opts.qos, -1);
+		}
 		free(ss->v[i].filter);
 	}
 	ss->n = 0;

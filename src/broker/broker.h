@@ -112,6 +112,27 @@ void                     broker_set_store(nmq_broker *b, nmq_store *st);
 topic_tree   *broker_topic_tree(nmq_broker *b);
 retain_store *broker_retain(nmq_broker *b);
 
+// The filters local sessions hold, for transparent bridges: once a watcher
+// is set, the broker counts the local subscriptions of each filter (a
+// shared "$share/<g>/<f>" counts as <f>; filters starting with '$' are not
+// counted; bridges' sinks are not sessions and never count) and calls fn
+// whenever the set changes: a filter appears or goes, or its highest QoS
+// changes. fn runs on the subscriber's worker with broker locks held: it
+// must only note the change and wake its own thread (it may take a leaf
+// lock of its own, never call into the broker). The first watcher makes
+// the broker count the sessions that already exist (restored ones
+// included), walking them on the calling thread; counting then stays on
+// (a subscription costs a hash look-up under one mutex, a publish nothing).
+// fn NULL removes the watcher: once this returns, fn is not running and
+// will not be called. Any thread but a worker; not with a lock fn takes.
+typedef void (*broker_filters_fn)(void *arg);
+void broker_watch_filters(nmq_broker *b, broker_filters_fn fn, void *arg);
+// Calls cb for every counted filter with its highest local QoS (under the
+// count's lock: cb must copy and must not call into the broker). Returns
+// how many. Any thread holding no lock that fn takes.
+size_t broker_filters_each(
+    nmq_broker *b, void (*cb)(void *arg, const char *filter, size_t len, uint8_t qos), void *arg);
+
 // Deliveries skipped because the ACL denies the subscriber read access to
 // the message's topic (one per message and subscriber refused, shared
 // subscription members included). Lock-free read.

@@ -139,8 +139,8 @@ class Mosquitto:
     mosquitto 2.0 can pass a newer QoS 1 message ahead of queued ones, which
     the ordering checks would blame on the bridge."""
 
-    def __init__(self, tmp, extra=""):
-        self.port = free_port()
+    def __init__(self, tmp, extra="", port=None):
+        self.port = port or free_port()
         self.conf = os.path.join(tmp, "mosquitto-%d.conf" % self.port)
         with open(self.conf, "w") as f:
             f.write("listener %d %s\nallow_anonymous true\npersistence false\n"
