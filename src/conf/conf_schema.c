@@ -530,8 +530,9 @@ const conf_key conf_schema[] = {
 	    .def = "60", .min = 1, .max = 86400, .reload = true,
 	    .help = "Reconnect delay: exponential from 1 s up to this, with jitter." },
 	{ .path = BR "transparent", .type = CONF_T_BOOL, .store = CONF_ST_BOOL, BF(transparent),
-	    .def = "false", .reload = true, .status = CONF_S_NOEFFECT,
-	    .help = "Pass local SUBSCRIBE and UNSUBSCRIBE through to the remote broker." },
+	    .def = "false", .reload = true,
+	    .help = "Mirror the filters local clients subscribe to on the remote broker "
+	            "(bridge.md, \"Transparent bridges\")." },
 	{ .path = BR "no_local_v4", .type = CONF_T_BOOL, .store = CONF_ST_BOOL, BF(no_local_v4),
 	    .def = "true", .reload = true,
 	    .help = "Never send a message that came from the remote broker back to it." },

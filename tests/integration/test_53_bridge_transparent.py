@@ -12,6 +12,7 @@ the durable store count."""
 import os
 import re
 import shutil
+import signal
 import time
 import unittest
 
@@ -262,6 +263,36 @@ class TestTransparent(TransparentCase):
         got = c2.wait_message(timeout=5)
         self.assertIsNotNone(got, "the restored session got nothing from the remote")
         self.assertEqual((got.topic, got.payload), ("kept/1", b"queued"))
+
+    # A reload that switches transparent off unsubscribes what was
+    # mirrored; switching it on again subscribes the current set.
+    def test_reload_switches_it(self):
+        inst = self.instance()
+        m = self.remote(inst)
+        port, proc = self.broker(inst, m.port)
+        self.linked(inst)
+        a = self.client(port, "local-a", clean=False)
+        a.connect()
+        a.subscribe("w/#", 1)
+        self.wait_subscribed(m, "w/#")
+
+        def conf(on):
+            return nmq_ops.base_conf(port, inst.ipc_url, extra=bridge_conf(
+                "tb", "mqtt-tcp://127.0.0.1:%d" % m.port, 4, 10, "", "",
+                "  transparent = %s\n" % ("true" if on else "false")))
+        inst.write("nanomq.conf", conf(False))
+        inst.kill(signal.SIGHUP)
+        self.assertTrue(wait_for(lambda: m.unsubscribes() == 1, 10.0),
+                        "no UNSUBSCRIBE after transparent went off:\n" + m.text()[-2000:])
+        self.linked(inst, count=2)
+        inst.write("nanomq.conf", conf(True))
+        inst.kill(signal.SIGHUP)
+        self.linked(inst, count=3)
+        self.wait_subscribed(m, "w/#", count=2)
+        self.remote_pub(m, "w/1", b"back")
+        got = a.wait_message(timeout=5)
+        self.assertIsNotNone(got, "nothing arrived after transparent came back")
+        self.assertEqual(got.payload, b"back")
 
 
 if __name__ == "__main__":
