@@ -1303,7 +1303,8 @@ static void tp_flush_locked(
 // sessions hold (link thread, mtx held and released meanwhile, link up):
 // SUBSCRIBE for the new ones and those whose QoS changed (every one after
 // a new link), UNSUBSCRIBE for those no local session holds any more.
-static void tp_sync_locked(bridge *b)
+// Returns false when memory ran out (tp_dirty is then set again).
+static bool tp_sync_locked(bridge *b)
 {
 	bool   resync = b->tp_resync;
 	blink *l      = b->link;
@@ -1318,11 +1319,11 @@ static void tp_sync_locked(bridge *b)
 		}
 		pthread_mutex_lock(&b->mtx);
 	} else if (b->n_tp_sent == 0) {
-		return;
+		return true;
 	}
 	if (b->link != l || !b->up || l->closed) {
 		tpf_free(d.v, d.n); // a new link syncs again from its CONNACK
-		return;
+		return true;
 	}
 	if (d.oom) {
 		log_warn_rl("bridge",
@@ -1330,7 +1331,7 @@ static void tp_sync_locked(bridge *b)
 		b->tp_dirty  = true; // again at the next wake-up
 		b->tp_resync = resync;
 		tpf_free(d.v, d.n);
-		return;
+		return false;
 	}
 	conf_bridge_sub subs[TP_BATCH];
 	const char     *unsubs[TP_BATCH];
@@ -1381,6 +1382,7 @@ static void tp_sync_locked(bridge *b)
 		    "bridge=%s event=transparent_sync subscribed=%zu unsubscribed=%zu held=%zu",
 		    b->name, n_sub, n_unsub, d.n);
 	}
+	return true;
 }
 
 // The broker's filter watcher (broker_watch_filters): the set of filters
@@ -2026,12 +2028,13 @@ static void serve_locked(bridge *b)
 		bool was_up = b->up;
 		flush_deletes_locked(b);
 		if (b->up && b->tp_dirty && !l->closed) {
-			tp_sync_locked(b);
-		}
-		if (b->tp_dirty && b->up && !l->closed) {
-			// Out of memory: again in a second.
-			wait_until_locked(b, now + 1000);
-			continue;
+			if (!tp_sync_locked(b)) {
+				wait_until_locked(b, now + 1000); // out of memory: again later
+				continue;
+			}
+			if (b->tp_dirty) {
+				continue; // changed while the set was copied
+			}
 		}
 		wait_until_locked(b, next > now ? next : now + 1);
 		if (!was_up && b->up) {
@@ -2459,7 +2462,9 @@ void bridges_stop(nmq_bridges *set)
 	}
 	atomic_store(&g_set, NULL);
 	// No watcher call runs or starts once this returns.
-	broker_watch_filters(set->env.broker, NULL, NULL);
+	if (set->env.broker != NULL) {
+		broker_watch_filters(set->env.broker, NULL, NULL);
+	}
 	pthread_mutex_lock(&set->mtx);
 	bridge *head = set->head;
 	set->head    = NULL;
