@@ -206,11 +206,18 @@ struct bridge {
 	// a new link, a runtime change) since the last sync; tp_resync: send
 	// every filter again (a new link). tp_sent (sorted by filter) is what
 	// the remote was last told, kept across links so that a filter left
-	// while the link was down is unsubscribed on the next one.
-	bool    tp_dirty, tp_resync;
-	tpf    *tp_sent;
-	size_t  n_tp_sent;
-	bridge *tp_next; // in set->tp_head, from bridge_run to bridge_halt
+	// while the link was down is unsubscribed on the next one. tp_gone:
+	// filters UNSUBSCRIBEd whose UNSUBACK has not come (tp_unsub_out
+	// UNSUBSCRIBEs unanswered on this link): a link that closes before
+	// they are answered may have lost them, so the next one sends them
+	// again (unless they are held again).
+	bool     tp_dirty, tp_resync;
+	tpf     *tp_sent;
+	size_t   n_tp_sent;
+	tpf     *tp_gone;
+	size_t   n_tp_gone;
+	uint32_t tp_unsub_out;
+	bridge  *tp_next; // in set->tp_head, from bridge_run to bridge_halt
 
 	// counters (guarded by mtx)
 	uint64_t forwarded, received, dropped, dropped_qos0, evicted, refused, reconnects,
@@ -1285,6 +1292,30 @@ static bool tp_configured(const conf_bridge *cfg, const char *f)
 	return false;
 }
 
+// Remembers an unsubscribed filter until its UNSUBACK (tp_gone). False
+// when out of memory.
+static bool tp_gone_add(bridge *b, const char *f)
+{
+	for (size_t i = 0; i < b->n_tp_gone; i++) {
+		if (strcmp(b->tp_gone[i].f, f) == 0) {
+			return true;
+		}
+	}
+	tpf  *nv = realloc(b->tp_gone, (b->n_tp_gone + 1) * sizeof(*nv));
+	char *c  = strdup(f);
+	if (nv != NULL) {
+		b->tp_gone = nv;
+	}
+	if (nv == NULL || c == NULL) {
+		free(c);
+		return false;
+	}
+	b->tp_gone[b->n_tp_gone].f   = c;
+	b->tp_gone[b->n_tp_gone].qos = 0;
+	b->n_tp_gone++;
+	return true;
+}
+
 // Sends the (UN)SUBSCRIBEs of one batch (mtx held, link up).
 static void tp_flush_locked(
     bridge *b, conf_bridge_sub *subs, int *n_subs, const char **unsubs, int *n_unsubs)
@@ -1295,6 +1326,7 @@ static void tp_flush_locked(
 	}
 	if (*n_unsubs > 0) {
 		send_unsubscribe_locked(b, unsubs, *n_unsubs, TP_PID, NULL, 0);
+		b->tp_unsub_out++;
 		*n_unsubs = 0;
 	}
 }
@@ -1318,7 +1350,7 @@ static bool tp_sync_locked(bridge *b)
 			qsort(d.v, d.n, sizeof(*d.v), tpf_cmp);
 		}
 		pthread_mutex_lock(&b->mtx);
-	} else if (b->n_tp_sent == 0) {
+	} else if (b->n_tp_sent == 0 && (b->n_tp_gone == 0 || !resync)) {
 		return true;
 	}
 	if (b->link != l || !b->up || l->closed) {
@@ -1337,7 +1369,7 @@ static bool tp_sync_locked(bridge *b)
 	const char     *unsubs[TP_BATCH];
 	int             ns = 0, nu = 0;
 	size_t          bytes = 0, n_sub = 0, n_unsub = 0;
-	size_t          i = 0, j = 0;
+	size_t          i = 0, j = 0, untracked = 0;
 	while (i < d.n || j < b->n_tp_sent) {
 		int c = i == d.n ? 1 : j == b->n_tp_sent ? -1 : strcmp(d.v[i].f, b->tp_sent[j].f);
 		const tpf  *sub  = NULL;
@@ -1352,6 +1384,9 @@ static bool tp_sync_locked(bridge *b)
 			}
 			i++;
 			j++;
+		}
+		if (gone != NULL && !tp_gone_add(b, gone)) {
+			untracked++; // sent, but not again if this link drops
 		}
 		if (sub != NULL && !tp_configured(b->cfg, sub->f)) {
 			memset(&subs[ns], 0, sizeof(subs[ns]));
@@ -1373,10 +1408,32 @@ static bool tp_sync_locked(bridge *b)
 			bytes = 0;
 		}
 	}
+	if (resync) {
+		// Unanswered UNSUBSCRIBEs of an earlier link, for filters no
+		// local session holds again.
+		for (size_t g = 0; g < b->n_tp_gone; g++) {
+			const char *f   = b->tp_gone[g].f;
+			tpf         key = { (char *)f, 0 };
+			if ((d.n == 0 || bsearch(&key, d.v, d.n, sizeof(*d.v), tpf_cmp) == NULL)
+			    && !tp_configured(b->cfg, f)) {
+				unsubs[nu++] = f;
+				n_unsub++;
+				if (nu == TP_BATCH) {
+					tp_flush_locked(b, subs, &ns, unsubs, &nu);
+				}
+			}
+		}
+	}
 	tp_flush_locked(b, subs, &ns, unsubs, &nu);
 	tpf_free(b->tp_sent, b->n_tp_sent);
 	b->tp_sent   = d.v;
 	b->n_tp_sent = d.n;
+	if (untracked > 0) {
+		log_warn_rl("bridge",
+		    "bridge=%s event=transparent_unsubscribe_untracked filters=%zu "
+		    "reason=out_of_memory",
+		    b->name, untracked);
+	}
 	if (n_sub > 0 || n_unsub > 0) {
 		log_info("bridge",
 		    "bridge=%s event=transparent_sync subscribed=%zu unsubscribed=%zu held=%zu",
@@ -1465,8 +1522,9 @@ static void handle_connack_locked(bridge *b, const mqtt_connack *ca)
 	if (b->cfg->n_subs > 0) {
 		send_subscribe_locked(b, b->cfg->subs, b->cfg->n_subs, SUB_PID, NULL, 0);
 	}
-	b->tp_dirty  = true;
-	b->tp_resync = true;
+	b->tp_dirty     = true;
+	b->tp_resync    = true;
+	b->tp_unsub_out = 0;
 	// The backlog, at once: unacked first (DUP), then the rest.
 	b->next_unsent = b->head;
 	for (bentry *e = b->head; e != NULL; e = e->next) {
@@ -1611,8 +1669,17 @@ static int link_frame(void *upper, const uint8_t *frame, size_t len)
 			}
 		}
 		break;
-	case MQTT_PINGRESP:
 	case MQTT_UNSUBACK:
+		// Every transparent UNSUBSCRIBE of this link answered: none
+		// needs sending again on the next one.
+		if (pk.u.suback.packet_id == TP_PID && b->tp_unsub_out > 0
+		    && --b->tp_unsub_out == 0) {
+			tpf_free(b->tp_gone, b->n_tp_gone);
+			b->tp_gone   = NULL;
+			b->n_tp_gone = 0;
+		}
+		break;
+	case MQTT_PINGRESP:
 		break;
 	case MQTT_DISCONNECT:
 		set_error_locked(b, "DISCONNECT from the remote: %s (0x%02x)",
@@ -1970,10 +2037,12 @@ static void serve_locked(bridge *b)
 	uint64_t deadline  = now_ms() + wait_ms;
 	uint64_t next_sys  = 0;
 	bool     was_empty = true;
+	bool     closing   = false; // closed here, the callback not yet in
 	while (!l->closed) {
 		uint64_t now = now_ms();
 		uint64_t ka  = (uint64_t)b->cfg->keepalive_s * 1000;
 		if (b->stop || b->restart || b->switched_off) {
+			closing = true;
 			conn_close(l->c);
 			b->restart = false;
 			set_error_locked(b,
@@ -2027,7 +2096,7 @@ static void serve_locked(bridge *b)
 		}
 		bool was_up = b->up;
 		flush_deletes_locked(b);
-		if (b->up && b->tp_dirty && !l->closed) {
+		if (b->up && b->tp_dirty && !l->closed && !closing) {
 			if (!tp_sync_locked(b)) {
 				wait_until_locked(b, now + 1000); // out of memory: again later
 				continue;
@@ -2188,6 +2257,7 @@ static void bridge_free(bridge *b)
 	free(b->del_seqs);
 	free(b->echo);
 	tpf_free(b->tp_sent, b->n_tp_sent);
+	tpf_free(b->tp_gone, b->n_tp_gone);
 	free(b->name);
 	free(b->store_id);
 	free(b->host_id);
