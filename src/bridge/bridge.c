@@ -2616,6 +2616,48 @@ size_t bridges_health_json(nmq_bridges *set, const char *name, char *buf, size_t
 	return name != NULL && !found ? 0 : n;
 }
 
+int bridges_conf_copies(nmq_bridges *set, const char *name, conf_bridge ***out)
+{
+	conf_bridge **v   = NULL;
+	int           n   = 0;
+	int           cap = 0;
+	bool          oom = false;
+	pthread_mutex_lock(&set->mtx);
+	for (bridge *b = set->head; b != NULL && !oom; b = b->next) {
+		if (name != NULL && strcmp(name, b->name) != 0) {
+			continue;
+		}
+		if (n == cap) {
+			cap              = cap == 0 ? 4 : cap * 2;
+			conf_bridge **nv = realloc(v, (size_t)cap * sizeof(*nv));
+			if (nv == NULL) {
+				oom = true;
+				break;
+			}
+			v = nv;
+		}
+		pthread_mutex_lock(&b->mtx);
+		conf_bridge *c = conf_bridge_dup(b->cfg);
+		pthread_mutex_unlock(&b->mtx);
+		if (c == NULL) {
+			oom = true;
+		} else {
+			v[n++] = c;
+		}
+	}
+	pthread_mutex_unlock(&set->mtx);
+	if (oom) {
+		for (int i = 0; i < n; i++) {
+			conf_bridge_free(v[i]);
+		}
+		free(v);
+		*out = NULL;
+		return -1;
+	}
+	*out = v;
+	return n;
+}
+
 // ------------------------------------------------------- runtime changes
 
 // The bridge named name, held (NULL if none).

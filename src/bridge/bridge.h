@@ -96,5 +96,10 @@ void bridges_store_evicted(void *arg, const char *client_id, uint64_t seq);
 // JSON array) as JSON into buf; returns the length it needs (as snprintf),
 // or 0 when there is no such bridge. Fields: docs/bridge.md.
 size_t bridges_health_json(nmq_bridges *bs, const char *name, char *buf, size_t cap);
+// Copies of the running settings of the bridge named name (every bridge
+// when NULL), in the set's order, as PUT /bridges last left them: *out
+// gets an array of n copies (free each with conf_bridge_free, then the
+// array). Returns n (0: none, *out NULL), or -1 when out of memory.
+int bridges_conf_copies(nmq_bridges *bs, const char *name, conf_bridge ***out);
 
 #endif // NMQ_BRIDGE_H

@@ -471,6 +471,9 @@ int                conf_bridge_url(
 // on, so the document can be written back as it is. Returns NULL
 // on allocation failure; the caller deletes the tree.
 struct cJSON *conf_to_json(const nmq_conf *c);
+// One bridge's settings as bridges.mqtt.<name> shows them in conf_to_json
+// (secrets as "******"); NULL when out of memory. The caller deletes it.
+struct cJSON *conf_bridge_to_json(const conf_bridge *b);
 
 // Reload support. conf_diff() compares the running configuration a with a
 // newly loaded b and lists every key whose value differs, in schema order,

@@ -129,7 +129,46 @@ static bool add_rows(cJSON *o, const char *pre, int base, const void *obj)
 	return true;
 }
 
-// bridges.mqtt.<name> for every bridge, with forwards and subscription.
+// Fills o with the keys of one bridge (as bridges.mqtt.<name> holds
+// them), with forwards and subscription. Returns false on allocation
+// failure.
+static bool bridge_rows(cJSON *o, const conf_bridge *b)
+{
+	cJSON *fw, *sb;
+	if (!add_rows(o, BRIDGE_PRE, CONF_BASE_BRIDGE, b)
+	    || (fw = cJSON_AddArrayToObject(o, "forwards")) == NULL
+	    || (sb = cJSON_AddArrayToObject(o, "subscription")) == NULL) {
+		return false;
+	}
+	for (int f = 0; f < b->n_fwds; f++) {
+		cJSON *e = cJSON_CreateObject();
+		if (e == NULL || !cJSON_AddItemToArray(fw, e)
+		    || !add_rows(e, BRIDGE_PRE "forwards.", CONF_BASE_BRIDGE_FWD, &b->fwds[f])) {
+			return false;
+		}
+	}
+	for (int f = 0; f < b->n_subs; f++) {
+		cJSON *e = cJSON_CreateObject();
+		if (e == NULL || !cJSON_AddItemToArray(sb, e)
+		    || !add_rows(
+		        e, BRIDGE_PRE "subscription.", CONF_BASE_BRIDGE_SUB, &b->subs[f])) {
+			return false;
+		}
+	}
+	return true;
+}
+
+struct cJSON *conf_bridge_to_json(const conf_bridge *b)
+{
+	cJSON *o = cJSON_CreateObject();
+	if (o != NULL && !bridge_rows(o, b)) {
+		cJSON_Delete(o);
+		o = NULL;
+	}
+	return o;
+}
+
+// bridges.mqtt.<name> for every bridge.
 static bool add_bridges(cJSON *root, const nmq_conf *c)
 {
 	if (c->n_bridges == 0) {
@@ -147,29 +186,9 @@ static bool add_bridges(cJSON *root, const nmq_conf *c)
 		return false;
 	}
 	for (int i = 0; i < c->n_bridges; i++) {
-		const conf_bridge *b = &c->bridges[i];
-		cJSON             *o = cJSON_AddObjectToObject(mq, b->name);
-		cJSON             *fw, *sb;
-		if (o == NULL || !add_rows(o, BRIDGE_PRE, CONF_BASE_BRIDGE, b)
-		    || (fw = cJSON_AddArrayToObject(o, "forwards")) == NULL
-		    || (sb = cJSON_AddArrayToObject(o, "subscription")) == NULL) {
+		cJSON *o = cJSON_AddObjectToObject(mq, c->bridges[i].name);
+		if (o == NULL || !bridge_rows(o, &c->bridges[i])) {
 			return false;
-		}
-		for (int f = 0; f < b->n_fwds; f++) {
-			cJSON *e = cJSON_CreateObject();
-			if (e == NULL || !cJSON_AddItemToArray(fw, e)
-			    || !add_rows(
-			        e, BRIDGE_PRE "forwards.", CONF_BASE_BRIDGE_FWD, &b->fwds[f])) {
-				return false;
-			}
-		}
-		for (int f = 0; f < b->n_subs; f++) {
-			cJSON *e = cJSON_CreateObject();
-			if (e == NULL || !cJSON_AddItemToArray(sb, e)
-			    || !add_rows(
-			        e, BRIDGE_PRE "subscription.", CONF_BASE_BRIDGE_SUB, &b->subs[f])) {
-				return false;
-			}
 		}
 	}
 	return true;

@@ -565,22 +565,106 @@ static cJSON *bridges_health(rest_api *api, const char *name, int *status)
 	return NULL;
 }
 
-// GET /bridges and /bridges/:name: the health of the bridges.
+// Moves item key of from (if there) into to under name.
+static void move_item(cJSON *from, const char *key, cJSON *to, const char *name)
+{
+	cJSON *it = cJSON_DetachItemFromObjectCaseSensitive(from, key);
+	if (it != NULL && !cJSON_AddItemToObject(to, name, it)) {
+		cJSON_Delete(it);
+	}
+}
+
+// One bridge in NanoMQ's node shape (name, enable, parallel, connector,
+// forwards, subscription, sub_properties, queue lengths, tls), from its
+// running settings, with its health (docs/bridge.md) beside them. NULL
+// when out of memory.
+static cJSON *bridge_node(const conf_bridge *cb, cJSON *health)
+{
+	cJSON *cj   = conf_bridge_to_json(cb);
+	cJSON *node = cJSON_CreateObject();
+	cJSON *conn = node != NULL ? cJSON_CreateObject() : NULL;
+	if (cj == NULL || conn == NULL || cJSON_AddStringToObject(node, "name", cb->name) == NULL) {
+		cJSON_Delete(cj);
+		cJSON_Delete(node);
+		cJSON_Delete(conn);
+		return NULL;
+	}
+	move_item(cj, "enable", node, "enable");
+	move_item(cj, "max_parallel_processes", node, "parallel");
+	cJSON_AddItemToObject(node, "connector", conn);
+	static const char *const ck[] = { "server", "proto_ver", "clientid", "clean_start",
+		"username", "password", "keepalive", "conn_properties" };
+	for (size_t i = 0; i < sizeof(ck) / sizeof(ck[0]); i++) {
+		move_item(cj, ck[i], conn, ck[i]);
+	}
+	cJSON *will = cJSON_GetObjectItemCaseSensitive(cj, "will");
+	move_item(will, "properties", conn, "will_properties");
+	move_item(cj, "will", conn, "will");
+	static const char *const nk[] = { "forwards", "subscription", "sub_properties",
+		"max_send_queue_len", "max_recv_queue_len" };
+	for (size_t i = 0; i < sizeof(nk) / sizeof(nk[0]); i++) {
+		move_item(cj, nk[i], node, nk[i]);
+	}
+	move_item(cj, "ssl", node, "tls");
+	cJSON_Delete(cj);
+	// The health: state, backlog, counters (its name is already there).
+	for (cJSON *h = health != NULL ? health->child : NULL; h != NULL;) {
+		cJSON *next = h->next;
+		if (strcmp(h->string, "name") != 0
+		    && cJSON_GetObjectItemCaseSensitive(node, h->string) == NULL) {
+			cJSON *d = cJSON_Duplicate(h, true);
+			if (d != NULL && !cJSON_AddItemToObject(node, h->string, d)) {
+				cJSON_Delete(d);
+			}
+		}
+		h = next;
+	}
+	return node;
+}
+
+// GET /bridges and /bridges/:name: {"bridge":{"nodes":[...]}} as NanoMQ
+// answers, each node with its running settings and its health.
 static void h_bridges(void *arg, const http_req *req, http_resp *r)
 {
-	rest_api   *api  = arg;
-	const char *name = req->nparams == 1 ? req->params[0] : NULL;
-	int         status;
-	cJSON      *j = bridges_health(api, name, &status);
-	if (j != NULL) {
-		rest_ok(r, j);
-	} else if (status == 0) {
+	rest_api     *api  = arg;
+	const char   *name = req->nparams == 1 ? req->params[0] : NULL;
+	conf_bridge **cv   = NULL;
+	int n = api->env.bridges != NULL ? bridges_conf_copies(api->env.bridges, name, &cv) : 0;
+	if (n < 0) {
 		r->oom = true;
-	} else if (status == 404) {
-		http_resp_error(r, 404, REST_PARAM_ERROR, "no such bridge");
-	} else {
-		http_resp_error(r, 500, REST_UNKNOWN_ERROR, "bad bridge health document");
+		return;
 	}
+	if (n == 0 && name != NULL) {
+		http_resp_error(r, 404, REST_PARAM_ERROR, "no such bridge");
+		return;
+	}
+	int    status;
+	cJSON *health = n > 0 ? bridges_health(api, NULL, &status) : NULL;
+	cJSON *data   = cJSON_CreateObject();
+	cJSON *br     = data != NULL ? cJSON_AddObjectToObject(data, "bridge") : NULL;
+	cJSON *nodes  = br != NULL ? cJSON_AddArrayToObject(br, "nodes") : NULL;
+	bool   ok     = nodes != NULL;
+	for (int i = 0; i < n; i++) {
+		cJSON *h = NULL;
+		cJSON_ArrayForEach(h, health)
+		{
+			const cJSON *hn = cJSON_GetObjectItemCaseSensitive(h, "name");
+			if (cJSON_IsString(hn) && strcmp(hn->valuestring, cv[i]->name) == 0) {
+				break;
+			}
+		}
+		cJSON *node = ok ? bridge_node(cv[i], h) : NULL;
+		ok          = node != NULL && cJSON_AddItemToArray(nodes, node);
+		conf_bridge_free(cv[i]);
+	}
+	free(cv);
+	cJSON_Delete(health);
+	if (!ok) {
+		cJSON_Delete(data);
+		r->oom = true;
+		return;
+	}
+	rest_ok(r, data);
 }
 
 rest_api *rest_api_alloc(http_server *hs, const rest_env *env)

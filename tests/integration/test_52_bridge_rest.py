@@ -108,7 +108,7 @@ class TestBridgeRest(OpsTestCase):
 
     def state(self, name):
         st, j = self.api.request("GET", "/api/v4/bridges/" + name)
-        return j["data"]["state"] if st == 200 else None
+        return j["data"]["bridge"]["nodes"][0]["state"] if st == 200 else None
 
     # Runtime subscriptions: added (brief form with curl, then NanoMQ's form
     # with http.client), they reach the remote at once; removed, messages
@@ -198,6 +198,13 @@ class TestBridgeRest(OpsTestCase):
         m = self.remote.wait_message(5)
         self.assertEqual((m.topic, m.payload), ("p/g/new", b"y"))
         self.remote.expect_no_message(0.5)
+        # GET shows the settings PUT gave (NanoMQ's node shape).
+        st, j = self.api.request("GET", "/api/v4/bridges/b1")
+        node = j["data"]["bridge"]["nodes"][0]
+        self.assertEqual((node["connector"]["proto_ver"], node["connector"]["keepalive"],
+                          node["state"]), (5, 5, "up"))
+        self.assertEqual([(f["local_topic"], f["prefix"]) for f in node["forwards"]],
+                         [("g/#", "p/")])
         # A new bridge, then deleted.
         st, j = curl(self.hport, "PUT", "/api/v4/bridges/b2", json.dumps({"b2": {
             "server": "mqtt-tcp://127.0.0.1:%d" % self.m.port,
@@ -298,7 +305,8 @@ class TestBridgeRestV5(OpsTestCase):
         self.assertTrue(wait_for(lambda: fake.connects, 10), inst.output()[-2000:])
         api = Api(hport)
         self.assertTrue(wait_for(
-            lambda: api.request("GET", "/api/v4/bridges/v5")[1]["data"]["state"] == "up", 5))
+            lambda: api.request("GET", "/api/v4/bridges/v5")[1]["data"]["bridge"]["nodes"][0]
+            ["state"] == "up", 5))
         st, j = api.request("PUT", "/api/v4/bridges/sub/v5", {"data": {
             "subscription": [{"remote_topic": "a/#", "qos": 1}, {"remote_topic": "b", "qos": 2}],
             "sub_properties": {"user_properties": [{"key": "who", "value": "rest"}]}}})

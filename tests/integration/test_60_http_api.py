@@ -446,13 +446,25 @@ class HttpApiTest(unittest.TestCase):
             self.assertEqual(json.load(e)["code"], 104)
 
     def test_bridges(self):
+        # NanoMQ's shape (data.bridge.nodes, the settings with the
+        # connector apart), with the bridge's health beside the settings.
         st, j = self.api.json("GET", "/api/v4/bridges")
         self.assertEqual((st, j["code"]), (200, 0))
-        self.assertEqual([b["name"] for b in j["data"]], ["cloud"])
-        self.assertNotEqual(j["data"][0]["state"], "up")
+        nodes = j["data"]["bridge"]["nodes"]
+        self.assertEqual([b["name"] for b in nodes], ["cloud"])
+        self.assertNotEqual(nodes[0]["state"], "up")
         st, j = self.api.json("GET", "/api/v4/bridges/cloud")
-        self.assertEqual((st, j["data"]["name"]), (200, "cloud"))
-        self.assertIn("backlog", j["data"])
+        node = j["data"]["bridge"]["nodes"][0]
+        self.assertEqual((st, node["name"], node["enable"]), (200, "cloud", True))
+        self.assertIn("backlog", node)
+        self.assertTrue(node["connector"]["server"].startswith("mqtt-tcp://127.0.0.1:"))
+        self.assertEqual((node["connector"]["clientid"], node["connector"]["proto_ver"],
+                          node["connector"]["keepalive"]), ("gw-1", 4, 60))
+        self.assertEqual([(f["local_topic"], f["remote_topic"]) for f in node["forwards"]],
+                         [("up/#", "up/x")])
+        for k in ("subscription", "sub_properties", "max_send_queue_len",
+                  "max_recv_queue_len", "tls", "parallel"):
+            self.assertIn(k, node)
         st, j = self.api.json("GET", "/api/v4/bridges/nope")
         self.assertEqual(st, 404)
         # Its settings are in the configuration.
