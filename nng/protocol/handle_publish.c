@@ -411,12 +411,15 @@ int handle_pub_ack(nmq_link *l, const mqtt_packet *pk)
 		session_puback_locked(s, pid);
 		break;
 	case MQTT_PUBREC:
-		if (session_pubrec_locked(s, pid, pk->u.ack.reason >= 0x80)) {
-			if (pk->u.ack.reason < 0x80) {
-				send_ack(l, MQTT_PUBREL, pid, 0);
-			}
-		} else {
+		switch (session_pubrec_locked(s, pid, pk->u.ack.reason >= 0x80)) {
+		case SESSION_PUBREL_NOW:
+			send_ack(l, MQTT_PUBREL, pid, 0);
+			break;
+		case SESSION_PUBREC_UNKNOWN:
 			send_ack(l, MQTT_PUBREL, pid, MQTT_RC_PACKET_ID_NOT_FOUND);
+			break;
+		default: // held for the store's commit, or the flow failed
+			break;
 		}
 		break;
 	case MQTT_PUBCOMP:
@@ -430,7 +433,11 @@ int handle_pub_ack(nmq_link *l, const mqtt_packet *pk)
 		c.u.ack.packet_id = pid;
 		c.u.ack.reason
 		    = l->ver == MQTT_PROTO_V5 && !found ? MQTT_RC_PACKET_ID_NOT_FOUND : 0;
-		link_ack(l, &c, false);
+		// A stored id is forgotten in the store too; the PUBCOMP waits
+		// for that commit, since the client may reuse the id at once: a
+		// crash before it would bring the id back, and the broker would
+		// take the client's next message with it for a resend.
+		link_ack(l, &c, found && session_stored_locked(s));
 		break;
 	}
 	}

@@ -476,6 +476,30 @@ static uint16_t out_alias(nmq_link *l, const char *topic, size_t tlen, bool *fre
 	return l->out_alias_len;
 }
 
+// Whether a PUBLISH of entry e fits this client's Maximum Packet Size; see
+// link.h.
+bool link_publish_fits(const nmq_link *l, const out_entry *e)
+{
+	const nmq_msg    *m = e->msg;
+	mqtt_publish_head h;
+	memset(&h, 0, sizeof(h));
+	h.proto       = l->ver;
+	h.qos         = e->qos;
+	h.topic       = (const uint8_t *)m->topic;
+	h.topic_len   = m->topic_len;
+	h.packet_id   = 1;
+	h.payload_len = m->payload_len;
+	if (l->ver == MQTT_PROTO_V5) {
+		h.fwd_props_len = m->props_len;
+		h.sub_ids       = out_entry_ids(e);
+		h.n_sub_ids     = e->n_sub_ids;
+		h.has_expiry    = m->expiry_at_ms != 0;
+		h.expiry        = UINT32_MAX;
+	}
+	size_t total = mqtt_publish_total_size(&h);
+	return total != 0 && total <= l->client_max_packet;
+}
+
 // Encodes one PUBLISH for entry e; see link.h. Caller holds the session
 // mutex and the connection's tx lock.
 nmq_err link_send_publish(nmq_link *l, const out_entry *e, uint16_t pid, bool dup)

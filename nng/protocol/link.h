@@ -90,6 +90,9 @@ void link_send_disconnect(nmq_link *l, uint8_t reason);
 // the connection's tx lock. Returns NMQ_OK (queued), NMQ_EBUSY (no room,
 // or closing: try later) or NMQ_ELIMIT (too large for this client).
 nmq_err link_send_publish(nmq_link *l, const out_entry *e, uint16_t pid, bool dup);
+// Whether link_send_publish would take e as not too large for this client
+// (the size without a topic alias). Caller holds the session lock.
+bool link_publish_fits(const nmq_link *l, const out_entry *e);
 // Protocol error: v5 DISCONNECT with reason then close; v3 close.
 void link_fail(nmq_link *l, uint8_t reason);
 void link_detach(nmq_link *l);

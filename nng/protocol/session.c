@@ -2,6 +2,7 @@
 // window bounded by min(Receive Maximum, max_inflight_window), packet ids,
 // inbound QoS 2 state, expiry and delayed wills.
 #include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -28,6 +29,7 @@ static void session_pump_locked(nmq_session *s);
 static void session_resend_locked(nmq_session *s, bool only_old);
 static void session_timer_update_locked(nmq_session *s);
 static void session_disk_pump_locked(nmq_session *s);
+static void session_sync_locked(nmq_session *s);
 
 // ---------------------------------------------------------------------------
 // The durable store (proto.h): writes of a persistent session. Callers hold
@@ -132,6 +134,8 @@ const char *nmq_session_username(const nmq_session *s)
 // congested (held), for the publisher's receive path to act on.
 static __thread nmq_session *tls_congested;
 
+static void session_sync_job(workq_job *job);
+
 // Returns a new session of ref 1 (not yet in the table), or NULL; see
 // session.h.
 nmq_session *session_alloc(
@@ -157,6 +161,7 @@ nmq_session *session_alloc(
 	s->q_seq    = 1; // 0 is "before the first" (disk_after)
 	nmq_mutex_init(&s->mtx);
 	tw_timer_init(&s->timer, session_timer_cb);
+	s->sync_job.fn = session_sync_job;
 	return s;
 }
 
@@ -335,6 +340,8 @@ static void session_clear_locked(nmq_session *s)
 	}
 	s->infl_len   = 0;
 	s->infl_start = 0;
+	s->pend_pub   = 0;
+	s->unsent     = 0;
 	s->rel_len    = 0;
 }
 
@@ -623,7 +630,8 @@ static int64_t infl_find(nmq_session *s, uint16_t pid, uint8_t state)
 	for (uint32_t i = 0; i < s->infl_len; i++) {
 		infl_entry *f = &s->infl[s->infl_start + i];
 		if (f->pid == pid && f->state == state) {
-			return i;
+			// A PUBLISH or PUBREL not sent yet cannot be answered.
+			return (f->flags & INFL_UNSENT) ? -1 : (int64_t)i;
 		}
 	}
 	return -1;
@@ -645,8 +653,64 @@ static void infl_remove(nmq_session *s, uint32_t i)
 	}
 }
 
+// Writes the in-flight PUBLISHes and PUBRELs that the store's commit has
+// released (INFL_UNSENT without INFL_HELD) to l, in order; caller holds
+// the session lock and l's tx lock. *now and *any as in the pump. Returns
+// false when the send buffer is full (the rest goes at the next pump).
+static bool session_flush_locked(nmq_session *s, nmq_link *l, uint64_t *now, bool *any)
+{
+	nmq_proto *p = s->p;
+	for (uint32_t i = 0; s->unsent > 0 && i < s->infl_len; i++) {
+		infl_entry *f = &s->infl[s->infl_start + i];
+		if ((f->flags & (INFL_UNSENT | INFL_HELD)) != INFL_UNSENT) {
+			continue;
+		}
+		if (*now == 0) {
+			*now = nmq_clock_ms();
+		}
+		if (f->state == INFL_WAIT_PUBCOMP) {
+			mqtt_packet pk;
+			memset(&pk, 0, sizeof(pk));
+			pk.type            = MQTT_PUBREL;
+			pk.flags           = 0x2;
+			pk.u.ack.packet_id = f->pid;
+			if (!link_put_packet_locked(l, &pk)) {
+				return false;
+			}
+		} else {
+			nmq_err rv = link_send_publish(l, &f->e, f->pid, false);
+			if (rv == NMQ_EBUSY) {
+				return false;
+			}
+			s->pend_pub--;
+			if (rv != NMQ_OK) {
+				s->unsent--;
+				// Too large for this client after all (checked when
+				// it was held; the limit is the connection's).
+				proto_count_drop(p, &p->m.drop_too_large);
+				droplog_record(DROP_TOO_LARGE, s->client_id, f->e.msg->topic,
+				    f->e.msg->topic_len, f->e.qos, 1);
+				store_qdel_locked(s, f->e.seq);
+				infl_remove(s, i);
+				i--;
+				continue;
+			}
+			atomic_fetch_add_explicit(&p->m.msgs_sent, 1, memory_order_relaxed);
+			session_msg_event(s, f->e.msg, f->e.qos, false);
+		}
+		f->flags &= (uint8_t)~INFL_UNSENT;
+		s->unsent--;
+		f->sent_ms = *now;
+		*any       = true;
+	}
+	return true;
+}
+
 // Sends queued messages while the window and the socket allow: the
 // older of the two queue heads first; QoS 0 alone when the window is full.
+// A QoS 2 message of a persistent session is taken into the window but
+// held until the store's commit (session_sync_locked); QoS 0/1 messages
+// behind it wait for it.
 static void session_pump_locked(nmq_session *s)
 {
 	nmq_link *l = s->link;
@@ -661,9 +725,11 @@ static void session_pump_locked(nmq_session *s)
 	// small batch.
 	uint64_t cap   = proto_lim(p)->max_message_memory;
 	size_t   limit = cap > 0 && nmq_mem_in_use() > cap ? PUMP_TIGHT : SIZE_MAX;
+	bool     held  = false; // an entry was held for the store's commit
 	conn_tx_lock(l->conn);
-	while (
-	    s->q.len + s->q0.len > 0 && !conn_tx_full(l->conn) && conn_tx_queued(l->conn) < limit) {
+	bool blocked = !session_flush_locked(s, l, &now, &any);
+	while (!blocked && s->q.len + s->q0.len > 0 && !conn_tx_full(l->conn)
+	    && conn_tx_queued(l->conn) < limit) {
 		bool      window = s->infl_len < s->infl_max;
 		out_ring *r;
 		if (s->q.len > 0 && window
@@ -691,6 +757,10 @@ static void session_pump_locked(nmq_session *s)
 				continue;
 			}
 		}
+		bool hold = e->qos == 2 && persist(s);
+		if (!hold && s->pend_pub > 0) {
+			break; // behind a QoS 2 PUBLISH waiting for the store
+		}
 		if (e->qos == 0) {
 			nmq_err rv = link_send_publish(l, e, 0, false);
 			if (rv == NMQ_EBUSY) {
@@ -710,13 +780,33 @@ static void session_pump_locked(nmq_session *s)
 			continue;
 		}
 		infl_entry f;
+		memset(&f, 0, sizeof(f));
 		f.e     = *e;
 		f.pid   = next_pid(s);
 		f.state = e->qos == 1 ? INFL_WAIT_PUBACK : INFL_WAIT_PUBREC;
 		if (now == 0) {
 			now = nmq_clock_ms();
 		}
-		f.sent_ms  = now;
+		f.sent_ms = now;
+		if (hold) {
+			// A QoS 2 PUBLISH of a persistent session goes out only
+			// once its row, with this packet id, has committed: the
+			// client keeps the id until PUBREL, so after a crash the
+			// broker must resend it under that id, never reuse it.
+			if (link_publish_fits(l, e)) {
+				f.flags = INFL_HELD | INFL_UNSENT;
+				f.gen   = s->sync_gen + 1;
+				if (!infl_push(s, &f)) {
+					break; // counted and logged; stays queued
+				}
+				s->pend_pub++;
+				s->unsent++;
+				store_qstate_locked(s, e->seq, PROTO_STORE_SENT, f.pid);
+				ring_pop(r);
+				held = true;
+				continue;
+			}
+		}
 		nmq_err rv = link_send_publish(l, e, f.pid, false);
 		if (rv == NMQ_EBUSY) {
 			break;
@@ -748,6 +838,10 @@ static void session_pump_locked(nmq_session *s)
 		any = true;
 	}
 	conn_tx_unlock(l->conn);
+	link_close_if_too_large(l, MQTT_PUBREL);
+	if (held) {
+		session_sync_locked(s);
+	}
 	if (any) {
 		conn_tx_flush_later(l->conn);
 		if (l->ver != MQTT_PROTO_V5 && s->infl_len > 0) {
@@ -757,6 +851,131 @@ static void session_pump_locked(nmq_session *s)
 	if (s->disk_mode) {
 		session_disk_pump_locked(s);
 	}
+}
+
+// ---------------------------------------------------------------------------
+// Holding QoS 2 sends of a persistent session for the store's commit
+// (docs/decisions/0016): a barrier behind the writes of the held entries;
+// its completion posts sync_job, which releases what it covered and pumps.
+
+// The worker that runs s's barrier completions (one per session: they run
+// in commit order).
+static int session_sync_worker(const nmq_session *s)
+{
+	return (int)(((uintptr_t)s >> 6) % (uintptr_t)workq_size(s->p->wq));
+}
+
+// On the store's thread once everything queued before the barrier has
+// committed (err: it did not).
+static void session_sync_done(void *arg, nmq_err err)
+{
+	nmq_session *s = arg;
+	s->sync_err    = err; // read by sync_job only, after the post
+	if (err != NMQ_OK) {
+		proto_store_failed(s->p, "commit", s->client_id, err);
+	}
+	workq_post_to(s->p->wq, session_sync_worker(s), &s->sync_job);
+}
+
+// Asks for a barrier covering the held entries, unless one is in flight
+// (its completion asks again for what it does not cover). A store that
+// refuses (its queue full, or closing) ends the connection: the held
+// entries stay, and the client's next CONNECT writes their state again
+// and asks once more (session_sync_retry_locked).
+static void session_sync_locked(nmq_session *s)
+{
+	if (s->sync_busy || s->ended || s->p->store == NULL) {
+		return;
+	}
+	bool want = false;
+	for (uint32_t i = 0; i < s->infl_len && !want; i++) {
+		want = (s->infl[s->infl_start + i].flags & INFL_HELD) != 0;
+	}
+	if (!want) {
+		return;
+	}
+	s->sync_busy = true;
+	s->sync_gen++;
+	nmq_session_hold(s);
+	nmq_err e = s->p->store->sync(s->p->store_arg, session_sync_done, s);
+	if (e != NMQ_OK) {
+		s->sync_busy = false;
+		s->sync_gen--;
+		proto_store_failed(s->p, "sync", s->client_id, e);
+		if (s->link != NULL) {
+			conn_close(s->link->conn);
+		}
+		nmq_session_release(s); // the caller holds another reference
+	}
+}
+
+// Lets the held entries covered by barrier gen (all with `all`) go.
+static void session_release_held_locked(nmq_session *s, uint32_t gen, bool all)
+{
+	for (uint32_t i = 0; i < s->infl_len; i++) {
+		infl_entry *f = &s->infl[s->infl_start + i];
+		if ((f->flags & INFL_HELD) && (all || (int32_t)(f->gen - gen) <= 0)) {
+			f->flags &= (uint8_t)~INFL_HELD;
+		}
+	}
+}
+
+// At a CONNECT, after a barrier was refused or its commit failed: the
+// held entries' state is written again and a new barrier asked for (if
+// the session is no longer stored, they simply go).
+static void session_sync_retry_locked(nmq_session *s)
+{
+	if (s->sync_busy) {
+		return;
+	}
+	if (!persist(s)) {
+		session_release_held_locked(s, 0, true);
+		return;
+	}
+	bool any = false;
+	for (uint32_t i = 0; i < s->infl_len; i++) {
+		infl_entry *f = &s->infl[s->infl_start + i];
+		if (f->flags & INFL_HELD) {
+			store_qstate_locked(s, f->e.seq,
+			    f->state == INFL_WAIT_PUBCOMP ? PROTO_STORE_RELEASED : PROTO_STORE_SENT,
+			    f->pid);
+			f->gen = s->sync_gen + 1;
+			any    = true;
+		}
+	}
+	if (any) {
+		session_sync_locked(s);
+	}
+}
+
+// On a worker after a barrier's commit: what it covered goes to the client
+// (if connected; else at its next CONNECT), and the next barrier is asked
+// for. A failed commit sends nothing and ends the connection (as an ack
+// that cannot be made durable, decisions/0016).
+static void session_sync_job(workq_job *job)
+{
+	nmq_session *s     = (nmq_session *)((char *)job - offsetof(nmq_session, sync_job));
+	nmq_conn    *close = NULL;
+	nmq_mutex_lock(&s->mtx);
+	s->sync_busy = false;
+	if (!s->ended) {
+		if (s->sync_err != NMQ_OK) {
+			if (s->link != NULL) {
+				close = s->link->conn;
+				conn_hold(close);
+			}
+		} else {
+			session_release_held_locked(s, s->sync_gen, false);
+			session_pump_locked(s);
+			session_sync_locked(s);
+		}
+	}
+	nmq_mutex_unlock(&s->mtx);
+	if (close != NULL) {
+		conn_close(close);
+		conn_release(close);
+	}
+	nmq_session_release(s);
 }
 
 // Reading the backlog back from the store (store thread).
@@ -977,6 +1196,9 @@ static void session_resend_locked(nmq_session *s, bool only_old)
 	conn_tx_lock(l->conn);
 	for (uint32_t i = 0; i < s->infl_len; i++) {
 		infl_entry *f = &s->infl[s->infl_start + i];
+		if (f->flags & INFL_UNSENT) {
+			continue; // never sent: the pump sends it once released
+		}
 		if (only_old && now - f->sent_ms < retry) {
 			continue;
 		}
@@ -1022,11 +1244,20 @@ bool session_puback_locked(nmq_session *s, uint16_t pid)
 // the receiver failed it, v5 reason >= 0x80, which ends the flow). A
 // repeated PUBREC for a flow already awaiting PUBCOMP is known too: the
 // caller answers it with the same PUBREL again [MQTT-4.3.3-4].
-bool session_pubrec_locked(nmq_session *s, uint16_t pid, bool failed)
+int session_pubrec_locked(nmq_session *s, uint16_t pid, bool failed)
 {
 	int64_t i = infl_find(s, pid, INFL_WAIT_PUBREC);
 	if (i < 0) {
-		return infl_find(s, pid, INFL_WAIT_PUBCOMP) >= 0;
+		for (uint32_t j = 0; j < s->infl_len; j++) {
+			const infl_entry *f = &s->infl[s->infl_start + j];
+			if (f->pid == pid && f->state == INFL_WAIT_PUBCOMP) {
+				// Repeated: the same PUBREL again, or, while it
+				// waits for the store, when it goes.
+				return (f->flags & INFL_UNSENT) ? SESSION_PUBREL_HELD
+				                                : SESSION_PUBREL_NOW;
+			}
+		}
+		return SESSION_PUBREC_UNKNOWN;
 	}
 	infl_entry *f = &s->infl[s->infl_start + (uint32_t)i];
 	if (failed) {
@@ -1035,16 +1266,25 @@ bool session_pubrec_locked(nmq_session *s, uint16_t pid, bool failed)
 		}
 		infl_remove(s, (uint32_t)i);
 		session_pump_locked(s);
-		return true;
+		return SESSION_PUBREC_DONE;
 	}
 	session_msg_event(s, f->e.msg, 2, true);
-	if (persist(s)) {
-		store_qstate_locked(s, f->e.seq, PROTO_STORE_RELEASED, pid);
-	}
 	entry_free(&f->e);
 	f->state   = INFL_WAIT_PUBCOMP;
 	f->sent_ms = nmq_clock_ms();
-	return true;
+	if (persist(s)) {
+		// The PUBREL goes once the PUBREC is durable: a crash before
+		// that resends the PUBLISH (the client still holds the id and
+		// takes it as the duplicate), never after the client let the
+		// id go with its PUBCOMP.
+		store_qstate_locked(s, f->e.seq, PROTO_STORE_RELEASED, pid);
+		f->flags = INFL_HELD | INFL_UNSENT;
+		f->gen   = s->sync_gen + 1;
+		s->unsent++;
+		session_sync_locked(s);
+		return SESSION_PUBREL_HELD;
+	}
+	return SESSION_PUBREL_NOW;
 }
 
 // PUBCOMP for pid: completes a QoS 2 flow and sends more.
@@ -1142,6 +1382,11 @@ nmq_err session_qos2_record_locked(nmq_session *s, uint16_t pid, uint64_t now_ms
 		proto_store_noted();
 	}
 	return e;
+}
+
+bool session_stored_locked(const nmq_session *s)
+{
+	return persist(s);
 }
 
 bool session_qos2_pending_locked(const nmq_session *s, uint16_t pid)
@@ -1257,6 +1502,7 @@ void session_attach_locked(
 	}
 	// Only the in-flight window that the new connection allows is filled;
 	// everything else waits in the queue.
+	session_sync_retry_locked(s);
 	session_resend_locked(s, false);
 	session_pump_locked(s);
 	session_timer_update_locked(s);

@@ -127,9 +127,19 @@ nmq_link *session_link_locked(const nmq_session *s);
 
 // PUBACK: completes a QoS 1 flow and sends more.
 bool session_puback_locked(nmq_session *s, uint16_t pid);
-// PUBREC: the message is delivered; the caller answers PUBREL (unless
-// failed, a v5 reason >= 0x80, which ends the flow).
-bool session_pubrec_locked(nmq_session *s, uint16_t pid, bool failed);
+// PUBREC: the message is delivered. Returns SESSION_PUBREL_NOW when the
+// caller answers PUBREL at once (also for a repeated PUBREC of a flow
+// awaiting PUBCOMP), SESSION_PUBREL_HELD when the session sends the PUBREL
+// itself once the store has committed the PUBREC (a persistent session
+// with the durable store), SESSION_PUBREC_DONE when failed (a v5 reason
+// >= 0x80, which ends the flow) or SESSION_PUBREC_UNKNOWN.
+enum {
+	SESSION_PUBREC_UNKNOWN = 0,
+	SESSION_PUBREL_NOW,
+	SESSION_PUBREL_HELD,
+	SESSION_PUBREC_DONE,
+};
+int session_pubrec_locked(nmq_session *s, uint16_t pid, bool failed);
 // PUBCOMP: completes a QoS 2 flow and sends more.
 bool session_pubcomp_locked(nmq_session *s, uint16_t pid);
 // The socket of l has room again: sends more of the queue if l is still
@@ -152,6 +162,9 @@ bool session_qos2_pending_locked(const nmq_session *s, uint16_t pid);
 // Forgets pid (PUBREL, or a flow the application refused). Returns true
 // if it was waiting.
 bool session_qos2_release_locked(nmq_session *s, uint16_t pid);
+// True when s's state is written to the durable store (a persistent
+// session with the store on). Caller holds the lock.
+bool session_stored_locked(const nmq_session *s);
 
 // ---------------------------------------------------------------------------
 // Back-pressure: an online subscriber whose queue passes this many

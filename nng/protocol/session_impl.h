@@ -21,10 +21,21 @@ enum infl_state {
 	INFL_WAIT_PUBCOMP, // PUBREL sent; msg already released
 };
 
+// Flags of an in-flight entry of a persistent session (the durable store,
+// decisions/0016): a QoS 2 PUBLISH, and the PUBREL after its PUBREC, go
+// out only once the store has committed the state that goes with them.
+enum {
+	INFL_HELD   = 1, // waiting for the store's barrier number `gen`
+	INFL_UNSENT = 2, // its PUBLISH (WAIT_PUBREC) or PUBREL (WAIT_PUBCOMP)
+	                 // has not been written to the client yet
+};
+
 typedef struct infl_entry {
 	out_entry e;
 	uint16_t  pid;
 	uint8_t   state;
+	uint8_t   flags; // INFL_HELD, INFL_UNSENT
+	uint32_t  gen; // INFL_HELD: the barrier that makes its state durable
 	uint64_t  sent_ms;
 } infl_entry;
 
@@ -61,6 +72,19 @@ struct nmq_session {
 	uint32_t    infl_len; // entries from infl_start
 	uint32_t    infl_cap;
 	uint32_t    infl_max;
+	// In-flight PUBLISHes not written to the client yet (INFL_UNSENT):
+	// QoS 0/1 messages queued behind them wait, so the order holds.
+	uint32_t pend_pub;
+	uint32_t unsent; // entries with INFL_UNSENT (PUBLISHes and PUBRELs)
+
+	// The store's barrier for held entries (INFL_HELD): at most one in
+	// flight (sync_busy, holding a reference), number sync_gen; its
+	// completion posts sync_job to a worker, which sends what it made
+	// durable and asks for the next one.
+	workq_job sync_job;
+	uint32_t  sync_gen;
+	nmq_err   sync_err; // the barrier's result, for sync_job
+	bool      sync_busy;
 
 	// Inbound QoS 2 packet ids awaiting PUBREL.
 	rel_entry *rel;
