@@ -27,6 +27,9 @@ static const char *const stmt_sql[STMT_COUNT_] = {
 	[STMT_MSG_GC]          = "DELETE FROM msgs WHERE id = ?1 AND refs <= 0",
 	[STMT_MSG_ADD]         = "UPDATE msgs SET refs = refs + ?2 WHERE id = ?1 RETURNING refs",
 	[STMT_MSG_DEL]         = "DELETE FROM msgs WHERE id = ?1",
+	[STMT_MSG_DEL_LAST]    = "DELETE FROM msgs WHERE id = ?1 AND refs + ?2 <= 0",
+	[STMT_MSG_DEL_RANGE]   = "DELETE FROM msgs WHERE id BETWEEN ?1 AND ?2 AND refs <= 1",
+	[STMT_MSG_UNREF_RANGE] = "UPDATE msgs SET refs = refs - 1 WHERE id BETWEEN ?1 AND ?2",
 	[STMT_SESSION_GET]     = "SELECT will_msg FROM sessions WHERE cid = ?1",
 	[STMT_SESSION_PUT]     = "INSERT OR REPLACE INTO sessions(cid, username, expiry_s, proto,"
 	                         " offline_wall_ms, will_msg, will_delay_s)"
@@ -49,7 +52,9 @@ static const char *const stmt_sql[STMT_COUNT_] = {
 	                       " sub_ids) VALUES (?1, ?2, ?3, ?4, ?5, ?7, ?8, ?6)",
 	[STMT_QUEUE_STATE]
 	= "UPDATE queue SET state = ?3, packet_id = ?4 WHERE cid = ?1 AND seq = ?2",
-	[STMT_QUEUE_DEL]    = "DELETE FROM queue WHERE cid = ?1 AND seq = ?2 RETURNING msg_id",
+	[STMT_QUEUE_DEL] = "DELETE FROM queue WHERE cid = ?1 AND seq = ?2 RETURNING msg_id",
+	[STMT_QUEUE_DEL_RANGE]
+	= "DELETE FROM queue WHERE cid = ?1 AND seq BETWEEN ?2 AND ?3 RETURNING msg_id",
 	[STMT_QUEUE_OLDEST] = "SELECT id, cid, seq, msg_id FROM queue WHERE state = 0 ORDER BY id"
 	                      " LIMIT ?1",
 	[STMT_QUEUE_DEL_ID] = "DELETE FROM queue WHERE id = ?1",
@@ -709,6 +714,29 @@ static int queue_del_one(nmq_store *s, const char *cid, uint64_t seq)
 	return 0;
 }
 
+// Deletes the queue rows of cid with seq in [lo, hi] (every seq of the
+// range was asked for: a seq not stored is skipped), and their messages'
+// references. Returns 0 or -1.
+static int queue_del_range(nmq_store *s, const char *cid, uint64_t lo, uint64_t hi)
+{
+	sqlite3_stmt *st = store_stmt(s, STMT_QUEUE_DEL_RANGE);
+	sqlite3_bind_text(st, 1, cid, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 2, (sqlite3_int64)lo);
+	sqlite3_bind_int64(st, 3, (sqlite3_int64)hi);
+	int rc;
+	int ret = 0;
+	// The rows are deleted by the first step (RETURNING): the references
+	// can be dropped while the statement hands back their message ids.
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		s->queued_rows--;
+		if (ret == 0 && msg_unref(s, sqlite3_column_int64(st, 0)) != 0) {
+			ret = -1;
+		}
+	}
+	sqlite3_reset(st);
+	return rc == SQLITE_DONE ? ret : -1;
+}
+
 // Deletes a session's queue, subscriptions, QoS 2 state and row (with its
 // will). Used by OP_SESSION_DEL and by expiry at load.
 int store_session_purge(nmq_store *s, const char *cid)
@@ -881,10 +909,23 @@ static int op_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 	case OP_QUEUE_DEL:
 		return queue_del_one(s, op->s1, op->u64);
 	case OP_QUEUE_DEL_MANY:
-		for (uint32_t i = 0; i < op->u32; i++) {
-			if (op->data[i] != 0 && queue_del_one(s, op->s1, op->data[i]) != 0) {
+		// Runs of consecutive seqs (a bridge's acks come in order) go in
+		// one statement each; a seq coalesced away (0) ends a run.
+		for (uint32_t i = 0; i < op->u32;) {
+			uint32_t j = i + 1;
+			if (op->data[i] == 0) {
+				i = j;
+				continue;
+			}
+			while (j < op->u32 && op->data[j] == op->data[j - 1] + 1) {
+				j++;
+			}
+			if ((j - i == 1 ? queue_del_one(s, op->s1, op->data[i])
+			                : queue_del_range(s, op->s1, op->data[i], op->data[j - 1]))
+			    != 0) {
 				return -1;
 			}
+			i = j;
 		}
 		return 0;
 	case OP_REL_PUT:

@@ -253,11 +253,86 @@ int store_group_ref(nmq_store *s, int64_t id, int64_t delta)
 	return 0;
 }
 
-int store_group_flush_refs(nmq_store *s)
+static int cmp_id(const void *a, const void *b)
 {
-	int ret = 0;
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+	return (x > y) - (x < y);
+}
+
+// Runs a statement on the message rows [lo, hi]. Returns the rows it
+// changed, or -1.
+static int64_t range_step(nmq_store *s, enum store_stmt i, int64_t lo, int64_t hi)
+{
+	sqlite3_stmt *st = store_stmt(s, i);
+	sqlite3_bind_int64(st, 1, lo);
+	sqlite3_bind_int64(st, 2, hi);
+	int rc = sqlite3_step(st);
+	sqlite3_reset(st);
+	return rc == SQLITE_DONE ? (int64_t)sqlite3_changes(s->db) : -1;
+}
+
+// The rows that lose exactly one reference and whose ids follow each
+// other (a drained backlog's messages were stored one after another): one
+// DELETE per run of ids for those left without reference, and an UPDATE
+// only when the run held rows still referenced. Their entries are marked
+// done (delta 0). Returns 0 or -1.
+static int flush_runs(nmq_store *s)
+{
+	int64_t *ids = malloc(s->rrefs_len * sizeof(*ids));
+	size_t   n   = 0;
+	if (ids == NULL) {
+		return 0; // row by row instead
+	}
 	for (size_t i = 0; i < s->rrefs_len; i++) {
 		struct store_rref *r = &s->rrefs[s->rrefs_used[i]];
+		if (r->delta == -1) {
+			ids[n++] = r->id;
+		}
+	}
+	qsort(ids, n, sizeof(*ids), cmp_id);
+	int ret = 0;
+	for (size_t i = 0; ret == 0 && i < n;) {
+		size_t j = i + 1;
+		while (j < n && ids[j] == ids[j - 1] + 1) {
+			j++;
+		}
+		if (j - i >= 2) {
+			int64_t del = range_step(s, STMT_MSG_DEL_RANGE, ids[i], ids[j - 1]);
+			if (del < 0
+			    || (del < (int64_t)(j - i)
+			        && range_step(s, STMT_MSG_UNREF_RANGE, ids[i], ids[j - 1]) < 0)) {
+				ret = -1;
+			}
+			for (size_t k = i; k < j; k++) {
+				bool found;
+				rref_slot(s, ids[k], &found)->delta = 0;
+			}
+		}
+		i = j;
+	}
+	free(ids);
+	return ret;
+}
+
+int store_group_flush_refs(nmq_store *s)
+{
+	int ret = s->rrefs_len >= 2 ? flush_runs(s) : 0;
+	for (size_t i = 0; i < s->rrefs_len; i++) {
+		struct store_rref *r = &s->rrefs[s->rrefs_used[i]];
+		if (ret == 0 && r->delta < 0) {
+			// Most rows lose their last reference: one DELETE, and the
+			// UPDATE only if the row is still referenced.
+			sqlite3_stmt *st = store_stmt(s, STMT_MSG_DEL_LAST);
+			sqlite3_bind_int64(st, 1, r->id);
+			sqlite3_bind_int64(st, 2, r->delta);
+			int rc = sqlite3_step(st);
+			sqlite3_reset(st);
+			if (rc != SQLITE_DONE) {
+				ret = -1;
+			} else if (sqlite3_changes(s->db) == 1) {
+				r->delta = 0;
+			}
+		}
 		if (ret == 0 && r->delta != 0) {
 			sqlite3_stmt *st = store_stmt(s, STMT_MSG_ADD);
 			sqlite3_bind_int64(st, 1, r->id);

@@ -861,6 +861,81 @@ static void test_group_coalescing(void **state)
 	nmq_msg_release(m3);
 }
 
+// A batched delete takes runs of consecutive seqs, and the message rows of
+// consecutive ids, in one statement each: only the seqs asked for go, a
+// message still referenced elsewhere keeps its row with one reference
+// less, one referenced twice in the run goes with both.
+static void test_del_ranges(void **state)
+{
+	nmq_store  *s      = open_store(0);
+	const char *body[] = { "a", "b", "c", "d", "e", "f" };
+	nmq_msg    *m[6];
+	for (int i = 0; i < 6; i++) {
+		m[i] = mk_msg("t", body[i], 1, NULL);
+	}
+	// b/1..5 hold a..e, b/6 holds a again, b/7 holds f; c/1 shares c.
+	for (uint64_t q = 1; q <= 5; q++) {
+		store_queue_put(s, "b", q, m[q - 1], 1, false, NULL, 0, NULL, NULL);
+	}
+	store_queue_put(s, "b", 6, m[0], 1, false, NULL, 0, NULL, NULL);
+	store_queue_put(s, "b", 7, m[5], 1, false, NULL, 0, NULL, NULL);
+	store_queue_put(s, "c", 1, m[2], 1, false, NULL, 0, NULL, NULL);
+	sync_store(s);
+	assert_int_equal(count_rows("msgs"), 6);
+	assert_int_equal(query_int("SELECT refs FROM msgs WHERE id = 3"), 2); // c
+	// 4 is not asked for (it stays although 3 and 5 go); nor is 7.
+	uint64_t del[] = { 1, 2, 3, 5, 6 };
+	waiter_reset();
+	assert_int_equal(store_queue_del_many(s, "b", del, 5, on_done, NULL), NMQ_OK);
+	wait_calls(1);
+	assert_int_equal(W.errors, 0);
+	assert_int_equal(count_rows("queue"), 3);
+	assert_int_equal(query_int("SELECT group_concat(seq, '') FROM (SELECT seq FROM queue"
+	                           " WHERE cid = 'b' ORDER BY seq)"),
+	    47);
+	// a (twice in the run), b and e are gone; c (still c/1's), d, f stay.
+	assert_int_equal(count_rows("msgs"), 3);
+	assert_int_equal(query_int("SELECT SUM(id) FROM msgs"), 3 + 4 + 6);
+	assert_int_equal(query_int("SELECT SUM(refs) FROM msgs"), 3);
+	store_stats st;
+	store_stats_get(s, &st);
+	assert_int_equal(st.queued_rows, 3);
+
+	// In one group with puts: b/9's put and delete cancel out (its seq
+	// ends the run), b/8 and b/10 (committed before) go, b/4 stays.
+	store_queue_put(s, "b", 8, m[3], 1, false, NULL, 0, NULL, NULL);
+	store_queue_put(s, "b", 10, m[4], 1, false, NULL, 0, NULL, NULL);
+	sync_store(s);
+	sem_init(&gate, 0, 0);
+	block_store_thread(s);
+	store_queue_put(s, "b", 9, m[1], 1, false, NULL, 0, NULL, NULL);
+	uint64_t del2[] = { 7, 8, 9, 10, 11 };
+	store_queue_del_many(s, "b", del2, 5, NULL, NULL);
+	waiter_reset();
+	assert_int_equal(store_sync(s, on_done, NULL), NMQ_OK);
+	sem_post(&gate);
+	wait_calls(1);
+	assert_int_equal(W.errors, 0);
+	assert_int_equal(query_int("SELECT group_concat(cid || seq) = 'b4,c1' FROM (SELECT cid,"
+	                           " seq FROM queue ORDER BY cid, seq)"),
+	    1);
+	assert_int_equal(query_int("SELECT SUM(refs) FROM msgs"), 2);
+	assert_int_equal(count_rows("msgs"), 2); // c and d
+	store_close(s);
+	sem_destroy(&gate);
+	s        = open_store(0);
+	loaded l = { 0 };
+	assert_int_equal(store_load(s, (uint64_t)time(NULL) * 1000, &load_all, &l), NMQ_OK);
+	assert_int_equal(l.qmsgs, 2);
+	assert_string_equal(l.q_payload[0], "d");
+	assert_string_equal(l.q_payload[1], "c");
+	loaded_free(&l);
+	store_close(s);
+	for (int i = 0; i < 6; i++) {
+		nmq_msg_release(m[i]);
+	}
+}
+
 // A crash while a group with cancelled-out operations waits: the groups
 // before it are whole, nothing of it is in the file.
 static void on_done_forever(void *arg, nmq_err err)
@@ -1036,6 +1111,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_pending_bound, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_kill9_acked_survive, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_group_coalescing, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_del_ranges, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_crash_before_group_commit, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
