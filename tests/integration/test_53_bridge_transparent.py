@@ -264,6 +264,35 @@ class TestTransparent(TransparentCase):
         self.assertIsNotNone(got, "the restored session got nothing from the remote")
         self.assertEqual((got.topic, got.payload), ("kept/1", b"queued"))
 
+    # The last subscription of a filter also goes with a session taken over
+    # by a clean start and with a session that expires: the remote filter
+    # goes with it.
+    def test_takeover_and_expiry(self):
+        inst = self.instance()
+        m = self.remote(inst)
+        port, proc = self.broker(inst, m.port)
+        self.linked(inst)
+        old = self.client(port, "tk", clean=False)
+        old.connect()
+        old.subscribe("k/#", 1)
+        self.wait_subscribed(m, "k/#")
+        new = self.client(port, "tk", clean=True)
+        new.connect()
+        self.assertTrue(wait_for(lambda: m.unsubscribes() == 1, 5.0),
+                        "no UNSUBSCRIBE after a clean-start takeover:\n" + m.text()[-2000:])
+        self.assertTrue(re.search(r"Received UNSUBSCRIBE from %s\n.*k/#" % GW, m.text()))
+        ex = self.client(port, "ex", version=5, clean=True,
+                         conn_props={"SessionExpiryInterval": 1})
+        ex.connect()
+        ex.subscribe("x/#", 0)
+        self.wait_subscribed(m, "x/#")
+        ex.disconnect()
+        time.sleep(0.3)
+        self.assertEqual(m.unsubscribes(), 1, "unsubscribed before the session expired")
+        self.assertTrue(wait_for(lambda: m.unsubscribes() == 2, 6.0),
+                        "no UNSUBSCRIBE after the session expired:\n" + m.text()[-2000:])
+        self.assertTrue(re.search(r"Received UNSUBSCRIBE from %s\n.*x/#" % GW, m.text()))
+
     # A reload that switches transparent off unsubscribes what was
     # mirrored; switching it on again subscribes the current set.
     def test_reload_switches_it(self):
