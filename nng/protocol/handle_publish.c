@@ -277,6 +277,15 @@ int handle_publish(nmq_link *l, const mqtt_packet *pk, const int *verdicts)
 	(void)proto_store_take_noted();
 	(void)proto_store_take_refused();
 
+	// What routing a QoS 1/2 message writes to the store (its inbound QoS
+	// 2 id, its queue rows, a retained copy) commits in one group or not
+	// at all: a crash between them could keep the id without the rows,
+	// and the publisher's resend would then be taken for a duplicate.
+	bool grouped = pub->qos > 0 && p->store != NULL && p->store->batch != NULL;
+	if (grouped) {
+		p->store->batch(p->store_arg, true);
+	}
+
 	// Inbound QoS 2: a resent PUBLISH before PUBREL is acknowledged again
 	// but not routed again.
 	if (pub->qos == 2) {
@@ -287,18 +296,21 @@ int handle_publish(nmq_link *l, const mqtt_packet *pk, const int *verdicts)
 			memset(&r, 0, sizeof(r));
 			r.type            = MQTT_PUBREC;
 			r.u.ack.packet_id = pub->packet_id;
+			if (grouped) {
+				p->store->batch(p->store_arg, false);
+			}
 			link_ack(l, &r, false);
 			session_unlock(s);
 			return 0;
 		}
 		session_unlock(s);
-		if (err == NMQ_ELIMIT) {
-			// Over our Receive Maximum [MQTT-3.3.4-9].
-			link_fail(l, MQTT_RC_RECEIVE_MAX_EXCEEDED);
-			return -1;
-		}
 		if (err != NMQ_OK) {
-			link_fail(l, MQTT_RC_UNSPECIFIED);
+			if (grouped) {
+				p->store->batch(p->store_arg, false);
+			}
+			// Over our Receive Maximum [MQTT-3.3.4-9], or a failure.
+			link_fail(l,
+			    err == NMQ_ELIMIT ? MQTT_RC_RECEIVE_MAX_EXCEEDED : MQTT_RC_UNSPECIFIED);
 			return -1;
 		}
 	}
@@ -308,6 +320,9 @@ int handle_publish(nmq_link *l, const mqtt_packet *pk, const int *verdicts)
 	nmq_msg *m = proto_msg_build(l->ver, topic, l->ver == MQTT_PROTO_V5 ? &pub->props : NULL,
 	    pub->payload, pub->qos, pub->retain, nmq_session_id(s));
 	if (m == NULL) {
+		if (grouped) {
+			p->store->batch(p->store_arg, false);
+		}
 		proto_count_alloc_failure(p, "message");
 		link_fail(l, MQTT_RC_UNSPECIFIED);
 		return -1;
@@ -315,6 +330,9 @@ int handle_publish(nmq_link *l, const mqtt_packet *pk, const int *verdicts)
 	int     rv = p->ops->route(p->app, s, &who, m);
 	uint8_t rc = (uint8_t)(rv & 0xFF);
 	nmq_msg_release(m);
+	if (grouped) {
+		p->store->batch(p->store_arg, false);
+	}
 	bool         stored    = proto_store_take_noted();
 	bool         refused   = proto_store_take_refused();
 	nmq_session *congested = session_congestion_take();

@@ -281,6 +281,10 @@ typedef struct proto_store_ops {
 	// receive path asks it after every PUBLISH that wrote to the store
 	// (back-pressure, docs/decisions/0021-store-back-pressure.md).
 	void (*backlog)(void *st, uint32_t *pending, uint32_t *max);
+	// Opens (begin) or closes a group of this thread's writes that commit
+	// together or not at all (what routing one PUBLISH writes). NULL: no
+	// grouping.
+	void (*batch)(void *st, bool begin);
 } proto_store_ops;
 
 // Counters for metrics; every field is updated atomically.

@@ -398,14 +398,75 @@ static store_op *op_new(
 // Room for barriers beyond 2 * max_pending (see op_submit).
 #define STORE_SYNC_EXTRA 4096
 
+// The calling thread's open store_batch (see store.h): its operations,
+// queued to the store only at store_batch_end.
+static __thread struct {
+	nmq_store *s; // NULL: none open
+	store_op  *head, *tail;
+	uint32_t   n;
+	unsigned   depth;
+} tl_batch;
+
+void store_batch_begin(nmq_store *s)
+{
+	if (tl_batch.depth++ == 0) {
+		tl_batch.s    = s;
+		tl_batch.head = tl_batch.tail = NULL;
+		tl_batch.n                    = 0;
+	}
+}
+
+void store_batch_end(nmq_store *s)
+{
+	if (tl_batch.depth == 0 || --tl_batch.depth > 0 || tl_batch.s != s) {
+		return;
+	}
+	tl_batch.s = NULL;
+	if (tl_batch.head == NULL) {
+		return;
+	}
+	tl_batch.tail->more = false;
+	pthread_mutex_lock(&s->mtx);
+	if (s->exited) {
+		// Closed meanwhile: fail them as the store's thread would.
+		pthread_mutex_unlock(&s->mtx);
+		for (store_op *op = tl_batch.head, *nx; op != NULL; op = nx) {
+			nx = op->next;
+			if (op->done != NULL) {
+				op->done(op->arg, NMQ_ECLOSED);
+			}
+			op_free(op);
+		}
+		tl_batch.head = tl_batch.tail = NULL;
+		tl_batch.n                    = 0;
+		return;
+	}
+	// Admitted one by one at submit time (with what the batch already
+	// held counted): queued now whatever the level, even when stopping,
+	// since the thread drains everything queued before it ends.
+	if (s->tail) {
+		s->tail->next = tl_batch.head;
+	} else {
+		s->head = tl_batch.head;
+	}
+	s->tail = tl_batch.tail;
+	s->pending += tl_batch.n;
+	pthread_cond_signal(&s->cv);
+	pthread_mutex_unlock(&s->mtx);
+	tl_batch.head = tl_batch.tail = NULL;
+	tl_batch.n                    = 0;
+}
+
 // Queues op (ownership passes on NMQ_OK; freed otherwise).
 static nmq_err op_submit(nmq_store *s, store_op *op, store_done_fn done, void *arg)
 {
 	if (op == NULL) {
 		return NMQ_ENOMEM;
 	}
-	op->done = done;
-	op->arg  = arg;
+	op->done      = done;
+	op->arg       = arg;
+	bool     in_b = tl_batch.s == s;
+	uint64_t held = in_b ? tl_batch.n : 0;
 	pthread_mutex_lock(&s->mtx);
 	if (s->stopping) {
 		pthread_mutex_unlock(&s->mtx);
@@ -415,12 +476,25 @@ static nmq_err op_submit(nmq_store *s, store_op *op, store_done_fn done, void *a
 	// A barrier holds no data and orders the acks of writes already
 	// queued (or of a refusal): it has room of its own, for the frames a
 	// publisher's last read held after the store became congested.
-	if (s->pending >= s->opts.max_pending
+	uint64_t level = s->pending + held;
+	if (level >= s->opts.max_pending
 	    && (op->kind != OP_SYNC
-	        || s->pending >= 2 * (uint64_t)s->opts.max_pending + STORE_SYNC_EXTRA)) {
+	        || level >= 2 * (uint64_t)s->opts.max_pending + STORE_SYNC_EXTRA)) {
 		pthread_mutex_unlock(&s->mtx);
 		op_free(op);
 		return NMQ_ELIMIT;
+	}
+	if (in_b) {
+		pthread_mutex_unlock(&s->mtx);
+		op->more = true;
+		if (tl_batch.tail) {
+			tl_batch.tail->next = op;
+		} else {
+			tl_batch.head = op;
+		}
+		tl_batch.tail = op;
+		tl_batch.n++;
+		return NMQ_OK;
 	}
 	if (s->tail) {
 		s->tail->next = op;
@@ -1101,7 +1175,8 @@ static void *store_thread(void *arg)
 		if (n > s->opts.flush_max) {
 			last = s->head;
 			n    = 1;
-			while (last->next != NULL && n < s->opts.flush_max) {
+			// Never between the operations of one store_batch.
+			while (last->next != NULL && (n < s->opts.flush_max || last->more)) {
 				last = last->next;
 				n++;
 			}
@@ -1116,6 +1191,7 @@ static void *store_thread(void *arg)
 		run_batch(s, batch, n);
 		pthread_mutex_lock(&s->mtx);
 	}
+	s->exited = true;
 	pthread_mutex_unlock(&s->mtx);
 	return NULL;
 }

@@ -172,6 +172,16 @@ nmq_err store_retain_put(
 // A barrier: done runs after everything queued before it has committed.
 nmq_err store_sync(nmq_store *s, store_done_fn done, void *arg);
 
+// The operations this thread submits to s between store_batch_begin and
+// store_batch_end are queued together at the end and committed in one
+// group (a group never ends between them): what routing one PUBLISH
+// writes (its inbound QoS 2 id, its queue rows, its retained message)
+// is on disk all together or not at all. Each operation is still
+// admitted or refused (NMQ_ELIMIT) when it is submitted. Nests; the
+// calling thread must not wait for the store in between. Any thread.
+void store_batch_begin(nmq_store *s);
+void store_batch_end(nmq_store *s);
+
 // Reads a session's queue lazily (for a client coming back), on the store
 // thread after everything queued before it: fn is called for each stored
 // message of client_id with seq > after_seq, in seq order, at most max

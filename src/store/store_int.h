@@ -54,6 +54,7 @@ typedef struct store_op {
 	bool      retain;
 	bool      has_s2;
 	bool      skip; // cancelled out inside its group: nothing to write
+	bool      more; // not the last op of a store_batch: same group as the next
 	uint64_t  data[]; // aligned storage for sub ids, then strings
 } store_op;
 
@@ -118,6 +119,7 @@ struct nmq_store {
 	store_op       *head, *tail;
 	uint32_t        pending;
 	bool            stopping;
+	bool            exited; // the store thread has ended (under mtx)
 
 	// Store thread only.
 	uint64_t     queued_rows;

@@ -110,6 +110,15 @@ static void sp_backlog(void *st, uint32_t *pending, uint32_t *max)
 	store_backlog(st, pending, max);
 }
 
+static void sp_batch(void *st, bool begin)
+{
+	if (begin) {
+		store_batch_begin(st);
+	} else {
+		store_batch_end(st);
+	}
+}
+
 const proto_store_ops store_proto_ops = {
 	.session_put = sp_session_put,
 	.session_del = sp_session_del,
@@ -121,4 +130,5 @@ const proto_store_ops store_proto_ops = {
 	.sync        = sp_sync,
 	.queue_read  = sp_queue_read,
 	.backlog     = sp_backlog,
+	.batch       = sp_batch,
 };

@@ -745,6 +745,49 @@ static void block_store_thread(nmq_store *s)
 	} while (st.pending != 0);
 }
 
+// A store_batch is one group even past flush_max, and its operations are
+// admitted (or refused) one by one when submitted.
+static void test_batch_one_group(void **state)
+{
+	store_opts o = { .dir = tmpdir, .flush_max = 2, .max_pending = 8 };
+	nmq_store *s = NULL;
+	char       err[256];
+	assert_int_equal(store_open(&s, &o, err, sizeof(err)), NMQ_OK);
+	sem_init(&gate, 0, 0);
+	block_store_thread(s);
+	store_stats before;
+	store_stats_get(s, &before);
+	store_batch_begin(s);
+	store_batch_begin(s); // nested: the outer end queues
+	for (int i = 0; i < 6; i++) {
+		assert_int_equal(store_rel_put(s, "b", (uint16_t)(i + 1), NULL, NULL), NMQ_OK);
+	}
+	store_batch_end(s);
+	store_stats mid;
+	store_stats_get(s, &mid);
+	assert_int_equal(mid.pending, 0); // held by this thread until the end
+	// Counted against max_pending while held: 6 + 2 fill it.
+	assert_int_equal(store_rel_put(s, "b", 7, NULL, NULL), NMQ_OK);
+	assert_int_equal(store_rel_put(s, "b", 8, NULL, NULL), NMQ_OK);
+	assert_int_equal(store_rel_put(s, "b", 9, NULL, NULL), NMQ_ELIMIT);
+	store_batch_end(s);
+	store_stats_get(s, &mid);
+	assert_int_equal(mid.pending, 8);
+	sem_post(&gate);
+	waiter_reset();
+	assert_int_equal(store_sync(s, on_done, NULL), NMQ_OK);
+	wait_calls(1);
+	store_stats after;
+	store_stats_get(s, &after);
+	// The 8 writes as one group (a store_batch is never cut at
+	// flush_max = 2), then the last barrier's (the blocking barrier's
+	// commit is counted in `before`).
+	assert_int_equal(after.commits - before.commits, 1 + 1);
+	store_close(s);
+	sem_destroy(&gate);
+	assert_int_equal(count_rows("rel"), 8);
+}
+
 // Operations that cancel out inside one group are not written; what is
 // left is what applying them in order gives.
 static void test_group_coalescing(void **state)
@@ -1112,6 +1155,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_kill9_acked_survive, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_group_coalescing, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_del_ranges, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_batch_one_group, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_crash_before_group_commit, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
