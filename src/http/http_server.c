@@ -9,8 +9,12 @@
 // its slot for a bounded time; an idle keep-alive connection is closed
 // after idle_timeout_ms. At most limit_conn connections are open: beyond
 // that the listening socket is taken out of the loop and new clients wait
-// in the kernel's backlog, unless a kept-alive connection is idle between
-// requests, which is then closed for the waiting client (idle_victim).
+// in the kernel's backlog, unless a connection that makes no progress can
+// give up its slot (victim): one kept alive idle between requests, or one
+// still sending its request head (or TLS handshake), for longer than
+// GRACE_MS. The one waiting the longest is closed for the waiting client,
+// so slow clients (slowloris) cannot keep a quick request out for more than
+// about GRACE_MS per limit_conn of them ahead of it in the backlog.
 //
 // With TLS (http_server_opts.tls) a connection starts in C_HANDSHAKE: the
 // handshake runs step by step as the socket allows (never blocking the
@@ -50,6 +54,7 @@
 #define READ_CHUNK       16384
 #define TICK_MS          200
 #define LINGER_MS        1000 // lingering close after a refusal
+#define GRACE_MS         1000 // a head or an idle wait this long may be cut when full
 #define LISTEN_TAG       ((void *)1)
 #define WAKE_TAG         ((void *)2)
 
@@ -75,6 +80,8 @@ typedef struct hconn {
 	size_t               out_off;
 	uint64_t             deadline_ms; // 0: none
 	bool                 idle; // between requests (deadline is the idle one)
+	bool                 head_done; // the current request's head has arrived
+	uint64_t             wait_ms; // since: accept, handshake done, reply out, or first byte
 	bool                 answered; // a reply went out: idle means kept alive
 	bool                 sent_continue;
 	bool                 close_after; // close once out is written
@@ -101,6 +108,8 @@ struct http_server {
 	size_t             nroutes;
 	hconn             *conns;
 	int                nconns;
+	uint64_t           closed_slow; // slow heads or handshakes closed for a waiting client
+	uint64_t           closed_idle; // idle kept-alive connections closed for one
 };
 
 static uint64_t now_ms(void)
@@ -296,6 +305,12 @@ http_server *http_server_alloc(const http_server_opts *o, char *err, size_t errl
 fail:
 	http_server_free(hs);
 	return NULL;
+}
+
+void http_server_stats_get(const http_server *hs, http_server_stats *st)
+{
+	st->closed_slow = hs->closed_slow;
+	st->closed_idle = hs->closed_idle;
 }
 
 int http_server_port(const http_server *hs)
@@ -585,7 +600,9 @@ static bool conn_flush(http_server *hs, hconn *c)
 	// The reply is out: the connection is idle until the next request.
 	c->idle        = true;
 	c->answered    = true;
-	c->deadline_ms = now_ms() + hs->o.idle_timeout_ms;
+	c->head_done   = false;
+	c->wait_ms     = now_ms();
+	c->deadline_ms = c->wait_ms + hs->o.idle_timeout_ms;
 	if (c->st == C_WRITE) {
 		c->st = C_READ;
 		conn_watch(hs, c, EPOLLIN);
@@ -667,12 +684,14 @@ static bool conn_process(http_server *hs, hconn *c)
 		if (c->idle) {
 			// The first byte of a new request starts its clock.
 			c->idle        = false;
-			c->deadline_ms = now_ms() + hs->o.request_timeout_ms;
+			c->wait_ms     = now_ms();
+			c->deadline_ms = c->wait_ms + hs->o.request_timeout_ms;
 		}
 		if (rc == HTTP_PARSE_INCOMPLETE) {
 			free(m);
 			return true;
 		}
+		c->head_done = true; // a slow body is bounded by request_timeout only
 		if (rc == HTTP_PARSE_ERROR) {
 			free(m);
 			conn_fail(hs, c, st, REST_PARAM_ERROR,
@@ -860,22 +879,33 @@ static void conn_handshake(http_server *hs, hconn *c)
 		conn_close(hs, c);
 		return;
 	}
-	// Requests may already wait, decrypted or not.
-	c->st = C_READ;
+	// Requests may already wait, decrypted or not. The head's grace starts
+	// now.
+	c->st      = C_READ;
+	c->wait_ms = now_ms();
 	conn_watch(hs, c, EPOLLIN);
 	conn_readable(hs, c);
 }
 
-// The kept-alive connection idle the longest (answered, nothing pending),
-// or NULL. Such a connection gives its slot to a new client, so that
-// limit_conn bounds the requests in progress rather than the keep-alive
-// connections that dashboards and scrapers leave open.
-static hconn *idle_victim(http_server *hs)
+// The connection that has made no progress the longest, for more than
+// GRACE_MS, or NULL: one kept alive and idle between requests (limit_conn
+// bounds the requests in progress, not the keep-alive connections that
+// dashboards and scrapers leave open), one whose request head (or TLS
+// handshake) has not arrived in full (a slowloris holds a slot only while
+// no one waits), or one accepted that has sent nothing. A connection whose
+// head has arrived (body being read, handler, reply being written) is
+// never chosen: its request is in progress and bounded by
+// request_timeout. The grace keeps an active keep-alive client, and a
+// legitimate client's quick request, from being cut.
+static hconn *victim(http_server *hs)
 {
-	hconn *v = NULL;
+	uint64_t now = now_ms();
+	hconn   *v   = NULL;
 	for (hconn *c = hs->conns; c != NULL; c = c->next) {
-		if (c->idle && c->answered && c->st == C_READ && c->in_len == 0 && !c->draining
-		    && (v == NULL || c->deadline_ms < v->deadline_ms)) {
+		bool waiting = c->st == C_HANDSHAKE
+		    || (c->st == C_READ && !c->head_done && !c->draining && !c->close_after);
+		if (waiting && now - c->wait_ms >= GRACE_MS
+		    && (v == NULL || c->wait_ms < v->wait_ms)) {
 			v = c;
 		}
 	}
@@ -895,7 +925,7 @@ static void listen_pause(http_server *hs)
 
 static void listen_resume(http_server *hs)
 {
-	if (!hs->listening && (hs->nconns < hs->o.limit_conn || idle_victim(hs) != NULL)) {
+	if (!hs->listening && (hs->nconns < hs->o.limit_conn || victim(hs) != NULL)) {
 		struct epoll_event ev = { .events = EPOLLIN, .data.ptr = LISTEN_TAG };
 		if (epoll_ctl(hs->efd, EPOLL_CTL_ADD, hs->lfd, &ev) == 0) {
 			hs->listening = true;
@@ -906,10 +936,11 @@ static void listen_resume(http_server *hs)
 static void accept_all(http_server *hs)
 {
 	for (;;) {
-		// Full: an idle kept-alive connection makes room for a waiting
-		// client; without one, new clients stay in the backlog.
-		hconn *victim = NULL;
-		if (hs->nconns >= hs->o.limit_conn && (victim = idle_victim(hs)) == NULL) {
+		// Full: a connection that makes no progress (victim) makes room
+		// for a waiting client; without one, new clients stay in the
+		// backlog.
+		hconn *v = NULL;
+		if (hs->nconns >= hs->o.limit_conn && (v = victim(hs)) == NULL) {
 			break;
 		}
 		struct sockaddr_storage ss;
@@ -927,10 +958,19 @@ static void accept_all(http_server *hs)
 			}
 			return;
 		}
-		if (victim != NULL) {
-			log_debug(
-			    "http", "peer=%s event=idle_closed reason=limit_conn", victim->peer);
-			conn_close(hs, victim);
+		if (v != NULL) {
+			if (v->st == C_READ && v->idle && v->answered) {
+				hs->closed_idle++;
+				log_debug(
+				    "http", "peer=%s event=idle_closed reason=limit_conn", v->peer);
+			} else {
+				hs->closed_slow++;
+				log_info_rl("http",
+				    "peer=%s event=slow_request_closed reason=limit_conn "
+				    "waited_ms=%llu",
+				    v->peer, (unsigned long long)(now_ms() - v->wait_ms));
+			}
+			conn_close(hs, v);
 		}
 		hconn *c = calloc(1, sizeof(*c));
 		if (c == NULL) {
@@ -965,7 +1005,8 @@ static void accept_all(http_server *hs)
 			c->st = C_HANDSHAKE;
 		}
 		c->idle               = true;
-		c->deadline_ms        = now_ms() + hs->o.request_timeout_ms;
+		c->wait_ms            = now_ms();
+		c->deadline_ms        = c->wait_ms + hs->o.request_timeout_ms;
 		struct epoll_event ev = { .events = EPOLLIN, .data.ptr = c };
 		if (epoll_ctl(hs->efd, EPOLL_CTL_ADD, fd, &ev) != 0) {
 			log_warn_rl("http", "event=accept_dropped reason=\"%s\"", strerror(errno));

@@ -59,7 +59,7 @@ enum http_auth_kind { HTTP_AUTH_BASIC = 0, HTTP_AUTH_JWT, HTTP_AUTH_NONE };
 typedef struct http_server_opts {
 	const char *ip_addr; // "0.0.0.0" if NULL
 	int         port;
-	int         limit_conn; // connections at once; idle kept-alive ones make room
+	int         limit_conn; // connections at once; stalled ones (idle, slow head) make room
 	uint32_t    max_body; // bytes
 	uint32_t    max_head; // bytes of request line and headers (0: 16 KiB)
 	uint32_t    request_timeout_ms; // a request must arrive within (0: 10 s)
@@ -89,6 +89,16 @@ nmq_err http_server_route(
 nmq_err http_server_start(http_server *hs);
 // The port actually bound (useful with port 0).
 int http_server_port(const http_server *hs);
+
+// Connections closed at limit_conn to make room for a waiting client:
+// closed_slow were still sending their request head or TLS handshake,
+// closed_idle were kept alive idle between requests (each after more than
+// a second of no progress). Call on the server's thread (from a handler).
+typedef struct http_server_stats {
+	uint64_t closed_slow;
+	uint64_t closed_idle;
+} http_server_stats;
+void http_server_stats_get(const http_server *hs, http_server_stats *st);
 // Stops the thread, closes every connection and frees the server.
 void http_server_free(http_server *hs);
 

@@ -336,6 +336,16 @@ static size_t collect(rest_api *api, metric *v, size_t cap)
 	M("store_publisher_pauses", "counter",
 	    "Publishers paused because the store's write queue passed its high-water mark.",
 	    atomic_load(&m->store_pauses));
+	http_server_stats hst;
+	http_server_stats_get(api->hs, &hst);
+	M("http_slow_requests_closed", "counter",
+	    "REST API connections closed at http_server.limit_conn for a waiting client while "
+	    "their request head or TLS handshake was still arriving after 1 s.",
+	    hst.closed_slow);
+	M("http_idle_connections_closed", "counter",
+	    "Kept-alive REST API connections idle over 1 s closed at http_server.limit_conn for a "
+	    "waiting client.",
+	    hst.closed_idle);
 	if (api->env.store != NULL) {
 		store_stats st;
 		store_stats_get(api->env.store, &st);
@@ -674,6 +684,7 @@ rest_api *rest_api_alloc(http_server *hs, const rest_env *env)
 		return NULL;
 	}
 	api->env           = *env;
+	api->hs            = hs;
 	api->property_size = env->property_size;
 	static const struct {
 		const char  *method, *path;

@@ -7,7 +7,8 @@
 #include "src/http/rest_api.h"
 
 struct rest_api {
-	rest_env env;
+	rest_env     env;
+	http_server *hs;
 	// CPU and memory figures, sampled when metrics are read.
 	double   cpu_pct;
 	double   cpu_pct_max;

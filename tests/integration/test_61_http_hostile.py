@@ -24,6 +24,12 @@ and, at the end, an MQTT client that is still served:
   works; a bridge node in NanoMQ's shape is written; unknown keys of those
   sections are refused (108) and wrong values (117).
 - POST /ctrl/stop answers and the broker exits cleanly.
+- slow clients at limit_conn (request_timeout 30 s): while many slowloris
+  sockets (plain, and partial TLS handshakes with http_server.ssl) keep
+  reconnecting, a curl request is served within seconds, since the
+  connection stuck longest in its head (over 1 s) gives way to a waiting
+  client; a kept-alive client making requests meanwhile keeps its
+  connection; /metrics counts the closures.
 """
 import base64
 import http.client
@@ -588,6 +594,174 @@ class TestConfigCalloutSections(ServerCase):
 
     post = TestConfigWrites.post
     conf_get = TestConfigWrites.conf_get
+
+
+
+class Slowloris:
+    """n sockets that each send the start of a request (plain: a request
+    line and a header; tls: a TLS record header and one byte) and then one
+    byte every 0.4 s; a socket the server closes is opened again, as an
+    attacker would."""
+
+    def __init__(self, port, n, tls):
+        self.port, self.n, self.tls = port, n, tls
+        self.stop = threading.Event()
+        self.reconnects = 0
+        self.thread = threading.Thread(target=self.run)
+
+    def open(self):
+        s = socket.socket()
+        s.settimeout(2)
+        s.connect((nmq.HOST, self.port))  # completes in the backlog too
+        s.setblocking(False)
+        if self.tls:
+            s.send(b"\x16\x03\x01\x02\x00\x01")  # a 512-byte ClientHello, begun
+        else:
+            s.send(b"GET /api/v4/nodes HTTP/1.1\r\nHost: x\r\n")
+        return s
+
+    def run(self):
+        socks = [self.open() for _ in range(self.n)]
+        while not self.stop.wait(0.4):
+            for i, s in enumerate(socks):
+                try:
+                    if s.recv(4096) == b"":
+                        raise ConnectionResetError
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    s.close()
+                    self.reconnects += 1
+                    try:
+                        socks[i] = self.open()
+                    except OSError:
+                        pass
+                    continue
+                try:
+                    s.send(b"\x00" if self.tls else b"X")
+                except OSError:
+                    pass
+        for s in socks:
+            s.close()
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+
+
+class TestSlowClients(ServerCase):
+    # request_timeout is long, so only the eviction at limit_conn can get a
+    # waiting client served within seconds.
+    HTTP_CONF = ("http_server { port = %(port)d, username = admin, password = pw-61, "
+                 "limit_conn = 4, request_timeout = 30s %(ssl)s }\n")
+    TLS = False
+    SSL = ""
+
+    def setUp(self):
+        self.HTTP_CONF = self.HTTP_CONF.replace("%(ssl)s", self.SSL)
+        super().setUp()
+        self.scheme = "https" if self.TLS else "http"
+
+    def connection(self):
+        if self.TLS:
+            import ssl
+            ctx = ssl.create_default_context(cafile=self.CERT)
+            ctx.check_hostname = False
+            return http.client.HTTPSConnection(nmq.HOST, self.http_port, timeout=20,
+                                               context=ctx)
+        return http.client.HTTPConnection(nmq.HOST, self.http_port, timeout=20)
+
+    def curl(self, path):
+        args = ["curl", "-s", "-m", "25", "-u", "%s:%s" % (USER, PASSWORD), "-o", "/dev/null",
+                "-w", "%{http_code}"]
+        if self.TLS:
+            args += ["--cacert", self.CERT]
+        host = "localhost" if self.TLS else nmq.HOST
+        t0 = time.monotonic()
+        r = subprocess.run(args + ["%s://%s:%d%s" % (self.scheme, host, self.http_port, path)],
+                           capture_output=True, text=True, timeout=30)
+        return r.stdout, time.monotonic() - t0
+
+    def test_quick_request_served_during_slowloris(self):
+        # A kept-alive client, connected before the attack.
+        kept = self.connection()
+        kept.request("GET", "/api/v4/nodes", headers={"Authorization": AUTH})
+        r = kept.getresponse()
+        r.read()
+        self.assertEqual(r.status, 200)
+        kept_sock = kept.sock
+        with Slowloris(self.http_port, 12, self.TLS) as attack:
+            time.sleep(0.5)  # every other slot is taken, the rest wait in the backlog
+            # The kept-alive client keeps making requests on its connection
+            # (a pause of 0.2 s is no reason to close it) while curl runs.
+            errors = []
+
+            def active():
+                try:
+                    t_end = time.monotonic() + 5
+                    while time.monotonic() < t_end:
+                        kept.request("GET", "/api/v4/nodes", headers={"Authorization": AUTH})
+                        r = kept.getresponse()
+                        r.read()
+                        if r.status != 200 or kept.sock is not kept_sock:
+                            errors.append("status %d" % r.status)
+                        time.sleep(0.2)
+                except (OSError, http.client.HTTPException) as e:
+                    errors.append(repr(e))
+
+            t = threading.Thread(target=active)
+            t.start()
+            code, took = self.curl("/api/v4/nodes")
+            t.join()
+            self.assertEqual(code, "200")
+            # About a second per limit_conn slow clients ahead of it in the
+            # backlog (3 here); without the eviction, request_timeout (30 s).
+            self.assertLess(took, 12, "a quick request waited %.1f s" % took)
+            self.assertEqual(errors, [], "the active kept-alive client lost its connection")
+            self.assertGreater(attack.reconnects, 0)
+            code, took = self.curl("/api/v4/nodes")
+            self.assertEqual(code, "200")
+            self.assertLess(took, 12)
+        kept.close()
+        st, _, j = self.get("/api/v4/metrics") if not self.TLS else self.metrics_tls()
+        self.assertEqual(st, 200)
+        self.assertGreater(j["metrics"][0]["http_slow_requests_closed"], 0)
+        if not self.TLS:
+            self.assert_healthy()
+
+    def metrics_tls(self):
+        c = self.connection()
+        c.request("GET", "/api/v4/metrics", headers={"Authorization": AUTH})
+        r = c.getresponse()
+        out = r.status, None, json.loads(r.read())
+        c.close()
+        return out
+
+
+class TestSlowClientsTls(TestSlowClients):
+    TLS = True
+
+    @classmethod
+    def setUpClass(cls):
+        if shutil.which("openssl") is None:
+            raise unittest.SkipTest("openssl is needed")
+        cls.pki = tempfile.mkdtemp(prefix="nmq-t61-pki-")
+        cls.CERT = os.path.join(cls.pki, "server.crt")
+        key = os.path.join(cls.pki, "server.key")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                        "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", key, "-out",
+                        cls.CERT, "-subj", "/CN=localhost", "-addext",
+                        "subjectAltName=DNS:localhost,IP:127.0.0.1", "-days", "2"],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        cls.SSL = ', ssl { certfile = "%s", keyfile = "%s" }' % (cls.CERT, key)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.pki, True)
 
 
 if __name__ == "__main__":
