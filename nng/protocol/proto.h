@@ -348,8 +348,22 @@ void proto_want_message_events(nmq_proto *p, bool on);
 // and counted; the running limits stay).
 nmq_err proto_set_limits(nmq_proto *p, const proto_limits *limits);
 // Copies the limits in force (any thread).
-void            proto_get_limits(nmq_proto *p, proto_limits *out);
-proto_metrics  *proto_metrics_get(nmq_proto *p);
+void           proto_get_limits(nmq_proto *p, proto_limits *out);
+proto_metrics *proto_metrics_get(nmq_proto *p);
+
+// The sessions' outbound queues now, summed over every session of the
+// process: QoS 0 and QoS 1/2 messages waiting in memory to be sent, and
+// in-flight QoS 1/2 entries (PUBLISH or PUBREL written or about to be,
+// awaiting PUBACK / PUBREC / PUBCOMP). Messages of a persistent session
+// that are in the durable store only are not counted (store_stats has
+// queued_rows). Any thread; reads per-thread counters with relaxed loads
+// (no lock), so a read racing a change may be off by that change.
+typedef struct proto_queue_depth {
+	int64_t queued_qos0;
+	int64_t queued_qos12;
+	int64_t inflight;
+} proto_queue_depth;
+void            proto_queue_depth_get(proto_queue_depth *out);
 const conn_env *proto_conn_env(nmq_proto *p);
 
 // Binds the durable store (main thread, before the first connection; st

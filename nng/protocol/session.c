@@ -121,7 +121,7 @@ bool nmq_session_persistent(nmq_session *s)
 {
 	nmq_mutex_lock(&s->mtx);
 	bool r = persist(s);
-	nmq_mutex_unlock(&s->mtx);
+	session_unlock(s);
 	return r;
 }
 
@@ -133,6 +133,71 @@ const char *nmq_session_username(const nmq_session *s)
 // The first subscriber session that a delivery on this thread found
 // congested (held), for the publisher's receive path to act on.
 static __thread nmq_session *tls_congested;
+
+// Queue-depth gauges (proto_queue_depth_get). Each thread that changes a
+// session's queues owns one block and is its only writer (a plain load
+// and store, no locked instruction on the message path); a reader sums
+// the blocks claimed so far. The blocks are signed: a message queued on
+// one thread and sent from another adds +1 to one block and -1 to the
+// other. Threads past QDEPTH_BLOCKS share block 0 with atomic adds.
+// Each block has its own cache line so that workers do not share one.
+#define QDEPTH_BLOCKS 256
+typedef struct qdepth_block {
+	_Alignas(64) _Atomic int64_t q0;
+	_Atomic int64_t q12;
+	_Atomic int64_t infl;
+} qdepth_block;
+static qdepth_block           qdepth_blocks[QDEPTH_BLOCKS];
+static atomic_uint            qdepth_claimed = 1;
+static __thread qdepth_block *tls_qdepth;
+
+static void qdepth_add1(_Atomic int64_t *c, int64_t d, bool shared)
+{
+	if (shared) {
+		atomic_fetch_add_explicit(c, d, memory_order_relaxed);
+	} else {
+		atomic_store_explicit(
+		    c, atomic_load_explicit(c, memory_order_relaxed) + d, memory_order_relaxed);
+	}
+}
+
+// Adds to the gauges what changed in s's queues since the last call.
+// Caller holds s->mtx (or the last reference).
+static void qdepth_sync_locked(nmq_session *s)
+{
+	if (s->q.len == s->rep_q && s->q0.len == s->rep_q0 && s->infl_len == s->rep_infl) {
+		return;
+	}
+	qdepth_block *b = tls_qdepth;
+	if (b == NULL) {
+		unsigned i = atomic_fetch_add_explicit(&qdepth_claimed, 1, memory_order_relaxed);
+		b          = &qdepth_blocks[i < QDEPTH_BLOCKS ? i : 0];
+		tls_qdepth = b;
+	}
+	bool shared = b == &qdepth_blocks[0];
+	qdepth_add1(&b->q12, (int64_t)s->q.len - s->rep_q, shared);
+	qdepth_add1(&b->q0, (int64_t)s->q0.len - s->rep_q0, shared);
+	qdepth_add1(&b->infl, (int64_t)s->infl_len - s->rep_infl, shared);
+	s->rep_q    = s->q.len;
+	s->rep_q0   = s->q0.len;
+	s->rep_infl = s->infl_len;
+}
+
+void proto_queue_depth_get(proto_queue_depth *out)
+{
+	unsigned n = atomic_load_explicit(&qdepth_claimed, memory_order_relaxed);
+	if (n > QDEPTH_BLOCKS) {
+		n = QDEPTH_BLOCKS;
+	}
+	memset(out, 0, sizeof(*out));
+	for (unsigned i = 0; i < n; i++) {
+		out->queued_qos0
+		    += atomic_load_explicit(&qdepth_blocks[i].q0, memory_order_relaxed);
+		out->queued_qos12
+		    += atomic_load_explicit(&qdepth_blocks[i].q12, memory_order_relaxed);
+		out->inflight += atomic_load_explicit(&qdepth_blocks[i].infl, memory_order_relaxed);
+	}
+}
 
 static void session_sync_job(workq_job *job);
 
@@ -201,6 +266,7 @@ void nmq_session_release(nmq_session *s)
 		return;
 	}
 	session_clear_locked(s);
+	qdepth_sync_locked(s);
 	if (s->will != NULL) {
 		nmq_msg_release(s->will);
 	}
@@ -245,8 +311,12 @@ void session_lock(nmq_session *s)
 	nmq_mutex_lock(&s->mtx);
 }
 
+// Every change to a session's queues is made under s->mtx, and every
+// release of it in this file goes through here: the queue-depth gauges
+// follow the queues exactly, whatever path changed them.
 void session_unlock(nmq_session *s)
 {
+	qdepth_sync_locked(s);
 	nmq_mutex_unlock(&s->mtx);
 }
 
@@ -441,7 +511,7 @@ static void drop_scan_row(void *arg, const proto_store_row *r)
 	}
 	nmq_mutex_lock(&s->mtx);
 	bool drop = r->seq > s->disk_after && !d->keep(d->arg, r->msg);
-	nmq_mutex_unlock(&s->mtx);
+	session_unlock(s);
 	if (!drop) {
 		return;
 	}
@@ -521,7 +591,7 @@ static size_t drop_disk_backlog(
 			gone++;
 		}
 	}
-	nmq_mutex_unlock(&s->mtx);
+	session_unlock(s);
 	e = p->store->sync(p->store_arg, drop_scan_done, &d);
 	if (e == NMQ_OK) {
 		drop_scan_wait(&d);
@@ -542,7 +612,7 @@ size_t nmq_session_drop_queued(
 	size_t gone = 0;
 	nmq_mutex_lock(&s->mtx);
 	bool disk = !s->ended && persist(s) && s->disk_mode;
-	nmq_mutex_unlock(&s->mtx);
+	session_unlock(s);
 	if (disk) {
 		gone += drop_disk_backlog(s, keep, arg);
 	}
@@ -551,7 +621,7 @@ size_t nmq_session_drop_queued(
 		gone += ring_filter(s, &s->q, persist(s), keep, arg)
 		    + ring_filter(s, &s->q0, false, keep, arg);
 	}
-	nmq_mutex_unlock(&s->mtx);
+	session_unlock(s);
 	proto_count_drops(s->p, &s->p->m.drop_acl, gone);
 	droplog_record(DROP_ACL_REQUEUE, s->client_id, NULL, 0, DROPLOG_NO_QOS, (uint32_t)gone);
 	return gone;
@@ -970,7 +1040,7 @@ static void session_sync_job(workq_job *job)
 			session_sync_locked(s);
 		}
 	}
-	nmq_mutex_unlock(&s->mtx);
+	session_unlock(s);
 	if (close != NULL) {
 		conn_close(close);
 		conn_release(close);
@@ -999,14 +1069,14 @@ static void disk_row(void *arg, const proto_store_row *r)
 			// Stays on disk; read again with the next chunk.
 			entry_ids_free(&e);
 			proto_count_alloc_failure(s->p, "session_queue");
-			nmq_mutex_unlock(&s->mtx);
+			session_unlock(s);
 			return;
 		}
 	}
 	if (r->seq > s->disk_after) {
 		s->disk_after = r->seq;
 	}
-	nmq_mutex_unlock(&s->mtx);
+	session_unlock(s);
 }
 
 static void disk_done(void *arg, nmq_err err)
@@ -1025,7 +1095,7 @@ static void disk_done(void *arg, nmq_err err)
 	if (!s->ended && s->link != NULL) {
 		session_pump_locked(s);
 	}
-	nmq_mutex_unlock(&s->mtx);
+	session_unlock(s);
 	nmq_session_release(s);
 }
 
@@ -1059,7 +1129,7 @@ void nmq_session_deliver(nmq_session *s, nmq_msg *msg, uint8_t qos, bool retain,
 	bool       persist_skip = false;
 	nmq_mutex_lock(&s->mtx);
 	if (s->ended || (qos == 0 && s->link == NULL)) {
-		nmq_mutex_unlock(&s->mtx);
+		session_unlock(s);
 		return;
 	}
 	if (qos > 0 && persist(s) && (s->link == NULL || s->disk_mode)) {
@@ -1079,7 +1149,7 @@ void nmq_session_deliver(nmq_session *s, nmq_msg *msg, uint8_t qos, bool retain,
 			if (s->link != NULL) {
 				session_disk_pump_locked(s);
 			}
-			nmq_mutex_unlock(&s->mtx);
+			session_unlock(s);
 			return;
 		}
 		// Not stored (logged and counted; the publisher gets no success
@@ -1089,7 +1159,7 @@ void nmq_session_deliver(nmq_session *s, nmq_msg *msg, uint8_t qos, bool retain,
 		proto_store_refused();
 		if (s->disk_mode) {
 			proto_count_drop(p, &p->m.drop_queue_full);
-			nmq_mutex_unlock(&s->mtx);
+			session_unlock(s);
 			return;
 		}
 		persist_skip = true;
@@ -1105,7 +1175,7 @@ void nmq_session_deliver(nmq_session *s, nmq_msg *msg, uint8_t qos, bool retain,
 			    "client_id=%s reason=max_message_memory topic=%s qos=%u action=drop",
 			    s->client_id, msg->topic, qos);
 		}
-		nmq_mutex_unlock(&s->mtx);
+		session_unlock(s);
 		return;
 	}
 	out_entry e;
@@ -1121,7 +1191,7 @@ void nmq_session_deliver(nmq_session *s, nmq_msg *msg, uint8_t qos, bool retain,
 	if (qe == NMQ_ENOMEM) {
 		proto_count_drop(p, NULL);
 		proto_count_alloc_failure(p, "session_queue");
-		nmq_mutex_unlock(&s->mtx);
+		session_unlock(s);
 		return;
 	}
 	if (qe != NMQ_OK) {
@@ -1133,7 +1203,7 @@ void nmq_session_deliver(nmq_session *s, nmq_msg *msg, uint8_t qos, bool retain,
 			    "action=drop",
 			    s->client_id, proto_lim(p)->max_mqueue_len, msg->topic, qos);
 		}
-		nmq_mutex_unlock(&s->mtx);
+		session_unlock(s);
 		return;
 	}
 	nmq_msg_hold(msg);
@@ -1155,7 +1225,7 @@ void nmq_session_deliver(nmq_session *s, nmq_msg *msg, uint8_t qos, bool retain,
 			tls_congested = s;
 		}
 	}
-	nmq_mutex_unlock(&s->mtx);
+	session_unlock(s);
 }
 
 // See session.h: pause publishers at 3/4 of a queue bound of at least
@@ -1178,7 +1248,7 @@ uint32_t session_queue_len(nmq_session *s, bool *online)
 	nmq_mutex_lock(&s->mtx);
 	uint32_t n = s->q.len + s->q0.len;
 	*online    = s->link != NULL && !s->ended;
-	nmq_mutex_unlock(&s->mtx);
+	session_unlock(s);
 	return n;
 }
 
@@ -1309,7 +1379,7 @@ void session_writable(nmq_session *s, nmq_link *l)
 	if (s->link == l && s->q.len + s->q0.len > 0) {
 		session_pump_locked(s);
 	}
-	nmq_mutex_unlock(&s->mtx);
+	session_unlock(s);
 }
 
 // Drops inbound QoS 2 ids that waited longer than await_rel_timeout.
@@ -1422,7 +1492,7 @@ nmq_err session_open(nmq_proto *p, const char *client_id, const uint8_t *owner, 
 			// subscriptions are not handed over). A clean start by
 			// another user discards it as usual and starts a session of
 			// its own.
-			nmq_mutex_unlock(&s->mtx);
+			session_unlock(s);
 			pthread_mutex_unlock(&p->tbl_mtx);
 			return NMQ_EACCES;
 		}
@@ -1441,7 +1511,7 @@ nmq_err session_open(nmq_proto *p, const char *client_id, const uint8_t *owner, 
 			s->ended = true;
 			store_session_del_locked(s);
 			proto_table_remove(p, s);
-			nmq_mutex_unlock(&s->mtx);
+			session_unlock(s);
 			r->ended = s; // the table's reference
 			s        = NULL;
 		} else {
@@ -1462,7 +1532,7 @@ nmq_err session_open(nmq_proto *p, const char *client_id, const uint8_t *owner, 
 		}
 		nmq_mutex_lock(&s->mtx);
 		if (proto_table_insert(p, s) != NMQ_OK) { // the table keeps this reference
-			nmq_mutex_unlock(&s->mtx);
+			session_unlock(s);
 			pthread_mutex_unlock(&p->tbl_mtx);
 			nmq_session_release(s);
 			return NMQ_ENOMEM;
@@ -1521,7 +1591,7 @@ void session_set_expiry(nmq_session *s, const nmq_link *l, uint32_t expiry_s)
 			}
 		}
 	}
-	nmq_mutex_unlock(&s->mtx);
+	session_unlock(s);
 }
 
 // Detaches a connection; see session.h.
@@ -1563,7 +1633,7 @@ nmq_msg *session_detach(
 			store_session_locked(s, wall_ms());
 		}
 	}
-	nmq_mutex_unlock(&s->mtx);
+	session_unlock(s);
 	return now;
 }
 
@@ -1592,7 +1662,7 @@ static void session_finish_locked(nmq_session *s)
 	nmq_msg   *will = s->will;
 	s->will         = NULL;
 	session_clear_locked(s);
-	nmq_mutex_unlock(&s->mtx);
+	session_unlock(s);
 	timer_wheel_cancel(p->tw, &s->timer);
 	if (will != NULL) {
 		proto_publish_will(p, will);
@@ -1611,7 +1681,7 @@ static void session_end_when(nmq_session *s, bool only_if_expired)
 	pthread_mutex_lock(&p->tbl_mtx);
 	nmq_mutex_lock(&s->mtx);
 	if (s->ended || (only_if_expired && !session_expired_locked(s, nmq_clock_ms()))) {
-		nmq_mutex_unlock(&s->mtx);
+		session_unlock(s);
 		pthread_mutex_unlock(&p->tbl_mtx);
 		return;
 	}
@@ -1643,7 +1713,7 @@ void session_drop(nmq_session *s)
 		nmq_msg_release(s->will);
 		s->will = NULL;
 	}
-	nmq_mutex_unlock(&s->mtx);
+	session_unlock(s);
 }
 
 // Re-arms the session timer: expiry while offline, the delayed will, and
@@ -1712,7 +1782,7 @@ static void session_timer_cb(tw_timer *t)
 	nmq_mutex_lock(&s->mtx);
 	s->timer_at = 0;
 	if (s->ended) {
-		nmq_mutex_unlock(&s->mtx);
+		session_unlock(s);
 		return;
 	}
 	if (s->will != NULL && now >= s->will_at_ms) {
@@ -1728,7 +1798,7 @@ static void session_timer_cb(tw_timer *t)
 	if (!end) {
 		session_timer_update_locked(s);
 	}
-	nmq_mutex_unlock(&s->mtx);
+	session_unlock(s);
 	if (will != NULL || end) {
 		session_work *w = calloc(1, sizeof(*w));
 		if (w == NULL) {
@@ -1745,7 +1815,7 @@ static void session_timer_cb(tw_timer *t)
 				s->timer_at = now + SESSION_RETRY_MS;
 				timer_wheel_schedule(s->p->tw, &s->timer, s->timer_at);
 			}
-			nmq_mutex_unlock(&s->mtx);
+			session_unlock(s);
 			if (will != NULL) {
 				// Ended meanwhile, or replaced by a newer will.
 				nmq_msg_release(will);
@@ -1777,7 +1847,7 @@ bool session_info(nmq_session *s, proto_session_info *out)
 		out->proto_ver   = s->ver;
 		out->queued      = s->q.len + s->q0.len;
 	}
-	nmq_mutex_unlock(&s->mtx);
+	session_unlock(s);
 	out->recv_msgs = atomic_load_explicit(&s->recv_msgs, memory_order_relaxed);
 	return !ended;
 }
@@ -1832,14 +1902,14 @@ nmq_session *proto_session_restore(
 			nmq_msg_release(s->will);
 			s->will = NULL;
 		}
-		nmq_mutex_unlock(&s->mtx);
+		session_unlock(s);
 		nmq_session_release(s);
 		return NULL;
 	}
 	pthread_mutex_unlock(&p->tbl_mtx);
 	nmq_mutex_lock(&s->mtx);
 	session_timer_update_locked(s);
-	nmq_mutex_unlock(&s->mtx);
+	session_unlock(s);
 	return s;
 }
 
@@ -1876,7 +1946,7 @@ nmq_session *proto_session_preset(nmq_proto *p, const char *client_id, bool *exi
 	if (p->store != NULL) {
 		store_session_locked(s, wall_ms());
 	}
-	nmq_mutex_unlock(&s->mtx);
+	session_unlock(s);
 	return s;
 }
 
@@ -1921,7 +1991,7 @@ nmq_err proto_session_restore_msg(nmq_session *s, uint64_t seq, nmq_msg *msg, ui
 			s->q_seq = seq + 1;
 		}
 	}
-	nmq_mutex_unlock(&s->mtx);
+	session_unlock(s);
 	return ok ? NMQ_OK : NMQ_ENOMEM;
 }
 
@@ -1929,6 +1999,6 @@ nmq_err proto_session_restore_rel(nmq_session *s, uint16_t packet_id)
 {
 	nmq_mutex_lock(&s->mtx);
 	nmq_err e = qos2_find(s, packet_id) >= 0 ? NMQ_OK : qos2_add(s, packet_id, nmq_clock_ms());
-	nmq_mutex_unlock(&s->mtx);
+	session_unlock(s);
 	return e;
 }

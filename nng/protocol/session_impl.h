@@ -114,6 +114,12 @@ struct nmq_session {
 	bool     disk_mode;
 	bool     disk_reading; // a read is in flight (holds a reference)
 
+	// (mtx) q.len, q0.len and infl_len as last added to the queue-depth
+	// gauges (proto_queue_depth_get): every unlock adds the difference.
+	uint32_t rep_q;
+	uint32_t rep_q0;
+	uint32_t rep_infl;
+
 	uint16_t next_pid;
 	uint8_t  ver;
 	bool     ended; // removed from the table

@@ -294,6 +294,16 @@ static size_t collect(rest_api *api, metric *v, size_t cap)
 	    api->cpu_pct);
 	M("cpu_usage_max", "gauge", "Highest CPU use seen by a metrics read, in percent.",
 	    api->cpu_pct_max);
+	proto_queue_depth qd;
+	proto_queue_depth_get(&qd);
+	M("queued_messages_qos0", "gauge",
+	    "QoS 0 messages waiting in the sessions' queues to be sent now.", qd.queued_qos0);
+	M("queued_messages_qos12", "gauge",
+	    "QoS 1/2 messages waiting in the sessions' queues (in memory) to be sent now.",
+	    qd.queued_qos12);
+	M("inflight_messages", "gauge",
+	    "QoS 1/2 messages sent to clients and awaiting their acknowledgement now.",
+	    qd.inflight);
 	ML("messages_dropped_by_reason", "reason=\"queue_full\"", "Messages discarded, by reason.",
 	    atomic_load(&m->drop_queue_full));
 	ML("messages_dropped_by_reason", "reason=\"expired\"", NULL, atomic_load(&m->drop_expired));

@@ -510,5 +510,145 @@ class HttpApiTest(unittest.TestCase):
         self.assertEqual(st, 404)
 
 
+class QueueDepthTest(unittest.TestCase):
+    """The queue-depth gauges (docs/metrics.md) follow known traffic on a
+    broker of their own (nothing else queues there): an offline persistent
+    session's backlog, a non-acking subscriber's in-flight window, and
+    their return to 0 when the client acks, when a clean start discards
+    the session, when it expires, and on a takeover."""
+
+    GAUGES = ("nanomq_queued_messages_qos0", "nanomq_queued_messages_qos12",
+              "nanomq_inflight_messages")
+
+    @classmethod
+    def setUpClass(cls):
+        cls.http_port = nmq.free_port()
+        cls.broker = Broker("http_server { port = %d, username = %s, password = %s }\n"
+                            % (cls.http_port, USER, PASSWORD))
+        cls.broker.start()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            try:
+                socket_ok = http.client.HTTPConnection(nmq.HOST, cls.http_port, timeout=1)
+                socket_ok.connect()
+                socket_ok.close()
+                break
+            except OSError:
+                time.sleep(0.05)
+
+    @classmethod
+    def tearDownClass(cls):
+        problems = cls.broker.stop()
+        if problems:
+            raise AssertionError("broker problem: " + "\n".join(problems))
+
+    def setUp(self):
+        self.api = Api(self.http_port)
+        self.addCleanup(self.api.close)
+
+    def depth(self):
+        """(qos0 queued, qos1/2 queued, in flight) through the Prometheus parser."""
+        st, ct, d = self.api.request("GET", "/api/v4/prometheus")
+        self.assertEqual(st, 200)
+        fams = {f.name: f for f in text_string_to_metric_families(d.decode())}
+        for n in self.GAUGES:
+            self.assertEqual(fams[n].type, "gauge", n)
+            self.assertTrue(fams[n].documentation, n)
+        return tuple(int(fams[n].samples[0].value) for n in self.GAUGES)
+
+    def wait_depth(self, want, timeout=5.0):
+        deadline = time.monotonic() + timeout
+        while True:
+            got = self.depth()
+            if got == want or time.monotonic() > deadline:
+                self.assertEqual(got, want)
+                return
+            time.sleep(0.05)
+
+    def json_depth(self):
+        st, j = self.api.json("GET", "/api/v4/metrics")
+        m = j["metrics"][0]
+        return (m["queued_messages_qos0"], m["queued_messages_qos12"], m["inflight_messages"])
+
+    def offline_session(self, cid, topic, n, version=4, props=None):
+        """A persistent session subscribed to topic at QoS 1, offline, with n
+        QoS 1 messages queued."""
+        c = nmq.RawClient(self.broker.port, version=version)
+        c.connect(cid, clean=False, props=props)
+        c.subscribe([(topic, nmq.sub_opts(1) if version == 5 else 1)])
+        c.disconnect()
+        c.close()
+        pub = PahoClient(self.broker.port, cid + "-pub")
+        pub.connect()
+        try:
+            for i in range(n):
+                pub.publish(topic, b"m%d" % i, qos=1)
+        finally:
+            pub.close()
+
+    def test_backlog_inflight_and_ack(self):
+        self.wait_depth((0, 0, 0))
+        self.offline_session("qd-a", "qd/a", 7)
+        self.wait_depth((0, 7, 0))
+        self.assertEqual(self.json_depth(), (0, 7, 0))
+        # Back with Receive Maximum 2 and no acks: 2 in flight, 5 waiting.
+        c = nmq.RawClient(self.broker.port, version=5)
+        c.connect("qd-a", clean=False, props={"ReceiveMaximum": 2,
+                                               "SessionExpiryInterval": 3600})
+        first = c.expect_publishes(2)
+        self.wait_depth((0, 5, 2))
+        c.expect_nothing(0.3, types=(nmq.PUBLISH,))
+        self.assertEqual(self.depth(), (0, 5, 2))
+        # A takeover keeps the session: the window is resent, same counts.
+        c.abort()
+        c = nmq.RawClient(self.broker.port, version=5)
+        c.connect("qd-a", clean=False, props={"ReceiveMaximum": 2,
+                                               "SessionExpiryInterval": 3600})
+        again = c.expect_publishes(2)
+        self.assertEqual([p.payload for p in again], [p.payload for p in first])
+        self.wait_depth((0, 5, 2))
+        # Acking everything empties both.
+        for p in again:
+            c.ack(p)
+        c.expect_publishes(5, ack=True)
+        self.wait_depth((0, 0, 0))
+        c.disconnect()
+        c.close()
+        # The session is offline and empty; a clean start ends it.
+        c = nmq.RawClient(self.broker.port)
+        c.connect("qd-a", clean=True)
+        c.close()
+        self.wait_depth((0, 0, 0))
+
+    def test_clean_start_discards_backlog_and_window(self):
+        self.offline_session("qd-b", "qd/b", 4)
+        self.wait_depth((0, 4, 0))
+        c = nmq.RawClient(self.broker.port, version=5)
+        c.connect("qd-b", clean=False, props={"ReceiveMaximum": 1,
+                                               "SessionExpiryInterval": 3600})
+        c.expect_publishes(1)
+        self.wait_depth((0, 3, 1))
+        # A clean start while the old connection holds the window: both gone.
+        d = nmq.RawClient(self.broker.port)
+        d.connect("qd-b", clean=True)
+        self.wait_depth((0, 0, 0))
+        d.disconnect()
+        d.close()
+        c.close()
+        # A 3.1.1 clean start on an offline backlog discards it too.
+        self.offline_session("qd-b2", "qd/b2", 3)
+        self.wait_depth((0, 3, 0))
+        d = nmq.RawClient(self.broker.port)
+        d.connect("qd-b2", clean=True)
+        self.wait_depth((0, 0, 0))
+        d.close()
+
+    def test_expiry_empties_backlog(self):
+        self.offline_session("qd-c", "qd/c", 5, version=5,
+                             props={"SessionExpiryInterval": 1})
+        self.wait_depth((0, 5, 0))
+        self.wait_depth((0, 0, 0), timeout=10.0)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
