@@ -31,10 +31,10 @@ LAYERS = [
     "src/log",  # the log sink: format, targets, rotation (reads nmq_conf)
     "src/topic",  # subscription tree, retained messages
     "src/auth",  # passwords, ACL
-    "src/store",  # (future) persistence of sessions and messages
+    "src/store",  # persistence of sessions and messages (SQLite)
     "src/broker",  # routing policy between sessions
     "src/bridge",  # MQTT bridges: links to remote brokers
-    "src/http",  # (future) REST API
+    "src/http",  # HTTP server, REST API, outbound HTTP client
     "src/events",  # $SYS statistics, outbound notifications
     "src/daemon",  # command line, pid file, command channel, systemd
     "src/main.c",  # wiring
