@@ -209,6 +209,31 @@ fail:
 	return NMQ_EINVAL;
 }
 
+// What both builders start with: o's files loaded into *f (the caller
+// frees them), its client-certificate mode and its groups and ciphers,
+// checked. On failure err names o and nothing is left to free.
+static nmq_err tls_spec_prepare(const tls_pem_spec *o, tls_files *f, nng_tls_auth_mode *mode,
+    tls_engine_params *params, char *err, size_t errlen)
+{
+	nmq_err e = tls_files_load(o, f, err, errlen);
+	if (e != NMQ_OK) {
+		return e;
+	}
+	*mode = NNG_TLS_AUTH_MODE_NONE;
+	if (o->verify_peer) {
+		*mode = o->fail_if_no_peer_cert ? NNG_TLS_AUTH_MODE_REQUIRED
+		                                : NNG_TLS_AUTH_MODE_OPTIONAL;
+	}
+	*params = (tls_engine_params) { .groups = o->groups, .ciphers = o->ciphers };
+	char why[128];
+	if (tls_engine_params_check(params, why, sizeof(why)) != 0) {
+		snprintf(err, errlen, "%s: %s", o->name != NULL ? o->name : "tls", why);
+		tls_files_free(f);
+		return NMQ_EINVAL;
+	}
+	return NMQ_OK;
+}
+
 // Builds a TLS configuration; see tls_pem.h.
 nmq_err tls_pem_config_build(
     const tls_pem_spec *o, nng_tls_mode tmode, nng_tls_config **cfgp, char *err, size_t errlen)
@@ -223,20 +248,10 @@ nmq_err tls_pem_config_build(
 		snprintf(err, errlen, "%s: TLS is not available: %s", name, nng_strerror(rv));
 		return NMQ_ENOTSUP;
 	}
-	if ((e = tls_files_load(o, &f, err, errlen)) != NMQ_OK) {
+	nng_tls_auth_mode mode;
+	tls_engine_params params;
+	if ((e = tls_spec_prepare(o, &f, &mode, &params, err, errlen)) != NMQ_OK) {
 		return e;
-	}
-	nng_tls_auth_mode mode = NNG_TLS_AUTH_MODE_NONE;
-	if (o->verify_peer) {
-		mode = o->fail_if_no_peer_cert ? NNG_TLS_AUTH_MODE_REQUIRED
-		                               : NNG_TLS_AUTH_MODE_OPTIONAL;
-	}
-	tls_engine_params params = { .groups = o->groups, .ciphers = o->ciphers };
-	char              why[128];
-	if (tls_engine_params_check(&params, why, sizeof(why)) != 0) {
-		snprintf(err, errlen, "%s: %s", name, why);
-		tls_files_free(&f);
-		return NMQ_EINVAL;
 	}
 	e = NMQ_ETLS;
 	if ((rv = tls_engine_config_alloc(&cfg, tmode, &params)) != 0) {
@@ -274,15 +289,11 @@ fail:
 nmq_err tls_pem_check(const tls_pem_spec *s, char *err, size_t errlen)
 {
 	tls_files         f;
-	tls_engine_params params = { .groups = s->groups, .ciphers = s->ciphers };
-	char              why[128];
-	nmq_err           e = tls_files_load(s, &f, err, errlen);
+	nng_tls_auth_mode mode;
+	tls_engine_params params;
+	nmq_err           e = tls_spec_prepare(s, &f, &mode, &params, err, errlen);
 	if (e == NMQ_OK) {
 		tls_files_free(&f);
-	}
-	if (e == NMQ_OK && tls_engine_params_check(&params, why, sizeof(why)) != 0) {
-		snprintf(err, errlen, "%s: %s", s->name != NULL ? s->name : "tls", why);
-		e = NMQ_EINVAL;
 	}
 	return e;
 }
@@ -370,20 +381,10 @@ nmq_err tls_pem_direct_build(
 	nmq_err            e;
 	int                rv;
 
-	if ((e = tls_files_load(o, &f, err, errlen)) != NMQ_OK) {
+	nng_tls_auth_mode mode;
+	tls_engine_params params;
+	if ((e = tls_spec_prepare(o, &f, &mode, &params, err, errlen)) != NMQ_OK) {
 		return e;
-	}
-	nng_tls_auth_mode mode = NNG_TLS_AUTH_MODE_NONE;
-	if (o->verify_peer) {
-		mode = o->fail_if_no_peer_cert ? NNG_TLS_AUTH_MODE_REQUIRED
-		                               : NNG_TLS_AUTH_MODE_OPTIONAL;
-	}
-	tls_engine_params params = { .groups = o->groups, .ciphers = o->ciphers };
-	char              why[128];
-	if (tls_engine_params_check(&params, why, sizeof(why)) != 0) {
-		snprintf(err, errlen, "%s: %s", name, why);
-		tls_files_free(&f);
-		return NMQ_EINVAL;
 	}
 	e = NMQ_ETLS;
 	if ((rv = tls_engine_direct_alloc(&d, tmode, &params)) != 0) {
