@@ -418,9 +418,10 @@ void store_batch_begin(nmq_store *s)
 
 void store_batch_end(nmq_store *s)
 {
-	if (tl_batch.depth == 0 || --tl_batch.depth > 0 || tl_batch.s != s) {
+	if (tl_batch.depth == 0 || --tl_batch.depth > 0) {
 		return;
 	}
+	s          = tl_batch.s; // the batch's store: nothing is left stranded
 	tl_batch.s = NULL;
 	if (tl_batch.head == NULL) {
 		return;
