@@ -601,11 +601,15 @@ for s in scen:
 wrote = [(s, b) for s, b in rows if s.startswith("store") or s.startswith("offline")]
 if wrote:
     print()
-    print("%-17s %-9s %12s %14s" % ("scenario", "broker", "msgs", "written B/msg"))
+    print("%-17s %-9s %12s %14s %11s %11s" % ("scenario", "broker", "msgs", "written B/msg",
+                                            "ack p50 ms", "ack p99 ms"))
     for s, b in wrote:
         for r in rows[(s, b)]:
             n = msgs(r)
-            print("%-17s %-9s %12.0f %14.0f" % (s, b, n, r["_write_bytes"] / max(n, 1)))
+            ack = r.get("ack_latency_us") or {}
+            print("%-17s %-9s %12.0f %14.0f %11.2f %11.2f" % (
+                s, b, n, r["_write_bytes"] / max(n, 1), ack.get("p50", float("nan")) / 1e3,
+                ack.get("p99", float("nan")) / 1e3))
 print()
 print("deliv msg/s: messages delivered to subscribers per second of the window (pub")
 print("mode, e.g. *offline_q1: acknowledged publishes per second; CPU s/M per acked);")
@@ -613,4 +617,6 @@ print("lost: expected deliveries that did not arrive; tail: of those, the ones a
 print("last message seen on their stream (still queued when the drain ended, or dropped);")
 print("CPU s/M: broker CPU seconds per million delivered (whole window); gen%/brk%:")
 print("generator and broker CPU while publishing, in % of one core (100% = saturated).")
+print("ack p50/p99 ms (store and offline rows): time from a PUBLISH to its PUBACK/PUBCOMP at the")
+print("publishers, over every acked publish of the run.")
 EOF

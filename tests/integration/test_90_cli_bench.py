@@ -135,6 +135,9 @@ def exact(r, what, n_expected):
           % (r["lost"], r["duplicated"], r["reordered"]))
     check(r["latency_us"]["count"] == r["received"] and r["latency_us"]["p50"] > 0,
           what + ": latency measured")
+    ack = r["ack_latency_us"]
+    check(ack["count"] == r["acked"] and 0 < ack["p50"] <= ack["p99"] <= ack["max"],
+          what + ": ack latency measured for every acked publish (%r)" % ack)
 
 
 def simulate_faults(limit, skip, dup, swap):
@@ -229,6 +232,8 @@ def main():
         rs = json.loads(out.strip().splitlines()[-1]) if sub.returncode == 0 else None
         if check(rp is not None and rs is not None, "two processes: both report"):
             check(rp["sent"] == 600 and rp["acked"] == 600, "bench pub sent/acked 600")
+            check(rp["ack_latency_us"]["count"] == 600 and rp["ack_latency_us"]["p99"] > 0,
+                  "bench pub: ack latency of the 600 (%r)" % rp["ack_latency_us"])
             check(rs["received"] == 1200 and rs["lost"] == 0 and rs["duplicated"] == 0,
                   "bench sub received 1200 of %s, lost %d" % (rs["expected"], rs["lost"]))
 

@@ -65,7 +65,11 @@ typedef struct bench_client {
 	uint64_t      held; // --fault-swap: number held back
 	bool          have_held;
 	cli_timer     tick;
-	char          id[64];
+	// Publisher, QoS 1/2: when each packet id (1..window) was queued, 0 if
+	// it is not in flight; for the ack latency.
+	uint64_t *sent_ns;
+	uint16_t  sent_cap;
+	char      id[64];
 } bench_client;
 
 struct bench_thread {
@@ -85,6 +89,7 @@ struct bench_thread {
 	bool           run; // publishers may publish
 	uint8_t       *payload; // message template
 	bench_hist    *hist;
+	bench_hist    *ack_hist; // publish to PUBACK / PUBCOMP
 	// Counters for main.
 	counter     connected[ROLES];
 	counter     failed[ROLES];
@@ -306,11 +311,16 @@ static void ramp_tick(cli_timer *t)
 static int pub_send(bench_client *cl, uint64_t seq)
 {
 	uint8_t *at;
+	uint16_t id = 0;
 	int rv = cli_conn_publish(&cl->conn, cl->topic, cl->topic_len, cl->th->payload, B.o->size,
-	    (uint8_t)B.o->qos, B.o->retain, NULL, &at, NULL);
+	    (uint8_t)B.o->qos, B.o->retain, NULL, &at, &id);
 	if (rv == CLI_CONN_OK) {
-		bench_payload_write(at, cl->index, seq, cli_now_ns());
+		uint64_t now = cli_now_ns();
+		bench_payload_write(at, cl->index, seq, now);
 		bump(&cl->th->sent, 1);
+		if (id != 0 && id <= cl->sent_cap) {
+			cl->sent_ns[id] = now;
+		}
 	}
 	return rv;
 }
@@ -524,6 +534,15 @@ static void bench_on_connack(cli_conn *c, const mqtt_connack *ack)
 	}
 	cl->connected = true;
 	bump(&th->connected[cl->role], 1);
+	if (cl->role == ROLE_PUB && B.o->qos > 0 && cl->sent_cap < c->window) {
+		// Packet ids are 1..window; no ack latency if this fails.
+		uint64_t *p = realloc(cl->sent_ns, ((size_t)c->window + 1) * sizeof(*p));
+		if (p != NULL) {
+			memset(p, 0, ((size_t)c->window + 1) * sizeof(*p));
+			cl->sent_ns  = p;
+			cl->sent_cap = c->window;
+		}
+	}
 	atomic_store_explicit(&th->last_connack_ns, cli_now_ns(), memory_order_relaxed);
 	handshake_done(cl);
 	if (cl->role == ROLE_SUB) {
@@ -596,6 +615,12 @@ static void bench_on_acked(cli_conn *c, uint16_t id, uint8_t reason)
 {
 	bench_client *cl = c->arg;
 	bump(&cl->th->acked, 1);
+	if (id != 0 && id <= cl->sent_cap && cl->sent_ns[id] != 0) {
+		uint64_t now = cli_now_ns();
+		bench_hist_record(
+		    cl->th->ack_hist, now > cl->sent_ns[id] ? now - cl->sent_ns[id] : 0);
+		cl->sent_ns[id] = 0;
+	}
 	if (reason >= 0x80) {
 		bump(&cl->th->refused, 1);
 	}
@@ -906,6 +931,7 @@ typedef struct report {
 	account     a;
 	bool        have_expect; // a.expected is meaningful
 	bench_hist *hist;
+	bench_hist *ack_hist;
 	double      connect_s;
 	double      publish_s; // run start to stop of publishing
 	double      window_s; // run start (or first receipt) to last receipt
@@ -966,6 +992,13 @@ static void report_json(const report *r)
 	printf(
 	    "\"latency_us\":{\"count\":%llu,\"mean\":%.1f,\"p50\":%.1f,\"p90\":%.1f,\"p99\":%.1f,"
 	    "\"max\":%.1f},",
+	    (unsigned long long)h->count, h->count ? h->sum / (double)h->count / 1e3 : 0.0,
+	    (double)bench_hist_percentile(h, 50) / 1e3, (double)bench_hist_percentile(h, 90) / 1e3,
+	    (double)bench_hist_percentile(h, 99) / 1e3,
+	    (double)bench_hist_percentile(h, 100) / 1e3);
+	h = r->ack_hist;
+	printf("\"ack_latency_us\":{\"count\":%llu,\"mean\":%.1f,\"p50\":%.1f,\"p90\":%.1f,"
+	       "\"p99\":%.1f,\"max\":%.1f},",
 	    (unsigned long long)h->count, h->count ? h->sum / (double)h->count / 1e3 : 0.0,
 	    (double)bench_hist_percentile(h, 50) / 1e3, (double)bench_hist_percentile(h, 90) / 1e3,
 	    (double)bench_hist_percentile(h, 99) / 1e3,
@@ -1057,6 +1090,14 @@ static void report_text(const report *r)
 		    (unsigned long long)t->sent, r->publish_s,
 		    r->publish_s > 0 ? (double)t->sent / r->publish_s : 0.0,
 		    (unsigned long long)t->acked, (unsigned long long)t->refused);
+		if (r->ack_hist->count > 0) {
+			printf("  ack:        p50 %s  p90 %s  p99 %s  max %s (publish to "
+			       "PUBACK/PUBCOMP)\n",
+			    fmt_ns(a, sizeof(a), bench_hist_percentile(r->ack_hist, 50)),
+			    fmt_ns(b, sizeof(b), bench_hist_percentile(r->ack_hist, 90)),
+			    fmt_ns(c, sizeof(c), bench_hist_percentile(r->ack_hist, 99)),
+			    fmt_ns(d, sizeof(d), bench_hist_percentile(r->ack_hist, 100)));
+		}
 	}
 	if (B.n[ROLE_SUB]) {
 		if (r->have_expect) {
@@ -1290,9 +1331,10 @@ int bench_run(cli_opts *o)
 		fprintf(stderr, "nanomq_cli: out of memory\n");
 		return 1;
 	}
-	B.threads = calloc(B.nthreads, sizeof(*B.threads));
-	r.hist    = malloc(sizeof(*r.hist));
-	if (B.threads == NULL || r.hist == NULL) {
+	B.threads  = calloc(B.nthreads, sizeof(*B.threads));
+	r.hist     = malloc(sizeof(*r.hist));
+	r.ack_hist = malloc(sizeof(*r.ack_hist));
+	if (B.threads == NULL || r.hist == NULL || r.ack_hist == NULL) {
 		fprintf(stderr, "nanomq_cli: out of memory\n");
 		goto out;
 	}
@@ -1300,6 +1342,7 @@ int bench_run(cli_opts *o)
 		B.threads[i].loop.epfd = -1;
 	}
 	bench_hist_init(r.hist);
+	bench_hist_init(r.ack_hist);
 	for (uint32_t i = 0; i < B.nthreads; i++) {
 		bench_thread *th = &B.threads[i];
 		th->no           = i;
@@ -1311,13 +1354,15 @@ int bench_run(cli_opts *o)
 		th->loop.on_wake = thread_wake;
 		th->ramp.fn      = ramp_tick;
 		th->hist         = malloc(sizeof(*th->hist));
+		th->ack_hist     = malloc(sizeof(*th->ack_hist));
 		th->payload      = calloc(o->size ? o->size : 1, 1);
-		if (th->hist == NULL || th->payload == NULL) {
+		if (th->hist == NULL || th->ack_hist == NULL || th->payload == NULL) {
 			fprintf(stderr, "nanomq_cli: out of memory\n");
 			goto out;
 		}
 		memset(th->payload, 'x', o->size);
 		bench_hist_init(th->hist);
+		bench_hist_init(th->ack_hist);
 		for (int role = 0; role < ROLES; role++) {
 			uint32_t share = n[role] / B.nthreads + 1;
 			th->mine[role] = calloc(share, sizeof(bench_client *));
@@ -1480,6 +1525,7 @@ join:
 	r.t = sum_threads();
 	for (uint32_t i = 0; i < B.nthreads; i++) {
 		bench_hist_merge(r.hist, B.threads[i].hist);
+		bench_hist_merge(r.ack_hist, B.threads[i].ack_hist);
 	}
 	if (o->verb == CLI_PUBSUB) {
 		uint32_t *ids    = calloc(B.n[ROLE_PUB] + 1, sizeof(*ids));
@@ -1534,6 +1580,7 @@ out:
 			cli_loop_fini(&th->loop);
 		}
 		free(th->hist);
+		free(th->ack_hist);
 		free(th->payload);
 		for (int role = 0; role < ROLES; role++) {
 			free(th->mine[role]);
@@ -1542,6 +1589,7 @@ out:
 	for (int role = 0; role < ROLES; role++) {
 		for (uint32_t i = 0; B.clients[role] != NULL && i < B.n[role]; i++) {
 			free(B.clients[role][i].topic);
+			free(B.clients[role][i].sent_ns);
 		}
 		free(B.clients[role]);
 	}
@@ -1549,6 +1597,7 @@ out:
 	free(B.recv);
 	free(B.pairs);
 	free(r.hist);
+	free(r.ack_hist);
 	bench_streams_fini(&B.streams);
 	cli_opts_conn_cfg_fini(&B.cfg);
 	return rc;
