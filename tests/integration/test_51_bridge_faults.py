@@ -150,6 +150,16 @@ class TestBridgeFaults(OpsTestCase):
             pub.publish("q1/s", b"%d" % i, qos=1)
             pub.publish("q2/s", b"%d" % i, qos=2)
         wait_for(lambda: len(col.received) >= 10, 5)
+        # Arrival at the remote is not completion: a QoS 2 forward stays in
+        # the backlog until its PUBCOMP. Cut only once all ten completed,
+        # so that the backlog counted below is exactly what the outage
+        # buffered.
+        mon = self.client(port, "mon0")
+        mon.connect()
+        mon.subscribe("$SYS/brokers/bridges/#", 0)
+        h = health(mon, "f", timeout=10, pred=lambda h: h["backlog"] == 0 and h["inflight"] == 0)
+        self.assertEqual((h or {}).get("backlog"), 0, h)
+        mon.close()
         px.cut()
         self.assertTrue(inst.wait_output(r"event=link_down", timeout=5))
         n1, n2 = 300, 150
