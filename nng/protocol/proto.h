@@ -259,11 +259,15 @@ typedef struct proto_store_ops {
 	nmq_err (*session_put)(void *st, const proto_store_session *rec);
 	// Deletes the session with its subscriptions, queue and QoS 2 state.
 	nmq_err (*session_del)(void *st, const char *client_id);
-	nmq_err (*queue_put)(void *st, const char *client_id, uint64_t seq, nmq_msg *msg,
-	    uint8_t qos, bool retain, const uint32_t *sub_ids, uint32_t n_sub_ids);
-	nmq_err (*queue_state)(
-	    void *st, const char *client_id, uint64_t seq, uint8_t state, uint16_t packet_id);
-	nmq_err (*queue_del)(void *st, const char *client_id, uint64_t seq);
+	// A number for a session's queue operations (never 0): sid_new once
+	// per session, then its queue_put/state/del carry it with the client
+	// id, so the store pairs them without string work.
+	uint32_t (*sid_new)(void *st);
+	nmq_err (*queue_put)(void *st, const char *client_id, uint32_t sid, uint64_t seq,
+	    nmq_msg *msg, uint8_t qos, bool retain, const uint32_t *sub_ids, uint32_t n_sub_ids);
+	nmq_err (*queue_state)(void *st, const char *client_id, uint32_t sid, uint64_t seq,
+	    uint8_t state, uint16_t packet_id);
+	nmq_err (*queue_del)(void *st, const char *client_id, uint32_t sid, uint64_t seq);
 	nmq_err (*rel_put)(void *st, const char *client_id, uint16_t packet_id);
 	nmq_err (*rel_del)(void *st, const char *client_id, uint16_t packet_id);
 	// A barrier: done(arg, err) runs on the store's thread once everything

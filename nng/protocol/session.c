@@ -49,6 +49,16 @@ static inline bool persist(const nmq_session *s)
 	return s->stored && s->p->store != NULL;
 }
 
+// The store's number for s's queue writes, asked for once (caller holds
+// s->mtx).
+static uint32_t session_store_sid(nmq_session *s)
+{
+	if (s->store_sid == 0 && s->p->store->sid_new != NULL) {
+		s->store_sid = s->p->store->sid_new(s->p->store_arg);
+	}
+	return s->store_sid;
+}
+
 // Writes s's record: online (offline_wall 0) or offline since offline_wall,
 // with the will of its connection (online) or its pending delayed will.
 static void store_session_locked(nmq_session *s, uint64_t offline_wall)
@@ -91,7 +101,8 @@ static void store_session_del_locked(nmq_session *s)
 
 static void store_qstate_locked(nmq_session *s, uint64_t seq, uint8_t state, uint16_t pid)
 {
-	nmq_err e = s->p->store->queue_state(s->p->store_arg, s->client_id, seq, state, pid);
+	nmq_err e = s->p->store->queue_state(
+	    s->p->store_arg, s->client_id, session_store_sid(s), seq, state, pid);
 	if (e != NMQ_OK) {
 		proto_store_failed(s->p, "queue_state", s->client_id, e);
 	}
@@ -99,7 +110,8 @@ static void store_qstate_locked(nmq_session *s, uint64_t seq, uint8_t state, uin
 
 static void store_qdel_locked(nmq_session *s, uint64_t seq)
 {
-	nmq_err e = s->p->store->queue_del(s->p->store_arg, s->client_id, seq);
+	nmq_err e
+	    = s->p->store->queue_del(s->p->store_arg, s->client_id, session_store_sid(s), seq);
 	if (e != NMQ_OK) {
 		proto_store_failed(s->p, "queue_del", s->client_id, e);
 	}
@@ -1136,8 +1148,9 @@ void nmq_session_deliver(nmq_session *s, nmq_msg *msg, uint8_t qos, bool retain,
 		// Offline, or its backlog is still on disk: to the store only,
 		// behind that backlog.
 		uint64_t seq = s->q_seq;
-		nmq_err  se = p->store->queue_put(p->store_arg, s->client_id, seq, msg, qos, retain,
-		     sub_ids, n_sub_ids < SUBIDS_MAX ? n_sub_ids : SUBIDS_MAX);
+		nmq_err  se
+		    = p->store->queue_put(p->store_arg, s->client_id, session_store_sid(s), seq,
+		        msg, qos, retain, sub_ids, n_sub_ids < SUBIDS_MAX ? n_sub_ids : SUBIDS_MAX);
 		if (se == NMQ_OK) {
 			proto_store_noted();
 			s->q_seq++;
@@ -1208,8 +1221,9 @@ void nmq_session_deliver(nmq_session *s, nmq_msg *msg, uint8_t qos, bool retain,
 	}
 	nmq_msg_hold(msg);
 	if (qos > 0 && persist(s) && !persist_skip) {
-		nmq_err se = p->store->queue_put(p->store_arg, s->client_id, e.seq, msg, qos,
-		    retain, sub_ids, n_sub_ids < SUBIDS_MAX ? n_sub_ids : SUBIDS_MAX);
+		nmq_err se
+		    = p->store->queue_put(p->store_arg, s->client_id, session_store_sid(s), e.seq,
+		        msg, qos, retain, sub_ids, n_sub_ids < SUBIDS_MAX ? n_sub_ids : SUBIDS_MAX);
 		if (se == NMQ_OK) {
 			proto_store_noted();
 		} else {

@@ -120,6 +120,7 @@ struct nmq_session {
 	uint32_t rep_q0;
 	uint32_t rep_infl;
 
+	uint32_t store_sid; // (mtx) the store's number for its queue writes (0: none yet)
 	uint16_t next_pid;
 	uint8_t  ver;
 	bool     ended; // removed from the table

@@ -7,6 +7,7 @@
 #include <pthread.h>
 
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -361,19 +362,147 @@ static sqlite3 *open_db(nmq_store *s, char *err, size_t errlen)
 // ---------------------------------------------------------------------------
 // Operations and the queue.
 
-static void op_free(store_op *op)
+// The pool of operations. A routed message costs up to three operations
+// per persistent subscriber: allocating each with calloc on a worker and
+// freeing it on the store thread cost as much CPU as applying it. Pooled
+// operations have room for STORE_OP_INLINE bytes (sub ids and strings);
+// each thread takes them from a cache of its own (refilled under the
+// store's mutex, up to POOL_TAKE at a time) and the store thread gives
+// them back in bulk after each group, keeping at most POOL_KEEP free ones
+// (more are freed). Every pooled operation is on the store's all_ops list,
+// so that store_close frees those still cached by some thread.
+#define POOL_TAKE 256
+#define POOL_KEEP 16384
+
+static _Atomic uint64_t store_uids = 1;
+
+static __thread struct {
+	nmq_store *s;
+	uint64_t   uid; // s->uid when the cache was filled (s may be a new store)
+	store_op  *head;
+	uint32_t   n;
+} tl_pool;
+
+// Frees a pooled op (under s->mtx): off the all_ops list.
+static void pool_unlink(nmq_store *s, store_op *op)
 {
-	nmq_msg_release(op->msg);
+	if (op->all_prev != NULL) {
+		op->all_prev->all_next = op->all_next;
+	} else {
+		s->all_ops = op->all_next;
+	}
+	if (op->all_next != NULL) {
+		op->all_next->all_prev = op->all_prev;
+	}
 	free(op);
 }
 
-// Allocates an operation with room for two strings and n sub ids.
+// An operation with `extra` bytes behind it, zeroed up to `data`; NULL
+// when out of memory.
+static store_op *op_get(nmq_store *s, size_t extra)
+{
+	if (extra > STORE_OP_INLINE) {
+		store_op *op = calloc(1, sizeof(*op) + extra);
+		return op;
+	}
+	if (tl_pool.s != s || tl_pool.uid != s->uid) {
+		// Another store's cache (its ops are freed with it): left behind.
+		tl_pool.s    = s;
+		tl_pool.uid  = s->uid;
+		tl_pool.head = NULL;
+		tl_pool.n    = 0;
+	}
+	if (tl_pool.head == NULL) {
+		pthread_mutex_lock(&s->mtx);
+		store_op *h = s->free_ops, *t = NULL;
+		uint32_t  n = 0;
+		for (store_op *o = h; o != NULL && n < POOL_TAKE; o = o->next) {
+			t = o;
+			n++;
+		}
+		if (t != NULL) {
+			s->free_ops = t->next;
+			s->free_n -= n;
+			t->next      = NULL;
+			tl_pool.head = h;
+			tl_pool.n    = n;
+		}
+		pthread_mutex_unlock(&s->mtx);
+	}
+	store_op *op = tl_pool.head;
+	if (op != NULL) {
+		tl_pool.head = op->next;
+		tl_pool.n--;
+		store_op *ap = op->all_prev, *an = op->all_next;
+		memset(op, 0, offsetof(store_op, data));
+		op->all_prev = ap;
+		op->all_next = an;
+		op->pooled   = true;
+		return op;
+	}
+	op = calloc(1, sizeof(*op) + STORE_OP_INLINE);
+	if (op == NULL) {
+		return NULL;
+	}
+	op->pooled = true;
+	pthread_mutex_lock(&s->mtx);
+	op->all_next = s->all_ops;
+	if (s->all_ops != NULL) {
+		s->all_ops->all_prev = op;
+	}
+	s->all_ops = op;
+	pthread_mutex_unlock(&s->mtx);
+	return op;
+}
+
+// Gives op back on a thread that submitted it (refused, or failed after
+// close): to that thread's cache.
+static void op_free(nmq_store *s, store_op *op)
+{
+	nmq_msg_release(op->msg);
+	op->msg = NULL;
+	if (!op->pooled) {
+		free(op);
+		return;
+	}
+	if (tl_pool.s != s || tl_pool.uid != s->uid) {
+		tl_pool.s    = s;
+		tl_pool.uid  = s->uid;
+		tl_pool.head = NULL;
+		tl_pool.n    = 0;
+	}
+	op->next     = tl_pool.head;
+	tl_pool.head = op;
+	tl_pool.n++;
+}
+
+// The store thread gives a finished group's operations back (messages
+// released, non-pooled ones freed).
+static void pool_put_chain(nmq_store *s, store_op *head, store_op *tail, uint32_t n)
+{
+	if (head == NULL) {
+		return;
+	}
+	pthread_mutex_lock(&s->mtx);
+	tail->next  = s->free_ops;
+	s->free_ops = head;
+	s->free_n += n;
+	while (s->free_n > POOL_KEEP) {
+		store_op *op = s->free_ops;
+		s->free_ops  = op->next;
+		s->free_n--;
+		pool_unlink(s, op);
+	}
+	pthread_mutex_unlock(&s->mtx);
+}
+
+// An operation with room for two strings and n sub ids.
 static store_op *op_new(
-    uint8_t kind, const char *s1, const char *s2, const uint32_t *ids, uint32_t n_ids)
+    nmq_store *s, uint8_t kind, const char *s1, const char *s2, const uint32_t *ids, uint32_t n_ids)
 {
 	size_t    l1 = s1 ? strlen(s1) + 1 : 0, l2 = s2 ? strlen(s2) + 1 : 0;
 	size_t    idb = (size_t)n_ids * sizeof(uint32_t);
-	store_op *op  = calloc(1, sizeof(*op) + idb + l1 + l2);
+	store_op *op  = op_get(s, idb + l1 + l2);
 	if (op == NULL) {
 		return NULL;
 	}
@@ -436,7 +565,7 @@ void store_batch_end(nmq_store *s)
 			if (op->done != NULL) {
 				op->done(op->arg, NMQ_ECLOSED);
 			}
-			op_free(op);
+			op_free(s, op);
 		}
 		tl_batch.head = tl_batch.tail = NULL;
 		tl_batch.n                    = 0;
@@ -464,29 +593,25 @@ static nmq_err op_submit(nmq_store *s, store_op *op, store_done_fn done, void *a
 	if (op == NULL) {
 		return NMQ_ENOMEM;
 	}
-	op->done      = done;
-	op->arg       = arg;
-	bool     in_b = tl_batch.s == s;
-	uint64_t held = in_b ? tl_batch.n : 0;
-	pthread_mutex_lock(&s->mtx);
-	if (s->stopping) {
-		pthread_mutex_unlock(&s->mtx);
-		op_free(op);
-		return NMQ_ECLOSED;
-	}
-	// A barrier holds no data and orders the acks of writes already
-	// queued (or of a refusal): it has room of its own, for the frames a
-	// publisher's last read held after the store became congested.
-	uint64_t level = s->pending + held;
-	if (level >= s->opts.max_pending
-	    && (op->kind != OP_SYNC
-	        || level >= 2 * (uint64_t)s->opts.max_pending + STORE_SYNC_EXTRA)) {
-		pthread_mutex_unlock(&s->mtx);
-		op_free(op);
-		return NMQ_ELIMIT;
-	}
+	op->done  = done;
+	op->arg   = arg;
+	bool in_b = tl_batch.s == s;
 	if (in_b) {
-		pthread_mutex_unlock(&s->mtx);
+		// Admitted without the mutex (the level may be a few operations
+		// stale: the bound is one of memory, not of correctness); queued
+		// with the rest at store_batch_end.
+		uint64_t level = atomic_load_explicit(&s->pending, memory_order_relaxed)
+		    + (uint64_t)tl_batch.n;
+		if (atomic_load_explicit(&s->stopping, memory_order_relaxed)) {
+			op_free(s, op);
+			return NMQ_ECLOSED;
+		}
+		if (level >= s->opts.max_pending
+		    && (op->kind != OP_SYNC
+		        || level >= 2 * (uint64_t)s->opts.max_pending + STORE_SYNC_EXTRA)) {
+			op_free(s, op);
+			return NMQ_ELIMIT;
+		}
 		op->more = true;
 		if (tl_batch.tail) {
 			tl_batch.tail->next = op;
@@ -496,6 +621,23 @@ static nmq_err op_submit(nmq_store *s, store_op *op, store_done_fn done, void *a
 		tl_batch.tail = op;
 		tl_batch.n++;
 		return NMQ_OK;
+	}
+	pthread_mutex_lock(&s->mtx);
+	if (s->stopping) {
+		pthread_mutex_unlock(&s->mtx);
+		op_free(s, op);
+		return NMQ_ECLOSED;
+	}
+	// A barrier holds no data and orders the acks of writes already
+	// queued (or of a refusal): it has room of its own, for the frames a
+	// publisher's last read held after the store became congested.
+	uint64_t level = s->pending;
+	if (level >= s->opts.max_pending
+	    && (op->kind != OP_SYNC
+	        || level >= 2 * (uint64_t)s->opts.max_pending + STORE_SYNC_EXTRA)) {
+		pthread_mutex_unlock(&s->mtx);
+		op_free(s, op);
+		return NMQ_ELIMIT;
 	}
 	if (s->tail) {
 		s->tail->next = op;
@@ -511,7 +653,7 @@ static nmq_err op_submit(nmq_store *s, store_op *op, store_done_fn done, void *a
 
 nmq_err store_session_put(nmq_store *s, const store_session *rec, store_done_fn done, void *arg)
 {
-	store_op *op = op_new(OP_SESSION_PUT, rec->client_id, rec->username, NULL, 0);
+	store_op *op = op_new(s, OP_SESSION_PUT, rec->client_id, rec->username, NULL, 0);
 	if (op != NULL) {
 		op->has_s2 = rec->username != NULL;
 		op->u32    = rec->expiry_s;
@@ -528,13 +670,13 @@ nmq_err store_session_put(nmq_store *s, const store_session *rec, store_done_fn 
 
 nmq_err store_session_del(nmq_store *s, const char *client_id, store_done_fn done, void *arg)
 {
-	return op_submit(s, op_new(OP_SESSION_DEL, client_id, NULL, NULL, 0), done, arg);
+	return op_submit(s, op_new(s, OP_SESSION_DEL, client_id, NULL, NULL, 0), done, arg);
 }
 
 nmq_err store_session_offline(
     nmq_store *s, const char *client_id, uint64_t wall_ms, store_done_fn done, void *arg)
 {
-	store_op *op = op_new(OP_SESSION_OFFLINE, client_id, NULL, NULL, 0);
+	store_op *op = op_new(s, OP_SESSION_OFFLINE, client_id, NULL, NULL, 0);
 	if (op != NULL) {
 		op->u64 = wall_ms;
 	}
@@ -543,7 +685,7 @@ nmq_err store_session_offline(
 
 nmq_err store_sub_put(nmq_store *s, const store_sub *sub, store_done_fn done, void *arg)
 {
-	store_op *op = op_new(OP_SUB_PUT, sub->client_id, sub->filter, NULL, 0);
+	store_op *op = op_new(s, OP_SUB_PUT, sub->client_id, sub->filter, NULL, 0);
 	if (op != NULL) {
 		op->qos = sub->options;
 		op->u32 = sub->sub_id;
@@ -554,17 +696,27 @@ nmq_err store_sub_put(nmq_store *s, const store_sub *sub, store_done_fn done, vo
 nmq_err store_sub_del(
     nmq_store *s, const char *client_id, const char *filter, store_done_fn done, void *arg)
 {
-	return op_submit(s, op_new(OP_SUB_DEL, client_id, filter, NULL, 0), done, arg);
+	return op_submit(s, op_new(s, OP_SUB_DEL, client_id, filter, NULL, 0), done, arg);
 }
 
-nmq_err store_queue_put(nmq_store *s, const char *client_id, uint64_t seq, nmq_msg *msg,
-    uint8_t qos, bool retain, const uint32_t *sub_ids, uint32_t n_sub_ids, store_done_fn done,
-    void *arg)
+uint32_t store_sid_new(nmq_store *s)
 {
-	store_op *op = op_new(OP_QUEUE_PUT, client_id, NULL, sub_ids, n_sub_ids);
+	uint32_t sid;
+	do {
+		sid = atomic_fetch_add_explicit(&s->next_sid, 1, memory_order_relaxed);
+	} while (sid == 0);
+	return sid;
+}
+
+nmq_err store_queue_put_sid(nmq_store *s, const char *client_id, uint32_t sid, uint64_t seq,
+    nmq_msg *msg, uint8_t qos, bool retain, const uint32_t *sub_ids, uint32_t n_sub_ids,
+    store_done_fn done, void *arg)
+{
+	store_op *op = op_new(s, OP_QUEUE_PUT, client_id, NULL, sub_ids, n_sub_ids);
 	if (op != NULL) {
 		nmq_msg_hold(msg);
 		op->msg    = msg;
+		op->sid    = sid;
 		op->u64    = seq;
 		op->qos    = qos;
 		op->retain = retain;
@@ -572,11 +724,20 @@ nmq_err store_queue_put(nmq_store *s, const char *client_id, uint64_t seq, nmq_m
 	return op_submit(s, op, done, arg);
 }
 
-nmq_err store_queue_state(nmq_store *s, const char *client_id, uint64_t seq, uint8_t state,
-    uint16_t packet_id, store_done_fn done, void *arg)
+nmq_err store_queue_put(nmq_store *s, const char *client_id, uint64_t seq, nmq_msg *msg,
+    uint8_t qos, bool retain, const uint32_t *sub_ids, uint32_t n_sub_ids, store_done_fn done,
+    void *arg)
 {
-	store_op *op = op_new(OP_QUEUE_STATE, client_id, NULL, NULL, 0);
+	return store_queue_put_sid(
+	    s, client_id, 0, seq, msg, qos, retain, sub_ids, n_sub_ids, done, arg);
+}
+
+nmq_err store_queue_state_sid(nmq_store *s, const char *client_id, uint32_t sid, uint64_t seq,
+    uint8_t state, uint16_t packet_id, store_done_fn done, void *arg)
+{
+	store_op *op = op_new(s, OP_QUEUE_STATE, client_id, NULL, NULL, 0);
 	if (op != NULL) {
+		op->sid   = sid;
 		op->u64   = seq;
 		op->state = state;
 		op->pid   = packet_id;
@@ -584,21 +745,34 @@ nmq_err store_queue_state(nmq_store *s, const char *client_id, uint64_t seq, uin
 	return op_submit(s, op, done, arg);
 }
 
-nmq_err store_queue_del(
-    nmq_store *s, const char *client_id, uint64_t seq, store_done_fn done, void *arg)
+nmq_err store_queue_state(nmq_store *s, const char *client_id, uint64_t seq, uint8_t state,
+    uint16_t packet_id, store_done_fn done, void *arg)
 {
-	store_op *op = op_new(OP_QUEUE_DEL, client_id, NULL, NULL, 0);
+	return store_queue_state_sid(s, client_id, 0, seq, state, packet_id, done, arg);
+}
+
+nmq_err store_queue_del_sid(
+    nmq_store *s, const char *client_id, uint32_t sid, uint64_t seq, store_done_fn done, void *arg)
+{
+	store_op *op = op_new(s, OP_QUEUE_DEL, client_id, NULL, NULL, 0);
 	if (op != NULL) {
+		op->sid = sid;
 		op->u64 = seq;
 	}
 	return op_submit(s, op, done, arg);
+}
+
+nmq_err store_queue_del(
+    nmq_store *s, const char *client_id, uint64_t seq, store_done_fn done, void *arg)
+{
+	return store_queue_del_sid(s, client_id, 0, seq, done, arg);
 }
 
 nmq_err store_queue_del_many(nmq_store *s, const char *client_id, const uint64_t *seqs, uint32_t n,
     store_done_fn done, void *arg)
 {
 	size_t    l1 = strlen(client_id) + 1;
-	store_op *op = calloc(1, sizeof(*op) + (size_t)n * sizeof(uint64_t) + l1);
+	store_op *op = op_get(s, (size_t)n * sizeof(uint64_t) + l1);
 	if (op != NULL) {
 		op->kind = OP_QUEUE_DEL_MANY;
 		op->u32  = n;
@@ -611,7 +785,7 @@ nmq_err store_queue_del_many(nmq_store *s, const char *client_id, const uint64_t
 nmq_err store_rel_put(
     nmq_store *s, const char *client_id, uint16_t packet_id, store_done_fn done, void *arg)
 {
-	store_op *op = op_new(OP_REL_PUT, client_id, NULL, NULL, 0);
+	store_op *op = op_new(s, OP_REL_PUT, client_id, NULL, NULL, 0);
 	if (op != NULL) {
 		op->pid = packet_id;
 	}
@@ -621,7 +795,7 @@ nmq_err store_rel_put(
 nmq_err store_rel_del(
     nmq_store *s, const char *client_id, uint16_t packet_id, store_done_fn done, void *arg)
 {
-	store_op *op = op_new(OP_REL_DEL, client_id, NULL, NULL, 0);
+	store_op *op = op_new(s, OP_REL_DEL, client_id, NULL, NULL, 0);
 	if (op != NULL) {
 		op->pid = packet_id;
 	}
@@ -631,7 +805,7 @@ nmq_err store_rel_del(
 nmq_err store_retain_put(
     nmq_store *s, const char *topic, nmq_msg *msg, store_done_fn done, void *arg)
 {
-	store_op *op = op_new(OP_RETAIN_PUT, topic, NULL, NULL, 0);
+	store_op *op = op_new(s, OP_RETAIN_PUT, topic, NULL, NULL, 0);
 	if (op != NULL && msg != NULL) {
 		nmq_msg_hold(msg);
 		op->msg = msg;
@@ -641,13 +815,13 @@ nmq_err store_retain_put(
 
 nmq_err store_sync(nmq_store *s, store_done_fn done, void *arg)
 {
-	return op_submit(s, op_new(OP_SYNC, NULL, NULL, NULL, 0), done, arg);
+	return op_submit(s, op_new(s, OP_SYNC, NULL, NULL, NULL, 0), done, arg);
 }
 
 nmq_err store_queue_read(nmq_store *s, const char *client_id, uint64_t after_seq, uint32_t max,
     void (*fn)(void *arg, const store_qmsg *q), store_done_fn done, void *arg)
 {
-	store_op *op = op_new(OP_QUEUE_READ, client_id, NULL, NULL, 0);
+	store_op *op = op_new(s, OP_QUEUE_READ, client_id, NULL, NULL, 0);
 	if (op != NULL) {
 		op->u64     = after_seq;
 		op->u32     = max;
@@ -1146,14 +1320,27 @@ static void run_batch(nmq_store *s, store_op *batch, size_t nb)
 	} else {
 		atomic_fetch_add(&s->failed, nb);
 	}
+	store_op *ph = NULL, *pt = NULL;
+	uint32_t  pn = 0;
 	while (batch != NULL) {
 		store_op *op = batch;
 		batch        = op->next;
 		if (op->done != NULL) {
 			op->done(op->arg, ok ? op->result : NMQ_EIO);
 		}
-		op_free(op);
+		nmq_msg_release(op->msg);
+		if (!op->pooled) {
+			free(op);
+			continue;
+		}
+		op->next = ph;
+		ph       = op;
+		if (pt == NULL) {
+			pt = op;
+		}
+		pn++;
 	}
+	pool_put_chain(s, ph, pt, pn);
 }
 
 static void *store_thread(void *arg)
@@ -1211,7 +1398,9 @@ nmq_err store_open(nmq_store **sp, const store_opts *opts, char *err, size_t err
 		snprintf(err, errlen, "store: out of memory");
 		return NMQ_ENOMEM;
 	}
-	s->opts = *opts;
+	s->opts     = *opts;
+	s->uid      = atomic_fetch_add(&store_uids, 1);
+	s->next_sid = 1;
 	if (s->opts.flush_max == 0) {
 		s->opts.flush_max = 1;
 	}
@@ -1287,6 +1476,10 @@ void store_close(nmq_store *s)
 	store_db_close(s);
 	pthread_mutex_destroy(&s->mtx);
 	pthread_cond_destroy(&s->cv);
+	for (store_op *op = s->all_ops, *nx; op != NULL; op = nx) {
+		nx = op->all_next;
+		free(op);
+	}
 	free(s->batch_msgs);
 	free(s->evicts);
 	free(s->ckeys);

@@ -150,6 +150,19 @@ nmq_err store_sub_del(
 nmq_err store_queue_put(nmq_store *s, const char *client_id, uint64_t seq, nmq_msg *msg,
     uint8_t qos, bool retain, const uint32_t *sub_ids, uint32_t n_sub_ids, store_done_fn done,
     void *arg);
+// A number for a session (never 0, unique in this store while it is
+// open; not stored): the *_sid variants below take it with the client id,
+// so that the store thread pairs a session's operations of one group by
+// (sid, seq) without comparing strings. A session must use one sid (or
+// none, 0) for all the operations of one seq. Any thread.
+uint32_t store_sid_new(nmq_store *s);
+nmq_err  store_queue_put_sid(nmq_store *s, const char *client_id, uint32_t sid, uint64_t seq,
+     nmq_msg *msg, uint8_t qos, bool retain, const uint32_t *sub_ids, uint32_t n_sub_ids,
+     store_done_fn done, void *arg);
+nmq_err  store_queue_state_sid(nmq_store *s, const char *client_id, uint32_t sid, uint64_t seq,
+     uint8_t state, uint16_t packet_id, store_done_fn done, void *arg);
+nmq_err  store_queue_del_sid(
+     nmq_store *s, const char *client_id, uint32_t sid, uint64_t seq, store_done_fn done, void *arg);
 // Records the state and packet id of a queued message.
 nmq_err store_queue_state(nmq_store *s, const char *client_id, uint64_t seq, uint8_t state,
     uint16_t packet_id, store_done_fn done, void *arg);

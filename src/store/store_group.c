@@ -20,10 +20,12 @@
 
 #include "src/store/store_int.h"
 
-// One (client id, seq) key of the running group and the operation that
+// One (client id, seq) key of the running group (a session's number
+// instead of its client id when the operation has one: no string work) and the operation that
 // holds its state so far (NULL after a pair cancelled out).
 struct store_ckey {
 	const char *cid;
+	uint32_t    sid; // 0: keyed by cid
 	uint64_t    seq;
 	uint64_t    hash;
 	uint32_t    gen; // entries of an older generation are free
@@ -37,8 +39,12 @@ struct store_rref {
 	int64_t delta;
 };
 
-static uint64_t key_hash(const char *cid, uint64_t seq)
+static uint64_t key_hash(const char *cid, uint32_t sid, uint64_t seq)
 {
+	if (sid != 0) {
+		uint64_t h = ((uint64_t)sid << 40 ^ seq) * 0x9E3779B97F4A7C15ull;
+		return h ^ (h >> 31);
+	}
 	uint64_t h = 1469598103934665603ull;
 	for (const unsigned char *p = (const unsigned char *)cid; *p != '\0'; p++) {
 		h = (h ^ *p) * 1099511628211ull;
@@ -60,7 +66,7 @@ static size_t pow2_at_least(size_t n)
 // slot where it would go (*found false). NULL only if the table is full,
 // which the sizing rules out.
 static struct store_ckey *ckey_find(
-    nmq_store *s, const char *cid, uint64_t seq, uint64_t h, bool *found)
+    nmq_store *s, const char *cid, uint32_t sid, uint64_t seq, uint64_t h, bool *found)
 {
 	size_t             mask      = s->ckeys_cap - 1;
 	struct store_ckey *free_slot = NULL;
@@ -76,7 +82,8 @@ static struct store_ckey *ckey_find(
 			}
 			continue;
 		}
-		if (k->hash == h && k->seq == seq && strcmp(k->cid, cid) == 0) {
+		if (k->hash == h && k->seq == seq && k->sid == sid
+		    && (sid != 0 || strcmp(k->cid, cid) == 0)) {
 			*found = true;
 			return k;
 		}
@@ -134,7 +141,7 @@ static void ckey_take(nmq_store *s, struct store_ckey *k, store_op *op, uint64_t
 	if (k->cid == NULL) {
 		s->ckeys_used[s->ckeys_len++] = (uint32_t)(k - s->ckeys);
 	}
-	*k = (struct store_ckey) { op->s1, op->u64, h, s->ckeys_gen, op };
+	*k = (struct store_ckey) { op->s1, op->sid, op->u64, h, s->ckeys_gen, op };
 }
 
 void store_group_coalesce(nmq_store *s, store_op *batch)
@@ -151,8 +158,8 @@ void store_group_coalesce(nmq_store *s, store_op *batch)
 			// As OP_QUEUE_DEL, seq by seq; a seq whose put is in the
 			// group becomes 0 (nothing to delete).
 			for (uint32_t i = 0; i < op->u32; i++) {
-				struct store_ckey *k = ckey_find(
-				    s, op->s1, op->data[i], key_hash(op->s1, op->data[i]), &found);
+				struct store_ckey *k = ckey_find(s, op->s1, 0, op->data[i],
+				    key_hash(op->s1, 0, op->data[i]), &found);
 				if (k == NULL || !found || k->op == NULL) {
 					continue;
 				}
@@ -168,8 +175,8 @@ void store_group_coalesce(nmq_store *s, store_op *batch)
 		    && op->kind != OP_QUEUE_DEL) {
 			continue;
 		}
-		uint64_t           h = key_hash(op->s1, op->u64);
-		struct store_ckey *k = ckey_find(s, op->s1, op->u64, h, &found);
+		uint64_t           h = key_hash(op->s1, op->sid, op->u64);
+		struct store_ckey *k = ckey_find(s, op->s1, op->sid, op->u64, h, &found);
 		if (k == NULL) {
 			continue;
 		}

@@ -32,9 +32,16 @@ enum store_op_kind {
 	OP_SYNC,
 };
 
-// One queued operation: one allocation, strings and sub ids behind it.
+// What a pooled operation holds behind it (sub ids, then strings); an
+// operation that needs more is allocated for itself and freed after use.
+#define STORE_OP_INLINE 96
+
+// One queued operation, strings and sub ids behind it. Most come from the
+// store's pool (see op_get in store.c): taken by the submitting thread
+// from its own cache, given back in bulk by the store thread.
 typedef struct store_op {
 	struct store_op *next;
+	struct store_op *all_prev, *all_next; // pooled: every pooled op of the store
 	store_done_fn    done;
 	void            *arg;
 	void (*read_fn)(void *arg, const store_qmsg *q); // OP_QUEUE_READ
@@ -46,16 +53,20 @@ typedef struct store_op {
 	uint32_t  u32; // expiry, sub id, read max
 	uint32_t  u32b; // will delay
 	uint32_t  n_sub_ids;
-	nmq_err   result;
-	uint16_t  pid;
-	uint8_t   kind;
-	uint8_t   qos; // QoS, options, protocol version
-	uint8_t   state;
-	bool      retain;
-	bool      has_s2;
-	bool      skip; // cancelled out inside its group: nothing to write
-	bool      more; // not the last op of a store_batch: same group as the next
-	uint64_t  data[]; // aligned storage for sub ids, then strings
+	// The session's number (store_sid_new; 0: none, keyed by s1 alone):
+	// the group pairs a session's operations by (sid, seq).
+	uint32_t sid;
+	nmq_err  result;
+	uint16_t pid;
+	uint8_t  kind;
+	uint8_t  qos; // QoS, options, protocol version
+	uint8_t  state;
+	bool     retain;
+	bool     has_s2;
+	bool     skip; // cancelled out inside its group: nothing to write
+	bool     more; // not the last op of a store_batch: same group as the next
+	bool     pooled; // from the pool (else allocated for itself)
+	uint64_t data[]; // aligned storage for sub ids, then strings
 } store_op;
 
 enum store_stmt {
@@ -114,12 +125,21 @@ struct nmq_store {
 	pthread_t     thread;
 	bool          recovered;
 
-	pthread_mutex_t mtx; // guards the queue below
+	pthread_mutex_t mtx; // guards the queue and the pool below
 	pthread_cond_t  cv;
 	store_op       *head, *tail;
-	uint32_t        pending;
-	bool            stopping;
-	bool            exited; // the store thread has ended (under mtx)
+	// Written under mtx; read without it by a thread admitting the
+	// operations of its store_batch.
+	_Atomic uint32_t pending;
+	atomic_bool      stopping;
+	bool             exited; // the store thread has ended (under mtx)
+	// The pool of operations (under mtx): free ones, and every pooled one
+	// (free, cached by a thread or in use), freed at close.
+	store_op        *free_ops;
+	uint32_t         free_n;
+	store_op        *all_ops;
+	uint64_t         uid; // distinguishes this store from an earlier one at the same address
+	_Atomic uint32_t next_sid;
 
 	// Store thread only.
 	uint64_t     queued_rows;

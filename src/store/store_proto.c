@@ -25,22 +25,27 @@ static nmq_err sp_session_del(void *st, const char *client_id)
 	return store_session_del(st, client_id, NULL, NULL);
 }
 
-static nmq_err sp_queue_put(void *st, const char *client_id, uint64_t seq, nmq_msg *msg,
-    uint8_t qos, bool retain, const uint32_t *sub_ids, uint32_t n_sub_ids)
+static uint32_t sp_sid_new(void *st)
 {
-	return store_queue_put(
-	    st, client_id, seq, msg, qos, retain, sub_ids, n_sub_ids, NULL, NULL);
+	return store_sid_new(st);
+}
+
+static nmq_err sp_queue_put(void *st, const char *client_id, uint32_t sid, uint64_t seq,
+    nmq_msg *msg, uint8_t qos, bool retain, const uint32_t *sub_ids, uint32_t n_sub_ids)
+{
+	return store_queue_put_sid(
+	    st, client_id, sid, seq, msg, qos, retain, sub_ids, n_sub_ids, NULL, NULL);
 }
 
 static nmq_err sp_queue_state(
-    void *st, const char *client_id, uint64_t seq, uint8_t state, uint16_t packet_id)
+    void *st, const char *client_id, uint32_t sid, uint64_t seq, uint8_t state, uint16_t packet_id)
 {
-	return store_queue_state(st, client_id, seq, state, packet_id, NULL, NULL);
+	return store_queue_state_sid(st, client_id, sid, seq, state, packet_id, NULL, NULL);
 }
 
-static nmq_err sp_queue_del(void *st, const char *client_id, uint64_t seq)
+static nmq_err sp_queue_del(void *st, const char *client_id, uint32_t sid, uint64_t seq)
 {
-	return store_queue_del(st, client_id, seq, NULL, NULL);
+	return store_queue_del_sid(st, client_id, sid, seq, NULL, NULL);
 }
 
 static nmq_err sp_rel_put(void *st, const char *client_id, uint16_t packet_id)
@@ -122,6 +127,7 @@ static void sp_batch(void *st, bool begin)
 const proto_store_ops store_proto_ops = {
 	.session_put = sp_session_put,
 	.session_del = sp_session_del,
+	.sid_new     = sp_sid_new,
 	.queue_put   = sp_queue_put,
 	.queue_state = sp_queue_state,
 	.queue_del   = sp_queue_del,

@@ -1138,6 +1138,81 @@ static void test_kill9_acked_survive(void **state)
 	}
 }
 
+// Operations keyed by a session's number pair by (sid, seq) like those
+// keyed by client id; a sid-keyed and a string-keyed operation of the
+// same client never pair (each is applied). Operations come from a pool
+// refilled from what the store thread gives back, across threads and
+// stores.
+static void *put_many_thread(void *arg)
+{
+	nmq_store *s   = arg;
+	nmq_msg   *m   = mk_msg("t", "x", 1, NULL);
+	uint32_t   sid = store_sid_new(s);
+	for (uint64_t q = 1; q <= 2000; q++) {
+		assert_int_equal(
+		    store_queue_put_sid(s, "p", sid, q, m, 1, false, NULL, 0, NULL, NULL), NMQ_OK);
+		assert_int_equal(store_queue_del_sid(s, "p", sid, q, NULL, NULL), NMQ_OK);
+	}
+	nmq_msg_release(m);
+	return NULL;
+}
+
+static void test_sid_coalescing(void **state)
+{
+	nmq_store *s  = open_store(0);
+	nmq_msg   *m1 = mk_msg("t", "one", 1, NULL);
+	uint32_t   a = store_sid_new(s), b = store_sid_new(s);
+	assert_true(a != 0 && b != 0 && a != b);
+	sem_init(&gate, 0, 0);
+	block_store_thread(s);
+	store_stats st0;
+	store_stats_get(s, &st0);
+	// a/1: put, sent, acked by sid: nothing written.
+	store_queue_put_sid(s, "x", a, 1, m1, 1, false, NULL, 0, NULL, NULL);
+	store_queue_state_sid(s, "x", a, 1, STORE_Q_SENT, 5, NULL, NULL);
+	store_queue_del_sid(s, "x", a, 1, NULL, NULL);
+	// a/2 put by sid, state folded in, its delete not in this group.
+	store_queue_put_sid(s, "x", a, 2, m1, 1, false, NULL, 0, NULL, NULL);
+	store_queue_state_sid(s, "x", a, 2, STORE_Q_SENT, 6, NULL, NULL);
+	// Another session's number with the same seq: not paired with a/2.
+	store_queue_del_sid(s, "y", b, 2, NULL, NULL);
+	// y/3 put by sid, deleted by client id: both applied, nothing left.
+	store_queue_put_sid(s, "y", b, 3, m1, 1, false, NULL, 0, NULL, NULL);
+	store_queue_del(s, "y", 3, NULL, NULL);
+	waiter_reset();
+	assert_int_equal(store_sync(s, on_done, NULL), NMQ_OK);
+	sem_post(&gate);
+	wait_calls(1);
+	assert_int_equal(W.errors, 0);
+	store_stats st1;
+	store_stats_get(s, &st1);
+	assert_int_equal(st1.coalesced - st0.coalesced, 4); // a/1 x3, a/2's state
+	assert_int_equal(count_rows("queue"), 1);
+	assert_int_equal(
+	    query_int("SELECT state * 1000 + packet_id FROM queue WHERE cid = 'x' AND seq = 2"),
+	    1006);
+	// Many operations from two threads go through the pool.
+	pthread_t th[2];
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(pthread_create(&th[i], NULL, put_many_thread, s), 0);
+	}
+	for (int i = 0; i < 2; i++) {
+		pthread_join(th[i], NULL);
+	}
+	sync_store(s);
+	assert_int_equal(count_rows("queue"), 1);
+	store_close(s);
+	// A new store (maybe at the same address) does not reuse this
+	// thread's cache of the closed one.
+	s = open_store(0);
+	store_queue_put_sid(s, "z", store_sid_new(s), 1, m1, 1, false, NULL, 0, NULL, NULL);
+	sync_store(s);
+	assert_int_equal(count_rows("queue"), 2);
+	store_close(s);
+	sem_destroy(&gate);
+	nmq_msg_release(m1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1157,6 +1232,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_del_ranges, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_batch_one_group, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_crash_before_group_commit, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_sid_coalescing, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
