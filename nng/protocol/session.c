@@ -666,6 +666,14 @@ static bool pid_in_use(nmq_session *s, uint16_t pid)
 	return false;
 }
 
+// The packet id of a stored QoS 1 message: its seq's (1..65535), so that
+// it needs no state write and is the same after a restart
+// (docs/decisions/0026).
+static inline uint16_t session_seq_pid(uint64_t seq)
+{
+	return (uint16_t)(seq % 65535u + 1u);
+}
+
 // Returns the next free packet id (1..65535). The window is far below
 // 65535, so a free id always exists.
 static uint16_t next_pid(nmq_session *s)
@@ -863,8 +871,18 @@ static void session_pump_locked(nmq_session *s)
 		}
 		infl_entry f;
 		memset(&f, 0, sizeof(f));
-		f.e     = *e;
-		f.pid   = next_pid(s);
+		f.e = *e;
+		// A stored QoS 1 message goes under the packet id its seq gives
+		// (unless that id is taken): the store needs no write of its
+		// state, and after a restart it goes again under the same id.
+		bool derived = false;
+		if (e->qos == 1 && persist(s)) {
+			f.pid   = session_seq_pid(e->seq);
+			derived = !pid_in_use(s, f.pid);
+		}
+		if (!derived) {
+			f.pid = next_pid(s);
+		}
 		f.state = e->qos == 1 ? INFL_WAIT_PUBACK : INFL_WAIT_PUBREC;
 		if (now == 0) {
 			now = nmq_clock_ms();
@@ -889,7 +907,7 @@ static void session_pump_locked(nmq_session *s)
 				continue;
 			}
 		}
-		nmq_err rv = link_send_publish(l, e, f.pid, false);
+		nmq_err rv = link_send_publish(l, e, f.pid, e->seq < s->dup_below);
 		if (rv == NMQ_EBUSY) {
 			break;
 		}
@@ -913,7 +931,7 @@ static void session_pump_locked(nmq_session *s)
 		}
 		atomic_fetch_add_explicit(&p->m.msgs_sent, 1, memory_order_relaxed);
 		session_msg_event(s, e->msg, e->qos, false);
-		if (persist(s)) {
+		if (persist(s) && !derived) {
 			store_qstate_locked(s, e->seq, PROTO_STORE_SENT, f.pid);
 		}
 		ring_pop(r);
@@ -1897,6 +1915,9 @@ nmq_session *proto_session_restore(
 		s->disk_after    = 0;
 		s->disk_last_put = rec->queue_max_seq;
 		s->q_seq         = rec->queue_max_seq + 1;
+		// QoS 1 messages in flight at the stop are stored as queued
+		// (their packet id is their seq's): they may have gone out.
+		s->dup_below = rec->queue_max_seq + 1;
 	}
 	if (rec->will != NULL) {
 		// Its connection ended without a DISCONNECT (the broker

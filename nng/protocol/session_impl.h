@@ -120,6 +120,9 @@ struct nmq_session {
 	uint32_t rep_q0;
 	uint32_t rep_infl;
 
+	// (mtx) Restored from the store: seqs below it may have gone out
+	// before the restart, so they go (again) with DUP set.
+	uint64_t dup_below;
 	uint32_t store_sid; // (mtx) the store's number for its queue writes (0: none yet)
 	uint16_t next_pid;
 	uint8_t  ver;

@@ -127,6 +127,58 @@ class TestSurvives(StoreCase):
         self.assertIsNotNone(m)
         self.assertEqual((m.topic, m.payload, m.retain), ("r/x", b"kept", True))
 
+    def test_qos1_in_flight_same_packet_id_after_kill9(self):
+        # A QoS 1 message sent to a connected persistent subscriber and not
+        # acknowledged is stored without a state write (its packet id is
+        # its seq's): after a kill -9 it goes again with DUP set and the
+        # same packet id, in order; the acknowledged ones do not.
+        b = self.start()
+        sub = nmq.RawClient(b.port, version=4)
+        self.clients.append(sub)
+        self.assertEqual(sub.connect("raw-sub", clean=False).rc, 0)
+        sub.subscribe([("d/#", nmq.sub_opts(1))])
+        pub = self.client(b, "pub-d", version=4, clean=True, expiry=0)
+        pub.connect()
+        for i in range(6):
+            pub.publish("d/x", b"d%d" % i, qos=1)
+        first = sub.expect_publishes(6)
+        self.assertEqual([p.payload for p in first], [b"d%d" % i for i in range(6)])
+        self.assertFalse(any(p.dup for p in first))
+        self.assertEqual(len({p.pid for p in first}), 6)
+        for p in first[:2]:
+            sub.ack(p)
+        time.sleep(0.3)
+        # A retained message is acked after a commit that holds everything
+        # queued before it, the two PUBACKs' deletes included.
+        pub.publish("r/sync", b"s", qos=1, retain=True)
+        pub.disconnect()
+        self.kill9(b)
+        db = sqlite3.connect(os.path.join(self.db_dir, "nanomq.db"))
+        try:
+            rows = db.execute("SELECT seq, state, packet_id FROM queue ORDER BY seq").fetchall()
+        finally:
+            db.close()
+        self.assertEqual([(r[1], r[2]) for r in rows], [(0, 0)] * 4)  # no state written
+
+        b2 = self.start()
+        sub2 = nmq.RawClient(b2.port, version=4)
+        self.clients.append(sub2)
+        ack = sub2.connect("raw-sub", clean=False)
+        self.assertEqual((ack.rc, ack.session_present), (0, True))
+        again = sub2.expect_publishes(4)
+        self.assertEqual([p.payload for p in again], [b"d%d" % i for i in range(2, 6)])
+        self.assertEqual([p.pid for p in again], [p.pid for p in first[2:]])
+        self.assertTrue(all(p.dup for p in again), again)
+        for p in again:
+            sub2.ack(p)
+        sub2.expect_nothing()
+        # New messages after the restart go without DUP.
+        pub2 = self.client(b2, "pub-e", version=4, clean=True, expiry=0)
+        pub2.connect()
+        pub2.publish("d/y", b"new", qos=1)
+        m = sub2.expect(nmq.PUBLISH)
+        self.assertEqual((m.payload, m.dup), (b"new", False))
+
     def test_clean_sessions_not_written(self):
         b = self.start()
         c = self.client(b, "clean-1", version=4, clean=True, expiry=0)
