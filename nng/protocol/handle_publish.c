@@ -95,13 +95,16 @@ out:
 // job finds it again through the session (same connection, or no ack:
 // the client resends after reconnecting).
 typedef struct store_ack {
-	workq_job    job;
-	nmq_proto   *p;
-	nmq_session *s; // held
-	nmq_conn    *conn; // held
-	mqtt_packet  pk;
-	nmq_err      err;
-	int          worker;
+	workq_job     job;
+	nmq_proto    *p;
+	nmq_session  *s; // held
+	nmq_conn     *conn; // held
+	mqtt_packet   pk;
+	nmq_err       err;
+	int           worker;
+	uint8_t      *codes; // owned copy of a SUBACK's or UNSUBACK's codes
+	link_after_fn after; // run once the ack is sent or given up (unlocked)
+	void         *after_arg;
 } store_ack;
 
 // On a worker: sends the ack if its connection is still the session's.
@@ -112,7 +115,13 @@ static void store_ack_job(workq_job *job)
 	session_lock(a->s);
 	nmq_link *l = session_link_locked(a->s);
 	if (l != NULL && l->conn == a->conn) {
-		if (a->err != NMQ_OK) {
+		if (a->err != NMQ_OK && a->codes != NULL
+		    && (a->pk.type == MQTT_SUBACK || l->ver == MQTT_PROTO_V5)) {
+			// A subscription change that is not durable: every filter
+			// of it is answered as failed (0x80, both versions).
+			memset(a->codes, 0x80, a->pk.u.suback.count);
+			link_send_packet(l, &a->pk);
+		} else if (a->err != NMQ_OK) {
 			// Not durable: a v5 client is told (0x80) and may resend;
 			// a 3.1.1 client has no way to be told, so its connection
 			// is closed without the ack (it resends after reconnecting).
@@ -131,8 +140,12 @@ static void store_ack_job(workq_job *job)
 	if (v3) {
 		conn_close(a->conn);
 	}
+	if (a->after != NULL) {
+		a->after(a->s, a->after_arg);
+	}
 	nmq_session_release(a->s);
 	conn_release(a->conn);
+	free(a->codes);
 	free(a);
 }
 
@@ -149,22 +162,43 @@ static void store_ack_done(void *arg, nmq_err err)
 
 void link_ack(nmq_link *l, const mqtt_packet *pkt, bool stored)
 {
+	(void)link_ack_then(l, pkt, stored, NULL, NULL);
+}
+
+bool link_ack_then(
+    nmq_link *l, const mqtt_packet *pkt, bool stored, link_after_fn after, void *after_arg)
+{
 	nmq_proto *p = l->p;
 	if (p->ack_store == NULL || (!stored && atomic_load(&l->acks_waiting) == 0)) {
 		link_send_packet(l, pkt);
-		return;
+		return false;
 	}
 	store_ack *a = calloc(1, sizeof(*a));
+	bool       coded
+	    = (pkt->type == MQTT_SUBACK || pkt->type == MQTT_UNSUBACK) && pkt->u.suback.count > 0;
+	if (a != NULL && coded) {
+		a->codes = malloc(pkt->u.suback.count);
+		if (a->codes == NULL) {
+			free(a);
+			a = NULL;
+		}
+	}
 	if (a == NULL) {
 		proto_count_alloc_failure(p, "store_ack");
 		conn_close(l->conn);
-		return;
+		return false;
 	}
-	a->job.fn = store_ack_job;
-	a->p      = p;
-	a->s      = l->session;
-	a->conn   = l->conn;
-	a->pk     = *pkt;
+	a->after     = after;
+	a->after_arg = after_arg;
+	a->job.fn    = store_ack_job;
+	a->p         = p;
+	a->s         = l->session;
+	a->conn      = l->conn;
+	a->pk        = *pkt;
+	if (coded) {
+		memcpy(a->codes, pkt->u.suback.codes, pkt->u.suback.count);
+		a->pk.u.suback.codes = a->codes;
+	}
 	// One worker per connection, so that its acks run in commit order.
 	a->worker = (int)(((uintptr_t)l->conn >> 6) % (uintptr_t)workq_size(p->wq));
 	nmq_session_hold(a->s);
@@ -180,10 +214,12 @@ void link_ack(nmq_link *l, const mqtt_packet *pkt, bool stored)
 		conn_close(l->conn);
 		nmq_session_release(a->s);
 		conn_release(a->conn);
+		free(a->codes);
 		free(a);
-		return;
+		return false;
 	}
 	atomic_fetch_add_explicit(&p->m.acks_after_store, 1, memory_order_relaxed);
+	return true;
 }
 
 // Handles one PUBLISH (verdicts: the acl_ask answer when replayed). Returns
@@ -281,9 +317,14 @@ int handle_publish(nmq_link *l, const mqtt_packet *pk, const int *verdicts)
 	// 2 id, its queue rows, a retained copy) commits in one group or not
 	// at all: a crash between them could keep the id without the rows,
 	// and the publisher's resend would then be taken for a duplicate.
-	bool grouped = pub->qos > 0 && p->store != NULL && p->store->batch != NULL;
+	// The barrier its ack waits for (link_ack) is queued in the same
+	// group: were it in a later one, that one could commit after this one
+	// failed (a full disk) and the ack would claim what is not stored.
+	// The store bound for acks is the sessions' store, or the bridges'
+	// cache alone (whose writes routing makes too).
+	bool grouped = pub->qos > 0 && p->ack_store != NULL && p->ack_store->batch != NULL;
 	if (grouped) {
-		p->store->batch(p->store_arg, true);
+		p->ack_store->batch(p->ack_store_arg, true);
 	}
 
 	// Inbound QoS 2: a resent PUBLISH before PUBREL is acknowledged again
@@ -296,17 +337,17 @@ int handle_publish(nmq_link *l, const mqtt_packet *pk, const int *verdicts)
 			memset(&r, 0, sizeof(r));
 			r.type            = MQTT_PUBREC;
 			r.u.ack.packet_id = pub->packet_id;
-			if (grouped) {
-				p->store->batch(p->store_arg, false);
-			}
 			link_ack(l, &r, false);
+			if (grouped) {
+				p->ack_store->batch(p->ack_store_arg, false);
+			}
 			session_unlock(s);
 			return 0;
 		}
 		session_unlock(s);
 		if (err != NMQ_OK) {
 			if (grouped) {
-				p->store->batch(p->store_arg, false);
+				p->ack_store->batch(p->ack_store_arg, false);
 			}
 			// Over our Receive Maximum [MQTT-3.3.4-9], or a failure.
 			link_fail(l,
@@ -321,7 +362,7 @@ int handle_publish(nmq_link *l, const mqtt_packet *pk, const int *verdicts)
 	    pub->payload, pub->qos, pub->retain, nmq_session_id(s));
 	if (m == NULL) {
 		if (grouped) {
-			p->store->batch(p->store_arg, false);
+			p->ack_store->batch(p->ack_store_arg, false);
 		}
 		proto_count_alloc_failure(p, "message");
 		link_fail(l, MQTT_RC_UNSPECIFIED);
@@ -330,9 +371,6 @@ int handle_publish(nmq_link *l, const mqtt_packet *pk, const int *verdicts)
 	int     rv = p->ops->route(p->app, s, &who, m);
 	uint8_t rc = (uint8_t)(rv & 0xFF);
 	nmq_msg_release(m);
-	if (grouped) {
-		p->store->batch(p->store_arg, false);
-	}
 	bool         stored    = proto_store_take_noted();
 	bool         refused   = proto_store_take_refused();
 	nmq_session *congested = session_congestion_take();
@@ -389,11 +427,17 @@ int handle_publish(nmq_link *l, const mqtt_packet *pk, const int *verdicts)
 		}
 		if (nack && l->ver != MQTT_PROTO_V5) {
 			session_unlock(s);
+			if (grouped) {
+				p->ack_store->batch(p->ack_store_arg, false);
+			}
 			link_fail(l, MQTT_RC_QUOTA_EXCEEDED);
 			return -1;
 		}
 		link_ack(l, &r, stored);
 		session_unlock(s);
+	}
+	if (grouped) {
+		p->ack_store->batch(p->ack_store_arg, false);
 	}
 	if (rv & PROTO_RC_DISCONNECT) {
 		link_fail(l, rc);
@@ -444,6 +488,13 @@ int handle_pub_ack(nmq_link *l, const mqtt_packet *pk)
 		session_pubcomp_locked(s, pid);
 		break;
 	case MQTT_PUBREL: {
+		// The id's delete and the barrier the PUBCOMP waits for in one
+		// group (see handle_publish).
+		nmq_proto *p       = l->p;
+		bool       grouped = p->ack_store != NULL && p->ack_store->batch != NULL;
+		if (grouped) {
+			p->ack_store->batch(p->ack_store_arg, true);
+		}
 		bool        found = session_qos2_release_locked(s, pid);
 		mqtt_packet c;
 		memset(&c, 0, sizeof(c));
@@ -456,6 +507,9 @@ int handle_pub_ack(nmq_link *l, const mqtt_packet *pk)
 		// crash before it would bring the id back, and the broker would
 		// take the client's next message with it for a resend.
 		link_ack(l, &c, found && session_stored_locked(s));
+		if (grouped) {
+			p->ack_store->batch(p->ack_store_arg, false);
+		}
 		break;
 	}
 	}

@@ -9,6 +9,34 @@
 
 #define SUB_MAX_FILTERS 4096
 
+// The granted filters of one SUBSCRIBE, for the retained messages sent
+// after its SUBACK when that SUBACK waits for the store (sub_after).
+typedef struct sub_granted {
+	nmq_proto     *p;
+	uint32_t       n;
+	proto_sub_opts so[];
+	// then, for each: bool existed, uint32_t len, the filter bytes
+} sub_granted;
+
+// Retained messages of the filters a SUBACK granted [MQTT-3.3.1-6], once
+// it went out (or was given up: the subscriptions stand anyway).
+static void sub_after(nmq_session *s, void *arg)
+{
+	sub_granted   *g  = arg;
+	const uint8_t *at = (const uint8_t *)&g->so[g->n];
+	for (uint32_t j = 0; j < g->n; j++) {
+		bool     existed;
+		uint32_t len;
+		memcpy(&existed, at, sizeof(existed));
+		at += sizeof(existed);
+		memcpy(&len, at, sizeof(len));
+		at += sizeof(len);
+		g->p->ops->subscribed(g->p->app, s, (const char *)at, len, &g->so[j], existed);
+		at += len;
+	}
+	free(g);
+}
+
 // A filter that breaks the topic filter syntax (empty, '#' not alone in
 // the last level, '+' not alone in its level, "$share/" without a share
 // name or a filter) is a protocol violation, not a refusal: 3.1.1 closes
@@ -128,6 +156,15 @@ int handle_subscribe(nmq_link *l, const mqtt_packet *pk, const int *verdicts, ui
 	mqtt_sub_opts o;
 	uint32_t      i    = 0;
 	uint8_t       kick = 0;
+	// A persistent session's subscriptions are written to the store: the
+	// SUBACK waits for their commit (a crash right after it must not lose
+	// what it granted), in the same group as the writes (link_ack_then).
+	bool grouped = p->ack_store != NULL && p->ack_store->batch != NULL;
+	(void)proto_store_take_noted();
+	(void)proto_store_take_refused();
+	if (grouped) {
+		p->ack_store->batch(p->ack_store_arg, true);
+	}
 	mqtt_sub_iter_init(&it, sub, l->ver);
 	while (i < n && mqtt_sub_iter_next(&it, &f, &o)) {
 		existed[i] = false;
@@ -141,6 +178,9 @@ int handle_subscribe(nmq_link *l, const mqtt_packet *pk, const int *verdicts, ui
 		bool shared = mqtt_share_split(f.p, f.len, NULL) == MQTT_SHARE_OK;
 		if (shared && o.no_local && l->ver == MQTT_PROTO_V5) {
 			// [MQTT-3.8.3-4]
+			if (grouped) {
+				p->ack_store->batch(p->ack_store_arg, false);
+			}
 			free(codes);
 			free(existed);
 			free(acl);
@@ -165,13 +205,78 @@ int handle_subscribe(nmq_link *l, const mqtt_packet *pk, const int *verdicts, ui
 		}
 		codes[i++] = rc;
 	}
+	bool stored = proto_store_take_noted();
+	(void)proto_store_take_refused();
 	mqtt_packet r;
 	memset(&r, 0, sizeof(r));
 	r.type               = MQTT_SUBACK;
 	r.u.suback.packet_id = sub->packet_id;
 	r.u.suback.count     = i;
 	r.u.suback.codes     = codes;
-	link_reply(l, &r);
+	if (kick != 0 || !grouped) {
+		if (grouped) {
+			p->ack_store->batch(p->ack_store_arg, false);
+		}
+		link_reply(l, &r);
+	} else {
+		// The retained messages go after the SUBACK: gather the granted
+		// filters for sub_after.
+		size_t sz = sizeof(sub_granted);
+		mqtt_sub_iter_init(&it, sub, l->ver);
+		for (uint32_t j = 0; j < i && mqtt_sub_iter_next(&it, &f, &o); j++) {
+			if (codes[j] < 0x80) {
+				sz += sizeof(proto_sub_opts) + sizeof(bool) + sizeof(uint32_t)
+				    + f.len;
+			}
+		}
+		sub_granted *g     = malloc(sz);
+		bool         later = false;
+		if (g != NULL) {
+			g->p             = p;
+			g->n             = 0;
+			uint32_t granted = 0;
+			for (uint32_t j = 0; j < i; j++) {
+				granted += codes[j] < 0x80;
+			}
+			uint8_t *at = (uint8_t *)&g->so[granted];
+			mqtt_sub_iter_init(&it, sub, l->ver);
+			for (uint32_t j = 0; j < i && mqtt_sub_iter_next(&it, &f, &o); j++) {
+				if (codes[j] >= 0x80) {
+					continue;
+				}
+				proto_sub_opts *so = &g->so[g->n++];
+				so->qos            = o.qos;
+				so->no_local       = l->ver == MQTT_PROTO_V5 && o.no_local;
+				so->retain_as_published
+				    = l->ver == MQTT_PROTO_V5 && o.retain_as_published;
+				so->retain_handling
+				    = l->ver == MQTT_PROTO_V5 ? o.retain_handling : 0;
+				so->sub_id   = sub_id;
+				uint32_t len = f.len;
+				memcpy(at, &existed[j], sizeof(bool));
+				at += sizeof(bool);
+				memcpy(at, &len, sizeof(len));
+				at += sizeof(len);
+				memcpy(at, f.p, len);
+				at += len;
+			}
+			session_lock(s);
+			later = link_ack_then(l, &r, stored, sub_after, g);
+			session_unlock(s);
+		} else {
+			link_reply(l, &r);
+		}
+		p->ack_store->batch(p->ack_store_arg, false);
+		if (g != NULL) {
+			if (later) {
+				free(codes);
+				free(existed);
+				free(acl);
+				return 0;
+			}
+			free(g);
+		}
+	}
 	if (kick != 0) {
 		free(codes);
 		free(existed);
@@ -224,17 +329,34 @@ int handle_unsubscribe(nmq_link *l, const mqtt_packet *pk)
 	mqtt_unsub_iter it;
 	mqtt_bytes      f;
 	uint32_t        i = 0;
+	// The deletes of a persistent session's subscriptions: the UNSUBACK
+	// waits for their commit, in their group (as the SUBACK).
+	bool grouped = p->ack_store != NULL && p->ack_store->batch != NULL;
+	(void)proto_store_take_noted();
+	(void)proto_store_take_refused();
+	if (grouped) {
+		p->ack_store->batch(p->ack_store_arg, true);
+	}
 	mqtt_unsub_iter_init(&it, unsub);
 	while (i < n && mqtt_unsub_iter_next(&it, &f)) {
 		codes[i++] = p->ops->unsubscribe(p->app, s, (const char *)f.p, f.len);
 	}
+	bool stored = proto_store_take_noted();
+	(void)proto_store_take_refused();
 	mqtt_packet r;
 	memset(&r, 0, sizeof(r));
 	r.type               = MQTT_UNSUBACK;
 	r.u.suback.packet_id = unsub->packet_id;
 	r.u.suback.count     = i;
 	r.u.suback.codes     = codes;
-	link_reply(l, &r);
+	if (grouped) {
+		session_lock(s);
+		(void)link_ack_then(l, &r, stored, NULL, NULL);
+		session_unlock(s);
+		p->ack_store->batch(p->ack_store_arg, false);
+	} else {
+		link_reply(l, &r);
+	}
 	free(codes);
 	return 0;
 }

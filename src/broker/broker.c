@@ -690,6 +690,9 @@ static void persist_sub(nmq_broker *b, nmq_session *s, const char *filter, size_
 		e = store_sub_del(b->store, nmq_session_client_id(s), f, NULL, NULL);
 	}
 	store_log(put ? "sub_put" : "sub_del", nmq_session_client_id(s), e);
+	if (e == NMQ_OK) {
+		proto_store_noted(); // the SUBACK / UNSUBACK waits for the commit
+	}
 	if (f != stack) {
 		free(f);
 	}

@@ -1,0 +1,129 @@
+#!/usr/bin/python3
+"""77: what the durable store promises at the moment of an ack, checked the
+way a user would: kill -9 right after it, or a disk that fills up.
+
+* A SUBACK (UNSUBACK) to a persistent session is sent once the
+  subscription (its removal) is committed: a kill -9 right after it keeps
+  what it granted, with its options. Made deterministic with a slow disk
+  (tests/tools/slowsync.c), where the window between the ack and the
+  commit is hundreds of milliseconds.
+* A full disk (a small tmpfs; skipped where it cannot be mounted): a
+  PUBACK with success is sent only for a message whose group committed.
+  The barrier the ack waits for is in the same group as the message's
+  rows, so a group that failed is never acked by a later one that
+  committed; after a kill -9 every message acked with success is there."""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import nmq  # noqa: E402
+from nmq import RawClient  # noqa: E402
+from test_70_store import StoreCase  # noqa: E402
+from test_73_store_backpressure import shim_path  # noqa: E402
+
+
+def setUpModule():
+    if nmq.USE_MOSQUITTO:
+        raise unittest.SkipTest("nanomq store configuration")
+
+
+class TestAckedSubscriptions(StoreCase):
+    """A slow disk: every fsync of the store takes 300 ms longer."""
+
+    def setUp(self):
+        super().setUp()
+        if not os.path.exists(shim_path()):
+            self.skipTest("slowsync shim not built")
+        self.env = {"LD_PRELOAD": shim_path(), "NMQ_SLOWSYNC_DIR": self.db_dir,
+                    "NMQ_SLOWSYNC_MS": "300",
+                    "ASAN_OPTIONS": "verify_asan_link_order=0:detect_leaks=0"}
+
+    def test_kill9_right_after_suback_and_unsuback(self):
+        b = self.start(self.env)
+        s5 = self.client(b, "sub-v5")
+        s5.connect()
+        s5.subscribe("gone/#", qos=1)
+        s5.subscribe("o/#", qos=2, rap=True, sub_id=42)
+        s5.unsubscribe("gone/#")
+        s4 = self.client(b, "sub-v4", version=4, clean=False)
+        s4.connect()
+        s4.subscribe("o/#", qos=1)
+        self.kill9(b)  # at once: no time for a late commit
+
+        b2 = self.start()
+        self.assertRegex(b2.log_text(), r"event=restored sessions=2 subscriptions=2 ")
+        p = self.client(b2, "pub", clean=True, expiry=0)
+        p.connect()
+        p.publish("o/r", b"kept", qos=1, retain=True)
+        p.publish("gone/x", b"unsubscribed", qos=1)
+        for cid, version in (("sub-v5", 5), ("sub-v4", 4)):
+            c = self.client(b2, cid, version=version, clean=False)
+            c.connect()
+            self.assertTrue(c.session_present, cid)
+            m = c.wait_message(timeout=5)
+            self.assertIsNotNone(m, cid)
+            self.assertEqual((m.topic, m.payload), ("o/r", b"kept"), cid)
+            if version == 5:
+                # Its options came back: Retain As Published, the identifier.
+                self.assertTrue(m.retain)
+                self.assertEqual(m.props.get("SubscriptionIdentifier"), [42])
+            c.expect_no_message()
+
+
+class TestDiskFull(StoreCase):
+    def setUp(self):
+        super().setUp()
+        if os.geteuid() != 0 or shutil.which("mount") is None:
+            self.skipTest("mounting a small tmpfs needs root")
+        self.mnt = tempfile.mkdtemp(prefix="nmq-full-")
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=640k", "tmpfs", self.mnt],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        if r.returncode != 0:
+            os.rmdir(self.mnt)
+            self.skipTest("cannot mount a tmpfs: %s" % r.stdout.decode(errors="replace"))
+        self.addCleanup(self._unmount)
+        shutil.rmtree(self.db_dir, ignore_errors=True)
+        self.db_dir = os.path.join(self.mnt, "db")
+
+    def _unmount(self):
+        subprocess.run(["umount", "-l", self.mnt])
+        os.rmdir(self.mnt)
+
+    def test_no_success_ack_for_what_did_not_commit(self):
+        b = self.start()
+        sub = self.client(b, "offline")
+        sub.connect()
+        sub.subscribe("full/#", qos=1)
+        sub.disconnect()
+        pub = RawClient(b.port, 5)
+        self.addCleanup(pub.close)
+        self.assertEqual(pub.connect("filler").rc, 0)
+        acked, refused = [], 0
+        pad = b"x" * 2000
+        for i in range(500):  # ~1 MB into 640 KB
+            a = pub.publish("full/1", b"%d|" % i + pad, qos=1, timeout=10)
+            if a.rc == 0:
+                acked.append(i)
+            else:
+                self.assertEqual(a.rc, 0x80, "reason of a refused PUBACK")
+                refused += 1
+        self.assertGreater(refused, 0, "the disk never filled up")
+        self.assertIn("event=commit_failed", b.log_text())
+        pub.close()
+        self.kill9(b)
+
+        b2 = self.start()
+        c = self.client(b2, "offline")
+        c.connect()
+        got = c.wait_messages(len(acked), timeout=10)
+        ids = [int(m.payload.split(b"|")[0]) for m in got]
+        self.assertEqual(ids, acked)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
