@@ -129,7 +129,8 @@ int link_connect_run(nmq_link *l, const uint8_t *frame, size_t len, int answer);
 // Parking (link_park.c, decisions/0018 and 0022). link_park copies the
 // packet being handled (frame, len; a CONNECT when connect, else a
 // PUBLISH or SUBSCRIBE with the n_known answers already given for its
-// first topics), pauses reading and returns the token to hand to the
+// first topics), pauses reading (a CONNECT; behind a PUBLISH or SUBSCRIBE
+// only once 64 KiB are held) and returns the token to hand to the
 // application, or NULL when memory runs out (counted and logged). Called
 // on the receive path, or from a replay; the handler then returns 0 at
 // once and touches the link no more. The answer (proto_connect_resume,
@@ -138,7 +139,8 @@ int link_connect_run(nmq_link *l, const uint8_t *frame, size_t len, int answer);
 proto_pending *link_park(nmq_link *l, bool connect, const uint8_t *frame, size_t len,
     const int *verdicts, uint32_t n_known);
 // A frame that arrived while a packet of l is parked (link_frame): held, in
-// order, and handed up after the parked one. Returns 1 (held), 0 (not
+// order, and handed up after the parked one; a PINGREQ behind a PUBLISH or
+// SUBSCRIBE is answered at once instead. Returns 1 (held or answered), 0 (not
 // parked any more: handle it now) or -1 (too much held, or a replay ended
 // the connection: closed).
 int link_pending_hold(nmq_link *l, const uint8_t *frame, size_t len);

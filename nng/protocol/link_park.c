@@ -1,8 +1,12 @@
 // Parking a packet of a connection until the application answers
 // (decisions/0018 for CONNECT, decisions/0022 for PUBLISH and SUBSCRIBE):
-// the packet is copied into the link's token, reading is paused, frames
-// already read are held behind it, and a worker replays the packet with
-// the answer, then the held frames in order.
+// the packet is copied into the link's token, frames read meanwhile are
+// held behind it, and a worker replays the packet with the answer, then
+// the held frames in order. A parked CONNECT pauses reading at once; a
+// parked PUBLISH or SUBSCRIBE keeps reading, answers PINGREQs at once
+// (so that a slow answer does not look like a dead broker to the
+// client's keepalive) and pauses reading only when PENDING_READ_PAUSE
+// bytes are held.
 //
 // One token per link, made at its first park and kept until both the
 // link and the last outstanding answer let go of it. Its mutex serializes
@@ -19,6 +23,9 @@
 
 // Most bytes of frames held back behind a parked packet.
 #define PENDING_HELD_MAX (256 * 1024)
+// Held bytes at which reading pauses behind a parked PUBLISH or SUBSCRIBE
+// (one more read may still come in: well under PENDING_HELD_MAX).
+#define PENDING_READ_PAUSE (64 * 1024)
 
 enum { PARK_CONNECT = 1, PARK_PACKET = 2 };
 
@@ -122,8 +129,12 @@ proto_pending *link_park(nmq_link *l, bool connect, const uint8_t *frame, size_t
 	}
 	atomic_fetch_add(&t->refs, 1); // the application's
 	atomic_store(&t->busy, true);
-	// Paused before the application can answer: the replay resumes it.
-	conn_set_rx_paused(l->conn, true);
+	// A CONNECT pauses reading before the application can answer (the
+	// replay resumes it); behind a PUBLISH or SUBSCRIBE reading goes on,
+	// and link_pending_hold pauses it when too much is held.
+	if (connect) {
+		conn_set_rx_paused(l->conn, true);
+	}
 	if (!in_replay) {
 		pthread_mutex_unlock(&t->mtx);
 	}
@@ -170,6 +181,11 @@ static void pending_job(workq_job *job)
 		if (off > 0) {
 			memmove(t->held, t->held + off, t->held_len - off);
 			t->held_len -= off;
+		}
+		if (t->kind == PARK_PACKET && t->held_len < PENDING_READ_PAUSE) {
+			// Behind a CONNECT reading was paused: a packet parked by its
+			// replay lets it go on (PINGREQs answered meanwhile).
+			conn_set_rx_paused(l->conn, false);
 		}
 	} else {
 		bool resume = l != NULL && !t->stopped;
@@ -226,6 +242,19 @@ int link_pending_hold(nmq_link *l, const uint8_t *frame, size_t len)
 		pthread_mutex_unlock(&t->mtx);
 		return t->stopped ? -1 : 0;
 	}
+	if (t->kind == PARK_PACKET && len == 2 && frame[0] == (MQTT_PINGREQ << 4)
+	    && frame[1] == 0) {
+		// A PINGREQ changes nothing that the parked packet or the frames
+		// held behind it could depend on: answered now, it keeps the
+		// client from taking a slow answer for a dead broker. (A
+		// malformed one is held, and fails in its turn.)
+		mqtt_packet r;
+		memset(&r, 0, sizeof(r));
+		r.type = MQTT_PINGRESP;
+		link_reply(l, &r);
+		pthread_mutex_unlock(&t->mtx);
+		return 1;
+	}
 	size_t need = t->held_len + 4 + len;
 	if (need > PENDING_HELD_MAX || len > UINT32_MAX) {
 		pthread_mutex_unlock(&t->mtx);
@@ -250,6 +279,9 @@ int link_pending_hold(nmq_link *l, const uint8_t *frame, size_t len)
 	memcpy(t->held + t->held_len, &n, 4);
 	memcpy(t->held + t->held_len + 4, frame, len);
 	t->held_len = need;
+	if (t->kind == PARK_PACKET && need >= PENDING_READ_PAUSE) {
+		conn_set_rx_paused(l->conn, true); // the replay resumes it
+	}
 	pthread_mutex_unlock(&t->mtx);
 	return 1;
 }

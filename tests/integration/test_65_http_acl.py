@@ -262,6 +262,48 @@ class AclReqTests(AclCase):
         self.assertEqual([r["topic"] for r in self.svc.requests("/acl")],
                          ["gate/1", "allow/2", "allow/3", "gate/4", "allow/5", "allow/late"])
 
+    def test_pingreq_answered_while_waiting(self):
+        """A client whose PUBLISH (then SUBSCRIBE) waits for a withheld
+        answer keeps its keepalive (1 s) going: each PINGREQ gets its
+        PINGRESP while the answer is still withheld, for longer than the
+        broker's own keepalive deadline (1.5 s), and the connection stays
+        up; the parked packet and those behind it are then handled in
+        order."""
+        for parked, access in ((nmq.publish_bytes("gate/p", b"m0", 1, pid=1, version=5), "2"),
+                               (nmq.subscribe_bytes([("sgate/p", 1)], 1, version=5), "1")):
+            with self.subTest(parked="PUBLISH" if access == "2" else "SUBSCRIBE"):
+                self.svc.gate.clear()
+                w = self.watcher("gate/#", "allow/#")
+                c = self.raw(5, client_id="pinger-" + access, keepalive=1)
+                c.send(parked + nmq.publish_bytes("allow/behind", b"m1", 1, pid=2, version=5))
+                self.assertTrue(wait_for(lambda: any(
+                    r["access"] == access and r["topic"].endswith("gate/p")
+                    for r in self.svc.requests("/acl")), 5))
+                for _ in range(5):  # 2.5 s: past 1.5 x keepalive
+                    c.pingreq()
+                    c.expect(nmq.PINGRESP, 5)
+                    self.assertFalse(self.svc.gate.is_set())
+                    time.sleep(0.5)
+                # Only the PINGRESPs: nothing of the parked packet or the
+                # one behind it yet.
+                self.assertEqual(c.backlog, [])
+                w.expect_nothing(types=[PUBLISH])
+                self.svc.gate.set()
+                first = c.read()
+                if access == "2":
+                    self.assertEqual((first.type, first.pid, first.rc), (PUBACK, 1, 0))
+                else:
+                    self.assertEqual((first.type, first.pid, first.codes), (SUBACK, 1, [1]))
+                second = c.read()
+                self.assertEqual((second.type, second.pid), (PUBACK, 2))
+                got = w.expect_publishes(2 if access == "2" else 1)
+                self.assertEqual([p.payload for p in got],
+                                 [b"m0", b"m1"] if access == "2" else [b"m1"])
+                c.pingreq()
+                c.expect(nmq.PINGRESP, 5)
+                c.disconnect()
+                w.disconnect()
+
     def test_subscribe_waits_filter_by_filter(self):
         c = self.raw(5, client_id="sw")
         c.send(nmq.subscribe_bytes([("sgate/a", 1), ("deny/b", 1), ("sgate/c", 0)], 77,
