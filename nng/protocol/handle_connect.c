@@ -185,13 +185,20 @@ int link_connect_run(nmq_link *l, const uint8_t *frame, size_t len, int answer)
 		info.password_len = c->password.len;
 	}
 	char          cn[256];
-	nmq_listener *ln         = conn_tag(l->conn);
-	info.peer                = conn_peer(l->conn);
-	info.proto_ver           = c->proto_level;
-	info.keepalive           = c->keep_alive;
-	info.listener            = ln != NULL ? listener_name(ln) : "";
-	info.tls_peer_ok         = listener_conn_authorized(l->conn, cn, sizeof(cn));
-	info.tls_cn              = cn;
+	nmq_listener *ln = conn_tag(l->conn);
+	info.peer        = conn_peer(l->conn);
+	info.proto_ver   = c->proto_level;
+	info.keepalive   = c->keep_alive;
+	info.listener    = ln != NULL ? listener_name(ln) : "";
+	info.tls_peer_ok = listener_conn_authorized(l->conn, cn, sizeof(cn));
+	info.tls_cn      = cn;
+	char     subject[sizeof(((tls_peer *)0)->subject)];
+	tls_peer tp;
+	subject[0] = '\0';
+	if (cn[0] != '\0' && listener_conn_peer(l->conn, &tp) && tp.verified) {
+		snprintf(subject, sizeof(subject), "%s", tp.subject);
+	}
+	info.tls_subject         = subject;
 	info.listener_over_limit = listener_conn_over_limit(l->conn);
 	info.local_port          = ln != NULL ? (uint16_t)listener_port(ln) : 0;
 	defer_ctx dc             = { .l = l, .frame = frame, .len = len, .t = NULL };

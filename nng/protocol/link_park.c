@@ -15,11 +15,13 @@
 // outstanding at a time, so an answer always belongs to the parked packet.
 #include <pthread.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "nng/core/log.h"
 #include "nng/protocol/link.h"
+#include "nng/transport/listener.h"
 
 // Most bytes of frames held back behind a parked packet.
 #define PENDING_HELD_MAX (256 * 1024)
@@ -59,6 +61,9 @@ struct proto_pending {
 
 // The token whose replay runs on this thread (its mutex held), if any.
 static _Thread_local proto_pending *tl_replay;
+// The acl_ask call running on this thread: who it was handed, whose link.
+static _Thread_local const proto_who *tl_ask_who;
+static _Thread_local nmq_link        *tl_ask_link;
 
 static void pending_release(proto_pending *t)
 {
@@ -327,7 +332,11 @@ int link_acl_ask(nmq_link *l, const proto_who *who, uint8_t access, const char *
 		return PROTO_ACL_NONE;
 	}
 	acl_defer_ctx d = { l, verdicts, idx, NULL };
-	int           v = p->ops->acl_ask(p->app, who, access, topic, len, &d);
+	tl_ask_who      = who;
+	tl_ask_link     = l;
+	int v           = p->ops->acl_ask(p->app, who, access, topic, len, &d);
+	tl_ask_who      = NULL;
+	tl_ask_link     = NULL;
 	if (v == PROTO_AUTH_PENDING) {
 		// Not parked (out of memory): refused, as an unanswered ask is.
 		return d.t != NULL ? PROTO_AUTH_PENDING : MQTT_RC_UNSPECIFIED;
@@ -339,6 +348,21 @@ int link_acl_ask(nmq_link *l, const proto_who *who, uint8_t access, const char *
 		return PROTO_AUTH_PENDING;
 	}
 	return v;
+}
+
+// The verified TLS client certificate of who's connection; see proto.h.
+void proto_who_tls_peer(
+    const proto_who *who, char *cn, size_t cn_len, char *subject, size_t subject_len)
+{
+	tls_peer p;
+	cn[0]      = '\0';
+	subject[0] = '\0';
+	if (who == NULL || who != tl_ask_who || tl_ask_link == NULL
+	    || !listener_conn_peer(tl_ask_link->conn, &p) || !p.handshake_done || !p.verified) {
+		return;
+	}
+	snprintf(cn, cn_len, "%s", p.cn);
+	snprintf(subject, subject_len, "%s", p.subject);
 }
 
 int link_replay(nmq_link *l, const uint8_t *frame, size_t len, const int *verdicts,

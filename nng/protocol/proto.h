@@ -69,6 +69,7 @@ typedef struct proto_client_info {
 	const char    *peer;
 	const char    *listener; // the accepting listener's name; "" if none
 	const char    *tls_cn; // common name of a verified TLS peer; "" if none
+	const char    *tls_subject; // its subject DN ("CN=a, O=b"); "" if none
 	uint8_t        proto_ver;
 	uint16_t       keepalive; // as the CONNECT asked
 	// false: a TLS listener with verify_peer, and the client presented no
@@ -123,6 +124,15 @@ typedef struct proto_who {
 	uint8_t  proto_ver; // 3, 4 or 5; 0 when not a client connection
 	uint16_t local_port; // the accepting listener's port; 0 if unknown
 } proto_who;
+
+// The common name and subject DN ("CN=a, O=b") of the verified TLS client
+// certificate of who's connection, into cn and subject (NUL-terminated,
+// cut to their sizes); both "" when there is none (not TLS, no
+// certificate, or one that did not verify, or who is not the client of
+// the acl_ask call running on this thread). Only from acl_ask, on its
+// thread.
+void proto_who_tls_peer(
+    const proto_who *who, char *cn, size_t cn_len, char *subject, size_t subject_len);
 
 // acl_ask answers (and proto_who.acl), besides refusing reason codes.
 #define PROTO_ACL_NONE  0

@@ -190,6 +190,7 @@ typedef struct ha_vars {
 	uint8_t     proto_ver;
 	uint16_t    local_port;
 	const char *tls_cn; // "" if none
+	const char *tls_subject; // "" if none
 	uint8_t     access; // acl_req: 1 subscribe, 2 publish
 	const char *topic; // acl_req
 	size_t      topic_len;
@@ -240,8 +241,11 @@ static const char *holder(const ha_vars *v, char c, char *tmp, size_t tmplen, si
 		s = v->tls_cn != NULL ? v->tls_cn : "";
 		break;
 	case 'd':
-		// The certificate subject: only its common name is known here.
-		if (v->tls_cn != NULL && v->tls_cn[0] != '\0') {
+		// The certificate subject, as "CN=a, O=b" (or, should the transport
+		// not have it, its common name alone).
+		if (v->tls_subject != NULL && v->tls_subject[0] != '\0') {
+			s = v->tls_subject;
+		} else if (v->tls_cn != NULL && v->tls_cn[0] != '\0') {
 			snprintf(tmp, tmplen, "CN=%s", v->tls_cn);
 			s = tmp;
 		}
@@ -575,15 +579,16 @@ static uint8_t http_authn_connect(void *arg, const proto_client_info *info)
 	http_authn *h  = arg;
 	ha_item    *it = calloc(1, sizeof(*it));
 	ha_vars     v  = {
-		     .user       = (const char *)info->username,
-		     .user_len   = info->username_len,
-		     .pass       = (const char *)info->password,
-		     .pass_len   = info->password != NULL ? info->password_len : 0,
-		     .client_id  = info->client_id,
-		     .peer       = info->peer,
-		     .proto_ver  = info->proto_ver,
-		     .local_port = info->local_port,
-		     .tls_cn     = info->tls_cn,
+		     .user        = (const char *)info->username,
+		     .user_len    = info->username_len,
+		     .pass        = (const char *)info->password,
+		     .pass_len    = info->password != NULL ? info->password_len : 0,
+		     .client_id   = info->client_id,
+		     .peer        = info->peer,
+		     .proto_ver   = info->proto_ver,
+		     .local_port  = info->local_port,
+		     .tls_cn      = info->tls_cn,
+		     .tls_subject = info->tls_subject,
 	};
 	sbuf key = { 0 };
 	sb_str(&key, "a|");
@@ -635,19 +640,23 @@ static uint8_t http_authn_connect(void *arg, const proto_client_info *info)
 static int http_authn_acl(
     void *arg, const proto_who *who, uint8_t access, const char *topic, size_t len, void *defer_ctx)
 {
-	http_authn *h  = arg;
-	ha_item    *it = calloc(1, sizeof(*it));
-	ha_vars     v  = {
-		     .user       = who->username,
-		     .user_len   = who->username != NULL ? strlen(who->username) : 0,
-		     .client_id  = who->client_id,
-		     .peer       = who->peer,
-		     .proto_ver  = who->proto_ver,
-		     .local_port = who->local_port,
-		     .tls_cn     = "",
-		     .access     = access,
-		     .topic      = topic,
-		     .topic_len  = len,
+	http_authn *h = arg;
+	char        cn[128];
+	char        subject[256];
+	proto_who_tls_peer(who, cn, sizeof(cn), subject, sizeof(subject));
+	ha_item *it = calloc(1, sizeof(*it));
+	ha_vars  v  = {
+		  .user        = who->username,
+		  .user_len    = who->username != NULL ? strlen(who->username) : 0,
+		  .client_id   = who->client_id,
+		  .peer        = who->peer,
+		  .proto_ver   = who->proto_ver,
+		  .local_port  = who->local_port,
+		  .tls_cn      = cn,
+		  .tls_subject = subject,
+		  .access      = access,
+		  .topic       = topic,
+		  .topic_len   = len,
 	};
 	sbuf key = { 0 };
 	sb_str(&key, "l|");

@@ -346,7 +346,7 @@ class TlsTests(HttpAuthCase):
         self.assertGreaterEqual(time.monotonic() - t0, SLOW_S - 0.3)
         self.assertEqual(self.read_packet(s), (0x90, b"\x00\x09\x01"))  # SUBACK QoS 1
         r = self.svc.requests()[0]["params"]
-        self.assertEqual((r["cn"], r["subject"]), ("client1", "CN=client1"), r)
+        self.assertEqual((r["cn"], r["subject"]), ("client1", "O=nanomq test, CN=client1"), r)
         self.assertEqual(r["port"], str(self.tls_port))
 
 

@@ -103,6 +103,9 @@ ACL_PARAMS = ('params = { access = "%A", user = "%u", cid = "%c", ip = "%a", '
 
 class AclCase(BrokerTestCase):
     AUTH = False  # also auth_req and super_req
+    AUTH_PARAMS = 'params = { user = "%u" }'
+    PARAMS = ACL_PARAMS
+    LISTENERS = ""  # more listeners
     SCHEME = "http"
     ACL_URL = None  # None: the service's /acl
     TIMEOUT = "5s"
@@ -122,9 +125,9 @@ class AclCase(BrokerTestCase):
         acl_url = self.ACL_URL or base + "/acl"
         auth = ""
         if self.AUTH:
-            auth = ('    auth_req { url = "%s/auth", params = { user = "%%u" } }\n'
+            auth = ('    auth_req { url = "%s/auth", %s }\n'
                     '    super_req { url = "%s/super", params = { user = "%%u" } }\n'
-                    % (base, base))
+                    % (base, self.AUTH_PARAMS, base))
         self.api_port = nmq.free_port()
         self.CONF = (
             'system.num_taskq_thread = 1\nsystem.parallel = 1\n'
@@ -134,8 +137,9 @@ class AclCase(BrokerTestCase):
             ' { permit = allow, username = "admin" } ] }\n'
             '  http_auth {\n%s    acl_req {\n      url = "%s"\n      %s\n    }\n'
             '    timeout = %s\n    connect_timeout = 1s\n%s  }\n}\n'
-            'http_server { port = %d, auth_type = no_auth }\n'
-            % (self.CACHE, self.DENY, auth, acl_url, ACL_PARAMS, self.TIMEOUT, self.SSL, self.api_port))
+            'http_server { port = %d, auth_type = no_auth }\n%s'
+            % (self.CACHE, self.DENY, auth, acl_url, self.PARAMS, self.TIMEOUT, self.SSL,
+               self.api_port, self.LISTENERS))
         super().setUp()
 
     def get(self, path):
@@ -519,6 +523,85 @@ class TlsCase(AclCase):
     @classmethod
     def tearDownClass(cls):
         shutil.rmtree(cls.CERTS, ignore_errors=True)
+
+
+class TlsRaw(nmq.RawClient):
+    """A RawClient over TLS (ctx: an ssl.SSLContext)."""
+
+    def __init__(self, port, version, ctx):
+        self.version = version
+        raw = socket.create_connection((nmq.HOST, port), timeout=5)
+        self.sock = ctx.wrap_socket(raw)
+        self.buf = bytearray()
+        self.backlog = []
+        self.closed = False
+        self.aliases = {}
+
+
+@skip_on_mosquitto("auth.http_auth is nanomq's")
+class TlsClientPlaceholderTests(TlsCase):
+    """A TLS listener with verify_peer: %C (common name) and %d (subject)
+    of the client's verified certificate, and %p (the port of the listener
+    the client connected to), in auth_req and in acl_req; empty for a
+    client without a certificate and on the plain TCP listener."""
+    SCHEME = "http"
+    AUTH_PARAMS = 'params = { user = "%u", cn = "%C", subj = "%d", port = "%p" }'
+    PARAMS = ('params = { access = "%A", user = "%u", topic = "%t", cn = "%C", subj = "%d", '
+              'port = "%p", mount = "%m" }')
+
+    def setUp(self):
+        self.tls_port = nmq.free_port()
+        c = self.CERTS
+        self.LISTENERS = (
+            'listeners.ssl {\n  bind = "127.0.0.1:%d"\n  certfile = "%s"\n  keyfile = "%s"\n'
+            '  cacertfile = "%s"\n  verify_peer = true\n  fail_if_no_peer_cert = false\n}\n'
+            % (self.tls_port, os.path.join(c, "server.crt"), os.path.join(c, "server.key"),
+               os.path.join(c, "ca.crt")))
+        # The service itself is plain http: the certificates are the MQTT
+        # listener's (AclCase serves https when CERTS is set).
+        certs, self.CERTS = self.CERTS, None
+        try:
+            super().setUp()
+        finally:
+            self.CERTS = certs
+
+    def tls_client(self, cid, cert=True):
+        ctx = ssl.create_default_context(cafile=os.path.join(self.CERTS, "ca.crt"))
+        ctx.check_hostname = False
+        if cert:
+            ctx.load_cert_chain(os.path.join(self.CERTS, "client1.crt"),
+                                os.path.join(self.CERTS, "client1.key"))
+        c = self._track(TlsRaw(self.tls_port, 5, ctx))
+        self.assertEqual(c.connect(cid, username="good-" + cid, password="p").rc, 0)
+        return c
+
+    def test_certificate_placeholders(self):
+        subj = "O=nanomq test, CN=client1"
+        c = self.tls_client("tc1")
+        self.assertEqual(c.publish("allow/tls", b"x", qos=1).rc, 0)
+        self.assertEqual(c.subscribe([("allow/tls-sub", 1)]).codes, [1])
+        anon = self.tls_client("tc0", cert=False)
+        self.assertEqual(anon.publish("allow/tls0", b"x", qos=1).rc, 0)
+        plain = self.raw(5, client_id="pc", username="good-pc", password="p")
+        self.assertEqual(plain.publish("allow/plain", b"x", qos=1).rc, 0)
+
+        auth = {r["user"]: r for r in self.svc.requests("/auth")}
+        self.assertEqual(auth["good-tc1"], {"user": "good-tc1", "cn": "client1", "subj": subj,
+                                            "port": str(self.tls_port)})
+        self.assertEqual(auth["good-tc0"], {"user": "good-tc0", "cn": "", "subj": "",
+                                            "port": str(self.tls_port)})
+        self.assertEqual(auth["good-pc"], {"user": "good-pc", "cn": "", "subj": "",
+                                           "port": str(self.port)})
+        acl = {r["topic"]: r for r in self.svc.requests("/acl")}
+        self.assertEqual(acl["allow/tls"], {"access": "2", "user": "good-tc1", "topic": "allow/tls",
+                                            "cn": "client1", "subj": subj,
+                                            "port": str(self.tls_port), "mount": ""})
+        self.assertEqual(acl["allow/tls-sub"], dict(acl["allow/tls"], access="1",
+                                                    topic="allow/tls-sub"))
+        self.assertEqual((acl["allow/tls0"]["cn"], acl["allow/tls0"]["subj"],
+                          acl["allow/tls0"]["port"]), ("", "", str(self.tls_port)))
+        self.assertEqual((acl["allow/plain"]["cn"], acl["allow/plain"]["subj"],
+                          acl["allow/plain"]["port"]), ("", "", str(self.port)))
 
 
 @skip_on_mosquitto("auth.http_auth is nanomq's")
