@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "nng/core/log.h"
+#include "src/conf/hocon.h"
 #include "src/http/rest_int.h"
 
 #define MAX_CONF_FILE (4u << 20)
@@ -316,6 +317,40 @@ static void drop_masked(cJSON *j)
 	}
 }
 
+// Says whether the configuration file at path (with its includes) has a
+// `listeners` section. A file that cannot be read or parsed counts as
+// having one (nothing is added on a guess).
+static bool file_has_listeners(const char *path)
+{
+	hocon_doc  *doc = hocon_doc_alloc();
+	conf_errors errs;
+	memset(&errs, 0, sizeof(errs));
+	bool has = doc == NULL || hocon_parse_file(doc, path, &errs) != 0
+	    || hocon_get_path(doc, "listeners") != NULL;
+	conf_errors_free(&errs);
+	hocon_doc_free(doc);
+	return has;
+}
+
+// A file without a `listeners` section gets the default TCP listener
+// (`listeners.tcp {}`, conf.c); appending a `listeners` section for TLS or
+// WebSocket alone would take it away on the next start. The sections of d
+// (translated, about to be appended) then carry it explicitly. Returns
+// false when memory runs out.
+static bool keep_default_listener(const rest_api *api, cJSON *d)
+{
+	cJSON *ls = cJSON_GetObjectItemCaseSensitive(d, "listeners");
+	if (!cJSON_IsObject(ls) || cJSON_GetObjectItemCaseSensitive(ls, "tcp") != NULL
+	    || api->env.conf_path == NULL || file_has_listeners(api->env.conf_path)) {
+		return true;
+	}
+	log_info("http",
+	    "event=conf_default_listener_kept file=%s reason=\"a listeners section is written: "
+	    "listeners.tcp {} is written with it\"",
+	    api->env.conf_path);
+	return cJSON_AddObjectToObject(ls, "tcp") != NULL;
+}
+
 static void h_conf_post(void *arg, const http_req *req, http_resp *r)
 {
 	rest_api *api = arg;
@@ -339,6 +374,11 @@ static void h_conf_post(void *arg, const http_req *req, http_resp *r)
 	j = t;
 	d = t;
 	drop_masked(d);
+	if (!keep_default_listener(api, d)) {
+		cJSON_Delete(j);
+		r->oom = true;
+		return;
+	}
 	// JSON is HOCON: each section is appended to the current file as
 	// `name {...}`, where later keys win and objects merge, so everything
 	// not given is kept.

@@ -44,6 +44,7 @@ import time
 import unittest
 
 import nmq
+import nmq_ops
 from nmq import Broker, PahoClient
 
 USER, PASSWORD = "admin", "pw-61"
@@ -595,6 +596,86 @@ class TestConfigCalloutSections(ServerCase):
     post = TestConfigWrites.post
     conf_get = TestConfigWrites.conf_get
 
+
+
+class TestConfigurationKeepsDefaultListener(nmq_ops.OpsTestCase):
+    """POST /configuration with only a tls or a websocket section, to a file
+    without a listeners section (the broker then runs the default TCP
+    listener, 0.0.0.0:1883): the file written keeps that listener, so that
+    after a restart mosquitto_pub still reaches it, beside the new one."""
+
+    def setUp(self):
+        probe = socket.socket()
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the broker
+        try:
+            probe.bind(("0.0.0.0", 1883))
+        except OSError:
+            self.skipTest("port 1883 (the default listener's) is in use on this machine")
+        finally:
+            probe.close()
+
+    def post_conf(self, http_port, data):
+        c = http.client.HTTPConnection(nmq.HOST, http_port, timeout=10)
+        try:
+            c.request("POST", "/api/v4/configuration", body=json.dumps({"data": data}),
+                      headers={"Authorization": AUTH, "Content-Type": "application/json"})
+            r = c.getresponse()
+            return r.status, json.loads(r.read())
+        finally:
+            c.close()
+
+    def start_on_1883(self, inst, conf):
+        """Starts the broker; returns its process once it has started with
+        its TCP listener on 1883 (skips the test if another process holds
+        that port: a broker of another test run on this machine)."""
+        p = inst.start(["start", "--conf", conf])
+        nmq_ops.wait_for(lambda: p.poll() is not None or "event=started" in inst.output(p), 20)
+        out = inst.output(p)
+        if p.poll() is not None and "in use" in out:
+            self.skipTest("port 1883 is held by another process")
+        self.assertIsNone(p.poll(), out[-2000:])
+        self.assertIn("listener=tcp url=tcp://0.0.0.0:1883 event=listening", out,
+                      "no TCP listener on 1883")
+        return p
+
+    def check(self, section, new_port, tls):
+        inst = self.instance(prefix="nmq-t61-dl-")
+        http_port = nmq.free_port()
+        conf = inst.write("nanomq.conf", (
+            'system.cmd_ipc_url = "%s"\nlog { level = info, to = [console] }\n'
+            "http_server { port = %d, username = admin, password = pw-61 }\n"
+            % (inst.ipc_url, http_port)))
+        first = self.start_on_1883(inst, conf)
+        self.assertTrue(nmq_ops.wait_port(http_port), inst.output(first)[-2000:])
+        st, j = self.post_conf(http_port, {section: tls})
+        self.assertEqual((st, j["code"]), (200, 0), j)
+        self.assertIn("event=conf_default_listener_kept", inst.output(first))
+        self.assert_stops(inst)
+        with open(conf) as f:
+            self.assertIn("listeners", f.read())
+        self.start_on_1883(inst, conf)
+        self.assertTrue(nmq_ops.wait_port(new_port), "the %s listener is missing" % section)
+        r = nmq.mosquitto_pub(1883, "t61/default", "still-here", qos=1)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assert_stops(inst)
+
+    def test_tls_only(self):
+        if shutil.which("openssl") is None:
+            self.skipTest("openssl is needed")
+        pki = tempfile.mkdtemp(prefix="nmq-t61-dl-pki-")
+        self.addCleanup(shutil.rmtree, pki, True)
+        cert, key = os.path.join(pki, "s.crt"), os.path.join(pki, "s.key")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                        "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", key, "-out", cert,
+                        "-subj", "/CN=localhost", "-days", "2"],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        port = nmq.free_port()
+        self.check("tls", port, {"enable": True, "url": "tls+nmq-tcp://127.0.0.1:%d" % port,
+                                 "certfile": cert, "keyfile": key})
+
+    def test_websocket_only(self):
+        port = nmq.free_port()
+        self.check("websocket", port, {"enable": True, "url": "nmq-ws://127.0.0.1:%d/mqtt" % port})
 
 
 class Slowloris:
