@@ -21,6 +21,7 @@ Only the Python standard library and paho-mqtt are used.
 
 import os
 import queue
+import random
 import shutil
 import signal
 import socket
@@ -63,8 +64,43 @@ def skip_on_mosquitto(reason):
     return unittest.skipIf(USE_MOSQUITTO, "mosquitto differs from our contract: " + reason)
 
 
+_ports_given = set()
+_port_rng = random.Random(os.getpid() ^ time.monotonic_ns())
+
+
+def _ephemeral_range():
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo, hi = (int(x) for x in f.read().split())
+        return lo, hi
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port():
-    """Return a TCP port on the loopback interface that is free right now."""
+    """Return a TCP port on the loopback interface that is free right now.
+
+    The port is taken below the kernel's ephemeral range (where bind(0)
+    and every outgoing connection take theirs): a port from that range may
+    be taken by any client socket of any test running in parallel between
+    this probe and the broker's bind, which then fails ("address in use").
+    Below it, only another test's probe could pick the same port, one in
+    thousands, and never this process twice."""
+    lo, _hi = _ephemeral_range()
+    if lo > 11000:
+        for _ in range(200):
+            port = _port_rng.randrange(10000, lo)
+            if port in _ports_given:
+                continue
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                s.bind((HOST, port))
+            except OSError:
+                continue
+            finally:
+                s.close()
+            _ports_given.add(port)
+            return port
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.bind((HOST, 0))
     port = s.getsockname()[1]
@@ -1347,10 +1383,15 @@ class MosquittoSub:
         raise AssertionError("unexpected message from mosquitto_sub: %r" % line)
 
     def wait_exit(self, timeout=T_MSG):
+        """Wait for the process to exit, and for the reader to have taken
+        every line it printed (debug included); return the exit status."""
+        deadline = time.monotonic() + timeout
         try:
-            return self.proc.wait(timeout)
+            rc = self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             raise AssertionError("mosquitto_sub did not exit within %.1f s" % timeout)
+        self._t.join(max(deadline - time.monotonic(), 1.0))
+        return rc
 
     def stderr(self):
         if self.proc.poll() is not None and self.proc.stderr:

@@ -37,11 +37,8 @@ def check(cond, what):
     return cond
 
 
-def free_port():
-    """Returns a TCP port that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from nmq import free_port  # noqa: E402  (below the ephemeral port range)
 
 
 def wait_port(port, proc, timeout=10.0):

@@ -18,7 +18,10 @@
 
 // Slack allowed on top of one tick for the worst callback to run: the test
 // machine is shared, ctest runs tests in parallel and the build is
-// sanitized. Mean lateness is held to a tighter bound.
+// sanitized. Mean lateness is held to a tighter bound. On top of both
+// comes what the machine itself costs a sleeping thread meanwhile (the
+// probe below): a loaded machine can leave any thread of this process
+// unscheduled for longer than a tick, and that is no fault of the wheel.
 #define SLACK_MS 100
 
 static void sleep_ms(uint64_t ms)
@@ -38,6 +41,67 @@ static bool wait_for(_Atomic int *counter, int want, uint64_t limit_ms)
 		sleep_ms(1);
 	}
 	return true;
+}
+
+// The scheduling probe: a thread that sleeps to absolute deadlines 1 ms
+// apart, as a perfect timer would, while a test measures the wheel, and
+// records how late it wakes for each. Its lateness is the machine's (load,
+// sanitizer, other tests), measured over the same window as the wheel's.
+typedef struct probe {
+	pthread_t    th;
+	_Atomic bool stop;
+	uint64_t     worst; // ms, worst lateness of a wake-up
+	uint64_t     sum; // ms, total lateness
+	uint64_t     n; // wake-ups
+} probe;
+
+static void *probe_thread(void *arg)
+{
+	probe          *p = arg;
+	struct timespec next;
+	clock_gettime(CLOCK_MONOTONIC, &next);
+	while (!atomic_load(&p->stop)) {
+		next.tv_nsec += 1000000L;
+		if (next.tv_nsec >= 1000000000L) {
+			next.tv_nsec -= 1000000000L;
+			next.tv_sec++;
+		}
+		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, NULL) != 0) { }
+		struct timespec now;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		int64_t late = (int64_t)(now.tv_sec - next.tv_sec) * 1000
+		    + (now.tv_nsec - next.tv_nsec) / 1000000L;
+		if (late < 0) {
+			late = 0;
+		}
+		p->worst = (uint64_t)late > p->worst ? (uint64_t)late : p->worst;
+		p->sum += (uint64_t)late;
+		p->n++;
+		// After a stall the missed steps come due at once, each late by
+		// what is left of the stall: like timers spread 1 ms apart.
+	}
+	return NULL;
+}
+
+static void probe_start(probe *p)
+{
+	memset(p, 0, sizeof(*p));
+	atomic_init(&p->stop, false);
+	assert_int_equal(pthread_create(&p->th, NULL, probe_thread, p), 0);
+}
+
+// Stops the probe; returns its worst lateness in ms (*mean its mean).
+static uint64_t probe_stop(probe *p, double *mean)
+{
+	atomic_store(&p->stop, true);
+	pthread_join(p->th, NULL);
+	if (mean != NULL) {
+		*mean = p->n > 0 ? (double)p->sum / (double)p->n : 0;
+	}
+	print_message("probe: machine lateness worst %llu ms, mean %.2f ms over %llu wake-ups\n",
+	    (unsigned long long)p->worst, p->n > 0 ? (double)p->sum / (double)p->n : 0.0,
+	    (unsigned long long)p->n);
+	return p->worst;
 }
 
 // A timer that records when and in which order it fired.
@@ -106,19 +170,22 @@ static void test_order(void **state)
 {
 	timer_wheel *tw = timer_wheel_alloc(5);
 	rec          r[20];
-	uint64_t     now = nmq_clock_ms();
+	probe        pr;
+	probe_start(&pr);
+	uint64_t now = nmq_clock_ms();
 	reset();
 	for (int i = 0; i < 20; i++) {
 		rec_init(&r[i], tw);
 		rec_arm(&r[i], now + 20 + (uint64_t)(19 - i) * 12);
 	}
 	assert_int_equal(timer_wheel_count(tw), 20);
-	assert_true(wait_for(&n_fired, 20, 2000));
+	assert_true(wait_for(&n_fired, 20, 10000));
+	uint64_t machine = probe_stop(&pr, NULL);
 	for (int i = 0; i < 20; i++) {
 		assert_int_equal(atomic_load(&r[i].fired), 1);
 		assert_int_equal(r[i].order, 19 - i);
 		assert_true(r[i].at >= r[i].deadline);
-		assert_true(r[i].at <= r[i].deadline + 5 + SLACK_MS);
+		assert_true(r[i].at <= r[i].deadline + 5 + SLACK_MS + machine);
 		assert_false(timer_wheel_armed(tw, &r[i].t));
 	}
 	assert_int_equal(timer_wheel_count(tw), 0);
@@ -130,7 +197,9 @@ static void test_never_early(void **state)
 {
 	timer_wheel *tw = timer_wheel_alloc(10);
 	enum { N = 300 };
-	rec     *r   = calloc(N, sizeof(*r));
+	rec  *r = calloc(N, sizeof(*r));
+	probe pr;
+	probe_start(&pr);
 	uint64_t now = nmq_clock_ms();
 	uint64_t x   = 12345;
 	reset();
@@ -148,8 +217,9 @@ static void test_never_early(void **state)
 		}
 		rec_arm(&r[i], d);
 	}
-	assert_true(wait_for(&n_fired, N, 3000));
-	uint64_t worst = 0;
+	assert_true(wait_for(&n_fired, N, 10000));
+	uint64_t machine = probe_stop(&pr, NULL);
+	uint64_t worst   = 0;
 	for (int i = 0; i < N; i++) {
 		assert_int_equal(atomic_load(&r[i].fired), 1);
 		assert_true(r[i].at >= r[i].deadline);
@@ -158,7 +228,7 @@ static void test_never_early(void **state)
 		worst         = late > worst ? late : worst;
 	}
 	print_message("never_early: worst lateness %llu ms (tick 10)\n", (unsigned long long)worst);
-	assert_true(worst <= 10 + SLACK_MS);
+	assert_true(worst <= 10 + SLACK_MS + machine);
 	timer_wheel_free(tw);
 	free(r);
 }
@@ -168,7 +238,9 @@ static void test_cancel_reschedule(void **state)
 {
 	timer_wheel *tw = timer_wheel_alloc(5);
 	rec          a, b, c, d;
-	uint64_t     now = nmq_clock_ms();
+	probe        pr;
+	probe_start(&pr);
+	uint64_t now = nmq_clock_ms();
 	reset();
 	rec_init(&a, tw);
 	rec_init(&b, tw);
@@ -190,19 +262,22 @@ static void test_cancel_reschedule(void **state)
 	rec_arm(&d, now + 60);
 	assert_int_equal(timer_wheel_count(tw), 3);
 
-	sleep_ms(200);
+	// c comes due last (b and d before it): once it fired, a cancelled
+	// timer that had fired (at +30) would have done so already.
+	assert_true(wait_for(&c.fired, 1, 10000));
+	uint64_t machine = probe_stop(&pr, NULL);
 	assert_int_equal(atomic_load(&a.fired), 0);
 	assert_int_equal(atomic_load(&b.fired), 1);
 	assert_int_equal(atomic_load(&c.fired), 1);
 	assert_int_equal(atomic_load(&d.fired), 1);
-	assert_true(b.at >= now + 40 && b.at <= now + 45 + SLACK_MS);
+	assert_true(b.at >= now + 40 && b.at <= now + 45 + SLACK_MS + machine);
 	assert_true(c.at >= now + 120);
 	assert_true(b.order < d.order && d.order < c.order);
 
 	// A fired timer can be armed again.
 	now = nmq_clock_ms();
 	rec_arm(&b, now + 10);
-	assert_true(wait_for(&b.fired, 2, 1000));
+	assert_true(wait_for(&b.fired, 2, 10000));
 	assert_true(b.at >= now + 10);
 	assert_int_equal(timer_wheel_count(tw), 0);
 	assert_int_equal(atomic_load(&n_fired), 4);
@@ -276,7 +351,7 @@ static void slow_cb(tw_timer *t)
 {
 	slow *s = TW_OWNER(t, slow, t);
 	atomic_store(&s->started, 1);
-	sleep_ms(100);
+	sleep_ms(300);
 	if (s->rearm) {
 		// Re-armed while cancel() waits: cancel must disarm it again.
 		timer_wheel_schedule(s->tw, &s->t, nmq_clock_ms() + 1);
@@ -286,22 +361,25 @@ static void slow_cb(tw_timer *t)
 
 static void test_cancel_waits(void **state)
 {
-	timer_wheel *tw = timer_wheel_alloc(2);
+	timer_wheel *tw     = timer_wheel_alloc(2);
+	int          waited = 0; // rounds whose cancel found the callback running
 	for (int round = 0; round < 2; round++) {
 		slow *s  = calloc(1, sizeof(*s));
 		s->tw    = tw;
 		s->rearm = round == 1;
 		tw_timer_init(&s->t, slow_cb);
 		timer_wheel_schedule(tw, &s->t, nmq_clock_ms() + 5);
-		assert_true(wait_for(&s->started, 1, 2000));
-		uint64_t t0 = nmq_clock_ms();
+		assert_true(wait_for(&s->started, 1, 10000));
+		// The callback runs 300 ms: unless this thread was held off the
+		// CPU that long, cancel finds it running, and must wait for it.
+		waited += atomic_load(&s->finished) == 0;
 		timer_wheel_cancel(tw, &s->t);
 		assert_int_equal(atomic_load(&s->finished), 1);
-		assert_true(nmq_clock_ms() - t0 >= 50);
 		assert_false(timer_wheel_armed(tw, &s->t));
 		assert_int_equal(timer_wheel_count(tw), 0);
 		free(s); // safe: the wheel no longer refers to it
 	}
+	assert_true(waited > 0);
 	sleep_ms(20);
 	timer_wheel_free(tw);
 }
@@ -309,42 +387,61 @@ static void test_cancel_waits(void **state)
 // 10k timers over 300 ms all fire within the tick tolerance.
 static void test_many(void **state)
 {
-	enum { N = 10000 };
-	timer_wheel *tw  = timer_wheel_alloc(10);
-	rec         *r   = calloc(N, sizeof(*r));
-	uint64_t     now = nmq_clock_ms();
-	uint64_t     x   = 987654321;
+	enum { N = 10000, START = 300 };
+	timer_wheel *tw = timer_wheel_alloc(10);
+	rec         *r  = calloc(N, sizeof(*r));
+	probe        pr;
+	probe_start(&pr);
+	uint64_t now = nmq_clock_ms();
+	uint64_t x   = 987654321;
 	reset();
 	for (int i = 0; i < N; i++) {
 		x ^= x << 13;
 		x ^= x >> 7;
 		x ^= x << 17;
 		rec_init(&r[i], tw);
-		rec_arm(&r[i], now + 20 + x % 300);
+		rec_arm(&r[i], now + START + x % 300);
 	}
-	// Cancel every tenth.
+	// Cancel every tenth. Arming and cancelling take well under START ms,
+	// unless the machine holds this thread off the CPU: a timer may then
+	// come due, and fire, before its cancel (which returns only once a
+	// running callback ended, so `fired` is final after it).
+	int cancelled = 0;
 	for (int i = 0; i < N; i += 10) {
 		timer_wheel_cancel(tw, &r[i].t);
+		cancelled += atomic_load(&r[i].fired) == 0;
 	}
-	assert_int_equal(timer_wheel_count(tw), N - N / 10);
-	assert_true(wait_for(&n_fired, N - N / 10, 5000));
-	uint64_t worst = 0;
-	uint64_t sum   = 0;
+	uint64_t count = timer_wheel_count(tw);
+	uint64_t done  = nmq_clock_ms();
+	if (done < now + START) {
+		assert_int_equal(count, N - N / 10); // nothing could be due yet
+	}
+	assert_true(wait_for(&n_fired, N - cancelled, 20000));
+	double   machine_mean;
+	uint64_t machine = probe_stop(&pr, &machine_mean);
+	uint64_t worst   = 0;
+	uint64_t sum     = 0;
 	for (int i = 0; i < N; i++) {
-		if (i % 10 == 0) {
+		if (i % 10 == 0 && r[i].deadline > done) {
 			assert_int_equal(atomic_load(&r[i].fired), 0);
+		}
+		if (i % 10 == 0) {
 			continue;
 		}
 		assert_int_equal(atomic_load(&r[i].fired), 1);
 		assert_true(r[i].at >= r[i].deadline);
-		uint64_t late = r[i].at - r[i].deadline;
+		// Late from its deadline, or from when this thread let go of the
+		// wheel if that was later.
+		uint64_t base = r[i].deadline > done ? r[i].deadline : done;
+		uint64_t late = r[i].at > base ? r[i].at - base : 0;
 		worst         = late > worst ? late : worst;
 		sum += late;
 	}
 	print_message("many: 9000 timers, mean lateness %.1f ms, worst %llu ms (tick 10)\n",
 	    (double)sum / (N - N / 10), (unsigned long long)worst);
-	assert_true(worst <= 10 + SLACK_MS);
-	assert_true((double)sum / (N - N / 10) <= 10 / 2 + 10);
+	assert_true(worst <= 10 + SLACK_MS + machine);
+	assert_true((double)sum / (N - N / 10) <= 10 / 2 + 10 + machine_mean);
+	assert_int_equal(atomic_load(&n_fired), N - cancelled);
 	assert_int_equal(timer_wheel_count(tw), 0);
 	timer_wheel_free(tw);
 	free(r);
@@ -356,7 +453,9 @@ static void test_far(void **state)
 {
 	timer_wheel *tw = timer_wheel_alloc(1); // one lap = 1024 ms
 	rec          near, lap, hours;
-	uint64_t     now = nmq_clock_ms();
+	probe        pr;
+	probe_start(&pr);
+	uint64_t now = nmq_clock_ms();
 	reset();
 	rec_init(&near, tw);
 	rec_init(&lap, tw);
@@ -364,12 +463,14 @@ static void test_far(void **state)
 	rec_arm(&near, now + 60);
 	rec_arm(&lap, now + 60 + 1024); // same slot as `near`, next lap
 	rec_arm(&hours, now + 3 * 3600 * 1000);
-	assert_true(wait_for(&near.fired, 1, 2000));
+	assert_true(wait_for(&near.fired, 1, 10000));
+	// `lap` shares near's slot: it must not fire with it, but a lap later.
 	sleep_ms(200);
-	assert_int_equal(atomic_load(&lap.fired), 0);
-	assert_true(wait_for(&lap.fired, 1, 2000));
+	assert_true(atomic_load(&lap.fired) == 0 || lap.at >= lap.deadline);
+	assert_true(wait_for(&lap.fired, 1, 10000));
+	uint64_t machine = probe_stop(&pr, NULL);
 	assert_true(lap.at >= lap.deadline);
-	assert_true(lap.at <= lap.deadline + 1 + SLACK_MS);
+	assert_true(lap.at <= lap.deadline + 1 + SLACK_MS + machine);
 	assert_int_equal(atomic_load(&hours.fired), 0);
 	assert_true(timer_wheel_armed(tw, &hours.t));
 	assert_int_equal(timer_wheel_count(tw), 1);
