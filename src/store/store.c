@@ -457,10 +457,19 @@ static store_op *op_get(nmq_store *s, size_t extra)
 
 // Gives op back on a thread that submitted it (refused, or failed after
 // close): to that thread's cache.
-static void op_free(nmq_store *s, store_op *op)
+static void op_drop_data(store_op *op)
 {
 	nmq_msg_release(op->msg);
 	op->msg = NULL;
+	free(op->ents);
+	free(op->arena);
+	op->ents  = NULL;
+	op->arena = NULL;
+}
+
+static void op_free(nmq_store *s, store_op *op)
+{
+	op_drop_data(op);
 	if (!op->pooled) {
 		free(op);
 		return;
@@ -708,10 +717,115 @@ uint32_t store_sid_new(nmq_store *s)
 	return sid;
 }
 
+// Appends n bytes at a 4-byte aligned offset of op's arena; returns the
+// offset, or UINT32_MAX when out of memory.
+static uint32_t arena_add(store_op *op, const void *p, size_t n)
+{
+	size_t off = ((size_t)op->arena_len + 3u) & ~(size_t)3u;
+	if (off + n > op->arena_cap) {
+		size_t cap = op->arena_cap ? (size_t)op->arena_cap * 2 : 256;
+		while (cap < off + n) {
+			cap *= 2;
+		}
+		if (cap > UINT32_MAX) {
+			return UINT32_MAX;
+		}
+		char *a = realloc(op->arena, cap);
+		if (a == NULL) {
+			return UINT32_MAX;
+		}
+		op->arena     = a;
+		op->arena_cap = (uint32_t)cap;
+	}
+	memcpy(op->arena + off, p, n);
+	op->arena_len = (uint32_t)(off + n);
+	return (uint32_t)off;
+}
+
+// Adds a queue row to op (an OP_QUEUE_PUTM). Returns false when out of
+// memory (op unchanged).
+static bool putm_add(store_op *op, const char *client_id, uint32_t sid, uint64_t seq, uint8_t qos,
+    bool retain, const uint32_t *sub_ids, uint32_t n_sub_ids)
+{
+	if (op->u32 == op->ents_cap) {
+		uint32_t    cap = op->ents_cap ? op->ents_cap * 2 : 16;
+		store_qent *v   = realloc(op->ents, (size_t)cap * sizeof(*v));
+		if (v == NULL) {
+			return false;
+		}
+		op->ents     = v;
+		op->ents_cap = cap;
+	}
+	uint32_t len = op->arena_len;
+	uint32_t c   = arena_add(op, client_id, strlen(client_id) + 1);
+	uint32_t ids = n_sub_ids ? arena_add(op, sub_ids, (size_t)n_sub_ids * sizeof(uint32_t)) : 0;
+	if (c == UINT32_MAX || ids == UINT32_MAX || n_sub_ids > UINT16_MAX) {
+		op->arena_len = len;
+		return false;
+	}
+	op->ents[op->u32++] = (store_qent) {
+		.seq     = seq,
+		.sid     = sid,
+		.cid_off = c,
+		.ids_off = ids,
+		.n_ids   = (uint16_t)n_sub_ids,
+		.qos     = qos,
+		.retain  = retain,
+	};
+	return true;
+}
+
+// Inside a store_batch, consecutive puts of one message (what routing it
+// to many sessions writes) become one OP_QUEUE_PUTM: one operation and
+// one hold of the message per PUBLISH instead of one per session. Each
+// row is admitted as an operation of its own. Returns NMQ_OK, an error,
+// or NMQ_EBUSY when the put is to be an operation of its own.
+static nmq_err put_batched(nmq_store *s, const char *client_id, uint32_t sid, uint64_t seq,
+    nmq_msg *msg, uint8_t qos, bool retain, const uint32_t *sub_ids, uint32_t n_sub_ids)
+{
+	store_op *t = tl_batch.tail;
+	if (t == NULL || t->msg != msg || (t->kind != OP_QUEUE_PUTM && t->kind != OP_QUEUE_PUT)
+	    || t->done != NULL) {
+		return NMQ_EBUSY;
+	}
+	uint64_t level
+	    = atomic_load_explicit(&s->pending, memory_order_relaxed) + (uint64_t)tl_batch.n;
+	if (atomic_load_explicit(&s->stopping, memory_order_relaxed)) {
+		return NMQ_ECLOSED;
+	}
+	if (level >= s->opts.max_pending) {
+		return NMQ_ELIMIT;
+	}
+	if (t->kind == OP_QUEUE_PUT) {
+		// The second row of this message: the put becomes a multi-put.
+		if (!putm_add(
+		        t, t->s1, t->sid, t->u64, t->qos, t->retain, t->sub_ids, t->n_sub_ids)) {
+			free(t->ents);
+			free(t->arena);
+			t->ents = NULL, t->arena = NULL, t->u32 = 0, t->ents_cap = 0;
+			t->arena_len = t->arena_cap = 0;
+			return NMQ_EBUSY;
+		}
+		t->kind = OP_QUEUE_PUTM;
+	}
+	if (!putm_add(t, client_id, sid, seq, qos, retain, sub_ids, n_sub_ids)) {
+		return NMQ_EBUSY;
+	}
+	tl_batch.n++;
+	return NMQ_OK;
+}
+
 nmq_err store_queue_put_sid(nmq_store *s, const char *client_id, uint32_t sid, uint64_t seq,
     nmq_msg *msg, uint8_t qos, bool retain, const uint32_t *sub_ids, uint32_t n_sub_ids,
     store_done_fn done, void *arg)
 {
+	if (tl_batch.s == s && done == NULL) {
+		nmq_err e
+		    = put_batched(s, client_id, sid, seq, msg, qos, retain, sub_ids, n_sub_ids);
+		if (e != NMQ_EBUSY) {
+			return e;
+		}
+	}
 	store_op *op = op_new(s, OP_QUEUE_PUT, client_id, NULL, sub_ids, n_sub_ids);
 	if (op != NULL) {
 		nmq_msg_hold(msg);
@@ -1148,6 +1262,36 @@ static int op_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 		}
 		return -1;
 	}
+	case OP_QUEUE_PUTM:
+		for (uint32_t i = 0; i < op->u32; i++) {
+			const store_qent *q = &op->ents[i];
+			if (q->skip) {
+				continue;
+			}
+			int64_t id = msg_ref(s, op->msg, wall, mono);
+			if (id == 0) {
+				return -1;
+			}
+			st = store_stmt(s, STMT_QUEUE_PUT);
+			sqlite3_bind_text(st, 1, op->arena + q->cid_off, -1, SQLITE_STATIC);
+			sqlite3_bind_int64(st, 2, (sqlite3_int64)q->seq);
+			sqlite3_bind_int64(st, 3, id);
+			sqlite3_bind_int(st, 4, q->qos);
+			sqlite3_bind_int(st, 5, q->retain);
+			if (q->n_ids) {
+				sqlite3_bind_blob(st, 6, op->arena + q->ids_off,
+				    (int)(q->n_ids * sizeof(uint32_t)), SQLITE_STATIC);
+			}
+			sqlite3_bind_int(st, 7, q->state);
+			sqlite3_bind_int(st, 8, q->pid);
+			rc = step_done(st);
+			if (rc == SQLITE_DONE) {
+				s->queued_rows++;
+			} else if ((rc & 0xff) != SQLITE_CONSTRAINT || msg_unref(s, id) != 0) {
+				return -1; // (a seq stored twice keeps the first)
+			}
+		}
+		return 0;
 	case OP_QUEUE_STATE:
 		st = store_stmt(s, STMT_QUEUE_STATE);
 		sqlite3_bind_text(st, 1, op->s1, -1, SQLITE_STATIC);
@@ -1278,7 +1422,13 @@ static void run_batch(nmq_store *s, store_op *batch, size_t nb)
 	size_t   n     = 0;
 	uint64_t nskip = 0;
 	for (store_op *op = batch; ok && op != NULL; op = op->next, n++) {
-		nskip += op->skip;
+		if (op->kind == OP_QUEUE_PUTM) {
+			for (uint32_t i = 0; i < op->u32; i++) {
+				nskip += op->ents[i].skip;
+			}
+		} else {
+			nskip += op->skip;
+		}
 		int r = op_apply(s, op, wall, mono);
 		if (r < 0) {
 			ok = false;
@@ -1328,7 +1478,7 @@ static void run_batch(nmq_store *s, store_op *batch, size_t nb)
 		if (op->done != NULL) {
 			op->done(op->arg, ok ? op->result : NMQ_EIO);
 		}
-		nmq_msg_release(op->msg);
+		op_drop_data(op);
 		if (!op->pooled) {
 			free(op);
 			continue;
@@ -1341,6 +1491,12 @@ static void run_batch(nmq_store *s, store_op *batch, size_t nb)
 		pn++;
 	}
 	pool_put_chain(s, ph, pt, pn);
+}
+
+// What op counts against max_pending and flush_max.
+static inline uint32_t op_weight(const store_op *op)
+{
+	return op->kind == OP_QUEUE_PUTM ? op->u32 : 1;
 }
 
 static void *store_thread(void *arg)
@@ -1362,11 +1518,11 @@ static void *store_thread(void *arg)
 		uint32_t  n = s->pending;
 		if (n > s->opts.flush_max) {
 			last = s->head;
-			n    = 1;
+			n    = op_weight(last);
 			// Never between the operations of one store_batch.
 			while (last->next != NULL && (n < s->opts.flush_max || last->more)) {
 				last = last->next;
-				n++;
+				n += op_weight(last);
 			}
 		}
 		s->head    = last->next;

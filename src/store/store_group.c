@@ -30,6 +30,7 @@ struct store_ckey {
 	uint64_t    hash;
 	uint32_t    gen; // entries of an older generation are free
 	store_op   *op;
+	uint32_t    idx; // the row of an OP_QUEUE_PUTM op, else UINT32_MAX
 };
 
 // One message row touched by the running group and the references it
@@ -135,85 +136,127 @@ int store_group_begin(nmq_store *s, size_t n_ops)
 	return 0;
 }
 
-// Takes slot k of the table for op's key.
-static void ckey_take(nmq_store *s, struct store_ckey *k, store_op *op, uint64_t h)
+// Takes slot k of the table for the key (cid, sid, seq), held by row idx
+// of op (an OP_QUEUE_PUTM) or by op itself (idx UINT32_MAX).
+static void ckey_take(nmq_store *s, struct store_ckey *k, const char *cid, uint32_t sid,
+    uint64_t seq, uint64_t h, store_op *op, uint32_t idx)
 {
 	if (k->cid == NULL) {
 		s->ckeys_used[s->ckeys_len++] = (uint32_t)(k - s->ckeys);
 	}
-	*k = (struct store_ckey) { op->s1, op->sid, op->u64, h, s->ckeys_gen, op };
+	*k = (struct store_ckey) { cid, sid, seq, h, s->ckeys_gen, op, idx };
+}
+
+static inline bool key_is_put(const struct store_ckey *k)
+{
+	return k->op->kind == OP_QUEUE_PUT || k->op->kind == OP_QUEUE_PUTM;
+}
+
+// Marks what holds the key's state as not to be written.
+static inline void key_skip(struct store_ckey *k)
+{
+	if (k->op->kind == OP_QUEUE_PUTM) {
+		k->op->ents[k->idx].skip = true;
+	} else {
+		k->op->skip = true;
+	}
+}
+
+// One put, state update or removal of (cid, sid, seq): op itself, or row
+// idx of an OP_QUEUE_PUTM (kind OP_QUEUE_PUT).
+static void pair_one(nmq_store *s, store_op *op, uint32_t idx, uint8_t kind, const char *cid,
+    uint32_t sid, uint64_t seq)
+{
+	bool               found;
+	uint64_t           h = key_hash(cid, sid, seq);
+	struct store_ckey *k = ckey_find(s, cid, sid, seq, h, &found);
+	if (k == NULL) {
+		return;
+	}
+	if (!found) {
+		if (kind != OP_QUEUE_DEL) {
+			ckey_take(s, k, cid, sid, seq, h, op, idx);
+		}
+		return;
+	}
+	if (k->op == NULL) {
+		// The key's earlier operations cancelled out.
+		if (kind != OP_QUEUE_DEL) {
+			k->op  = op;
+			k->idx = idx;
+		}
+		return;
+	}
+	switch (kind) {
+	case OP_QUEUE_PUT:
+		// A second put of a stored seq fails at apply (the first is
+		// kept): left as it is.
+		break;
+	case OP_QUEUE_STATE:
+		if (k->op->kind == OP_QUEUE_PUTM) {
+			k->op->ents[k->idx].state = op->state;
+			k->op->ents[k->idx].pid   = op->pid;
+			op->skip                  = true;
+		} else if (k->op->kind == OP_QUEUE_PUT) {
+			k->op->state = op->state;
+			k->op->pid   = op->pid;
+			op->skip     = true;
+		} else {
+			k->op->skip = true; // an earlier state, overwritten
+			k->op       = op;
+			k->idx      = idx;
+		}
+		break;
+	case OP_QUEUE_DEL:
+		key_skip(k);
+		if (key_is_put(k)) {
+			op->skip = true; // the row never reaches the file
+		}
+		k->op = NULL;
+		break;
+	default:
+		break;
+	}
 }
 
 void store_group_coalesce(nmq_store *s, store_op *batch)
 {
 	for (store_op *op = batch; op != NULL; op = op->next) {
-		if (op->kind == OP_SESSION_DEL || op->kind == OP_QUEUE_READ) {
+		switch (op->kind) {
+		case OP_SESSION_DEL:
+		case OP_QUEUE_READ:
 			// Rows of a session are read or deleted by SQL here: nothing
 			// before is paired with anything after.
 			s->ckeys_gen++;
-			continue;
-		}
-		bool found;
-		if (op->kind == OP_QUEUE_DEL_MANY) {
+			break;
+		case OP_QUEUE_DEL_MANY:
 			// As OP_QUEUE_DEL, seq by seq; a seq whose put is in the
 			// group becomes 0 (nothing to delete).
 			for (uint32_t i = 0; i < op->u32; i++) {
+				bool               found;
 				struct store_ckey *k = ckey_find(s, op->s1, 0, op->data[i],
 				    key_hash(op->s1, 0, op->data[i]), &found);
 				if (k == NULL || !found || k->op == NULL) {
 					continue;
 				}
-				k->op->skip = true;
-				if (k->op->kind == OP_QUEUE_PUT) {
+				key_skip(k);
+				if (key_is_put(k)) {
 					op->data[i] = 0;
 				}
 				k->op = NULL;
 			}
-			continue;
-		}
-		if (op->kind != OP_QUEUE_PUT && op->kind != OP_QUEUE_STATE
-		    && op->kind != OP_QUEUE_DEL) {
-			continue;
-		}
-		uint64_t           h = key_hash(op->s1, op->sid, op->u64);
-		struct store_ckey *k = ckey_find(s, op->s1, op->sid, op->u64, h, &found);
-		if (k == NULL) {
-			continue;
-		}
-		if (!found) {
-			if (op->kind != OP_QUEUE_DEL) {
-				ckey_take(s, k, op, h);
+			break;
+		case OP_QUEUE_PUTM:
+			for (uint32_t i = 0; i < op->u32; i++) {
+				const store_qent *q = &op->ents[i];
+				pair_one(
+				    s, op, i, OP_QUEUE_PUT, op->arena + q->cid_off, q->sid, q->seq);
 			}
-			continue;
-		}
-		if (k->op == NULL) {
-			// The key's earlier operations cancelled out.
-			if (op->kind != OP_QUEUE_DEL) {
-				k->op = op;
-			}
-			continue;
-		}
-		switch (op->kind) {
+			break;
 		case OP_QUEUE_PUT:
-			// A second put of a stored seq fails at apply (the first is
-			// kept): left as it is.
-			break;
 		case OP_QUEUE_STATE:
-			if (k->op->kind == OP_QUEUE_PUT) {
-				k->op->state = op->state;
-				k->op->pid   = op->pid;
-				op->skip     = true;
-			} else {
-				k->op->skip = true; // an earlier state, overwritten
-				k->op       = op;
-			}
-			break;
 		case OP_QUEUE_DEL:
-			k->op->skip = true;
-			if (k->op->kind == OP_QUEUE_PUT) {
-				op->skip = true; // the row never reaches the file
-			}
-			k->op = NULL;
+			pair_one(s, op, UINT32_MAX, op->kind, op->s1, op->sid, op->u64);
 			break;
 		default:
 			break;

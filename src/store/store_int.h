@@ -22,6 +22,10 @@ enum store_op_kind {
 	OP_SUB_PUT,
 	OP_SUB_DEL,
 	OP_QUEUE_PUT,
+	// The queue rows of one message for many sessions (a store_batch's
+	// consecutive puts of it): op->ents[0..u32), strings and sub ids in
+	// op->arena. Counts u32 operations against max_pending.
+	OP_QUEUE_PUTM,
 	OP_QUEUE_STATE,
 	OP_QUEUE_DEL,
 	OP_QUEUE_DEL_MANY, // u32 seqs at data[0], then s1
@@ -36,6 +40,20 @@ enum store_op_kind {
 // operation that needs more is allocated for itself and freed after use.
 #define STORE_OP_INLINE 96
 
+// One queue row of an OP_QUEUE_PUTM.
+typedef struct store_qent {
+	uint64_t seq;
+	uint32_t sid;
+	uint32_t cid_off; // client id in the op's arena
+	uint32_t ids_off; // sub ids in the arena (4-byte aligned)
+	uint16_t n_ids;
+	uint16_t pid;
+	uint8_t  qos;
+	uint8_t  state;
+	bool     retain;
+	bool     skip; // cancelled out inside its group
+} store_qent;
+
 // One queued operation, strings and sub ids behind it. Most come from the
 // store's pool (see op_get in store.c): taken by the submitting thread
 // from its own cache, given back in bulk by the store thread.
@@ -45,14 +63,17 @@ typedef struct store_op {
 	store_done_fn    done;
 	void            *arg;
 	void (*read_fn)(void *arg, const store_qmsg *q); // OP_QUEUE_READ
-	nmq_msg  *msg; // held
-	char     *s1; // client id or topic
-	char     *s2; // filter or user name
-	uint32_t *sub_ids;
-	uint64_t  u64; // seq, wall-clock ms
-	uint32_t  u32; // expiry, sub id, read max
-	uint32_t  u32b; // will delay
-	uint32_t  n_sub_ids;
+	nmq_msg    *msg; // held
+	char       *s1; // client id or topic
+	char       *s2; // filter or user name
+	uint32_t   *sub_ids;
+	store_qent *ents; // OP_QUEUE_PUTM (heap, freed with the op)
+	char       *arena;
+	uint32_t    ents_cap, arena_len, arena_cap;
+	uint64_t    u64; // seq, wall-clock ms
+	uint32_t    u32; // expiry, sub id, read max, rows of OP_QUEUE_PUTM
+	uint32_t    u32b; // will delay
+	uint32_t    n_sub_ids;
 	// The session's number (store_sid_new; 0: none, keyed by s1 alone):
 	// the group pairs a session's operations by (sid, seq).
 	uint32_t sid;

@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -686,9 +687,13 @@ static void test_bad_foreign_and_version(void **state)
 // queue fills up.
 static sem_t gate;
 
+static atomic_int blocked_in_done;
+
 static void on_done_block(void *arg, nmq_err err)
 {
+	atomic_store(&blocked_in_done, 1);
 	sem_wait(&gate);
+	atomic_store(&blocked_in_done, 0);
 }
 
 static void test_pending_bound(void **state)
@@ -738,11 +743,10 @@ static long long query_int(const char *sql)
 static void block_store_thread(nmq_store *s)
 {
 	assert_int_equal(store_sync(s, on_done_block, NULL), NMQ_OK);
-	store_stats st;
-	do {
+	// In the completion: its group's commit is counted.
+	while (!atomic_load(&blocked_in_done)) {
 		usleep(1000);
-		store_stats_get(s, &st);
-	} while (st.pending != 0);
+	}
 }
 
 // A store_batch is one group even past flush_max, and its operations are
@@ -1213,6 +1217,92 @@ static void test_sid_coalescing(void **state)
 	nmq_msg_release(m1);
 }
 
+// Inside a store_batch, the puts of one message to many sessions are one
+// operation (one hold of the message), each row still admitted on its
+// own against max_pending and paired on its own within the group.
+static void test_multi_put(void **state)
+{
+	store_opts o = { .dir = tmpdir, .flush_max = 65536, .max_pending = 16 };
+	nmq_store *s = NULL;
+	char       err[256];
+	assert_int_equal(store_open(&s, &o, err, sizeof(err)), NMQ_OK);
+	nmq_msg *m1 = mk_msg("t", "one", 1, NULL);
+	nmq_msg *m2 = mk_msg("t", "two", 1, NULL);
+	uint32_t a = store_sid_new(s), b = store_sid_new(s);
+	sem_init(&gate, 0, 0);
+	block_store_thread(s);
+	store_stats st0;
+	store_stats_get(s, &st0);
+	uint32_t ids[] = { 7, 9 };
+	store_batch_begin(s);
+	assert_int_equal(
+	    store_queue_put_sid(s, "a", a, 1, m1, 1, false, NULL, 0, NULL, NULL), NMQ_OK);
+	assert_int_equal(
+	    store_queue_put_sid(s, "b", b, 1, m1, 2, true, ids, 2, NULL, NULL), NMQ_OK);
+	// A client id keyed row (the bridge's API) joins the same operation.
+	assert_int_equal(store_queue_put(s, "c", 1, m1, 1, false, NULL, 0, NULL, NULL), NMQ_OK);
+	for (uint64_t q = 1; q <= 9; q++) {
+		assert_int_equal(store_queue_put_sid(s, "d", store_sid_new(s), q, m2, 1, false,
+		                     NULL, 0, NULL, NULL),
+		    NMQ_OK);
+	}
+	// One hold of each message by the batch's operations.
+	assert_int_equal(atomic_load(&m1->ref), 2);
+	assert_int_equal(atomic_load(&m2->ref), 2);
+	store_batch_end(s);
+	store_stats mid;
+	store_stats_get(s, &mid);
+	assert_int_equal(mid.pending, 12); // counted row by row
+	// a/1 sent (folded into its row), b/1 acked within the group.
+	store_queue_state_sid(s, "a", a, 1, STORE_Q_SENT, 4, NULL, NULL);
+	store_queue_del_sid(s, "b", b, 1, NULL, NULL);
+	waiter_reset();
+	assert_int_equal(store_sync(s, on_done, NULL), NMQ_OK);
+	sem_post(&gate);
+	wait_calls(1);
+	assert_int_equal(W.errors, 0);
+	store_stats st1;
+	store_stats_get(s, &st1);
+	assert_int_equal(st1.commits, st0.commits + 1);
+	assert_int_equal(st1.coalesced - st0.coalesced, 3); // b/1 put and del, a/1's state
+	assert_int_equal(
+	    query_int("SELECT state * 1000 + packet_id FROM queue WHERE cid = 'a' AND seq = 1"),
+	    1004);
+	assert_int_equal(query_int("SELECT COUNT(*) FROM queue WHERE cid = 'b'"), 0);
+	assert_int_equal(query_int("SELECT COUNT(*) FROM queue WHERE cid = 'c'"), 1);
+	assert_int_equal(query_int("SELECT COUNT(*) FROM queue WHERE cid = 'd'"), 9);
+	assert_int_equal(count_rows("msgs"), 2);
+	assert_int_equal(query_int("SELECT SUM(refs) FROM msgs"), 2 + 9);
+	// Rows past max_pending are refused one by one.
+	block_store_thread(s);
+	store_batch_begin(s);
+	int ok = 0, refused = 0;
+	for (uint64_t q = 1; q <= 20; q++) {
+		nmq_err e = store_queue_put_sid(
+		    s, "e", store_sid_new(s), q, m2, 1, false, NULL, 0, NULL, NULL);
+		ok += e == NMQ_OK;
+		refused += e == NMQ_ELIMIT;
+	}
+	store_batch_end(s);
+	assert_int_equal(ok, 16);
+	assert_int_equal(refused, 4);
+	sem_post(&gate);
+	sync_store(s);
+	assert_int_equal(query_int("SELECT COUNT(*) FROM queue WHERE cid = 'e'"), 16);
+	store_close(s);
+	sem_destroy(&gate);
+	// Read back: the sub ids of a row kept, in order.
+	s        = open_store(0);
+	loaded l = { 0 };
+	assert_int_equal(store_load(s, (uint64_t)time(NULL) * 1000, &load_all, &l), NMQ_OK);
+	assert_int_equal(l.qmsgs, 11 + 16);
+	loaded_free(&l);
+	store_close(s);
+	assert_int_equal(atomic_load(&m1->ref), 1);
+	nmq_msg_release(m1);
+	nmq_msg_release(m2);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1233,6 +1323,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_batch_one_group, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_crash_before_group_commit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sid_coalescing, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_multi_put, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
