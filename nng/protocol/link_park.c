@@ -284,8 +284,14 @@ int link_pending_hold(nmq_link *l, const uint8_t *frame, size_t len)
 	memcpy(t->held + t->held_len, &n, 4);
 	memcpy(t->held + t->held_len + 4, frame, len);
 	t->held_len = need;
-	if (t->kind == PARK_PACKET && need >= PENDING_READ_PAUSE) {
-		conn_set_rx_paused(l->conn, true); // the replay resumes it
+	// Reading behind a PUBLISH or SUBSCRIBE pauses once enough is held, and
+	// at a DISCONNECT: what follows it is the end of the stream, and an end
+	// read now would close the connection before the parked packet and the
+	// DISCONNECT are handled (mosquitto_pub -q 0 sends PUBLISH,
+	// DISCONNECT and closes at once). The replay resumes it.
+	if (t->kind == PARK_PACKET
+	    && (need >= PENDING_READ_PAUSE || (frame[0] >> 4) == MQTT_DISCONNECT)) {
+		conn_set_rx_paused(l->conn, true);
 	}
 	pthread_mutex_unlock(&t->mtx);
 	return 1;

@@ -308,6 +308,24 @@ class AclReqTests(AclCase):
                 c.disconnect()
                 w.disconnect()
 
+    def test_quick_client_published_after_the_answer(self):
+        """mosquitto_pub -q 0 sends PUBLISH and DISCONNECT and closes at
+        once: its PUBLISH, waiting for the service, is published when the
+        answer comes (the connection is not read past the DISCONNECT
+        meanwhile, so its end is not seen first)."""
+        w = self.watcher("gate/#")
+        for v in (4, 5):
+            with self.subTest(version=v):
+                self.svc.gate.clear()
+                topic = "gate/quick-%d" % v
+                r = nmq.mosquitto_pub(self.port, topic, "quick-%d" % v, qos=0, version=v)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertTrue(wait_for(lambda: any(
+                    q["topic"] == topic for q in self.svc.requests("/acl")), 5))
+                self.svc.gate.set()
+                m = w.expect(PUBLISH)
+                self.assertEqual((m.topic, m.payload), (topic, b"quick-%d" % v))
+
     def test_subscribe_waits_filter_by_filter(self):
         c = self.raw(5, client_id="sw")
         c.send(nmq.subscribe_bytes([("sgate/a", 1), ("deny/b", 1), ("sgate/c", 0)], 77,
