@@ -1845,7 +1845,13 @@ static void send_connect_locked(bridge *b)
 		}
 	}
 	if (!send_packet_locked(b, &pk)) {
-		set_error_locked(b, "CONNECT could not be encoded");
+		// No room: the connection is already closing (the remote, or
+		// something between, closed it as soon as it was accepted).
+		uint8_t proto = b->ver == MQTT_PROTO_V5 ? MQTT_PROTO_V5 : MQTT_PROTO_V311;
+		set_error_locked(b,
+		    mqtt_encoded_size(proto, &pk) == 0
+		        ? "CONNECT could not be encoded"
+		        : "connection closed before CONNECT was sent");
 		conn_close(b->link->c);
 	}
 }

@@ -230,6 +230,123 @@ static bool tree_true(hocon_doc *doc, const char *key)
 	            && (strcmp(n->valuestring, "true") == 0 || strcmp(n->valuestring, "1") == 0)));
 }
 
+// forwards=a/#,b/# (a string): the array of forwards {local_topic = "a/#",
+// remote_topic = ""}, ...
+static void old_forward_list(hocon_doc *doc, cJSON *b, cJSON *fw, int origin)
+{
+	int    line = 0;
+	cJSON *arr  = cJSON_CreateArray();
+	char  *list = strdup(fw->valuestring);
+
+	if (arr == NULL || list == NULL) {
+		cJSON_Delete(arr);
+		free(list);
+		return;
+	}
+	(void)hocon_loc(doc, fw, NULL, &line, NULL, NULL);
+	for (char *w = list, *comma; w != NULL; w = comma != NULL ? comma + 1 : NULL) {
+		comma = strchr(w, ',');
+		if (comma != NULL) {
+			*comma = '\0';
+		}
+		if (*trim(w) == '\0') {
+			continue;
+		}
+		cJSON *e = cJSON_CreateObject();
+		if (e == NULL) {
+			break;
+		}
+		cJSON_AddItemToObject(e, "local_topic", cJSON_CreateString(trim(w)));
+		cJSON_AddItemToObject(e, "remote_topic", cJSON_CreateString(""));
+		cJSON_AddItemToArray(arr, e);
+		(void)hocon_set_loc(doc, e, origin, line, 0, HOCON_LOC_LOOSE, NULL);
+	}
+	free(list);
+	hocon_remove_child(doc, b, fw);
+	cJSON_AddItemToObject(b, "forwards", arr);
+	(void)hocon_set_loc(doc, arr, origin, line, 0, HOCON_LOC_LOOSE, NULL);
+}
+
+// The lists of NanoMQ's flat bridge keys: `forwards.N.*` and
+// `subscription.N.*` (N a number) are the elements of the arrays forwards
+// and subscription, in the order of N. (The flat keys made objects with
+// the keys "N".) An object with a key that is not a number is left for the
+// validation to report.
+static void old_lists(hocon_doc *doc, int origin)
+{
+	static const char *const lists[] = { "forwards", "subscription" };
+	cJSON                   *bridges = hocon_get_path(doc, "bridges.mqtt");
+	cJSON                   *b;
+
+	if (!cJSON_IsObject(bridges)) {
+		return;
+	}
+	cJSON_ArrayForEach(b, bridges)
+	{
+		if (!cJSON_IsObject(b)) {
+			continue;
+		}
+		cJSON *fw = cJSON_GetObjectItemCaseSensitive(b, "forwards");
+		if (cJSON_IsString(fw)) {
+			// NanoMQ 0.13: forwards=a/#,b/# (each forwarded as it is).
+			old_forward_list(doc, b, fw, origin);
+		}
+		for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++) {
+			cJSON *o = cJSON_GetObjectItemCaseSensitive(b, lists[i]);
+			cJSON *e;
+			bool   numbered = cJSON_IsObject(o) && o->child != NULL;
+			int    line     = 0;
+			cJSON_ArrayForEach(e, o)
+			{
+				const char *k = e->string;
+				numbered      = numbered && k != NULL && k[0] != '\0'
+				    && strspn(k, "0123456789") == strlen(k) && strlen(k) < 9;
+			}
+			if (!numbered) {
+				continue;
+			}
+			(void)hocon_loc(doc, o, NULL, &line, NULL, NULL);
+			cJSON *arr = cJSON_CreateArray();
+			if (arr == NULL) {
+				return;
+			}
+			// Smallest N first (a handful of elements: selection).
+			while (o->child != NULL) {
+				cJSON *min = o->child;
+				cJSON_ArrayForEach(e, o)
+				{
+					if (atol(e->string) < atol(min->string)) {
+						min = e;
+					}
+				}
+				cJSON_DetachItemViaPointer(o, min);
+				if (i == 0
+				    && cJSON_GetObjectItemCaseSensitive(min, "remote_topic")
+				        == NULL) {
+					// An empty flat value is left out: "" keeps the
+					// local topic.
+					cJSON_AddItemToObject(
+					    min, "remote_topic", cJSON_CreateString(""));
+				}
+				if (strcmp(lists[i], "subscription") == 0
+				    && cJSON_GetObjectItemCaseSensitive(min, "remote_topic")
+				        == NULL) {
+					// NanoMQ 0.13: subscription.N.topic.
+					cJSON *t = cJSON_GetObjectItemCaseSensitive(min, "topic");
+					if (t != NULL) {
+						cJSON_DetachItemViaPointer(min, t);
+						cJSON_AddItemToObject(min, "remote_topic", t);
+					}
+				}
+				cJSON_AddItemToArray(arr, min);
+			}
+			hocon_remove_child(doc, b, o);
+			cJSON_AddItemToObject(b, lists[i], arr);
+			(void)hocon_set_loc(doc, arr, origin, line, 0, HOCON_LOC_LOOSE, NULL);
+		}
+	}
+}
+
 // Reads the flat file at path into the tree of doc.
 int conf_old_read(hocon_doc *doc, const char *path, conf_errors *errs)
 {
@@ -263,6 +380,7 @@ int conf_old_read(hocon_doc *doc, const char *path, conf_errors *errs)
 		s = nl != NULL ? nl + 1 : NULL;
 	}
 	free(text);
+	old_lists(doc, origin);
 	if (hocon_get_path(doc, "listeners.wss.bind") != NULL) {
 		bool on = tree_true(doc, "listeners.ssl.enable")
 		    && tree_true(doc, "listeners.ws.enable");

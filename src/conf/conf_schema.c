@@ -503,6 +503,10 @@ const conf_key conf_schema[] = {
 	        "Adding, removing or changing a bridge is applied by a reload, and its buffer is "
 	        "kept." },
 	{ .path = "bridges.mqtt", .flat = "bridge.mqtt.", .type = CONF_T_SECTION, .reload = true,
+	    .flat_note = "`forwards.N.*` and `subscription.N.*` (N a number) are the array elements, "
+	                 "in the order of N (an empty `remote_topic` keeps the topic; "
+	                 "`subscription.N.topic` is `remote_topic`); `forwards=a/#,b/#` forwards "
+	                 "each as it is",
 	    .help = "MQTT bridges: each named object `bridges.mqtt.<name> {...}` is one bridge (the "
 	        "name `cache` is the offline cache)." },
 	{ .path = BR "enable", .type = CONF_T_BOOL, .store = CONF_ST_BOOL, BF(enable), .def = "true",
@@ -709,7 +713,10 @@ const conf_key conf_schema[] = {
 	{ .path = "bridges.mqtt.cache", .flat = "bridge.sqlite.", .type = CONF_T_SECTION,
 	    .reload = true,
 	    .help = "The offline cache shared by the bridges (SQLite): QoS 1/2 forwards are kept "
-	        "there until the remote acks them, across restarts. Needs a restart to add." },
+	        "there until the remote acks them, across restarts. Needs a restart to add. With a "
+	        "`sqlite` section too, the cache is kept in that section's database, under its "
+	        "`mounted_file_path`, `disk_cache_size` (one bound for both) and `durability`: the "
+	        "cache's own values are ignored, with a warning." },
 	{ .path = "bridges.mqtt.cache.enable", .type = CONF_T_BOOL, .store = CONF_ST_BOOL,
 	    CF(bridge_cache_enable), .def = "false", .def_doc = "`true` when the section is present",
 	    .help = "Use the cache." },

@@ -20,6 +20,32 @@ bool store_conf_wanted(const nmq_conf *conf)
 	return conf->sqlite_enable || conf->bridge_cache_enable;
 }
 
+// Warns about the bridges.mqtt.cache values that differ from the sqlite
+// section's, which applies to both.
+static void cache_settings_ignored(const nmq_conf *conf, const char *dir)
+{
+	const char *cp = conf->bridge_cache_path != NULL ? conf->bridge_cache_path : "";
+	size_t      cl = strlen(cp), dl = strlen(dir);
+	while (cl > 1 && cp[cl - 1] == '/') {
+		cl--;
+	}
+	while (dl > 1 && dir[dl - 1] == '/') {
+		dl--;
+	}
+	if (cl > 0 && (cl != dl || strncmp(cp, dir, cl) != 0)) {
+		log_warn("store",
+		    "key=bridges.mqtt.cache.mounted_file_path value=%s event=ignored "
+		    "reason=\"the cache is kept in the sqlite section's database\" dir=%s",
+		    cp, dir);
+	}
+	if (conf->bridge_cache_disk_size != conf->sqlite_disk_cache_size) {
+		log_warn("store",
+		    "key=bridges.mqtt.cache.disk_cache_size value=%u event=ignored "
+		    "reason=\"sqlite.disk_cache_size bounds the cache too\" bound=%llu",
+		    conf->bridge_cache_disk_size, (unsigned long long)conf->sqlite_disk_cache_size);
+	}
+}
+
 nmq_err store_conf_open(nmq_store **sp, const nmq_conf                    *conf,
     void (*evicted)(void *arg, const char *client_id, uint64_t seq), void *evicted_arg, char *err,
     size_t errlen)
@@ -38,6 +64,11 @@ nmq_err store_conf_open(nmq_store **sp, const nmq_conf                    *conf,
 		                                                         : STORE_DURABLE_FSYNC;
 		o.flush_max  = conf->sqlite_flush_mem_threshold;
 		o.max_queued = conf->sqlite_disk_cache_size;
+		if (conf->bridge_cache_enable) {
+			// One database: the bridges' cache is kept in the sqlite
+			// section's, under its settings (docs/bridge.md).
+			cache_settings_ignored(conf, o.dir);
+		}
 	} else {
 		o.dir = conf->bridge_cache_path != NULL && conf->bridge_cache_path[0] != '\0'
 		    ? conf->bridge_cache_path

@@ -1,0 +1,128 @@
+#!/usr/bin/python3
+"""54: bridge set-ups as NanoMQ users bring them.
+
+* A legacy flat file (`--old_conf`) with NanoMQ's numbered bridge lists
+  (`forwards.N.*`, `subscription.N.*`, `subscription.N.topic`) and the
+  older `forwards=a/#,b/#`: the lists become the arrays, and the bridge
+  forwards and subscribes with them (a real remote, Debian's mosquitto).
+* `bridges.mqtt.cache` beside a `sqlite` section: the cache is kept in
+  the sqlite section's database; the cache's own directory and size are
+  ignored, and the start says so (warning) instead of leaving the user to
+  look for a file that never comes."""
+
+import os
+import shutil
+import unittest
+
+import nmq
+import nmq_ops
+from bridge_util import Mosquitto, first_order
+from nmq import free_port
+from nmq_ops import OpsTestCase, wait_for
+
+
+def setUpModule():
+    if nmq.USE_MOSQUITTO:
+        raise unittest.SkipTest("bridges of our broker only")
+    nmq_ops.nanomq_bin()
+    if shutil.which("mosquitto") is None:
+        raise unittest.SkipTest("Debian's mosquitto is needed as the remote broker")
+
+
+class TestBridgeAudit(OpsTestCase):
+
+    def test_old_conf_numbered_lists(self):
+        inst = self.instance()
+        m = Mosquitto(inst.tmp)
+        self.addCleanup(m.stop)
+        col = self.client(m.port, "collector", version=5)
+        col.connect()
+        col.subscribe("up/#", 1)
+        port = free_port()
+        old = inst.write("old.conf", (
+            "url=nmq-tcp://127.0.0.1:%d\n"
+            "log.to=console\nlog.level=info\n"
+            "bridge.mqtt.emqx.bridge_mode=true\n"
+            "bridge.mqtt.emqx.address=mqtt-tcp://127.0.0.1:%d\n"
+            "bridge.mqtt.emqx.proto_ver=4\n"
+            "bridge.mqtt.emqx.clientid=old_bridge\n"
+            "bridge.mqtt.emqx.keepalive=60\n"
+            "bridge.mqtt.emqx.clean_start=false\n"
+            "bridge.mqtt.emqx.forwards.2.remote_topic=\n"
+            "bridge.mqtt.emqx.forwards.2.local_topic=up/b\n"
+            "bridge.mqtt.emqx.forwards.1.remote_topic=up/renamed\n"
+            "bridge.mqtt.emqx.forwards.1.local_topic=local/a\n"
+            "bridge.mqtt.emqx.forwards.1.qos=1\n"
+            "bridge.mqtt.emqx.subscription.1.topic=down/#\n"
+            "bridge.mqtt.emqx.subscription.1.qos=1\n"
+            "bridge.sqlite.enable=true\n"
+            "bridge.sqlite.mounted_file_path=%s/\n" % (port, m.port, inst.tmp)))
+        r = inst.run(["start", "--old_conf", old, "--test"])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.start_broker(inst, ["start", "--old_conf", old], port=port)
+        self.assertTrue(inst.wait_output(r"event=link_up", timeout=10), inst.output()[-2000:])
+        self.assertRegex(inst.output(), r"forwards=2 subscriptions=1 cache=on")
+        local = self.client(port, "local", version=5)
+        local.connect()
+        local.subscribe("down/#", 1)
+        for i in range(5):
+            local.publish("local/a", b"a%d" % i, qos=1)
+            local.publish("up/b", b"b%d" % i, qos=1)
+        wait_for(lambda: len(col.received) >= 10, 10)
+        with col._lock:
+            got = [(x.topic, x.payload) for x in col.received]
+        self.assertEqual(first_order([p for t, p in got if t == "up/renamed"]),
+                         [b"a%d" % i for i in range(5)])
+        self.assertEqual(first_order([p for t, p in got if t == "up/b"]),
+                         [b"b%d" % i for i in range(5)])
+        # The subscription (subscription.1.topic) brings the remote's
+        # messages here.
+        rp = self.client(m.port, "rpub", version=5)
+        rp.connect()
+        rp.publish("down/cmd", b"do", qos=1)
+        msg = local.wait_message(timeout=5)
+        self.assertIsNotNone(msg)
+        self.assertEqual((msg.topic, msg.payload), ("down/cmd", b"do"))
+        self.assert_stops(inst)
+
+        # NanoMQ 0.13: forwards=a/#,b/# (each forwarded as it is).
+        old2 = inst.write("old2.conf", (
+            "url=nmq-tcp://127.0.0.1:%d\n"
+            "bridge.mqtt.emqx.address=mqtt-tcp://127.0.0.1:%d\n"
+            "bridge.mqtt.emqx.forwards=up/a, up/b/#\n" % (port, m.port)))
+        r = inst.run(["start", "--old_conf", old2, "--test"])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        # A numbered element with an error is named by its index and line.
+        old3 = inst.write("old3.conf", (
+            "url=nmq-tcp://127.0.0.1:%d\n"
+            "bridge.mqtt.emqx.address=mqtt-tcp://127.0.0.1:%d\n"
+            "bridge.mqtt.emqx.forwards.1.local_topic=a\n"
+            "bridge.mqtt.emqx.forwards.7.local_topic=b\n"
+            "bridge.mqtt.emqx.forwards.7.qos=3\n" % (port, m.port)))
+        r = inst.run(["start", "--old_conf", old3, "--test"])
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("old3.conf:5: bridges.mqtt.emqx.forwards[1].qos", r.stderr)
+
+    def test_cache_beside_sqlite(self):
+        inst = self.instance()
+        port = free_port()
+        db = inst.path("db")
+        cache = inst.path("cache")
+        conf = inst.conf(port, extra=(
+            "sqlite { mounted_file_path = \"%s\" }\n"
+            "bridges.mqtt.cache { mounted_file_path = \"%s\", disk_cache_size = 500 }\n"
+            "bridges.mqtt.b { server = \"mqtt-tcp://127.0.0.1:%d\", forwards = "
+            "[{ local_topic = \"x/#\", remote_topic = \"\" }] }\n" % (db, cache, free_port())))
+        self.start_broker(inst, ["start", "--conf", conf], port=port)
+        out = inst.output()
+        self.assertRegex(out, r"warn .*key=bridges.mqtt.cache.mounted_file_path value=%s "
+                              r"event=ignored" % cache)
+        self.assertRegex(out, r"warn .*key=bridges.mqtt.cache.disk_cache_size value=500 "
+                              r"event=ignored")
+        self.assertTrue(os.path.exists(os.path.join(db, "nanomq.db")))
+        self.assertFalse(os.path.exists(os.path.join(cache, "nanomq.db")))
+        self.assert_stops(inst)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
