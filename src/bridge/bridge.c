@@ -50,10 +50,16 @@
 #define RT_SUB_PID         65534 // runtime (UN)SUBSCRIBEs (REST); never a PUBLISH's
 #define TP_PID             65533 // transparent (UN)SUBSCRIBEs; never a PUBLISH's
 #define TP_BATCH           64 // filters in one transparent (UN)SUBSCRIBE
-// In flight on a 3.1.1 link, which has no Receive Maximum: brokers still
-// bound what a client may have unacknowledged (Mosquitto: 20, refusing the
-// excess silently, since a 3.1.1 PUBACK carries no reason code).
-#define V3_WINDOW    16
+// In flight on a 3.1.1 link, which has no Receive Maximum. QoS 1: MQTT
+// 3.1.1 sets no bound and brokers ack QoS 1 as they route it (Mosquitto
+// counts an inbound QoS 1 message against its quota only until its
+// PUBACK, in the same call), so the window is wide: a drain then moves
+// hundreds of messages per read and write instead of a few. QoS 2 in
+// flight stays within what brokers keep for a 3.1.1 client (Mosquitto: 20,
+// answering the excess with a PUBREC and dropping it, since a 3.1.1
+// PUBREC carries no reason code).
+#define V3_WINDOW    256
+#define V3_WINDOW_Q2 16
 #define DISK_UNKNOWN (UINT64_MAX / 2) // rows on disk not yet counted
 #define POOL_MAX     1024 // free entries kept per bridge
 #define DEL_BATCH    256 // acked cache rows deleted in one store operation
@@ -170,6 +176,7 @@ struct bridge {
 	bentry  *head, *tail, *next_unsent;
 	size_t   n_mem;
 	size_t   inflight;
+	size_t   inflight_q2; // of which QoS 2 (bounded by V3_WINDOW_Q2 on 3.1.1)
 	bentry **by_pid; // 65536 slots
 	uint16_t next_pid;
 	bentry  *pool;
@@ -427,6 +434,9 @@ static void entry_remove(bridge *b, bentry *e, bool delete_row)
 		b->by_pid[e->pid] = NULL;
 		if (e->state != Q_QUEUED && b->inflight > 0 && !e->dup) {
 			b->inflight--;
+			if (e->qos == 2 && b->inflight_q2 > 0) {
+				b->inflight_q2--;
+			}
 		}
 	}
 #ifdef NMQ_HAVE_STORE
@@ -817,6 +827,10 @@ static void pump_locked(bridge *b)
 			if (counts && b->inflight >= b->window) {
 				break;
 			}
+			if (counts && e->qos == 2 && b->ver != MQTT_PROTO_V5
+			    && b->inflight_q2 >= V3_WINDOW_Q2) {
+				break; // in order: what follows waits too
+			}
 			if (e->state != Q_QUEUED && !e->dup) {
 				b->next_unsent = e->next; // sent on this link already
 				continue;
@@ -825,6 +839,7 @@ static void pump_locked(bridge *b)
 				send_ack_locked(b, MQTT_PUBREL, e->pid);
 				e->dup = false;
 				b->inflight++;
+				b->inflight_q2++;
 				b->next_unsent = e->next;
 				sent           = true;
 				continue;
@@ -868,6 +883,9 @@ static void pump_locked(bridge *b)
 				continue;
 			}
 			b->inflight++;
+			if (e->qos == 2) {
+				b->inflight_q2++;
+			}
 			e->dup = false;
 			if (e->state == Q_QUEUED) {
 				e->state = Q_SENT;
@@ -1110,6 +1128,9 @@ static void requeue_locked(bridge *b, bentry *e)
 	e->dup            = false;
 	if (b->inflight > 0) {
 		b->inflight--;
+	}
+	if (e->qos == 2 && b->inflight_q2 > 0) {
+		b->inflight_q2--;
 	}
 	b->window = b->window > 2 ? b->window / 2 : 1;
 	bentry *x = b->next_unsent;
@@ -1532,7 +1553,8 @@ static void handle_connack_locked(bridge *b, const mqtt_connack *ca)
 			e->dup = true;
 		}
 	}
-	b->inflight = 0;
+	b->inflight    = 0;
+	b->inflight_q2 = 0;
 	pump_locked(b);
 }
 
@@ -2128,6 +2150,7 @@ static void serve_locked(bridge *b)
 	b->link        = NULL;
 	b->up          = false;
 	b->inflight    = 0;
+	b->inflight_q2 = 0;
 	b->next_unsent = b->head;
 	for (bentry *e = b->head; e != NULL; e = e->next) {
 		if (e->state != Q_QUEUED) {

@@ -12,8 +12,10 @@ The link faults and restarts are in test_51_bridge_faults.py."""
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
+import threading
 import time
 import unittest
 
@@ -417,6 +419,133 @@ class TestBridgeReload(BridgeCase):
         pub.publish("r/back", b"b", qos=1)
         self.assertEqual(remote.wait_message(5).topic, "one/r/back")
         self.assert_stops(inst)
+
+
+class V311Remote:
+    """A 3.1.1 remote on a raw socket that never acks on its own: accepts
+    the bridge (CONNACK 0), answers PINGREQ, and records every PUBLISH
+    (qos, packet id, topic) and PUBREL; the test acks by hand."""
+
+    def __init__(self):
+        self.srv = socket.socket()
+        self.srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.srv.bind((nmq.HOST, 0))
+        self.srv.listen(4)
+        self.port = self.srv.getsockname()[1]
+        self.pubs, self.rels = [], []
+        self.c = None
+        self.lock = threading.Lock()
+        self.t = threading.Thread(target=self.serve, daemon=True)
+        self.t.start()
+
+    def close(self):
+        for c in (self.srv, self.c):
+            try:
+                if c is not None:
+                    c.close()
+            except OSError:
+                pass
+
+    def send(self, ptype, pid):
+        flags = 2 if ptype == nmq.PUBREL else 0
+        self.c.sendall(nmq.packet(ptype, flags, nmq.u16(pid)))
+
+    def serve(self):
+        try:
+            c, _ = self.srv.accept()
+        except OSError:
+            return
+        self.c = c
+        try:
+            while True:
+                first, body = FakeRemote.read_packet(c)
+                if first is None:
+                    return
+                t = first >> 4
+                r = nmq._Reader(body)
+                if t == nmq.CONNECT:
+                    c.sendall(nmq.packet(nmq.CONNACK, 0, b"\x00\x00"))
+                elif t == nmq.PUBLISH:
+                    qos = (first >> 1) & 3
+                    topic = r.str()
+                    with self.lock:
+                        self.pubs.append((qos, r.u16() if qos else 0, topic))
+                elif t == nmq.PUBREL:
+                    with self.lock:
+                        self.rels.append(r.u16())
+                elif t == nmq.PINGREQ:
+                    c.sendall(b"\xd0\x00")
+        except (OSError, IndexError):
+            pass
+
+    def count(self):
+        with self.lock:
+            return len(self.pubs)
+
+
+class TestBridgeWindow(BridgeCase):
+
+    # A 3.1.1 link has no Receive Maximum: up to 256 QoS 1 forwards go
+    # unacknowledged at once (one more per PUBACK), but at most 16 QoS 2
+    # (what brokers keep for a 3.1.1 client; Mosquitto drops the excess
+    # silently), and a QoS 1 forward queued behind a waiting QoS 2 one
+    # waits too (order). A PUBREC does not free a QoS 2 slot; the PUBCOMP
+    # does.
+    def test_v311_window_qos1_and_qos2(self):
+        inst = self.instance()
+        rem = V311Remote()
+        self.addCleanup(rem.close)
+        fwd = ('{ local_topic = "w1/#", remote_topic = "", qos = 1 },'
+               '{ local_topic = "w2/#", remote_topic = "", qos = 2 }')
+        port, _, _ = self.broker(inst, bridge_conf(
+            "b1", "mqtt-tcp://127.0.0.1:%d" % rem.port, 4, 30, fwd, "",
+            "  max_send_queue_len = 4096"))
+        self.linked(inst)
+        pub = self.client(port, "local-pub")
+        pub.connect()
+        for i in range(300):
+            pub.publish("w1/%d" % i, b"x", qos=1)
+        self.assertTrue(wait_for(lambda: rem.count() >= 256, 10.0), rem.count())
+        time.sleep(0.5)
+        self.assertEqual(rem.count(), 256)  # the window, not one more
+        with rem.lock:
+            q1 = list(rem.pubs)
+        self.assertEqual([p[2] for p in q1], ["w1/%d" % i for i in range(256)])
+        rem.send(nmq.PUBACK, q1[0][1])
+        self.assertTrue(wait_for(lambda: rem.count() >= 257, 5.0))
+        self.assertEqual(rem.pubs[256][2], "w1/256")
+        # Ack the rest of the QoS 1 window; the last 43 go out.
+        for p in q1[1:]:
+            rem.send(nmq.PUBACK, p[1])
+        self.assertTrue(wait_for(lambda: rem.count() >= 300, 5.0), rem.count())
+        with rem.lock:
+            for p in rem.pubs[256:]:
+                rem.send(nmq.PUBACK, p[1])
+        # QoS 2: 20 of them, then one QoS 1 behind them.
+        for i in range(20):
+            pub.publish("w2/%d" % i, b"y", qos=1)
+        pub.publish("w1/after", b"z", qos=1)
+        self.assertTrue(wait_for(lambda: rem.count() >= 316, 10.0), rem.count())
+        time.sleep(0.5)
+        self.assertEqual(rem.count(), 316)  # 16 QoS 2 in flight, the rest wait
+        with rem.lock:
+            q2 = list(rem.pubs[300:])
+        self.assertEqual([(p[0], p[2]) for p in q2], [(2, "w2/%d" % i) for i in range(16)])
+        rem.send(nmq.PUBREC, q2[0][1])
+        self.assertTrue(wait_for(lambda: q2[0][1] in rem.rels, 5.0))
+        time.sleep(0.3)
+        self.assertEqual(rem.count(), 316)  # released, still in flight
+        rem.send(nmq.PUBCOMP, q2[0][1])
+        self.assertTrue(wait_for(lambda: rem.count() >= 317, 5.0))
+        self.assertEqual(rem.pubs[316][2], "w2/16")
+        for p in q2[1:]:
+            rem.send(nmq.PUBREC, p[1])
+        self.assertTrue(wait_for(lambda: len(rem.rels) >= 16, 5.0))
+        for p in q2[1:]:
+            rem.send(nmq.PUBCOMP, p[1])
+        self.assertTrue(wait_for(lambda: rem.count() >= 321, 5.0), rem.count())
+        self.assertEqual([p[2] for p in rem.pubs[316:321]],
+                         ["w2/16", "w2/17", "w2/18", "w2/19", "w1/after"])
 
 
 if __name__ == "__main__":
