@@ -29,7 +29,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 
 scenarios_all=(fanout_q0 fanout_q1 fanout_q0_20 fanout_q1_20 four_q0 four_q1 pairs_q1 pairs_q1_1hz
 	shared_q1 idle_10k startup tls_storm tls_storm_ec tls_resume tls_fanout_q0 tls_fanout_q1
-	tls_pairs_q1_1hz bridge_fwd_q1 bridge_drain_100k four_q1_scraped fanout_q1_scraped
+	tls_pairs_q1_1hz bridge_fwd_q1 bridge_drain_100k bridge_drain_100k_mem four_q1_scraped fanout_q1_scraped
 	four_q1_webhook four_q1_4k four_q1_4k_webhook store_fanout_q1 offline_q1 store_offline_q1)
 duration=10
 repeat=1
@@ -76,6 +76,7 @@ scenario_args() {
 	startup) echo "startup" ;; # scripts/startup-rss.sh, not the generator
 	bridge_fwd_q1) echo "bridge fwd" ;; # scripts/bench_bridge.py
 	bridge_drain_100k) echo "bridge drain" ;;
+	bridge_drain_100k_mem) echo "bridge drain_mem" ;;
 	*) return 1 ;;
 	esac
 }
@@ -84,7 +85,8 @@ scenario_args() {
 scenario_doc() {
 	case "$1" in
 	bridge_fwd_q1) echo "bridge: QoS 1 messages forwarded through a live link to a remote mosquitto (BENCH_BRIDGE_N, 200,000)" ;;
-	bridge_drain_100k) echo "bridge: 100,000 QoS 1 messages queued during an outage, then drained (ours from its cache)" ;;
+	bridge_drain_100k) echo "bridge: 100,000 QoS 1 messages queued during an outage, then drained (ours: 1,024 in memory, the rest read back from its cache)" ;;
+	bridge_drain_100k_mem) echo "bridge: as bridge_drain_100k, ours allowed as many in memory as Mosquitto (max_send_queue_len 200,000; still written through to its cache)" ;;
 	fanout_q0) echo "1 publisher -> 1,000 subscribers, QoS 0, flat out" ;;
 	fanout_q1) echo "1 publisher -> 1,000 subscribers, QoS 1, flat out" ;;
 	fanout_q0_20) echo "1 publisher -> 1,000 subscribers, QoS 0, 20 msg/s" ;;
@@ -358,6 +360,10 @@ run_one() {
 		run_bridge drain 100000 "$b" "$rep" "$s"
 		return 0
 	fi
+	if [ "$s" = bridge_drain_100k_mem ]; then
+		run_bridge drain_mem 100000 "$b" "$rep" "$s"
+		return 0
+	fi
 	port=$(free_port)
 	read -r -a args <<<"$(scenario_args "$s")"
 	local tls="" tlsargs=() hport="" spid="" store="" offline="" hook="" rpid=""
@@ -547,17 +553,27 @@ for s in scen:
                 reps = rows[(s, b)]
                 got[b] = {k: med([r[k] for r in reps if r.get(k) is not None])
                           for k in ("msg_per_s", "seconds", "broker_cpu_s", "cpu_us_per_msg")}
-                print("%-13s %-9s %11.0f msg/s, %.2f s for %d messages, broker CPU %.2f s "
+                for k in ("reconnect_s", "link_s"):
+                    xs = [r[k] for r in reps if r.get(k) is not None]
+                    got[b][k] = med(xs) if xs else None
+                # drain: seconds = the wait for the bridge's next connect
+                # attempt (reconnect_s, a random backoff) + the drain on
+                # the link (link_s)
+                link = "" if got[b]["link_s"] is None else " (reconnect %.2f s + link %.2f s)" % (
+                    got[b]["reconnect_s"], got[b]["link_s"])
+                print("%-13s %-9s %11.0f msg/s, %.2f s%s for %d messages, broker CPU %.2f s "
                       "(%.1f us/msg), lost %d, duplicated %d, reordered %d" % (
-                          s, b, got[b]["msg_per_s"], got[b]["seconds"], reps[0]["messages"],
+                          s, b, got[b]["msg_per_s"], got[b]["seconds"], link, reps[0]["messages"],
                           got[b]["broker_cpu_s"], got[b]["cpu_us_per_msg"],
                           max(r["lost"] or 0 for r in reps),
                           max(r["duplicated"] or 0 for r in reps),
                           max(r["reordered"] or 0 for r in reps)))
         if len(got) == 2:
-            print("%-13s %-9s msg/s %s, seconds %s, CPU/msg %s" % (
+            print("%-13s %-9s msg/s %s, seconds %s%s, CPU/msg %s" % (
                 "", "ours/mosq", ratio(got["nanomq"]["msg_per_s"], got["mosquitto"]["msg_per_s"]),
                 ratio(got["nanomq"]["seconds"], got["mosquitto"]["seconds"]),
+                "" if got["nanomq"]["link_s"] is None or got["mosquitto"]["link_s"] is None
+                else " (link %s)" % ratio(got["nanomq"]["link_s"], got["mosquitto"]["link_s"]),
                 ratio(got["nanomq"]["cpu_us_per_msg"], got["mosquitto"]["cpu_us_per_msg"])))
         continue
     if s == "startup":

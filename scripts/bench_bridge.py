@@ -11,9 +11,15 @@ mosquitto on another loopback port), measured with `nanomq_cli bench`.
          front of the remote refuses connections), then the link comes up:
          seconds until the last one reaches the remote subscriber, and the
          local broker's CPU over the drain. Ours keeps the backlog in its
-         offline cache (bridges.mqtt.cache, SQLite); Mosquitto in memory.
+         offline cache (bridges.mqtt.cache, SQLite), 1,024 of them in
+         memory (max_send_queue_len) and the rest read back from disk as
+         acks free room; Mosquitto in memory.
+  drain_mem  as drain, with ours allowed as many messages in memory as
+         Mosquitto (max_send_queue_len = 2 N, Mosquitto's
+         max_queued_messages): the backlog is also written through to the
+         cache, and the drain reads nothing back.
 
-Usage: bench_bridge.py fwd|drain nanomq|mosquitto N CLI NANOMQ_BIN WORKDIR [PIN...]
+Usage: bench_bridge.py fwd|drain|drain_mem nanomq|mosquitto N CLI NANOMQ_BIN WORKDIR [PIN...]
 Prints one JSON object. PIN is a prefix for the local broker (taskset -c 0).
 """
 
@@ -61,6 +67,10 @@ def main():
     mode, broker, n, cli, ours, work = sys.argv[1:7]
     pin = sys.argv[7:]
     n = int(n)
+    memq = n * 2 if mode != "drain" else 1024  # ours: messages held in memory
+    label = mode
+    if mode == "drain_mem":
+        mode = "drain"
     procs = []
 
     def start(args, log, pre=()):
@@ -104,7 +114,7 @@ def main():
                         " proto_ver = 4\n clientid = \"b1-bench\"\n keepalive = 10s\n"
                         " backoff_max = 2s\n max_send_queue_len = %d\n"
                         " forwards = [{ local_topic = \"bench/#\", remote_topic = \"\", qos = 1 }]\n"
-                        "}\n" % (lport, n * 2, bport, 1024 if mode == "drain" else n * 2))
+                        "}\n" % (lport, n * 2, bport, memq))
                 if mode == "drain":
                     f.write("bridges.mqtt.cache { disk_cache_size = %d\n mounted_file_path = \"%s\" }\n"
                             % (n * 2, work))
@@ -134,6 +144,7 @@ def main():
             time.sleep(1.0)  # the last group commit; the link is still down
             t0 = time.monotonic()
             c0 = cpu_s(local.pid)
+            px.passed_at = None
             px.up()
         try:
             sub.wait(180)
@@ -146,10 +157,14 @@ def main():
         except (OSError, ValueError, IndexError):
             rep = {}
         got = rep.get("received", 0)
-        out = {"mode": mode, "broker": broker, "messages": n, "received": got,
+        out = {"mode": label, "broker": broker, "messages": n, "received": got,
                "lost": rep.get("lost"), "duplicated": rep.get("duplicated"),
                "reordered": rep.get("reordered"),
                "publish_s": round(t_pub, 3), "seconds": round(t1 - t0, 3),
+               # drain: the wait for the bridge's next connect attempt
+               # (both back off up to 2 s), then the drain proper
+               "reconnect_s": round(px.passed_at - t0, 3) if mode == "drain" and px.passed_at else None,
+               "link_s": round(t1 - px.passed_at, 3) if mode == "drain" and px.passed_at else None,
                "msg_per_s": round(got / (t1 - t0), 1) if t1 > t0 else 0,
                "broker_cpu_s": round(c1 - c0, 3),
                "cpu_us_per_msg": round((c1 - c0) * 1e6 / got, 2) if got else None}

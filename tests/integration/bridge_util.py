@@ -32,6 +32,7 @@ class FaultProxy:
         self.lock = threading.Lock()
         self.pairs = []
         self.accepted = 0
+        self.passed_at = None
         self.ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.ls.bind((HOST, 0))
@@ -55,6 +56,7 @@ class FaultProxy:
             if mode == "down":
                 c.close()
                 continue
+            self.passed_at = time.monotonic()  # the last connection let through
             pair = {"c": c, "u": None, "dead": mode == "blackhole", "closed": False}
             if mode != "blackhole":
                 try:
