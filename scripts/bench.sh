@@ -29,7 +29,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 
 scenarios_all=(fanout_q0 fanout_q1 fanout_q0_20 fanout_q1_20 four_q0 four_q1 pairs_q1 pairs_q1_1hz
 	shared_q1 idle_10k startup tls_storm tls_storm_ec tls_resume tls_fanout_q0 tls_fanout_q1
-	tls_pairs_q1_1hz bridge_fwd_q1 bridge_drain_100k bridge_drain_100k_mem four_q1_scraped fanout_q1_scraped
+	tls_pairs_q1_1hz bridge_fwd_q1 bridge_drain_100k bridge_drain_100k_mem
+	bridge_drain_100k_nocache four_q1_scraped fanout_q1_scraped
 	four_q1_webhook four_q1_4k four_q1_4k_webhook store_fanout_q1 offline_q1 store_offline_q1)
 duration=10
 repeat=1
@@ -77,6 +78,7 @@ scenario_args() {
 	bridge_fwd_q1) echo "bridge fwd" ;; # scripts/bench_bridge.py
 	bridge_drain_100k) echo "bridge drain" ;;
 	bridge_drain_100k_mem) echo "bridge drain_mem" ;;
+	bridge_drain_100k_nocache) echo "bridge drain_nocache" ;;
 	*) return 1 ;;
 	esac
 }
@@ -87,6 +89,7 @@ scenario_doc() {
 	bridge_fwd_q1) echo "bridge: QoS 1 messages forwarded through a live link to a remote mosquitto (BENCH_BRIDGE_N, 200,000)" ;;
 	bridge_drain_100k) echo "bridge: 100,000 QoS 1 messages queued during an outage, then drained (ours: 1,024 in memory, the rest read back from its cache)" ;;
 	bridge_drain_100k_mem) echo "bridge: as bridge_drain_100k, ours allowed as many in memory as Mosquitto (max_send_queue_len 200,000; still written through to its cache)" ;;
+	bridge_drain_100k_nocache) echo "bridge: as bridge_drain_100k_mem, ours without its cache (memory only, like Mosquitto)" ;;
 	fanout_q0) echo "1 publisher -> 1,000 subscribers, QoS 0, flat out" ;;
 	fanout_q1) echo "1 publisher -> 1,000 subscribers, QoS 1, flat out" ;;
 	fanout_q0_20) echo "1 publisher -> 1,000 subscribers, QoS 0, 20 msg/s" ;;
@@ -360,8 +363,8 @@ run_one() {
 		run_bridge drain 100000 "$b" "$rep" "$s"
 		return 0
 	fi
-	if [ "$s" = bridge_drain_100k_mem ]; then
-		run_bridge drain_mem 100000 "$b" "$rep" "$s"
+	if [ "$s" = bridge_drain_100k_mem ] || [ "$s" = bridge_drain_100k_nocache ]; then
+		run_bridge "drain_${s#bridge_drain_100k_}" 100000 "$b" "$rep" "$s"
 		return 0
 	fi
 	port=$(free_port)

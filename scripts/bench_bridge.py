@@ -18,8 +18,10 @@ mosquitto on another loopback port), measured with `nanomq_cli bench`.
          Mosquitto (max_send_queue_len = 2 N, Mosquitto's
          max_queued_messages): the backlog is also written through to the
          cache, and the drain reads nothing back.
+  drain_nocache  as drain_mem, ours without the cache (memory only, like
+         Mosquitto's): what the cache costs.
 
-Usage: bench_bridge.py fwd|drain|drain_mem nanomq|mosquitto N CLI NANOMQ_BIN WORKDIR [PIN...]
+Usage: bench_bridge.py fwd|drain|drain_mem|drain_nocache nanomq|mosquitto N CLI NANOMQ_BIN WORKDIR [PIN...]
 Prints one JSON object. PIN is a prefix for the local broker (taskset -c 0).
 """
 
@@ -65,11 +67,14 @@ def cpu_s(pid):
 
 def main():
     mode, broker, n, cli, ours, work = sys.argv[1:7]
+    if mode not in ("fwd", "drain", "drain_mem", "drain_nocache"):
+        sys.exit("bench_bridge.py: unknown mode " + mode)
     pin = sys.argv[7:]
     n = int(n)
     memq = n * 2 if mode != "drain" else 1024  # ours: messages held in memory
     label = mode
-    if mode == "drain_mem":
+    cache = mode in ("drain", "drain_mem")
+    if mode in ("drain_mem", "drain_nocache"):
         mode = "drain"
     procs = []
 
@@ -115,7 +120,7 @@ def main():
                         " backoff_max = 2s\n max_send_queue_len = %d\n"
                         " forwards = [{ local_topic = \"bench/#\", remote_topic = \"\", qos = 1 }]\n"
                         "}\n" % (lport, n * 2, bport, memq))
-                if mode == "drain":
+                if cache:
                     f.write("bridges.mqtt.cache { disk_cache_size = %d\n mounted_file_path = \"%s\" }\n"
                             % (n * 2, work))
             env = dict(os.environ, NANOMQ_PID_FILE=os.path.join(work, "nanomq.pid"))
