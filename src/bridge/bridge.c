@@ -622,9 +622,12 @@ static void read_row(void *arg, const store_qmsg *q)
 	}
 	pthread_mutex_lock(&b->mtx);
 	b->read_got++;
-	if (b->counting && b->n_mem >= b->cfg->max_send_queue_len) {
+	if (b->counting && (b->counted > 0 || b->n_mem >= b->cfg->max_send_queue_len)) {
 		// The first read after a start goes through every row: what does
 		// not fit in memory is only counted (read again later, in order).
+		// Once a row was counted, every later one is too, even if acks
+		// freed room meanwhile: memory holds a run of the oldest rows,
+		// and the next read starts after the last one it holds.
 		b->counted++;
 		if (q->seq >= b->next_seq) {
 			b->next_seq = q->seq;
