@@ -236,6 +236,22 @@ class Broker:
                 pass
         return text
 
+    def disconnections(self, client_id):
+        """How many times the log says a connection of client_id ended
+        (its session detached). nanomq only."""
+        return sum(1 for line in self.log_text().splitlines()
+                   if "client_id=%s " % client_id in line and "event=disconnected" in line)
+
+    def wait_disconnected(self, client_id, count=1, timeout=10.0):
+        """Wait until client_id's connections ended count times in all (see
+        disconnections): its session is then offline. nanomq only."""
+        deadline = time.monotonic() + timeout
+        while self.disconnections(client_id) < count:
+            if time.monotonic() >= deadline:
+                raise AssertionError("%s's disconnection was not logged within %.0f s"
+                                     % (client_id, timeout))
+            time.sleep(0.02)
+
     def log_tail(self, lines=60):
         out = []
         for name, p in (("stderr", self.err_path), ("stdout", self.out_path)):

@@ -78,11 +78,7 @@ class SharedCommon:
         if nmq.USE_MOSQUITTO:
             time.sleep(0.5)
         else:
-            deadline = time.monotonic() + 10
-            while not any("client_id=m1 " in line and "event=disconnected" in line
-                          for line in self.broker.log_text().splitlines()):
-                self.assertLess(time.monotonic(), deadline, "m1's end was not logged")
-                time.sleep(0.05)
+            self.broker.wait_disconnected("m1")
         pub = self.paho("shpub-kill", self.V)
         for i in range(10):
             pub.publish("sh/t", b"%d" % i, qos=1)

@@ -246,9 +246,10 @@ class Plain:
                 bob.expect_closed()
                 bob.close()
                 self.assert_open(alice, "alice after bob's attempt")
+                n = self.broker.disconnections(cid)
                 alice.disconnect()
                 alice.close()
-                time.sleep(0.2)
+                self.broker.wait_disconnected(cid, n + 1)
                 # Offline: a/secret is queued for alice; bob cannot resume.
                 pub = self.client(v, "pub-s-%d" % v)
                 self.publish(pub, "a/secret", b"s1", 1)
@@ -263,9 +264,10 @@ class Plain:
                 f = self.fence(pub)
                 self.assertEqual(self.upto(alice, f),
                                  [("a/secret", b"s1", 1), ("a/secret", b"s2", 1)])
+                n = self.broker.disconnections(cid)
                 alice.disconnect()
                 alice.close()
-                time.sleep(0.2)
+                self.broker.wait_disconnected(cid, n + 1)
                 self.publish(pub, "a/secret", b"s3", 1)
                 # A clean start by bob discards alice's session (and s3
                 # with it): bob gets an empty session and nothing of hers.
@@ -457,7 +459,8 @@ class TestReloadAddsDeny(DeliveryCase):
                     self.assertEqual(c.subscribe([("a/#", 1)]).codes, [1])
                     c.disconnect()
                     c.close()
-                time.sleep(0.2)
+                for user in ("bob", "alice"):  # both offline
+                    self.broker.wait_disconnected(ids[user])
                 pub = self.client(v, "pub-q-%d" % v)
                 self.publish(pub, "a/secret", b"queued", 1)
                 self.publish(pub, "a/public", b"kept", 1)

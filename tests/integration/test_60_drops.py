@@ -62,7 +62,7 @@ class QueueFullTests(BrokerTestCase):
         sub.subscribe([("q/#", 1)])
         sub.disconnect()
         sub.expect_closed()
-        time.sleep(0.1)
+        self.broker.wait_disconnected("parked")  # offline now
         pub = self.paho("pub1")
         for i in range(10):
             pub.publish("q/%d" % i, b"x", qos=1).wait_for_publish(5)

@@ -46,7 +46,7 @@ class SysStatsTests(BrokerTestCase):
         parked.subscribe([("t/#", 1)])
         parked.disconnect()
         parked.expect_closed()
-        time.sleep(0.1)
+        self.broker.wait_disconnected("parked")  # offline now
         live = self.paho("live")
         live.subscribe("t/#", 0)
         pub = self.paho("pub")
