@@ -267,8 +267,9 @@ typedef struct proto_store_row {
 
 typedef struct proto_store_ops {
 	nmq_err (*session_put)(void *st, const proto_store_session *rec);
-	// Deletes the session with its subscriptions, queue and QoS 2 state.
-	nmq_err (*session_del)(void *st, const char *client_id);
+	// Deletes the session with its subscriptions, queue and QoS 2 state
+	// (sid: its number from sid_new, 0 if none).
+	nmq_err (*session_del)(void *st, const char *client_id, uint32_t sid);
 	// A number for a session's queue operations (never 0): sid_new once
 	// per session, then its queue_put/state/del carry it with the client
 	// id, so the store pairs them without string work.
@@ -278,6 +279,14 @@ typedef struct proto_store_ops {
 	nmq_err (*queue_state)(void *st, const char *client_id, uint32_t sid, uint64_t seq,
 	    uint8_t state, uint16_t packet_id);
 	nmq_err (*queue_del)(void *st, const char *client_id, uint32_t sid, uint64_t seq);
+	// Every stored message of sid with a seq in [lo, hi] is done with
+	// (none of them is wanted any more): one write for many
+	// acknowledgements. While the write this queued still waits for the
+	// store's thread, a call with lo = its hi + 1 extends it; *slot_op
+	// and *slot_gen (zero at first, kept by the caller) remember it. NULL:
+	// not supported (queue_del each).
+	nmq_err (*queue_done)(void *st, const char *client_id, uint32_t sid, uint64_t lo,
+	    uint64_t hi, void **slot_op, uint64_t *slot_gen);
 	nmq_err (*rel_put)(void *st, const char *client_id, uint16_t packet_id);
 	nmq_err (*rel_del)(void *st, const char *client_id, uint16_t packet_id);
 	// A barrier: done(arg, err) runs on the store's thread once everything

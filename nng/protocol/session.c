@@ -92,11 +92,14 @@ static void store_session_del_locked(nmq_session *s)
 	if (!persist(s)) {
 		return;
 	}
-	nmq_err e = s->p->store->session_del(s->p->store_arg, s->client_id);
+	nmq_err e = s->p->store->session_del(s->p->store_arg, s->client_id, s->store_sid);
 	if (e != NMQ_OK) {
 		proto_store_failed(s->p, "session_del", s->client_id, e);
 	}
 	s->stored = false;
+	// A new number if it is stored again: nothing of the old one applies.
+	s->store_sid = 0;
+	s->ack_op    = NULL;
 }
 
 static void store_qstate_locked(nmq_session *s, uint64_t seq, uint8_t state, uint16_t pid)
@@ -115,6 +118,48 @@ static void store_qdel_locked(nmq_session *s, uint64_t seq)
 	if (e != NMQ_OK) {
 		proto_store_failed(s->p, "queue_del", s->client_id, e);
 	}
+}
+
+// The lowest seq that may still have a stored row s wants: in flight, in
+// the queue in memory (in seq order), or on disk only (disk mode).
+static uint64_t session_live_min(const nmq_session *s)
+{
+	uint64_t m = s->q_seq;
+	for (uint32_t i = 0; i < s->infl_len; i++) {
+		uint64_t q = s->infl[s->infl_start + i].e.seq;
+		if (q < m) {
+			m = q;
+		}
+	}
+	if (s->q.len > 0 && s->q.v[s->q.head].seq < m) {
+		m = s->q.v[s->q.head].seq;
+	}
+	if (s->disk_mode && s->disk_after + 1 < m) {
+		m = s->disk_after + 1;
+	}
+	return m;
+}
+
+// The stored row of seq is done with (acknowledged), its entry already
+// removed: when it was the oldest one s still wanted, every seq below the
+// next wanted one is given to the store as done (extending the write
+// still queued, if any: in-order acks cost one write per group, not one
+// each), else it is deleted alone.
+static void store_done_locked(nmq_session *s, uint64_t seq)
+{
+	const proto_store_ops *st = s->p->store;
+	uint64_t               w  = session_live_min(s) - 1;
+	if (st->queue_done != NULL && seq <= w && w > s->ack_w && session_store_sid(s) != 0) {
+		nmq_err e = st->queue_done(s->p->store_arg, s->client_id, s->store_sid,
+		    s->ack_w + 1, w, &s->ack_op, &s->ack_gen);
+		if (e == NMQ_OK) {
+			s->ack_w = w;
+		} else {
+			proto_store_failed(s->p, "queue_done", s->client_id, e);
+		}
+		return;
+	}
+	store_qdel_locked(s, seq);
 }
 
 static void store_rel_locked(nmq_session *s, uint16_t pid, bool put)
@@ -1334,10 +1379,11 @@ bool session_puback_locked(nmq_session *s, uint16_t pid)
 		return false;
 	}
 	session_msg_event(s, s->infl[s->infl_start + (uint32_t)i].e.msg, 1, true);
-	if (persist(s)) {
-		store_qdel_locked(s, s->infl[s->infl_start + (uint32_t)i].e.seq);
-	}
+	uint64_t seq = s->infl[s->infl_start + (uint32_t)i].e.seq;
 	infl_remove(s, (uint32_t)i);
+	if (persist(s)) {
+		store_done_locked(s, seq);
+	}
 	session_pump_locked(s);
 	return true;
 }
@@ -1396,10 +1442,14 @@ bool session_pubcomp_locked(nmq_session *s, uint16_t pid)
 	if (i < 0) {
 		return false;
 	}
-	if (persist(s)) {
-		store_qdel_locked(s, s->infl[s->infl_start + (uint32_t)i].e.seq);
-	}
+	// Its row is RELEASED (committed before the PUBREL went): until the
+	// deletion commits, a restart or a read sends the PUBREL again, never
+	// the PUBLISH.
+	uint64_t seq = s->infl[s->infl_start + (uint32_t)i].e.seq;
 	infl_remove(s, (uint32_t)i);
+	if (persist(s)) {
+		store_done_locked(s, seq);
+	}
 	session_pump_locked(s);
 	return true;
 }

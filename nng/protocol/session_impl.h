@@ -123,6 +123,12 @@ struct nmq_session {
 	// (mtx) Restored from the store: seqs below it may have gone out
 	// before the restart, so they go (again) with DUP set.
 	uint64_t dup_below;
+	// (mtx) Every stored row with a seq <= ack_w is done with (deleted, or
+	// its deletion queued): acks of the oldest rows extend it, one store
+	// write (ack_op, extended while it waits, decisions/0026) for many.
+	uint64_t ack_w;
+	void    *ack_op;
+	uint64_t ack_gen;
 	uint32_t store_sid; // (mtx) the store's number for its queue writes (0: none yet)
 	uint16_t next_pid;
 	uint8_t  ver;

@@ -677,9 +677,70 @@ nmq_err store_session_put(nmq_store *s, const store_session *rec, store_done_fn 
 	return op_submit(s, op, done, arg);
 }
 
+nmq_err store_session_del_sid(
+    nmq_store *s, const char *client_id, uint32_t sid, store_done_fn done, void *arg)
+{
+	store_op *op = op_new(s, OP_SESSION_DEL, client_id, NULL, NULL, 0);
+	if (op != NULL) {
+		op->sid = sid;
+	}
+	return op_submit(s, op, done, arg);
+}
+
 nmq_err store_session_del(nmq_store *s, const char *client_id, store_done_fn done, void *arg)
 {
-	return op_submit(s, op_new(s, OP_SESSION_DEL, client_id, NULL, NULL, 0), done, arg);
+	return store_session_del_sid(s, client_id, 0, done, arg);
+}
+
+nmq_err store_queue_done_sid(nmq_store *s, const char *client_id, uint32_t sid, uint64_t lo,
+    uint64_t hi, void **slot_op, uint64_t *slot_gen)
+{
+	if (sid == 0 || hi < lo) {
+		return NMQ_EINVAL;
+	}
+	if (tl_batch.s != s && *slot_op != NULL) {
+		pthread_mutex_lock(&s->mtx);
+		store_op *op = *slot_op;
+		if (*slot_gen == s->take_gen && op->kind == OP_QUEUE_DONE && op->sid == sid
+		    && op->u64b + 1 == lo) {
+			// Not taken yet: the range grows in place.
+			op->u64b = hi;
+			pthread_mutex_unlock(&s->mtx);
+			return NMQ_OK;
+		}
+		pthread_mutex_unlock(&s->mtx);
+	}
+	*slot_op     = NULL;
+	store_op *op = op_new(s, OP_QUEUE_DONE, client_id, NULL, NULL, 0);
+	if (op == NULL) {
+		return NMQ_ENOMEM;
+	}
+	op->sid  = sid;
+	op->u64  = lo;
+	op->u64b = hi;
+	if (tl_batch.s == s) {
+		return op_submit(s, op, NULL, NULL);
+	}
+	// As op_submit, remembering where it went.
+	pthread_mutex_lock(&s->mtx);
+	if (s->stopping || s->pending >= s->opts.max_pending) {
+		bool closed = s->stopping;
+		pthread_mutex_unlock(&s->mtx);
+		op_free(s, op);
+		return closed ? NMQ_ECLOSED : NMQ_ELIMIT;
+	}
+	if (s->tail) {
+		s->tail->next = op;
+	} else {
+		s->head = op;
+	}
+	s->tail = op;
+	s->pending++;
+	*slot_op  = op;
+	*slot_gen = s->take_gen;
+	pthread_cond_signal(&s->cv);
+	pthread_mutex_unlock(&s->mtx);
+	return NMQ_OK;
 }
 
 nmq_err store_session_offline(
@@ -1301,6 +1362,8 @@ static int op_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 		return step_done(st) == SQLITE_DONE ? 0 : -1;
 	case OP_QUEUE_DEL:
 		return queue_del_one(s, op->s1, op->u64);
+	case OP_QUEUE_DONE:
+		return queue_del_range(s, op->s1, op->u64, op->u64b);
 	case OP_QUEUE_DEL_MANY:
 		// Runs of consecutive seqs (a bridge's acks come in order) go in
 		// one statement each; a seq coalesced away (0) ends a run.
@@ -1525,6 +1588,7 @@ static void *store_thread(void *arg)
 				n += op_weight(last);
 			}
 		}
+		s->take_gen++; // what was queued before is no longer extended
 		s->head    = last->next;
 		last->next = NULL;
 		if (s->head == NULL) {
@@ -1642,6 +1706,7 @@ void store_close(nmq_store *s)
 	free(s->ckeys_used);
 	free(s->rrefs);
 	free(s->rrefs_used);
+	free(s->dones);
 	free(s);
 }
 

@@ -163,6 +163,19 @@ nmq_err  store_queue_state_sid(nmq_store *s, const char *client_id, uint32_t sid
      uint8_t state, uint16_t packet_id, store_done_fn done, void *arg);
 nmq_err  store_queue_del_sid(
      nmq_store *s, const char *client_id, uint32_t sid, uint64_t seq, store_done_fn done, void *arg);
+// Every stored message of session sid (client_id) with a seq in [lo, hi]
+// is done with (acknowledged, or otherwise gone from the session): the
+// rows are deleted and a put of such a seq not yet written is dropped.
+// The caller guarantees that no seq of the range is still wanted. While
+// the operation this queued is still waiting for the store thread, a
+// call for the same sid with lo = its hi + 1 extends it instead of
+// queuing another: *slot_op and *slot_gen (zeroed at first) remember it.
+nmq_err store_queue_done_sid(nmq_store *s, const char *client_id, uint32_t sid, uint64_t lo,
+    uint64_t hi, void **slot_op, uint64_t *slot_gen);
+// store_session_del, also forgetting what store_queue_done_sid recorded
+// for sid (0: none).
+nmq_err store_session_del_sid(
+    nmq_store *s, const char *client_id, uint32_t sid, store_done_fn done, void *arg);
 // Records the state and packet id of a queued message.
 nmq_err store_queue_state(nmq_store *s, const char *client_id, uint64_t seq, uint8_t state,
     uint16_t packet_id, store_done_fn done, void *arg);

@@ -15,6 +15,11 @@
 // A SESSION_DEL or QUEUE_READ (which read or delete rows of a session
 // by SQL) ends what can be paired: later operations are not paired with
 // earlier ones.
+// - QUEUE_DONE (sid, lo, hi): its session says no seq <= hi of it is
+//   wanted any more (decisions/0026). It range-deletes the committed
+//   rows, and every put, state update or delete of sid with a seq <= hi,
+//   in this group or a later one, is not written: a done range may have
+//   grown (while queued) past puts queued after it.
 #include <stdlib.h>
 #include <string.h>
 
@@ -219,8 +224,101 @@ static void pair_one(nmq_store *s, store_op *op, uint32_t idx, uint8_t kind, con
 	}
 }
 
+// The highest seq of session sid done with (OP_QUEUE_DONE), kept across
+// groups: open addressing by sid, deleted with backward shifts.
+struct store_done {
+	uint32_t sid; // 0: free
+	uint64_t hi;
+};
+
+static size_t done_home(const nmq_store *s, uint32_t sid)
+{
+	return ((uint64_t)sid * 0x9E3779B97F4A7C15ull >> 20) & (s->dones_cap - 1);
+}
+
+static size_t done_slot(const nmq_store *s, uint32_t sid)
+{
+	size_t mask = s->dones_cap - 1;
+	size_t i    = done_home(s, sid);
+	while (s->dones[i].sid != 0 && s->dones[i].sid != sid) {
+		i = (i + 1) & mask;
+	}
+	return i;
+}
+
+// The seqs of sid at or below the returned one are done with (0: none).
+static uint64_t done_hi(const nmq_store *s, uint32_t sid)
+{
+	if (sid == 0 || s->dones_len == 0) {
+		return 0;
+	}
+	return s->dones[done_slot(s, sid)].hi;
+}
+
+static void done_set(nmq_store *s, uint32_t sid, uint64_t hi)
+{
+	if ((s->dones_len + 1) * 2 > s->dones_cap) {
+		size_t             cap = s->dones_cap ? s->dones_cap * 2 : 256;
+		struct store_done *old = s->dones, *v = calloc(cap, sizeof(*v));
+		if (v == NULL) {
+			return; // later puts of the range are then written, and stay
+		}
+		size_t n     = s->dones_cap;
+		s->dones     = v;
+		s->dones_cap = cap;
+		for (size_t i = 0; i < n; i++) {
+			if (old[i].sid != 0) {
+				s->dones[done_slot(s, old[i].sid)] = old[i];
+			}
+		}
+		free(old);
+	}
+	struct store_done *d = &s->dones[done_slot(s, sid)];
+	if (d->sid == 0) {
+		d->sid = sid;
+		d->hi  = 0;
+		s->dones_len++;
+	}
+	if (hi > d->hi) {
+		d->hi = hi;
+	}
+}
+
+static void done_forget(nmq_store *s, uint32_t sid)
+{
+	if (sid == 0 || s->dones_len == 0) {
+		return;
+	}
+	size_t mask = s->dones_cap - 1;
+	size_t i    = done_slot(s, sid);
+	if (s->dones[i].sid == 0) {
+		return;
+	}
+	s->dones[i].sid = 0;
+	s->dones_len--;
+	// Backward shift: entries after the hole that probed past it move up.
+	for (size_t j = (i + 1) & mask; s->dones[j].sid != 0; j = (j + 1) & mask) {
+		size_t home = done_home(s, s->dones[j].sid);
+		if (((j - home) & mask) >= ((j - i) & mask)) {
+			s->dones[i]     = s->dones[j];
+			s->dones[j].sid = 0;
+			i               = j;
+		}
+	}
+}
+
 void store_group_coalesce(nmq_store *s, store_op *batch)
 {
+	// First what the group's OP_QUEUE_DONE say (a range may have grown
+	// past puts queued after it, even into a later group: those puts are
+	// dropped wherever they are), and the sessions deleted.
+	for (store_op *op = batch; op != NULL; op = op->next) {
+		if (op->kind == OP_QUEUE_DONE) {
+			done_set(s, op->sid, op->u64b);
+		} else if (op->kind == OP_SESSION_DEL) {
+			done_forget(s, op->sid);
+		}
+	}
 	for (store_op *op = batch; op != NULL; op = op->next) {
 		switch (op->kind) {
 		case OP_SESSION_DEL:
@@ -248,7 +346,11 @@ void store_group_coalesce(nmq_store *s, store_op *batch)
 			break;
 		case OP_QUEUE_PUTM:
 			for (uint32_t i = 0; i < op->u32; i++) {
-				const store_qent *q = &op->ents[i];
+				store_qent *q = &op->ents[i];
+				if (q->sid != 0 && q->seq <= done_hi(s, q->sid)) {
+					q->skip = true; // done with before it is written
+					continue;
+				}
 				pair_one(
 				    s, op, i, OP_QUEUE_PUT, op->arena + q->cid_off, q->sid, q->seq);
 			}
@@ -256,6 +358,10 @@ void store_group_coalesce(nmq_store *s, store_op *batch)
 		case OP_QUEUE_PUT:
 		case OP_QUEUE_STATE:
 		case OP_QUEUE_DEL:
+			if (op->sid != 0 && op->u64 <= done_hi(s, op->sid)) {
+				op->skip = true; // the row is (or will be) range-deleted
+				break;
+			}
 			pair_one(s, op, UINT32_MAX, op->kind, op->s1, op->sid, op->u64);
 			break;
 		default:

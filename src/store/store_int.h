@@ -34,6 +34,10 @@ enum store_op_kind {
 	OP_RETAIN_PUT,
 	OP_QUEUE_READ,
 	OP_SYNC,
+	// Every stored row of session sid (client id s1) with a seq in
+	// [u64, u64b] is done with: range-deleted, and any put of such a seq
+	// in this or a later group is not written (store_group.c).
+	OP_QUEUE_DONE,
 };
 
 // What a pooled operation holds behind it (sub ids, then strings); an
@@ -70,7 +74,8 @@ typedef struct store_op {
 	store_qent *ents; // OP_QUEUE_PUTM (heap, freed with the op)
 	char       *arena;
 	uint32_t    ents_cap, arena_len, arena_cap;
-	uint64_t    u64; // seq, wall-clock ms
+	uint64_t    u64; // seq, wall-clock ms, first seq of OP_QUEUE_DONE
+	uint64_t    u64b; // last seq of OP_QUEUE_DONE
 	uint32_t    u32; // expiry, sub id, read max, rows of OP_QUEUE_PUTM
 	uint32_t    u32b; // will delay
 	uint32_t    n_sub_ids;
@@ -156,10 +161,14 @@ struct nmq_store {
 	bool             exited; // the store thread has ended (under mtx)
 	// The pool of operations (under mtx): free ones, and every pooled one
 	// (free, cached by a thread or in use), freed at close.
-	store_op        *free_ops;
-	uint32_t         free_n;
-	store_op        *all_ops;
-	uint64_t         uid; // distinguishes this store from an earlier one at the same address
+	store_op *free_ops;
+	uint32_t  free_n;
+	store_op *all_ops;
+	uint64_t  uid; // distinguishes this store from an earlier one at the same address
+	// Counts the store thread's takes from the queue: an OP_QUEUE_DONE
+	// queued at take_gen is still in the queue (and may be extended) while
+	// take_gen has not moved.
+	uint64_t         take_gen;
 	_Atomic uint32_t next_sid;
 
 	// Store thread only.
@@ -175,6 +184,10 @@ struct nmq_store {
 	uint32_t          *ckeys_used; // slots taken, to clear
 	size_t             ckeys_cap, ckeys_len;
 	uint32_t           ckeys_gen;
+	// Per session number, the highest seq an OP_QUEUE_DONE covered (kept
+	// across groups; an entry goes with the session's OP_SESSION_DEL).
+	struct store_done *dones;
+	size_t             dones_cap, dones_len;
 	struct store_rref *rrefs;
 	uint32_t          *rrefs_used;
 	size_t             rrefs_cap, rrefs_len;

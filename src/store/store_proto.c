@@ -20,9 +20,9 @@ static nmq_err sp_session_put(void *st, const proto_store_session *r)
 	return store_session_put(st, &rec, NULL, NULL);
 }
 
-static nmq_err sp_session_del(void *st, const char *client_id)
+static nmq_err sp_session_del(void *st, const char *client_id, uint32_t sid)
 {
-	return store_session_del(st, client_id, NULL, NULL);
+	return store_session_del_sid(st, client_id, sid, NULL, NULL);
 }
 
 static uint32_t sp_sid_new(void *st)
@@ -46,6 +46,12 @@ static nmq_err sp_queue_state(
 static nmq_err sp_queue_del(void *st, const char *client_id, uint32_t sid, uint64_t seq)
 {
 	return store_queue_del_sid(st, client_id, sid, seq, NULL, NULL);
+}
+
+static nmq_err sp_queue_done(void *st, const char *client_id, uint32_t sid, uint64_t lo,
+    uint64_t hi, void **slot_op, uint64_t *slot_gen)
+{
+	return store_queue_done_sid(st, client_id, sid, lo, hi, slot_op, slot_gen);
 }
 
 static nmq_err sp_rel_put(void *st, const char *client_id, uint16_t packet_id)
@@ -131,6 +137,7 @@ const proto_store_ops store_proto_ops = {
 	.queue_put   = sp_queue_put,
 	.queue_state = sp_queue_state,
 	.queue_del   = sp_queue_del,
+	.queue_done  = sp_queue_done,
 	.rel_put     = sp_rel_put,
 	.rel_del     = sp_rel_del,
 	.sync        = sp_sync,

@@ -1303,6 +1303,152 @@ static void test_multi_put(void **state)
 	nmq_msg_release(m2);
 }
 
+// A session's acks as a done range (store_queue_done_sid): committed rows
+// of the range are deleted, puts of it in the same group (before or after
+// the range's operation) or in a later group are never written, a range
+// still queued grows in place, a row acked out of order goes alone, and a
+// session's deletion forgets the range.
+static int read_rows;
+
+static void on_read_row(void *arg, const store_qmsg *q)
+{
+	read_rows++;
+}
+
+static void test_done_ranges(void **state)
+{
+	nmq_store *s        = open_store(0);
+	nmq_msg   *m        = mk_msg("t", "m", 1, NULL);
+	uint32_t   a        = store_sid_new(s);
+	void      *slot_op  = NULL;
+	uint64_t   slot_gen = 0;
+	for (uint64_t q = 1; q <= 3; q++) {
+		store_queue_put_sid(s, "a", a, q, m, 1, false, NULL, 0, NULL, NULL);
+	}
+	// a/3 is a QoS 2 message whose PUBREC is recorded.
+	store_queue_state_sid(s, "a", a, 3, STORE_Q_RELEASED, 33, NULL, NULL);
+	sync_store(s);
+	assert_int_equal(count_rows("queue"), 3);
+
+	sem_init(&gate, 0, 0);
+	block_store_thread(s);
+	store_stats st0;
+	store_stats_get(s, &st0);
+	// a/1 and a/2 acked in order: one operation.
+	assert_int_equal(store_queue_done_sid(s, "a", a, 1, 1, &slot_op, &slot_gen), NMQ_OK);
+	assert_int_equal(store_queue_done_sid(s, "a", a, 2, 2, &slot_op, &slot_gen), NMQ_OK);
+	store_stats mid;
+	store_stats_get(s, &mid);
+	assert_int_equal(mid.pending, 1);
+	// a/4 and a/5 queued behind it, a/4 acked: the range grows in place
+	// past a/4's put, which is then never written.
+	store_queue_put_sid(s, "a", a, 4, m, 1, false, NULL, 0, NULL, NULL);
+	store_queue_put_sid(s, "a", a, 5, m, 1, false, NULL, 0, NULL, NULL);
+	store_queue_put_sid(s, "a", a, 6, m, 1, false, NULL, 0, NULL, NULL);
+	// a/6 acked out of order (a/3 and a/5 still wanted): deleted alone.
+	store_queue_del_sid(s, "a", a, 6, NULL, NULL);
+	// a/3 completed (PUBCOMP): with a/4, the range is 1..4.
+	assert_int_equal(store_queue_done_sid(s, "a", a, 3, 4, &slot_op, &slot_gen), NMQ_OK);
+	store_stats_get(s, &mid);
+	assert_int_equal(mid.pending, 5); // range, three puts, one delete
+	// A read queued after it (a client coming back) sees a/5 only: a/3,
+	// completed, is never read back.
+	read_rows = 0;
+	waiter_reset();
+	assert_int_equal(store_queue_read(s, "a", 0, 0, on_read_row, on_done, NULL), NMQ_OK);
+	sem_post(&gate);
+	wait_calls(1);
+	assert_int_equal(W.errors, 0);
+	assert_int_equal(read_rows, 1);
+	assert_int_equal(query_int("SELECT group_concat(seq) FROM queue WHERE cid = 'a'"), 5);
+	store_stats st1;
+	store_stats_get(s, &st1);
+	// a/4's put, a/6's put and delete.
+	assert_int_equal(st1.coalesced - st0.coalesced, 3);
+	assert_int_equal(count_rows("msgs"), 1);
+	assert_int_equal(query_int("SELECT refs FROM msgs"), 1);
+
+	// The range op was taken: a later call queues a new one. A put of a
+	// seq already done with (its put was held back, queued late) is
+	// never written, in a later group too.
+	assert_int_equal(store_queue_done_sid(s, "a", a, 5, 8, &slot_op, &slot_gen), NMQ_OK);
+	sync_store(s);
+	store_queue_put_sid(s, "a", a, 7, m, 1, false, NULL, 0, NULL, NULL);
+	store_queue_put_sid(s, "a", a, 9, m, 1, false, NULL, 0, NULL, NULL);
+	sync_store(s);
+	assert_int_equal(query_int("SELECT group_concat(seq) FROM queue WHERE cid = 'a'"), 9);
+	// Deleting the session forgets its range.
+	store_session_del_sid(s, "a", a, NULL, NULL);
+	store_queue_put_sid(s, "a", a, 2, m, 1, false, NULL, 0, NULL, NULL);
+	sync_store(s);
+	assert_int_equal(query_int("SELECT group_concat(seq) FROM queue WHERE cid = 'a'"), 2);
+	store_close(s);
+	sem_destroy(&gate);
+	nmq_msg_release(m);
+}
+
+// A crash before the group holding a done range commits: the rows it
+// covers are all still there, with their states.
+static void test_done_crash_before_commit(void **state)
+{
+	int fds[2];
+	assert_int_equal(pipe(fds), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		close(fds[0]);
+		store_opts o
+		    = { .dir = tmpdir, .durability = STORE_DURABLE_FSYNC, .flush_max = 100 };
+		nmq_store *s = NULL;
+		char       err[256];
+		if (store_open(&s, &o, err, sizeof(err)) != NMQ_OK) {
+			_exit(2);
+		}
+		nmq_msg *m        = mk_msg("t", "kept", 1, NULL);
+		uint32_t a        = store_sid_new(s);
+		void    *slot_op  = NULL;
+		uint64_t slot_gen = 0;
+		store_queue_put_sid(s, "a", a, 1, m, 1, false, NULL, 0, NULL, NULL);
+		store_queue_put_sid(s, "a", a, 2, m, 2, false, NULL, 0, NULL, NULL);
+		store_queue_state_sid(s, "a", a, 2, STORE_Q_RELEASED, 5, NULL, NULL);
+		sync_store(s);
+		store_sync(s, on_done_forever, NULL);
+		store_stats st;
+		do {
+			usleep(1000);
+			store_stats_get(s, &st);
+		} while (st.pending != 0);
+		// Both acked, a third queued and acked: never committed.
+		store_queue_done_sid(s, "a", a, 1, 2, &slot_op, &slot_gen);
+		store_queue_put_sid(s, "a", a, 3, m, 1, false, NULL, 0, NULL, NULL);
+		store_queue_done_sid(s, "a", a, 3, 3, &slot_op, &slot_gen);
+		char c = 'x';
+		if (write(fds[1], &c, 1) != 1) {
+			_exit(3);
+		}
+		for (;;) {
+			pause();
+		}
+	}
+	close(fds[1]);
+	char c;
+	assert_int_equal(read(fds[0], &c, 1), 1);
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	close(fds[0]);
+	nmq_store *s = open_store(0);
+	loaded     l = { 0 };
+	assert_int_equal(store_load(s, (uint64_t)time(NULL) * 1000, &load_all, &l), NMQ_OK);
+	assert_int_equal(l.qmsgs, 2);
+	assert_int_equal(l.q_seq[0], 1);
+	assert_int_equal(l.q_state[0], STORE_Q_QUEUED);
+	assert_int_equal(l.q_seq[1], 2);
+	assert_int_equal(l.q_state[1], STORE_Q_RELEASED);
+	assert_int_equal(l.q_pid[1], 5);
+	loaded_free(&l);
+	store_close(s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1324,6 +1470,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_crash_before_group_commit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sid_coalescing, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_multi_put, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_done_ranges, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_done_crash_before_commit, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
