@@ -124,6 +124,12 @@ typedef struct tpf {
 	uint8_t qos;
 } tpf;
 
+typedef struct tpvec {
+	tpf   *v;
+	size_t n, cap;
+	bool   oom;
+} tpvec;
+
 typedef struct retired {
 	struct retired *next;
 	conf_bridge    *cfg;
@@ -224,7 +230,15 @@ struct bridge {
 	tpf     *tp_gone;
 	size_t   n_tp_gone;
 	uint32_t tp_unsub_out;
-	bridge  *tp_next; // in set->tp_head, from bridge_run to bridge_halt
+	// With a store, tp_sent is also kept as subscription rows of
+	// store_id (a filter's row is written when it is first subscribed or
+	// its QoS changes, deleted once its UNSUBSCRIBE is answered), and
+	// read back at start (tp_loading until then: no sync meanwhile), so
+	// that filters a persistent remote session still holds from before a
+	// restart are unsubscribed when no local session holds them.
+	bool    tp_loading;
+	tpvec   tp_load; // rows read back, before they seed tp_sent
+	bridge *tp_next; // in set->tp_head, from bridge_run to bridge_halt
 
 	// counters (guarded by mtx)
 	uint64_t forwarded, received, dropped, dropped_qos0, evicted, refused, reconnects,
@@ -1258,12 +1272,6 @@ static void send_unsubscribe_locked(bridge *b, const char *const *filters, int n
 
 // ------------------------------------------------------------ transparent
 
-typedef struct tpvec {
-	tpf   *v;
-	size_t n, cap;
-	bool   oom;
-} tpvec;
-
 // broker_filters_each callback: copies one filter.
 static void tp_collect(void *arg, const char *f, size_t len, uint8_t qos)
 {
@@ -1340,6 +1348,96 @@ static bool tp_gone_add(bridge *b, const char *f)
 	return true;
 }
 
+#ifdef NMQ_HAVE_STORE
+// Records (qos >= 0) or forgets (qos < 0) a mirrored filter in the store.
+static void tp_store(bridge *b, const char *f, int qos)
+{
+	if (b->store == NULL) {
+		return;
+	}
+	nmq_err e;
+	if (qos >= 0) {
+		store_sub r = { b->store_id, f, (uint8_t)qos, 0 };
+		e           = store_sub_put(b->store, &r, NULL, NULL);
+	} else {
+		e = store_sub_del(b->store, b->store_id, f, NULL, NULL);
+	}
+	if (e != NMQ_OK) {
+		log_warn_rl("bridge",
+		    "bridge=%s filter=%s event=transparent_not_recorded reason=%s", b->name, f,
+		    nmq_strerror(e));
+	}
+}
+
+// A row of the mirrored set read back at start (store thread).
+static void tp_load_row(void *arg, const store_sub *sub)
+{
+	bridge *b = arg;
+	pthread_mutex_lock(&b->mtx);
+	tp_collect(&b->tp_load, sub->filter, strlen(sub->filter), sub->options & 0x3);
+	pthread_mutex_unlock(&b->mtx);
+}
+
+// The mirrored set read back at start: it is what the remote was told
+// before (store thread).
+static void tp_load_done(void *arg, nmq_err err)
+{
+	bridge *b = arg;
+	pthread_mutex_lock(&b->mtx);
+	if (err != NMQ_OK || b->tp_load.oom) {
+		log_warn("bridge", "bridge=%s event=transparent_set_not_read reason=%s", b->name,
+		    nmq_strerror(err != NMQ_OK ? err : NMQ_ENOMEM));
+		tpf_free(b->tp_load.v, b->tp_load.n);
+	} else if (b->tp_load.n > 0) {
+		qsort(b->tp_load.v, b->tp_load.n, sizeof(*b->tp_load.v), tpf_cmp);
+		tpf_free(b->tp_sent, b->n_tp_sent); // empty: no sync ran meanwhile
+		b->tp_sent   = b->tp_load.v;
+		b->n_tp_sent = b->tp_load.n;
+		log_info("bridge", "bridge=%s event=transparent_set_read filters=%zu", b->name,
+		    b->tp_load.n);
+	} else {
+		free(b->tp_load.v);
+	}
+	memset(&b->tp_load, 0, sizeof(b->tp_load));
+	b->tp_loading = false;
+	b->tp_dirty   = true;
+	pthread_cond_broadcast(&b->cv);
+	pthread_mutex_unlock(&b->mtx);
+	bridge_release(b);
+}
+
+// Reads the mirrored set back (bridge start).
+static void tp_load_start(bridge *b)
+{
+	if (b->store == NULL) {
+		return;
+	}
+	pthread_mutex_lock(&b->mtx);
+	b->tp_loading = true;
+	atomic_fetch_add(&b->refs, 1);
+	nmq_err e = store_subs_read(b->store, b->store_id, tp_load_row, tp_load_done, b);
+	if (e != NMQ_OK) {
+		atomic_fetch_sub(&b->refs, 1);
+		b->tp_loading = false;
+		log_warn("bridge", "bridge=%s event=transparent_set_not_read reason=%s", b->name,
+		    nmq_strerror(e));
+	}
+	pthread_mutex_unlock(&b->mtx);
+}
+#else
+static void tp_store(bridge *b, const char *f, int qos)
+{
+	(void)b;
+	(void)f;
+	(void)qos;
+}
+
+static void tp_load_start(bridge *b)
+{
+	(void)b;
+}
+#endif
+
 // Sends the (UN)SUBSCRIBEs of one batch (mtx held, link up).
 static void tp_flush_locked(
     bridge *b, conf_bridge_sub *subs, int *n_subs, const char **unsubs, int *n_unsubs)
@@ -1362,6 +1460,9 @@ static void tp_flush_locked(
 // Returns false when memory ran out (tp_dirty is then set again).
 static bool tp_sync_locked(bridge *b)
 {
+	if (b->tp_loading) {
+		return true; // tp_load_done syncs (tp_dirty)
+	}
 	bool   resync = b->tp_resync;
 	blink *l      = b->link;
 	b->tp_dirty   = false;
@@ -1406,8 +1507,14 @@ static bool tp_sync_locked(bridge *b)
 			if (resync || d.v[i].qos != b->tp_sent[j].qos) {
 				sub = &d.v[i];
 			}
+			if (d.v[i].qos != b->tp_sent[j].qos && !tp_configured(b->cfg, d.v[i].f)) {
+				tp_store(b, d.v[i].f, d.v[i].qos);
+			}
 			i++;
 			j++;
+		}
+		if (c < 0 && !tp_configured(b->cfg, sub->f)) {
+			tp_store(b, sub->f, sub->qos);
 		}
 		if (gone != NULL && !tp_gone_add(b, gone)) {
 			untracked++; // sent, but not again if this link drops
@@ -1435,10 +1542,15 @@ static bool tp_sync_locked(bridge *b)
 	if (resync) {
 		// Unanswered UNSUBSCRIBEs of an earlier link, for filters no
 		// local session holds again.
+		// (Not those of the old set: sent above already.)
 		for (size_t g = 0; g < b->n_tp_gone; g++) {
 			const char *f   = b->tp_gone[g].f;
 			tpf         key = { (char *)f, 0 };
 			if ((d.n == 0 || bsearch(&key, d.v, d.n, sizeof(*d.v), tpf_cmp) == NULL)
+			    && (b->n_tp_sent == 0
+			        || bsearch(
+			               &key, b->tp_sent, b->n_tp_sent, sizeof(*b->tp_sent), tpf_cmp)
+			            == NULL)
 			    && !tp_configured(b->cfg, f)) {
 				unsubs[nu++] = f;
 				n_unsub++;
@@ -1699,6 +1811,15 @@ static int link_frame(void *upper, const uint8_t *frame, size_t len)
 		// needs sending again on the next one.
 		if (pk.u.suback.packet_id == TP_PID && b->tp_unsub_out > 0
 		    && --b->tp_unsub_out == 0) {
+			for (size_t g = 0; g < b->n_tp_gone; g++) {
+				tpf key = { b->tp_gone[g].f, 0 };
+				if (b->n_tp_sent == 0
+				    || bsearch(&key, b->tp_sent, b->n_tp_sent, sizeof(*b->tp_sent),
+				           tpf_cmp)
+				        == NULL) {
+					tp_store(b, b->tp_gone[g].f, -1);
+				}
+			}
 			tpf_free(b->tp_gone, b->n_tp_gone);
 			b->tp_gone   = NULL;
 			b->n_tp_gone = 0;
@@ -2127,7 +2248,7 @@ static void serve_locked(bridge *b)
 		}
 		bool was_up = b->up;
 		flush_deletes_locked(b);
-		if (b->up && b->tp_dirty && !l->closed && !closing) {
+		if (b->up && b->tp_dirty && !b->tp_loading && !l->closed && !closing) {
 			if (!tp_sync_locked(b)) {
 				wait_until_locked(b, now + 1000); // out of memory: again later
 				continue;
@@ -2290,6 +2411,7 @@ static void bridge_free(bridge *b)
 	free(b->echo);
 	tpf_free(b->tp_sent, b->n_tp_sent);
 	tpf_free(b->tp_gone, b->n_tp_gone);
+	tpf_free(b->tp_load.v, b->tp_load.n);
 	free(b->name);
 	free(b->store_id);
 	free(b->host_id);
@@ -2365,14 +2487,10 @@ static void bridge_run(bridge *b)
 	pthread_mutex_lock(&b->mtx);
 	refill_locked(b); // the first read counts what the cache holds
 	pthread_mutex_unlock(&b->mtx);
+	tp_load_start(b); // what this bridge had mirrored on its remote
 	fwds_subscribe(b, b->fwds, b->n_fwds);
-	atomic_fetch_add(&b->refs, 1); // the thread's
-	if (pthread_create(&b->thr, NULL, bridge_main, b) != 0) {
-		atomic_fetch_sub(&b->refs, 1);
-		log_error("bridge", "bridge=%s event=not_started reason=thread", b->name);
-		return;
-	}
-	b->thr_started = true;
+	// Before the link thread starts: its first copy of the local set
+	// includes the sessions the broker walks when counting starts.
 	pthread_mutex_lock(&b->set->tp_mtx);
 	b->tp_next      = b->set->tp_head;
 	b->set->tp_head = b;
@@ -2380,6 +2498,13 @@ static void bridge_run(bridge *b)
 	if (b->cfg->transparent) {
 		broker_watch_filters(b->set->env.broker, tp_changed, b->set);
 	}
+	atomic_fetch_add(&b->refs, 1); // the thread's
+	if (pthread_create(&b->thr, NULL, bridge_main, b) != 0) {
+		atomic_fetch_sub(&b->refs, 1);
+		log_error("bridge", "bridge=%s event=not_started reason=thread", b->name);
+		return;
+	}
+	b->thr_started = true;
 	log_info("bridge",
 	    "bridge=%s server=%s forwards=%d subscriptions=%d cache=%s transparent=%d "
 	    "event=started",

@@ -104,6 +104,9 @@ static void load_session(void *arg, const store_session *rec)
 static void load_sub(void *arg, const store_sub *sub)
 {
 	restore_ctx *c = arg;
+	if (strncmp(sub->client_id, "$bridge/", 8) == 0) {
+		return; // a transparent bridge's mirrored filters: read by the bridge
+	}
 	nmq_session *s = ctx_find(c, sub->client_id);
 	if (s == NULL) {
 		c->n_failed++;

@@ -217,6 +217,14 @@ void store_batch_end(nmq_store *s);
 nmq_err store_queue_read(nmq_store *s, const char *client_id, uint64_t after_seq, uint32_t max,
     void (*fn)(void *arg, const store_qmsg *q), store_done_fn done, void *arg);
 
+// Reads the subscription rows of client_id (a bridge's record of the
+// filters it mirrors on its remote: rows of a client id with no session),
+// on the store thread after everything queued before it: fn for each row,
+// then done (NMQ_OK, or NMQ_EIO if the read failed). fn and done run on
+// the store thread and must not block.
+nmq_err store_subs_read(nmq_store *s, const char              *client_id,
+    void (*fn)(void *arg, const store_sub *sub), store_done_fn done, void *arg);
+
 // What store_load hands back; any callback may be NULL. Pointers are valid
 // during the callback only (hold a message to keep it). Sessions come
 // first, then subscriptions, QoS 2 state, queued messages (by session, in

@@ -38,6 +38,7 @@ enum store_op_kind {
 	// [u64, u64b] is done with: range-deleted, and any put of such a seq
 	// in this or a later group is not written (store_group.c).
 	OP_QUEUE_DONE,
+	OP_SUBS_READ, // store_subs_read
 };
 
 // What a pooled operation holds behind it (sub ids, then strings); an
@@ -66,7 +67,10 @@ typedef struct store_op {
 	struct store_op *all_prev, *all_next; // pooled: every pooled op of the store
 	store_done_fn    done;
 	void            *arg;
-	void (*read_fn)(void *arg, const store_qmsg *q); // OP_QUEUE_READ
+	union {
+		void (*read_fn)(void *arg, const store_qmsg *q); // OP_QUEUE_READ
+		void (*sub_fn)(void *arg, const store_sub *sub); // OP_SUBS_READ
+	};
 	nmq_msg    *msg; // held
 	char       *s1; // client id or topic
 	char       *s2; // filter or user name
@@ -217,5 +221,7 @@ void store_group_forget(nmq_store *s); // after a rollback
 
 // store_load.c: runs OP_QUEUE_READ inside the batch's transaction.
 int store_queue_read_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono);
+// store_load.c: runs OP_SUBS_READ inside the batch's transaction.
+int store_subs_read_apply(nmq_store *s, store_op *op);
 
 #endif // NMQ_STORE_INT_H

@@ -572,3 +572,28 @@ int store_queue_read_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t m
 	free(gone);
 	return ret;
 }
+
+int store_subs_read_apply(nmq_store *s, store_op *op)
+{
+	sqlite3_stmt *st = NULL;
+	if (sqlite3_prepare_v2(
+	        s->db, "SELECT filter, options, sub_id FROM subs WHERE cid = ?1", -1, &st, NULL)
+	    != SQLITE_OK) {
+		return -1;
+	}
+	sqlite3_bind_text(st, 1, op->s1, -1, SQLITE_STATIC);
+	int rc;
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		store_sub sub = {
+			.client_id = op->s1,
+			.filter    = (const char *)sqlite3_column_text(st, 0),
+			.options   = (uint8_t)sqlite3_column_int(st, 1),
+			.sub_id    = (uint32_t)sqlite3_column_int64(st, 2),
+		};
+		if (sub.filter != NULL && op->sub_fn != NULL) {
+			op->sub_fn(op->arg, &sub);
+		}
+	}
+	sqlite3_finalize(st);
+	return rc == SQLITE_DONE ? 0 : -1;
+}

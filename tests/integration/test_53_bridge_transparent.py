@@ -7,7 +7,8 @@ filter goes; the set is subscribed again after the remote restarts (and a
 filter subscribed while the link was down is sent on reconnect); a shared
 subscription counts as its filter; '$' filters are not mirrored; a local
 publish forwarded to the remote does not come back; sessions restored from
-the durable store count."""
+the durable store count; with a store, a filter mirrored before a kill -9
+that no local session holds any more is unsubscribed after the restart."""
 
 import os
 import re
@@ -292,6 +293,63 @@ class TestTransparent(TransparentCase):
         self.assertTrue(wait_for(lambda: m.unsubscribes() == 2, 6.0),
                         "no UNSUBSCRIBE after the session expired:\n" + m.text()[-2000:])
         self.assertTrue(re.search(r"Received UNSUBSCRIBE from %s\n.*x/#" % GW, m.text()))
+
+    # With a store, what was mirrored survives a kill -9: the remote keeps
+    # a persistent session (clean_start = false) with the filters of
+    # before, and after the restart the one no local session holds any
+    # more is unsubscribed (the other, held by a persistent local session
+    # restored from the store, is kept); the remote stops sending it.
+    def test_stale_filters_unsubscribed_after_restart(self):
+        inst = self.instance()
+        m = self.remote(inst)
+        db = os.path.join(inst.tmp, "db")
+        os.makedirs(db, exist_ok=True)
+        store = ("sqlite {\n  enable = true\n  mounted_file_path = \"%s\"\n}\n" % db)
+        port, proc = self.broker(inst, m.port, extra="  clean_start = false\n",
+                                 conf_extra=store)
+        self.linked(inst, proc=proc)
+        k = self.client(port, "keeper", clean=False)
+        k.connect()
+        k.subscribe("keep/#", 1)
+        a = self.client(port, "a")
+        a.connect()
+        a.subscribe("drop/#", 1)
+        self.wait_subscribed(m, "keep/#")
+        self.wait_subscribed(m, "drop/#")
+        k.disconnect()
+        time.sleep(0.5)  # the rows commit (a group: milliseconds)
+        proc.kill()
+        proc.wait(5)
+        self.assertEqual(m.unsubscribes(), 0, m.text()[-2000:])
+        port, proc = self.broker(inst, m.port, extra="  clean_start = false\n",
+                                 conf_extra=store)
+        self.linked(inst, proc=proc)
+        self.assertTrue(wait_for(lambda: m.unsubscribes() == 1, 5.0),
+                        "the stale filter was not unsubscribed:\n" + m.text()[-3000:])
+        self.assertTrue(re.search(r"Received UNSUBSCRIBE from %s\n.*drop/#" % GW, m.text()),
+                        m.text()[-2000:])
+        self.assertFalse(re.search(r"Received UNSUBSCRIBE from %s\n.*keep/#" % GW, m.text()))
+        before = m.text().count("Sending PUBLISH to %s" % GW)
+        self.remote_pub(m, "drop/1", b"d")
+        self.remote_pub(m, "keep/1", b"k")
+        k2 = self.client(port, "keeper", clean=False)
+        k2.connect()
+        got = k2.wait_message(timeout=5)
+        self.assertIsNotNone(got, "the restored session got nothing from the remote")
+        self.assertEqual((got.topic, got.payload), ("keep/1", b"k"))
+        self.assertEqual(m.text().count("Sending PUBLISH to %s" % GW), before + 1,
+                         "the remote still sends the stale filter:\n" + m.text()[-2000:])
+        # The record follows the set: the next start unsubscribes nothing.
+        k2.disconnect()
+        time.sleep(0.5)
+        proc.kill()
+        proc.wait(5)
+        port, proc = self.broker(inst, m.port, extra="  clean_start = false\n",
+                                 conf_extra=store)
+        self.linked(inst, proc=proc)
+        self.wait_subscribed(m, "keep/#", count=3)
+        time.sleep(0.5)
+        self.assertEqual(m.unsubscribes(), 1, m.text()[-2000:])
 
     # A reload that switches transparent off unsubscribes what was
     # mirrored; switching it on again subscribes the current set.

@@ -563,6 +563,67 @@ static void test_lazy_read(void **state)
 	store_close(s);
 }
 
+typedef struct subs_reader {
+	char    filters[4][16];
+	uint8_t options[4];
+	int     n;
+} subs_reader;
+
+static subs_reader SR;
+
+static void on_sub_read(void *arg, const store_sub *sub)
+{
+	subs_reader *r = arg;
+	assert_string_equal(sub->client_id, "$bridge/x");
+	if (r->n < 4) {
+		snprintf(r->filters[r->n], sizeof(r->filters[0]), "%s", sub->filter);
+		r->options[r->n] = sub->options;
+	}
+	r->n++;
+}
+
+// store_subs_read: one client id's subscription rows (a client id with no
+// session, as a bridge keeps its mirrored filters), after what was queued
+// before it.
+static void test_subs_read(void **state)
+{
+	nmq_store *s  = open_store(0);
+	store_sub  a  = { "$bridge/x", "a/#", 1, 0 };
+	store_sub  b  = { "$bridge/x", "b", 0, 0 };
+	store_sub  b2 = { "$bridge/x", "b", 2, 0 };
+	store_sub  o  = { "other", "z", 1, 0 };
+	store_sub_put(s, &a, NULL, NULL);
+	store_sub_put(s, &b, NULL, NULL);
+	store_sub_put(s, &o, NULL, NULL);
+	store_sub_put(s, &b2, NULL, NULL); // replaces b's options
+	memset(&SR, 0, sizeof(SR));
+	waiter_reset();
+	assert_int_equal(store_subs_read(s, "$bridge/x", on_sub_read, on_read_done, &SR), NMQ_OK);
+	wait_calls(1);
+	assert_int_equal(SR.n, 2);
+	int ia = strcmp(SR.filters[0], "a/#") == 0 ? 0 : 1;
+	assert_string_equal(SR.filters[ia], "a/#");
+	assert_int_equal(SR.options[ia], 1);
+	assert_string_equal(SR.filters[1 - ia], "b");
+	assert_int_equal(SR.options[1 - ia], 2);
+	store_sub_del(s, "$bridge/x", "a/#", NULL, NULL);
+	memset(&SR, 0, sizeof(SR));
+	waiter_reset();
+	assert_int_equal(store_subs_read(s, "$bridge/x", on_sub_read, on_read_done, &SR), NMQ_OK);
+	wait_calls(1);
+	assert_int_equal(SR.n, 1);
+	assert_string_equal(SR.filters[0], "b");
+	store_close(s);
+	// And after a restart.
+	s = open_store(0);
+	memset(&SR, 0, sizeof(SR));
+	waiter_reset();
+	assert_int_equal(store_subs_read(s, "$bridge/x", on_sub_read, on_read_done, &SR), NMQ_OK);
+	wait_calls(1);
+	assert_int_equal(SR.n, 1);
+	store_close(s);
+}
+
 // Writes a valid store holding one session, then damages it with fn.
 static void make_store_with_session(void)
 {
@@ -1472,6 +1533,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_multi_put, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_done_ranges, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_done_crash_before_commit, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_subs_read, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
