@@ -165,6 +165,16 @@ int link_connect_run(nmq_link *l, const uint8_t *frame, size_t len, int answer)
 		if (c->proto_level == MQTT_PROTO_V31 && c->client_id.len > 23) {
 			return refuse(l, ver, MQTT_RC_CLIENT_ID_INVALID);
 		}
+		if (p->store != NULL && c->client_id.len >= 8
+		    && memcmp(c->client_id.p, "$bridge/", 8) == 0) {
+			// The durable store keys the bridges' cache rows by
+			// "$bridge/<name>": such a session's queue would be the
+			// bridge's (docs/persistence.md).
+			log_warn_rl("conn",
+			    "peer=%s event=client_id_refused reason=reserved_prefix",
+			    conn_peer(l->conn));
+			return refuse(l, ver, MQTT_RC_CLIENT_ID_INVALID);
+		}
 		client_id = strndup((const char *)c->client_id.p, c->client_id.len);
 	}
 	if (client_id == NULL) {

@@ -8,7 +8,9 @@
 * `bridges.mqtt.cache` beside a `sqlite` section: the cache is kept in
   the sqlite section's database; the cache's own directory and size are
   ignored, and the start says so (warning) instead of leaving the user to
-  look for a file that never comes."""
+  look for a file that never comes.
+* With the store, client ids beginning with "$bridge/" (the key of the
+  bridges' cache rows) are refused."""
 
 import os
 import shutil
@@ -121,6 +123,29 @@ class TestBridgeAudit(OpsTestCase):
                               r"event=ignored")
         self.assertTrue(os.path.exists(os.path.join(db, "nanomq.db")))
         self.assertFalse(os.path.exists(os.path.join(cache, "nanomq.db")))
+        self.assert_stops(inst)
+
+    # The store keys a bridge's cache rows by "$bridge/<name>": a client
+    # with such an id had its persistent queue read back by the bridge
+    # after a restart and forwarded to the remote (topics no forward
+    # names). With the store, such ids are refused.
+    def test_bridge_client_id_prefix_refused(self):
+        inst = self.instance()
+        m = Mosquitto(inst.tmp)
+        self.addCleanup(m.stop)
+        port = free_port()
+        conf = inst.conf(port, extra=(
+            "sqlite { mounted_file_path = \"%s\" }\n"
+            "bridges.mqtt.f { server = \"mqtt-tcp://127.0.0.1:%d\", forwards = "
+            "[{ local_topic = \"up/#\", remote_topic = \"\" }] }\n" % (inst.path("db"), m.port)))
+        self.start_broker(inst, ["start", "--conf", conf], port=port)
+        for version, rc in ((5, 0x85), (4, 2)):
+            r = nmq.RawClient(port, version)
+            self.addCleanup(r.close)
+            ack = r.connect("$bridge/f", clean=False)
+            self.assertEqual(ack.rc, rc)
+            r.expect_closed()
+        self.assertIn("event=client_id_refused reason=reserved_prefix", inst.output())
         self.assert_stops(inst)
 
 
