@@ -23,7 +23,9 @@
 #include <sys/auxv.h>
 #endif
 
+#include <arpa/inet.h>
 #include <mbedtls/aesni.h>
+#include <mbedtls/asn1.h>
 #include <mbedtls/ctr_drbg.h>
 #include <mbedtls/entropy.h>
 #include <mbedtls/net_sockets.h>
@@ -36,6 +38,8 @@
 #include <mbedtls/version.h>
 #include <mbedtls/x509_crl.h>
 #include <mbedtls/x509_crt.h>
+
+#include "nng/core/log.h"
 
 // One certificate + key pair given with own_cert (a server may have
 // several, e.g. RSA and ECDSA).
@@ -79,6 +83,11 @@ struct nng_tls_engine_conn {
 	int                    io_err; // NNG error of the last failed bio call
 	bool                   checked; // OPTIONAL-mode client cert checked
 	tls_peer               peer; // filled when the handshake completes
+	// Client to an IP address: the address the server's certificate must
+	// name in an iPAddress subjectAltName (ip_len 4 or 16; 0: a host name,
+	// checked by mbed TLS).
+	uint8_t ip[16];
+	size_t  ip_len;
 };
 
 // The process-wide random generator. mbed TLS may or may not be built
@@ -705,6 +714,26 @@ void tls_engine_record_peer(const mbedtls_ssl_context *ssl, tls_peer *peer)
 	}
 }
 
+// Certificate check of a client that dialled an IP address (mbed TLS 2.28
+// matches the expected name against DNS names and the CN only): the
+// server's certificate must hold the address as an iPAddress
+// subjectAltName (RFC 6125), as OpenSSL-based clients require.
+static int verify_ip(void *arg, mbedtls_x509_crt *crt, int depth, uint32_t *flags)
+{
+	const nng_tls_engine_conn *ec = arg;
+	if (depth != 0) {
+		return 0;
+	}
+	for (const mbedtls_x509_sequence *n = &crt->subject_alt_names; n != NULL; n = n->next) {
+		if (n->buf.tag == (MBEDTLS_ASN1_CONTEXT_SPECIFIC | 7) && n->buf.len == ec->ip_len
+		    && memcmp(n->buf.p, ec->ip, ec->ip_len) == 0) {
+			return 0;
+		}
+	}
+	*flags |= MBEDTLS_X509_BADCERT_CN_MISMATCH;
+	return 0;
+}
+
 // Sets up the TLS state of one connection. Returns 0, or NNG_ENOMEM.
 static int conn_init(nng_tls_engine_conn *ec, void *tls, nng_tls_engine_config *cfg)
 {
@@ -715,9 +744,28 @@ static int conn_init(nng_tls_engine_conn *ec, void *tls, nng_tls_engine_config *
 	if (mbedtls_ssl_setup(&ec->ssl, &cfg->conf) != 0) {
 		return NNG_ENOMEM;
 	}
-	if (cfg->mode == NNG_TLS_MODE_CLIENT && cfg->server_name != NULL
-	    && mbedtls_ssl_set_hostname(&ec->ssl, cfg->server_name) != 0) {
-		return NNG_ENOMEM;
+	if (cfg->mode == NNG_TLS_MODE_CLIENT && cfg->server_name != NULL) {
+		const char *sn = cfg->server_name;
+		char        v6[64];
+		size_t      n = strlen(sn);
+		// "[::1]" is an IPv6 literal too.
+		if (n >= 2 && n < sizeof(v6) && sn[0] == '[' && sn[n - 1] == ']') {
+			memcpy(v6, sn + 1, n - 2);
+			v6[n - 2] = '\0';
+			sn        = v6;
+		}
+		if (inet_pton(AF_INET, sn, ec->ip) == 1) {
+			ec->ip_len = 4;
+		} else if (inet_pton(AF_INET6, sn, ec->ip) == 1) {
+			ec->ip_len = 16;
+		}
+		if (ec->ip_len > 0) {
+			// No SNI for an address (RFC 6066 3); the name check is
+			// verify_ip's.
+			mbedtls_ssl_set_verify(&ec->ssl, verify_ip, ec);
+		} else if (mbedtls_ssl_set_hostname(&ec->ssl, cfg->server_name) != 0) {
+			return NNG_ENOMEM;
+		}
 	}
 	mbedtls_ssl_set_bio(&ec->ssl, ec, bio_send, bio_recv, NULL);
 	return 0;
@@ -780,6 +828,21 @@ static int handshake_run(
 static int conn_handshake(nng_tls_engine_conn *ec)
 {
 	int rv = handshake_run(&ec->ssl, ec->cfg, &ec->checked, &ec->peer);
+	if (rv == MBEDTLS_ERR_X509_CERT_VERIFY_FAILED && ec->cfg->mode == NNG_TLS_MODE_CLIENT) {
+		// Else the dialler only sees its connection end.
+		char why[256];
+		int  n = mbedtls_x509_crt_verify_info(
+		     why, sizeof(why), "", mbedtls_ssl_get_verify_result(&ec->ssl));
+		for (int i = 0; i < n && why[i] != '\0'; i++) {
+			if (why[i] == '\n') {
+				why[i] = i + 1 < n && why[i + 1] != '\0' ? ';' : '\0';
+			}
+		}
+		log_warn_rl("tls",
+		    "server=%s event=handshake_failed reason=\"certificate not verified: %s\"",
+		    ec->cfg->server_name != NULL ? ec->cfg->server_name : "",
+		    n > 0 ? why : "unknown");
+	}
 	return rv == 0 ? 0 : map_error(ec, rv);
 }
 

@@ -10,10 +10,15 @@
   ignored, and the start says so (warning) instead of leaving the user to
   look for a file that never comes.
 * With the store, client ids beginning with "$bridge/" (the key of the
-  bridges' cache rows) are refused."""
+  bridges' cache rows) are refused.
+* TLS to mosquitto by IP address: the certificate's iPAddress names are
+  checked (the right CA is accepted, another address or CA refused, with
+  a warning that says why)."""
 
 import os
 import shutil
+import subprocess
+import tempfile
 import unittest
 
 import nmq
@@ -23,12 +28,27 @@ from nmq import free_port
 from nmq_ops import OpsTestCase, wait_for
 
 
+CERTS = None
+
+
 def setUpModule():
+    global CERTS
     if nmq.USE_MOSQUITTO:
         raise unittest.SkipTest("bridges of our broker only")
     nmq_ops.nanomq_bin()
     if shutil.which("mosquitto") is None:
         raise unittest.SkipTest("Debian's mosquitto is needed as the remote broker")
+    CERTS = tempfile.mkdtemp(prefix="nmq-bridge-pki-")
+    subprocess.run(["bash", os.path.join(nmq_ops.SRC, "scripts", "gen-certs.sh"), CERTS],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    os.chmod(CERTS, 0o755)
+    for f in os.listdir(CERTS):
+        os.chmod(os.path.join(CERTS, f), 0o644)  # mosquitto drops root
+
+
+def tearDownModule():
+    if CERTS and not nmq.KEEP_TMP:
+        shutil.rmtree(CERTS, ignore_errors=True)
 
 
 class TestBridgeAudit(OpsTestCase):
@@ -147,6 +167,52 @@ class TestBridgeAudit(OpsTestCase):
             r.expect_closed()
         self.assertIn("event=client_id_refused reason=reserved_prefix", inst.output())
         self.assert_stops(inst)
+
+    # TLS to Debian's mosquitto by IP address, as the certificates of
+    # scripts/gen-certs.sh allow (subjectAltName IP:127.0.0.1): mbed TLS
+    # 2.28 only matched DNS names, so the right CA was refused too. Now the
+    # address must be one of the certificate's iPAddress names; a refusal
+    # says why (the link alone only saw its connection end).
+    def test_tls_to_mosquitto_by_address(self):
+        inst0 = self.instance()
+        tls_port = free_port()
+        m = Mosquitto(inst0.tmp, extra=(
+            "listener %d\ncafile %s/ca.crt\ncertfile %s/server.crt\nkeyfile %s/server.key\n"
+            % (tls_port, CERTS, CERTS, CERTS)))
+        self.addCleanup(m.stop)
+        col = self.client(m.port, "collector", version=5)
+        col.connect()
+        col.subscribe("s/#", 1)
+        cases = (("127.0.0.1", "ca.crt", None),
+                 ("127.0.0.2", "ca.crt", "does not match"),
+                 ("127.0.0.1", "other-ca.crt", "not correctly signed"))
+        for host, ca, refused in cases:
+            with self.subTest(host=host, ca=ca):
+                inst = self.instance()
+                port = free_port()
+                conf = inst.conf(port, extra=(
+                    "bridges.mqtt.t { server = \"tls+mqtt-tcp://%s:%d\", proto_ver = 5\n"
+                    "  keepalive = 5s, ssl { cacertfile = \"%s/%s\" }\n"
+                    "  forwards = [{ local_topic = \"s/#\", remote_topic = \"\" }] }\n"
+                    % (host, tls_port, CERTS, ca)))
+                self.start_broker(inst, ["start", "--conf", conf], port=port)
+                pub = self.client(port, "p")
+                pub.connect()
+                if refused is None:
+                    self.assertTrue(inst.wait_output(r"event=link_up", timeout=10),
+                                    inst.output()[-2000:])
+                    pub.publish("s/1", b"secure", qos=1)
+                    got = col.wait_message(timeout=5)
+                    self.assertIsNotNone(got)
+                    self.assertEqual(got.payload, b"secure")
+                else:
+                    self.assertTrue(inst.wait_output(
+                        r"tls: server=%s event=handshake_failed reason=.*%s" % (host, refused),
+                        timeout=10), inst.output()[-2000:])
+                    self.assertNotIn("event=link_up", inst.output())
+                    pub.publish("s/1", b"must-not-pass", qos=1)
+                    col.expect_no_message(0.5)
+                self.assert_stops(inst)
 
 
 if __name__ == "__main__":
