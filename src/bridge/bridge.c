@@ -206,6 +206,9 @@ struct bridge {
 
 	// inbound QoS 2 packet ids awaiting PUBREL
 	uint8_t rel[65536 / 8];
+	// Links made so far: an inbound ack that waited for the store goes
+	// out only on the link its PUBLISH came by.
+	uint64_t link_gen;
 
 	// digests of recent forwards (only while echo_guard; NULL otherwise)
 	struct echo_slot {
@@ -1132,6 +1135,61 @@ static bool publish_local(bridge *b, const conf_bridge *cfg, const mqtt_publish 
 	return true;
 }
 
+#ifdef NMQ_HAVE_STORE
+// The PUBACK or PUBREC of a PUBLISH from the remote, waiting for the
+// commit of what routing it wrote (the queue rows of offline persistent
+// sessions, a retained copy): the remote forgets a message once acked, so
+// a crash before that commit would lose it. The store's barriers complete
+// in order, so the acks keep the order of their PUBLISHes.
+typedef struct in_ack {
+	bridge  *b; // held
+	uint64_t gen; // b->link_gen of the link the PUBLISH came by
+	uint8_t  type;
+	uint16_t pid;
+} in_ack;
+
+static void in_ack_done(void *arg, nmq_err err)
+{
+	in_ack *a = arg;
+	bridge *b = a->b;
+	pthread_mutex_lock(&b->mtx);
+	if (b->link != NULL && !b->link->closed && b->link_gen == a->gen) {
+		if (err == NMQ_OK) {
+			send_ack_locked(b, a->type, a->pid);
+		} else {
+			// Not stored: no ack; the remote resends it on the next
+			// link.
+			set_error_locked(b, "a message from the remote could not be stored");
+			conn_close(b->link->c);
+		}
+	}
+	pthread_mutex_unlock(&b->mtx);
+	bridge_release(b);
+	free(a);
+}
+
+// Sends the ack once everything queued in the store so far has committed
+// (mtx held; called inside the store batch of the routing).
+static void in_ack_later_locked(bridge *b, uint8_t type, uint16_t pid)
+{
+	in_ack *a = malloc(sizeof(*a));
+	if (a != NULL) {
+		a->b    = b;
+		a->gen  = b->link_gen;
+		a->type = type;
+		a->pid  = pid;
+		atomic_fetch_add(&b->refs, 1);
+		if (store_sync(b->store, in_ack_done, a) == NMQ_OK) {
+			return;
+		}
+		atomic_fetch_sub(&b->refs, 1);
+		free(a);
+	}
+	set_error_locked(b, "a message from the remote could not be stored");
+	conn_close(b->link->c);
+}
+#endif
+
 // ------------------------------------------------------------ link frames
 
 // The remote refused e for now (quota exceeded, rate too high): e goes
@@ -1769,26 +1827,46 @@ static int link_frame(void *upper, const uint8_t *frame, size_t len)
 		}
 		pthread_mutex_unlock(&b->mtx);
 		bool ok = true;
+#ifdef NMQ_HAVE_STORE
+		// What routing writes and the barrier its ack waits for, in one
+		// group (a failed group fails its ack).
+		nmq_store *st = p->qos > 0 ? b->store : NULL;
+		if (st != NULL) {
+			store_batch_begin(st);
+		}
+#endif
 		if (!dup_q2 && !echo) {
 			ok = publish_local(b, cfg, p);
 		}
 		pthread_mutex_lock(&b->mtx);
-		if (b->link != l || l->closed) {
-			break;
-		}
-		if (!dup_q2 && !echo) {
-			if (ok) {
-				b->received++;
-			} else {
-				b->dropped++;
+		if (b->link == l && !l->closed) {
+			if (!dup_q2 && !echo) {
+				if (ok) {
+					b->received++;
+				} else {
+					b->dropped++;
+				}
+			}
+			if (p->qos == 2) {
+				b->rel[pid / 8] |= (uint8_t)(1u << (pid % 8));
+			}
+			if (p->qos > 0) {
+				uint8_t type = p->qos == 1 ? MQTT_PUBACK : MQTT_PUBREC;
+#ifdef NMQ_HAVE_STORE
+				if (st != NULL) {
+					in_ack_later_locked(b, type, pid);
+				} else
+#endif
+				{
+					send_ack_locked(b, type, pid);
+				}
 			}
 		}
-		if (p->qos == 1) {
-			send_ack_locked(b, MQTT_PUBACK, pid);
-		} else if (p->qos == 2) {
-			b->rel[pid / 8] |= (uint8_t)(1u << (pid % 8));
-			send_ack_locked(b, MQTT_PUBREC, pid);
+#ifdef NMQ_HAVE_STORE
+		if (st != NULL) {
+			store_batch_end(st);
 		}
+#endif
 		break;
 	}
 	case MQTT_PUBREL: {
@@ -2166,10 +2244,11 @@ static bool dial_locked(bridge *b, const char *url)
 	l->c             = c;
 	b->last_error[0] = '\0';
 	b->link          = l;
-	b->up            = false;
-	b->ver           = (uint8_t)b->cfg->proto_ver;
-	b->last_rx_ms    = now_ms();
-	b->ping_pending  = false;
+	b->link_gen++;
+	b->up           = false;
+	b->ver          = (uint8_t)b->cfg->proto_ver;
+	b->last_rx_ms   = now_ms();
+	b->ping_pending = false;
 	// Frames may arrive as soon as it starts; they wait for mtx.
 	conn_start(c, &link_ops, l);
 	send_connect_locked(b);

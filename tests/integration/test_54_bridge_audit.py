@@ -13,10 +13,13 @@
   bridges' cache rows) are refused.
 * TLS to mosquitto by IP address: the certificate's iPAddress names are
   checked (the right CA is accepted, another address or CA refused, with
-  a warning that says why)."""
+  a warning that says why).
+* A message from the remote is acked to it only once what routing it
+  wrote to the store is committed (kill -9 on a slow disk)."""
 
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import unittest
@@ -213,6 +216,55 @@ class TestBridgeAudit(OpsTestCase):
                     pub.publish("s/1", b"must-not-pass", qos=1)
                     col.expect_no_message(0.5)
                 self.assert_stops(inst)
+
+    # A message from the remote is acked (PUBACK, PUBREC) only once what
+    # routing it wrote is committed: the remote forgets it at the ack. A
+    # slow disk (tests/tools/slowsync.c) holds the commit while our
+    # broker is killed -9; the remote (persistent bridge session) resends
+    # what was not acked, and the offline persistent subscriber gets
+    # every message.
+    def test_inbound_acked_after_commit(self):
+        shim = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(
+            nmq_ops.nanomq_bin()))), "tests", "tools", "libnmq_slowsync.so")
+        if not os.path.exists(shim):
+            self.skipTest("slowsync shim not built")
+        inst = self.instance()
+        m = Mosquitto(inst.tmp)
+        self.addCleanup(m.stop)
+        port = free_port()
+        db = inst.path("db")
+        conf = inst.conf(port, extra=(
+            "sqlite { mounted_file_path = \"%s\" }\n"
+            "bridges.mqtt.f { server = \"mqtt-tcp://127.0.0.1:%d\", clean_start = false\n"
+            "  keepalive = 5s, subscription = [{ remote_topic = \"down/#\", qos = 2 }] }\n"
+            % (db, m.port)))
+        self.start_broker(inst, ["start", "--conf", conf], port=port)
+        self.assertTrue(inst.wait_output(r"event=link_up", timeout=10), inst.output()[-2000:])
+        s = self.client(port, "offline-sub", clean=False)
+        s.connect()
+        s.subscribe("down/#", 2)
+        s.disconnect()
+        self.assert_stops(inst)
+        slow = {"LD_PRELOAD": shim, "NMQ_SLOWSYNC_DIR": db, "NMQ_SLOWSYNC_MS": "400",
+                "ASAN_OPTIONS": "verify_asan_link_order=0:detect_leaks=0"}
+        self.start_broker(inst, ["start", "--conf", conf], port=port, env=slow)
+        self.assertTrue(inst.wait_output(r"event=link_up", timeout=10), inst.output()[-2000:])
+        rp = self.client(m.port, "remote-pub", version=5)
+        rp.connect()
+        want = set()
+        for qos in (1, 2):
+            for i in range(10):
+                rp.publish("down/q%d" % qos, b"%d" % i, qos=qos)
+                want.add(("down/q%d" % qos, b"%d" % i))
+        inst.kill(signal.SIGKILL)  # before the slow commit
+        inst.proc.wait(5)
+        self.start_broker(inst, ["start", "--conf", conf], port=port)
+        self.assertTrue(inst.wait_output(r"event=link_up", timeout=10), inst.output()[-2000:])
+        s2 = self.client(port, "offline-sub", clean=False)
+        s2.connect()
+        wait_for(lambda: {(x.topic, x.payload) for x in list(s2.received)} >= want, 10)
+        self.assertEqual({(x.topic, x.payload) for x in list(s2.received)}, want)
+        self.assert_stops(inst)
 
 
 if __name__ == "__main__":
