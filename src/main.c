@@ -650,8 +650,10 @@ static void store_evicted(void *arg, const char *client_id, uint64_t seq)
 // the bridges' offline cache)
 // and restores what it holds into the broker, before any listener opens.
 // A damaged file does not stop the broker (the store moves it aside and
-// starts empty); a directory that cannot be created does. Returns 0 or -1
-// with a message in err.
+// starts empty); nor does a directory that cannot be written (read-only
+// file system, no permission): the broker then runs without the store,
+// logged at error. A directory that cannot be created for another reason
+// does stop it. Returns 0 or -1 with a message in err.
 static int open_store(server *srv, char *err, size_t errlen)
 {
 #ifdef NMQ_HAVE_STORE
@@ -661,6 +663,16 @@ static int open_store(server *srv, char *err, size_t errlen)
 	char    why[256] = "";
 	nmq_err e        = store_conf_open(
 	           &srv->store, &srv->conf, store_evicted, srv->broker, why, sizeof(why));
+	if (e == NMQ_EACCES) {
+		srv->store = NULL;
+		log_error("store",
+		    "event=store_disabled reason=\"%s\": running without the durable store; "
+		    "nothing is persisted (sessions, queued and retained messages, the bridges' "
+		    "cache are kept in memory only) until the directory can be written and the "
+		    "broker is restarted",
+		    why);
+		return 0;
+	}
 	if (e != NMQ_OK) {
 		snprintf(err, errlen, "cannot open the durable store: %s", why);
 		return -1;

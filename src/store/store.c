@@ -299,10 +299,35 @@ static int create_schema(sqlite3 *db)
 	return rc;
 }
 
-// Opens path, moving a bad file aside once. Returns the handle or NULL
-// with err filled.
-static sqlite3 *open_db(nmq_store *s, char *err, size_t errlen)
+// True when the directory of path cannot be written (read-only file
+// system, no permission): then neither a database nor its WAL can be
+// written there, and a file that fails cannot be moved aside.
+static bool dir_unwritable(const char *path)
 {
+	char        dir[4200];
+	const char *slash = strrchr(path, '/');
+	if (slash == NULL) {
+		snprintf(dir, sizeof(dir), ".");
+	} else {
+		snprintf(
+		    dir, sizeof(dir), "%.*s", (int)(slash - path > 0 ? slash - path : 1), path);
+	}
+	return access(dir, W_OK) != 0 && (errno == EROFS || errno == EACCES || errno == EPERM);
+}
+
+// Opens path, moving a bad file aside once. Returns the handle or NULL
+// with err filled (*unwritable: because its directory cannot be written).
+static sqlite3 *open_db(nmq_store *s, char *err, size_t errlen, bool *unwritable)
+{
+	*unwritable = false;
+	if (dir_unwritable(s->path)) {
+		*unwritable = true;
+		snprintf(err, errlen,
+		    "store: %s: its directory cannot be written (read-only file system or no "
+		    "permission)",
+		    s->path);
+		return NULL;
+	}
 	for (int attempt = 0; attempt < 2; attempt++) {
 		sqlite3 *db = NULL;
 		// NOMUTEX: one thread at a time uses the connection (the main
@@ -1645,13 +1670,14 @@ nmq_err store_open(nmq_store **sp, const store_opts *opts, char *err, size_t err
 	if (e != 0) {
 		snprintf(err, errlen, "store: directory %s: %s", dir, strerror(e));
 		free(s);
-		return NMQ_EIO;
+		return e == EROFS || e == EACCES || e == EPERM ? NMQ_EACCES : NMQ_EIO;
 	}
 	snprintf(s->path, sizeof(s->path), "%s/%s", dir, file);
-	s->db = open_db(s, err, errlen);
+	bool unwritable;
+	s->db = open_db(s, err, errlen, &unwritable);
 	if (s->db == NULL) {
 		free(s);
-		return NMQ_EIO;
+		return unwritable ? NMQ_EACCES : NMQ_EIO;
 	}
 	for (int i = 0; i < STMT_COUNT_; i++) {
 		if (sqlite3_prepare_v3(

@@ -11,7 +11,9 @@ way a user would: kill -9 right after it, or a disk that fills up.
   PUBACK with success is sent only for a message whose group committed.
   The barrier the ack waits for is in the same group as the message's
   rows, so a group that failed is never acked by a later one that
-  committed; after a kill -9 every message acked with success is there."""
+  committed; after a kill -9 every message acked with success is there.
+* A store on a read-only file system: the broker starts without it and
+  logs at error that nothing is persisted."""
 
 import os
 import shutil
@@ -75,7 +77,9 @@ class TestAckedSubscriptions(StoreCase):
             c.expect_no_message()
 
 
-class TestDiskFull(StoreCase):
+class TmpfsCase(StoreCase):
+    """The store's directory on a small tmpfs of its own."""
+
     def setUp(self):
         super().setUp()
         if os.geteuid() != 0 or shutil.which("mount") is None:
@@ -94,6 +98,8 @@ class TestDiskFull(StoreCase):
         subprocess.run(["umount", "-l", self.mnt])
         os.rmdir(self.mnt)
 
+
+class TestDiskFull(TmpfsCase):
     def test_no_success_ack_for_what_did_not_commit(self):
         b = self.start()
         sub = self.client(b, "offline")
@@ -123,6 +129,35 @@ class TestDiskFull(StoreCase):
         got = c.wait_messages(len(acked), timeout=10)
         ids = [int(m.payload.split(b"|")[0]) for m in got]
         self.assertEqual(ids, acked)
+
+
+
+class TestReadOnly(TmpfsCase):
+    # A store on a file system remounted read-only: the broker used to
+    # refuse to start, calling the database "not a database" it could not
+    # move aside. It starts without the store and says so at error.
+    def test_read_only_file_system(self):
+        b = self.start()
+        s = self.client(b, "kept-on-disk")
+        s.connect()
+        s.subscribe("ro/#", qos=1)
+        s.disconnect()
+        self.assertEqual(b.stop(), [])
+        subprocess.run(["mount", "-o", "remount,ro", self.mnt], check=True)
+        b2 = self.start()
+        self.assertRegex(b2.log_text(), r"error store: event=store_disabled reason=.*"
+                                        r"directory cannot be written")
+        self.assertNotIn("not a database", b2.log_text())
+        c = self.client(b2, "kept-on-disk")
+        c.connect()
+        c.subscribe("ro/#", qos=1)
+        p = self.client(b2, "pub", clean=True, expiry=0)
+        p.connect()
+        p.publish("ro/1", b"in memory", qos=1)
+        m = c.wait_message(timeout=5)
+        self.assertIsNotNone(m)
+        self.assertEqual(m.payload, b"in memory")
+        self.assertEqual(os.listdir(self.db_dir), ["nanomq.db"])  # untouched
 
 
 if __name__ == "__main__":
