@@ -439,18 +439,12 @@ static store_op *op_get(nmq_store *s, size_t extra)
 	}
 	if (tl_pool.head == NULL) {
 		pthread_mutex_lock(&s->mtx);
-		store_op *h = s->free_ops, *t = NULL;
-		uint32_t  n = 0;
-		for (store_op *o = h; o != NULL && n < POOL_TAKE; o = o->next) {
-			t = o;
-			n++;
-		}
-		if (t != NULL) {
-			s->free_ops = t->next;
-			s->free_n -= n;
-			t->next      = NULL;
+		store_op *h = s->free_ops;
+		if (h != NULL) {
+			s->free_ops = h->chain_next;
+			s->free_n -= h->chain_n;
 			tl_pool.head = h;
-			tl_pool.n    = n;
+			tl_pool.n    = h->chain_n;
 		}
 		pthread_mutex_unlock(&s->mtx);
 	}
@@ -510,22 +504,30 @@ static void op_free(nmq_store *s, store_op *op)
 	tl_pool.n++;
 }
 
-// The store thread gives a finished group's operations back (messages
-// released, non-pooled ones freed).
-static void pool_put_chain(nmq_store *s, store_op *head, store_op *tail, uint32_t n)
+// The store thread gives a finished group's operations back: chains
+// (each at most POOL_TAKE, linked by next, count in its head) linked by
+// chain_next, n operations in all.
+static void pool_put_chains(nmq_store *s, store_op *chains, uint32_t n)
 {
-	if (head == NULL) {
+	if (chains == NULL) {
 		return;
 	}
+	store_op *last = chains;
+	while (last->chain_next != NULL) {
+		last = last->chain_next;
+	}
 	pthread_mutex_lock(&s->mtx);
-	tail->next  = s->free_ops;
-	s->free_ops = head;
+	last->chain_next = s->free_ops;
+	s->free_ops      = chains;
 	s->free_n += n;
 	while (s->free_n > POOL_KEEP) {
-		store_op *op = s->free_ops;
-		s->free_ops  = op->next;
-		s->free_n--;
-		pool_unlink(s, op);
+		store_op *c = s->free_ops;
+		s->free_ops = c->chain_next;
+		s->free_n -= c->chain_n;
+		for (store_op *op = c, *nx; op != NULL; op = nx) {
+			nx = op->next;
+			pool_unlink(s, op);
+		}
 	}
 	pthread_mutex_unlock(&s->mtx);
 }
@@ -567,6 +569,7 @@ static __thread struct {
 	nmq_store *s; // NULL: none open
 	store_op  *head, *tail;
 	uint32_t   n;
+	uint32_t   marks; // op_marks of its operations
 	unsigned   depth;
 } tl_batch;
 
@@ -576,6 +579,7 @@ void store_batch_begin(nmq_store *s)
 		tl_batch.s    = s;
 		tl_batch.head = tl_batch.tail = NULL;
 		tl_batch.n                    = 0;
+		tl_batch.marks                = 0;
 	}
 }
 
@@ -603,6 +607,7 @@ void store_batch_end(nmq_store *s)
 		}
 		tl_batch.head = tl_batch.tail = NULL;
 		tl_batch.n                    = 0;
+		tl_batch.marks                = 0;
 		return;
 	}
 	// Admitted one by one at submit time (with what the batch already
@@ -615,10 +620,18 @@ void store_batch_end(nmq_store *s)
 	}
 	s->tail = tl_batch.tail;
 	s->pending += tl_batch.n;
+	s->mark_ops += tl_batch.marks;
 	pthread_cond_signal(&s->cv);
 	pthread_mutex_unlock(&s->mtx);
 	tl_batch.head = tl_batch.tail = NULL;
 	tl_batch.n                    = 0;
+	tl_batch.marks                = 0;
+}
+
+// Whether op is one store_group_coalesce must see before the others.
+static inline uint32_t op_marks(const store_op *op)
+{
+	return op->kind == OP_QUEUE_DONE || (op->kind == OP_SESSION_DEL && op->sid != 0);
 }
 
 // Queues op (ownership passes on NMQ_OK; freed otherwise).
@@ -647,6 +660,7 @@ static nmq_err op_submit(nmq_store *s, store_op *op, store_done_fn done, void *a
 			return NMQ_ELIMIT;
 		}
 		op->more = true;
+		tl_batch.marks += op_marks(op);
 		if (tl_batch.tail) {
 			tl_batch.tail->next = op;
 		} else {
@@ -680,6 +694,7 @@ static nmq_err op_submit(nmq_store *s, store_op *op, store_done_fn done, void *a
 	}
 	s->tail = op;
 	s->pending++;
+	s->mark_ops += op_marks(op);
 	pthread_cond_signal(&s->cv);
 	pthread_mutex_unlock(&s->mtx);
 	return NMQ_OK;
@@ -761,6 +776,7 @@ nmq_err store_queue_done_sid(nmq_store *s, const char *client_id, uint32_t sid, 
 	}
 	s->tail = op;
 	s->pending++;
+	s->mark_ops++;
 	*slot_op  = op;
 	*slot_gen = s->take_gen;
 	pthread_cond_signal(&s->cv);
@@ -1507,14 +1523,14 @@ static void evicts_clear(nmq_store *s, bool report)
 
 // Applies a batch of nb operations in one transaction and answers every
 // operation.
-static void run_batch(nmq_store *s, store_op *batch, size_t nb)
+static void run_batch(nmq_store *s, store_op *batch, size_t nb, bool marks)
 {
 	uint64_t wall = store_wall_ms(), mono = store_mono_ms();
 	uint64_t rows_before = s->queued_rows;
 	// Operations that cancel out inside the group are not written; the
 	// reference counts of message rows are written once, at the end.
 	if (store_group_begin(s, nb) == 0) {
-		store_group_coalesce(s, batch);
+		store_group_coalesce(s, batch, marks);
 		s->in_group = true;
 	}
 	int      rc    = step_done(store_stmt(s, STMT_BEGIN));
@@ -1570,7 +1586,8 @@ static void run_batch(nmq_store *s, store_op *batch, size_t nb)
 	} else {
 		atomic_fetch_add(&s->failed, nb);
 	}
-	store_op *ph = NULL, *pt = NULL;
+	// Back to the pool in chains of at most POOL_TAKE, one per refill.
+	store_op *chains = NULL, *cur = NULL;
 	uint32_t  pn = 0;
 	while (batch != NULL) {
 		store_op *op = batch;
@@ -1583,14 +1600,27 @@ static void run_batch(nmq_store *s, store_op *batch, size_t nb)
 			free(op);
 			continue;
 		}
-		op->next = ph;
-		ph       = op;
-		if (pt == NULL) {
-			pt = op;
+		if (cur == NULL || cur->chain_n == POOL_TAKE) {
+			if (cur != NULL) {
+				cur->chain_next = chains;
+				chains          = cur;
+			}
+			op->next    = NULL;
+			op->chain_n = 1;
+			cur         = op;
+		} else {
+			op->next       = cur;
+			op->chain_n    = cur->chain_n + 1;
+			op->chain_next = NULL;
+			cur            = op;
 		}
 		pn++;
 	}
-	pool_put_chain(s, ph, pt, pn);
+	if (cur != NULL) {
+		cur->chain_next = chains;
+		chains          = cur;
+	}
+	pool_put_chains(s, chains, pn);
 }
 
 // What op counts against max_pending and flush_max.
@@ -1615,7 +1645,8 @@ static void *store_thread(void *arg)
 		// (The whole list without walking it, under the lock the workers
 		// queue with, when it fits.)
 		store_op *batch = s->head, *last = s->tail;
-		uint32_t  n = s->pending;
+		uint32_t  n     = s->pending;
+		bool      marks = s->mark_ops > 0;
 		if (n > s->opts.flush_max) {
 			last = s->head;
 			n    = op_weight(last);
@@ -1625,6 +1656,9 @@ static void *store_thread(void *arg)
 				n += op_weight(last);
 			}
 		}
+		if (last == s->tail) {
+			s->mark_ops = 0; // all taken
+		}
 		s->take_gen++; // what was queued before is no longer extended
 		s->head    = last->next;
 		last->next = NULL;
@@ -1633,7 +1667,7 @@ static void *store_thread(void *arg)
 		}
 		s->pending -= n;
 		pthread_mutex_unlock(&s->mtx);
-		run_batch(s, batch, n);
+		run_batch(s, batch, n, marks);
 		pthread_mutex_lock(&s->mtx);
 	}
 	s->exited = true;

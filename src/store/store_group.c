@@ -307,12 +307,12 @@ static void done_forget(nmq_store *s, uint32_t sid)
 	}
 }
 
-void store_group_coalesce(nmq_store *s, store_op *batch)
+void store_group_coalesce(nmq_store *s, store_op *batch, bool marks)
 {
 	// First what the group's OP_QUEUE_DONE say (a range may have grown
 	// past puts queued after it, even into a later group: those puts are
 	// dropped wherever they are), and the sessions deleted.
-	for (store_op *op = batch; op != NULL; op = op->next) {
+	for (store_op *op = marks ? batch : NULL; op != NULL; op = op->next) {
 		if (op->kind == OP_QUEUE_DONE) {
 			done_set(s, op->sid, op->u64b);
 		} else if (op->kind == OP_SESSION_DEL) {

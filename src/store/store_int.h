@@ -65,6 +65,8 @@ typedef struct store_qent {
 typedef struct store_op {
 	struct store_op *next;
 	struct store_op *all_prev, *all_next; // pooled: every pooled op of the store
+	struct store_op *chain_next; // free: the next chain (in a chain's head)
+	uint32_t         chain_n; // free: the ops of the chain it heads
 	store_done_fn    done;
 	void            *arg;
 	union {
@@ -165,14 +167,17 @@ struct nmq_store {
 	bool             exited; // the store thread has ended (under mtx)
 	// The pool of operations (under mtx): free ones, and every pooled one
 	// (free, cached by a thread or in use), freed at close.
-	store_op *free_ops;
+	store_op *free_ops; // chains of up to 256 (chain_next, chain_n in their heads)
 	uint32_t  free_n;
 	store_op *all_ops;
 	uint64_t  uid; // distinguishes this store from an earlier one at the same address
 	// Counts the store thread's takes from the queue: an OP_QUEUE_DONE
 	// queued at take_gen is still in the queue (and may be extended) while
 	// take_gen has not moved.
-	uint64_t         take_gen;
+	uint64_t take_gen;
+	// OP_QUEUE_DONE and numbered OP_SESSION_DEL operations queued since
+	// the store thread last took the whole queue (under mtx).
+	uint32_t         mark_ops;
 	_Atomic uint32_t next_sid;
 
 	// Store thread only.
@@ -213,8 +218,10 @@ void          store_db_close(nmq_store *s);
 // put folded with its state update); records reference count changes of
 // message rows (see store_group.c for the return values); writes them
 // (rows left without reference are deleted). flush_refs returns 0 or -1.
-int  store_group_begin(nmq_store *s, size_t n_ops);
-void store_group_coalesce(nmq_store *s, store_op *batch);
+int store_group_begin(nmq_store *s, size_t n_ops);
+// marks: the batch may hold an OP_QUEUE_DONE or an OP_SESSION_DEL with a
+// session number (false: it holds none, one walk of the batch is saved).
+void store_group_coalesce(nmq_store *s, store_op *batch, bool marks);
 int  store_group_ref(nmq_store *s, int64_t id, int64_t delta);
 int  store_group_flush_refs(nmq_store *s);
 void store_group_forget(nmq_store *s); // after a rollback
