@@ -82,6 +82,20 @@ static void open_finish(nmq_proto *p, const session_open_res *so, const char *cl
 	}
 }
 
+// Sends the CONNACK (session locked). When the CONNECT discarded a
+// session (clean start) and a store keeps sessions, its delete is queued
+// in the store: the CONNACK waits for its commit (a crash right after it
+// must not bring the discarded session back). The packet then refers to
+// nothing on the stack (the caller leaves out such a case).
+static void send_connack(nmq_link *l, const mqtt_packet *ack, bool discarded)
+{
+	if (discarded && l->p->store != NULL) {
+		link_ack(l, ack, true);
+	} else {
+		link_send_packet(l, ack);
+	}
+}
+
 // What authenticate may park: the link and the frame being handled.
 typedef struct defer_ctx {
 	nmq_link      *l;
@@ -380,16 +394,18 @@ int link_connect_run(nmq_link *l, const uint8_t *frame, size_t len, int answer)
 			ap->assigned_client_id.len = (uint32_t)strlen(client_id);
 		}
 		char rinfo[300];
+		bool rinfo_set = false;
 		if ((c->props.present & MQTT_PBIT(MQTT_PROP_REQUEST_RESPONSE))
 		    && c->props.request_response_info) {
 			snprintf(rinfo, sizeof(rinfo), "reply/%.250s", client_id);
 			ap->present |= MQTT_PBIT(MQTT_PROP_RESPONSE_INFO);
 			ap->response_info.p   = (const uint8_t *)rinfo;
 			ap->response_info.len = (uint32_t)strlen(rinfo);
+			rinfo_set             = true;
 		}
-		link_send_packet(l, &ack);
+		send_connack(l, &ack, so.ended != NULL && !assigned && !rinfo_set);
 	} else {
-		link_send_packet(l, &ack);
+		send_connack(l, &ack, so.ended != NULL);
 	}
 	session_attach_locked(s, l, ver, expiry, l->client_receive_max);
 	session_unlock(s);

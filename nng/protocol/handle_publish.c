@@ -125,7 +125,8 @@ static void store_ack_job(workq_job *job)
 			// Not durable: a v5 client is told (0x80) and may resend;
 			// a 3.1.1 client has no way to be told, so its connection
 			// is closed without the ack (it resends after reconnecting).
-			if (l->ver == MQTT_PROTO_V5) {
+			// A CONNACK is not sent: the client connects again.
+			if (l->ver == MQTT_PROTO_V5 && a->pk.type != MQTT_CONNACK) {
 				a->pk.u.ack.reason = MQTT_RC_UNSPECIFIED;
 				link_send_packet(l, &a->pk);
 			} else {

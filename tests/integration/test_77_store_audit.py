@@ -4,7 +4,8 @@ way a user would: kill -9 right after it, or a disk that fills up.
 
 * A SUBACK (UNSUBACK) to a persistent session is sent once the
   subscription (its removal) is committed: a kill -9 right after it keeps
-  what it granted, with its options. Made deterministic with a slow disk
+  what it granted, with its options. Likewise the CONNACK of a clean
+  start that discarded a stored session: it does not come back. Made deterministic with a slow disk
   (tests/tools/slowsync.c), where the window between the ack and the
   commit is hundreds of milliseconds.
 * A full disk (a small tmpfs; skipped where it cannot be mounted): a
@@ -75,6 +76,28 @@ class TestAckedSubscriptions(StoreCase):
                 self.assertTrue(m.retain)
                 self.assertEqual(m.props.get("SubscriptionIdentifier"), [42])
             c.expect_no_message()
+
+    def test_kill9_right_after_clean_start_connack(self):
+        b = self.start(self.env)
+        for cid, version in (("old-v5", 5), ("old-v4", 4)):
+            c = self.client(b, cid, version=version, clean=False)
+            c.connect()
+            c.subscribe("old/#", qos=1)
+            c.disconnect()
+        # Clean start discards each stored session; the CONNACK comes once
+        # that is committed.
+        for cid, version in (("old-v5", 5), ("old-v4", 4)):
+            c = self.client(b, cid, version=version, clean=True, expiry=0)
+            c.connect()
+            self.assertFalse(c.session_present)
+        self.kill9(b)  # at once
+
+        b2 = self.start()
+        self.assertRegex(b2.log_text(), r"event=restored sessions=0 ")
+        for cid, version in (("old-v5", 5), ("old-v4", 4)):
+            c = self.client(b2, cid, version=version, clean=False)
+            c.connect()
+            self.assertFalse(c.session_present, cid)
 
 
 class TmpfsCase(StoreCase):
