@@ -69,6 +69,14 @@
 #define ECHO_SLOTS    4096
 #define ECHO_TTL_MS   30000
 #define SYS_PERIOD_MS 10000 // health on $SYS/brokers/bridges/<name>
+// A forward the remote closes the link on (a 3.1.1 broker closes on a
+// packet over its limit, a retained message it does not allow, ...): after
+// SUSPECT_CLOSES closes in a row with no ack on the link and the same
+// oldest unacked PUBLISH, the next links send with a window of 1; once
+// that PUBLISH was alone in flight at SUSPECT_ALONE such closes, it is
+// dropped (see note_close_locked).
+#define SUSPECT_CLOSES 2
+#define SUSPECT_ALONE  2
 
 enum { Q_QUEUED = 0, Q_SENT = 1, Q_RELEASED = 2 }; // = enum store_qstate
 
@@ -170,6 +178,7 @@ struct bridge {
 	uint64_t ping_at_ms;
 	bool     ping_pending;
 	uint32_t window; // most in flight (the remote's Receive Maximum)
+	uint32_t window_full; // the window of this link outside a probe
 	uint32_t remote_max_packet;
 	bool     logged_up; // link up was logged (once per change)
 	bool     marker_sent; // this CONNECT carried the v3 bridge marker
@@ -203,6 +212,16 @@ struct bridge {
 	nmq_store     *store;
 	uint64_t      *del_seqs; // rows of removed entries, not yet deleted (DEL_BATCH)
 	uint32_t       n_del;
+
+	// A forward suspected of making the remote close the link (the oldest
+	// unacked PUBLISH at suspect_closes closes in a row without an ack;
+	// suspect_alone of them with it alone in flight). probe: links send
+	// one at a time until an ack comes or the suspect is dropped.
+	// link_acked: an ack of ours came on this link. disc_msg: the remote's
+	// DISCONNECT (v5) named a fault of a message.
+	bentry  *suspect;
+	uint32_t suspect_closes, suspect_alone;
+	bool     probe, link_acked, disc_msg;
 
 	// inbound QoS 2 packet ids awaiting PUBREL
 	uint8_t rel[65536 / 8];
@@ -245,7 +264,7 @@ struct bridge {
 
 	// counters (guarded by mtx)
 	uint64_t forwarded, received, dropped, dropped_qos0, evicted, refused, reconnects,
-	    loop_guarded, expired;
+	    loop_guarded, expired, dropped_link_closed;
 };
 
 struct nmq_bridges {
@@ -433,6 +452,11 @@ static void flush_deletes_locked(bridge *b)
 // queue drains, on every tick of the link thread and when the link ends).
 static void entry_remove(bridge *b, bentry *e, bool delete_row)
 {
+	if (b->suspect == e) {
+		b->suspect        = NULL;
+		b->suspect_closes = 0;
+		b->suspect_alone  = 0;
+	}
 	if (b->next_unsent == e) {
 		b->next_unsent = e->next;
 	}
@@ -888,7 +912,7 @@ static void pump_locked(bridge *b)
 			}
 			if (rc < 0) {
 				b->dropped++;
-				log_warn_rl("bridge",
+				NMQ_LOG_RL(LOG_LEVEL_ERROR, "bridge",
 				    "bridge=%s topic=%.*s event=dropped "
 				    "reason=larger_than_remote_maximum",
 				    b->name,
@@ -1191,6 +1215,90 @@ static void in_ack_later_locked(bridge *b, uint8_t type, uint16_t pid)
 #endif
 
 // ------------------------------------------------------------ link frames
+
+// An ack of a forward came on this link (mtx held): the remote takes what
+// is sent, so no forward is suspected of closing the link, and a probe
+// ends (the window opens again). Returns true when a probe ended.
+static bool acked_locked(bridge *b)
+{
+	bool ended        = b->probe;
+	b->link_acked     = true;
+	b->suspect        = NULL;
+	b->suspect_closes = 0;
+	b->suspect_alone  = 0;
+	if (ended) {
+		b->probe  = false;
+		b->window = b->window_full;
+		log_info("bridge", "bridge=%s event=probe_ended window=%u", b->name, b->window);
+	}
+	return ended;
+}
+
+// The link closed (mtx held, before its entries are reset for the next
+// link). oldest: the oldest PUBLISH awaiting its PUBACK / PUBREC, if it
+// was sent on this link; alone: nothing else was in flight. Counts the
+// closes that may be its doing: the link was up, the remote closed it
+// (no DISCONNECT, or a v5 DISCONNECT naming a fault of a message), no ack
+// of any forward came on it, and the same oldest was sent on it. After
+// SUSPECT_CLOSES such closes the next links send one PUBLISH at a time
+// (probe); after SUSPECT_ALONE of them in a probe with the suspect alone
+// in flight, it is dropped (returned; the caller drops it once the link's
+// state is reset). Anything else (a stall found by the keepalive, a close
+// of ours, an ack, nothing in flight) clears the suspicion: a cut or a
+// remote restart during a stream, whose acks flow, never drops anything.
+static bentry *note_close_locked(bridge *b, bool was_up, bool by_remote, bentry *oldest, bool alone)
+{
+	if (!was_up) {
+		return NULL; // no CONNACK: nothing was sent
+	}
+	if (!by_remote || b->link_acked || oldest == NULL) {
+		if (b->probe) {
+			log_info("bridge", "bridge=%s event=probe_ended", b->name);
+		}
+		b->suspect        = NULL;
+		b->suspect_closes = 0;
+		b->suspect_alone  = 0;
+		b->probe          = false;
+		return NULL;
+	}
+	if (oldest != b->suspect) {
+		b->suspect        = oldest;
+		b->suspect_closes = 0;
+		b->suspect_alone  = 0;
+		b->probe          = false;
+	}
+	b->suspect_closes++;
+	if (b->probe && alone) {
+		b->suspect_alone++;
+	}
+	int tl = (int)(oldest->msg->topic_len > 200 ? 200 : oldest->msg->topic_len);
+	if (b->suspect_alone >= SUSPECT_ALONE) {
+		return oldest;
+	}
+	if (!b->probe && b->suspect_closes >= SUSPECT_CLOSES) {
+		b->probe = true;
+		log_warn("bridge",
+		    "bridge=%s topic=%.*s bytes=%u closes=%u event=suspect_forward "
+		    "action=window_1",
+		    b->name, tl, oldest->msg->topic, oldest->msg->payload_len, b->suspect_closes);
+	}
+	return NULL;
+}
+
+// Drops e, which the remote closed the link on each time it was alone in
+// flight (mtx held, link gone).
+static void drop_suspect_locked(bridge *b, bentry *e)
+{
+	int tl = (int)(e->msg->topic_len > 200 ? 200 : e->msg->topic_len);
+	log_error("bridge",
+	    "bridge=%s topic=%.*s qos=%u bytes=%u closes=%u event=dropped "
+	    "reason=remote_closed_link",
+	    b->name, tl, e->msg->topic, e->qos, e->msg->payload_len, b->suspect_closes);
+	b->dropped++;
+	b->dropped_link_closed++;
+	b->probe = false;
+	entry_remove(b, e, true);
+}
 
 // The remote refused e for now (quota exceeded, rate too high): e goes
 // back to the queue, in its place, and the window halves so that the
@@ -1690,6 +1798,11 @@ static void handle_connack_locked(bridge *b, const mqtt_connack *ca)
 	if (b->window > 1024) {
 		b->window = 1024;
 	}
+	b->window_full = b->window;
+	if (b->probe) {
+		b->window = 1; // the suspect alone (note_close_locked)
+		log_info("bridge", "bridge=%s event=probe window=1", b->name);
+	}
 	set_state_locked(b, BS_UP);
 	b->last_error[0] = '\0';
 	if (!ca->session_present) {
@@ -1772,6 +1885,7 @@ static int link_frame(void *upper, const uint8_t *frame, size_t len)
 		bentry  *e   = b->by_pid[pid];
 		if (e != NULL && e->state != Q_QUEUED
 		    && (pk.type == MQTT_PUBACK ? e->qos == 1 : e->state == Q_RELEASED)) {
+			(void)acked_locked(b);
 			if (pk.type == MQTT_PUBACK
 			    && (pk.u.ack.reason == MQTT_RC_QUOTA_EXCEEDED
 			        || pk.u.ack.reason == MQTT_RC_MESSAGE_RATE_TOO_HIGH)) {
@@ -1796,6 +1910,7 @@ static int link_frame(void *upper, const uint8_t *frame, size_t len)
 		uint16_t pid = pk.u.ack.packet_id;
 		bentry  *e   = b->by_pid[pid];
 		if (e != NULL && e->qos == 2 && e->state == Q_SENT) {
+			bool reopen = acked_locked(b);
 			if (pk.u.ack.reason == MQTT_RC_QUOTA_EXCEEDED
 			    || pk.u.ack.reason == MQTT_RC_MESSAGE_RATE_TOO_HIGH) {
 				requeue_locked(b, e);
@@ -1811,6 +1926,9 @@ static int link_frame(void *upper, const uint8_t *frame, size_t len)
 			e->state = Q_RELEASED;
 			record_state(b, e);
 			send_ack_locked(b, MQTT_PUBREL, pid);
+			if (reopen) {
+				pump_locked(b);
+			}
 		} else if (e != NULL && e->state == Q_RELEASED) {
 			send_ack_locked(b, MQTT_PUBREL, pid);
 		}
@@ -1908,6 +2026,21 @@ static int link_frame(void *upper, const uint8_t *frame, size_t len)
 	case MQTT_DISCONNECT:
 		set_error_locked(b, "DISCONNECT from the remote: %s (0x%02x)",
 		    mqtt_reason_name(pk.u.disconnect.reason), pk.u.disconnect.reason);
+		switch (pk.u.disconnect.reason) {
+		case 0x81: // malformed packet
+		case 0x82: // protocol error
+		case 0x83: // implementation specific error
+		case 0x87: // not authorized
+		case 0x90: // topic name invalid
+		case 0x95: // packet too large
+		case 0x99: // payload format invalid
+		case 0x9A: // retain not supported
+		case 0x9B: // QoS not supported
+			b->disc_msg = true; // may be the doing of a forward
+			break;
+		default:
+			break;
+		}
 		conn_close(l->c);
 		pthread_mutex_unlock(&b->mtx);
 		return -1;
@@ -2102,19 +2235,19 @@ static int health_locked(bridge *b, char *buf, size_t cap)
 	    ",\"inflight\":%zu,\"forwarded\":%" PRIu64 ",\"received\":%" PRIu64
 	    ",\"dropped\":%" PRIu64 ",\"dropped_qos0\":%" PRIu64 ",\"evicted\":%" PRIu64
 	    ",\"refused\":%" PRIu64 ",\"expired\":%" PRIu64 ",\"loop_guarded\":%" PRIu64
-	    ",\"reconnects\":%" PRIu64 "}",
+	    ",\"reconnects\":%" PRIu64 ",\"dropped_link_closed\":%" PRIu64 "}",
 	    b->name, state_names[b->state], now - b->state_since_ms, b->server_now, err,
 	    (uint64_t)b->n_mem + disk, b->n_mem, disk,
 	    b->disk_only == DISK_UNKNOWN ? "false" : "true",
 	    oldest != 0 && now > oldest ? now - oldest : 0, b->inflight, b->forwarded, b->received,
 	    b->dropped, b->dropped_qos0, b->evicted, b->refused, b->expired, b->loop_guarded,
-	    b->reconnects);
+	    b->reconnects, b->dropped_link_closed);
 }
 
 // Publishes the health of b on $SYS/brokers/bridges/<name> (retained).
 static void publish_health(bridge *b)
 {
-	char buf[1024];
+	char buf[1536];
 	pthread_mutex_lock(&b->mtx);
 	int n = health_locked(b, buf, sizeof(buf));
 	pthread_mutex_unlock(&b->mtx);
@@ -2245,6 +2378,8 @@ static bool dial_locked(bridge *b, const char *url)
 	b->last_error[0] = '\0';
 	b->link          = l;
 	b->link_gen++;
+	b->link_acked   = false;
+	b->disc_msg     = false;
 	b->up           = false;
 	b->ver          = (uint8_t)b->cfg->proto_ver;
 	b->last_rx_ms   = now_ms();
@@ -2343,11 +2478,21 @@ static void serve_locked(bridge *b)
 			pthread_mutex_lock(&b->mtx);
 		}
 	}
+	bool by_remote = b->last_error[0] == '\0' || b->disc_msg;
 	if (b->last_error[0] == '\0') {
 		set_error_locked(b,
 		    b->up ? "connection closed by the remote"
 		          : "connection closed by the remote before CONNACK");
 	}
+	bentry *oldest = b->head;
+	while (oldest != NULL && oldest->state != Q_SENT) {
+		oldest = oldest->next;
+	}
+	if (oldest != NULL && oldest->dup) {
+		oldest = NULL; // not sent again on this link: not its doing
+	}
+	bentry *culprit = note_close_locked(
+	    b, b->up, by_remote && !b->stop, oldest, oldest != NULL && b->inflight == 1);
 	// Closed: every entry goes again on the next link.
 	flush_deletes_locked(b);
 	b->link        = NULL;
@@ -2359,6 +2504,9 @@ static void serve_locked(bridge *b)
 		if (e->state != Q_QUEUED) {
 			e->dup = true;
 		}
+	}
+	if (culprit != NULL) {
+		drop_suspect_locked(b, culprit);
 	}
 	pthread_mutex_unlock(&b->mtx);
 	conn_release(l->c);

@@ -432,6 +432,9 @@ static void prom_bridges(rest_api *api, http_resp *r)
 		{ "bridge_dropped", "counter", "dropped",
 		    "Forwards given up (QoS 0 while the link is down, queue full, too large, "
 		    "refused)." },
+		{ "bridge_dropped_link_closed", "counter", "dropped_link_closed",
+		    "Forwards dropped because the remote closed the link each time they were "
+		    "sent alone." },
 		{ "bridge_reconnects", "counter", "reconnects",
 		    "Times the link went down after being up." },
 	};
