@@ -223,8 +223,14 @@ struct bridge {
 	uint32_t suspect_closes, suspect_alone;
 	bool     probe, link_acked, disc_msg;
 
-	// inbound QoS 2 packet ids awaiting PUBREL
+	// inbound QoS 2 packet ids awaiting PUBREL. With a store and
+	// clean_start = false they are also rows of store_id (store_rel_put,
+	// committed with the message's local writes before its PUBREC; deleted
+	// before the PUBCOMP) and read back at start (rel_loading until then:
+	// no link meanwhile), so that a PUBLISH the remote resends after a
+	// kill -9 is not published twice. rel_rows: rows may exist.
 	uint8_t rel[65536 / 8];
+	bool    rel_loading, rel_rows;
 	// Links made so far: an inbound ack that waited for the store goes
 	// out only on the link its PUBLISH came by.
 	uint64_t link_gen;
@@ -1212,6 +1218,101 @@ static void in_ack_later_locked(bridge *b, uint8_t type, uint16_t pid)
 	set_error_locked(b, "a message from the remote could not be stored");
 	conn_close(b->link->c);
 }
+
+// True when the inbound QoS 2 ids are kept in the store: the remote keeps
+// the session (clean_start = false) and resends, after a restart of ours,
+// a PUBLISH whose PUBREC it did not get.
+static bool rel_durable(const bridge *b)
+{
+	return b->store != NULL && !b->cfg->clean_start;
+}
+
+// Forgets every inbound QoS 2 id (the remote lost the session), their
+// rows too (mtx held).
+static void rel_clear_locked(bridge *b)
+{
+	if (b->store != NULL && b->rel_rows) {
+		uint32_t failed = 0;
+		for (uint32_t i = 0; i < 65536; i++) {
+			if ((b->rel[i / 8] & (1u << (i % 8))) != 0
+			    && store_rel_del(b->store, b->store_id, (uint16_t)i, NULL, NULL)
+			        != NMQ_OK) {
+				failed++;
+			}
+		}
+		if (failed > 0) {
+			log_warn("bridge", "bridge=%s ids=%u event=qos2_ids_not_deleted", b->name,
+			    failed);
+		}
+		b->rel_rows = false;
+	}
+	memset(b->rel, 0, sizeof(b->rel));
+}
+
+// An inbound QoS 2 id read back at start (store thread).
+static void rel_load_row(void *arg, uint16_t pid)
+{
+	bridge *b = arg;
+	pthread_mutex_lock(&b->mtx);
+	b->rel[pid / 8] |= (uint8_t)(1u << (pid % 8));
+	b->rel_rows = true;
+	pthread_mutex_unlock(&b->mtx);
+}
+
+static void rel_load_done(void *arg, nmq_err err)
+{
+	bridge *b = arg;
+	pthread_mutex_lock(&b->mtx);
+	if (err != NMQ_OK) {
+		log_warn("bridge", "bridge=%s event=qos2_ids_not_read reason=%s", b->name,
+		    nmq_strerror(err));
+	} else if (b->rel_rows) {
+		uint32_t n = 0;
+		for (size_t i = 0; i < sizeof(b->rel); i++) {
+			n += (uint32_t)__builtin_popcount(b->rel[i]);
+		}
+		log_info("bridge", "bridge=%s event=qos2_ids_read ids=%u", b->name, n);
+	}
+	b->rel_loading = false;
+	pthread_cond_broadcast(&b->cv);
+	pthread_mutex_unlock(&b->mtx);
+	bridge_release(b);
+}
+
+// Reads the inbound QoS 2 ids back (bridge start; the link waits for it).
+static void rel_load_start(bridge *b)
+{
+	if (b->store == NULL) {
+		return;
+	}
+	pthread_mutex_lock(&b->mtx);
+	b->rel_loading = true;
+	atomic_fetch_add(&b->refs, 1);
+	nmq_err e = store_rels_read(b->store, b->store_id, rel_load_row, rel_load_done, b);
+	if (e != NMQ_OK) {
+		atomic_fetch_sub(&b->refs, 1);
+		b->rel_loading = false;
+		log_warn("bridge", "bridge=%s event=qos2_ids_not_read reason=%s", b->name,
+		    nmq_strerror(e));
+	}
+	pthread_mutex_unlock(&b->mtx);
+}
+#else
+static bool rel_durable(const bridge *b)
+{
+	(void)b;
+	return false;
+}
+
+static void rel_clear_locked(bridge *b)
+{
+	memset(b->rel, 0, sizeof(b->rel));
+}
+
+static void rel_load_start(bridge *b)
+{
+	(void)b;
+}
 #endif
 
 // ------------------------------------------------------------ link frames
@@ -1808,7 +1909,7 @@ static void handle_connack_locked(bridge *b, const mqtt_connack *ca)
 	if (!ca->session_present) {
 		// The remote lost the session: a message whose PUBREC came back
 		// was received; the rest go again. Inbound QoS 2 state is void.
-		memset(b->rel, 0, sizeof(b->rel));
+		rel_clear_locked(b);
 		for (bentry *e = b->head, *nx; e != NULL; e = nx) {
 			nx = e->next;
 			if (e->state == Q_RELEASED) {
@@ -1935,29 +2036,43 @@ static int link_frame(void *upper, const uint8_t *frame, size_t len)
 		break;
 	}
 	case MQTT_PUBLISH: {
-		mqtt_publish      *p      = &pk.u.publish;
-		const conf_bridge *cfg    = b->cfg;
-		uint16_t           pid    = p->packet_id;
-		bool               dup_q2 = p->qos == 2 && (b->rel[pid / 8] & (1u << (pid % 8)));
-		bool               echo   = !dup_q2 && echo_take_locked(b, p);
+		mqtt_publish      *p   = &pk.u.publish;
+		const conf_bridge *cfg = b->cfg;
+		uint16_t           pid = p->packet_id;
+		// A PUBLISH whose id awaits PUBREL is the same message again
+		// (a sender resends with DUP; it reuses an id only after PUBCOMP).
+		bool dup_q2    = p->qos == 2 && p->dup && (b->rel[pid / 8] & (1u << (pid % 8)));
+		bool echo      = !dup_q2 && echo_take_locked(b, p);
+		bool rel_store = p->qos == 2 && !dup_q2 && rel_durable(b);
+		bool rel_fail  = false;
 		if (echo) {
 			b->loop_guarded++;
 		}
 		pthread_mutex_unlock(&b->mtx);
 		bool ok = true;
 #ifdef NMQ_HAVE_STORE
-		// What routing writes and the barrier its ack waits for, in one
-		// group (a failed group fails its ack).
+		// The QoS 2 id, what routing writes and the barrier the ack waits
+		// for, in one group (a failed group fails its ack).
 		nmq_store *st = p->qos > 0 ? b->store : NULL;
 		if (st != NULL) {
 			store_batch_begin(st);
 		}
+		if (rel_store) {
+			rel_fail = store_rel_put(st, b->store_id, pid, NULL, NULL) != NMQ_OK;
+		}
 #endif
-		if (!dup_q2 && !echo) {
+		if (!dup_q2 && !echo && !rel_fail) {
 			ok = publish_local(b, cfg, p);
 		}
 		pthread_mutex_lock(&b->mtx);
-		if (b->link == l && !l->closed) {
+		if (rel_store && !rel_fail) {
+			b->rel_rows = true;
+		}
+		if (rel_fail && b->link == l && !l->closed) {
+			// Neither published nor acked: the remote resends it.
+			set_error_locked(b, "a message from the remote could not be stored");
+			conn_close(l->c);
+		} else if (b->link == l && !l->closed) {
 			if (!dup_q2 && !echo) {
 				if (ok) {
 					b->received++;
@@ -1990,6 +2105,23 @@ static int link_frame(void *upper, const uint8_t *frame, size_t len)
 	case MQTT_PUBREL: {
 		uint16_t pid = pk.u.ack.packet_id;
 		b->rel[pid / 8] &= (uint8_t) ~(1u << (pid % 8));
+#ifdef NMQ_HAVE_STORE
+		if (b->store != NULL && (b->rel_rows || rel_durable(b))) {
+			// PUBCOMP once the id's row is deleted: the remote may reuse
+			// the id then, and a stale row read back after a restart
+			// would take its next message for a duplicate.
+			store_batch_begin(b->store);
+			if (store_rel_del(b->store, b->store_id, pid, NULL, NULL) == NMQ_OK) {
+				in_ack_later_locked(b, MQTT_PUBCOMP, pid);
+			} else {
+				set_error_locked(
+				    b, "a QoS 2 id from the remote could not be deleted");
+				conn_close(l->c); // the remote sends PUBREL again
+			}
+			store_batch_end(b->store);
+			break;
+		}
+#endif
 		send_ack_locked(b, MQTT_PUBCOMP, pid);
 		break;
 	}
@@ -2537,6 +2669,10 @@ static void *bridge_main(void *arg)
 			attempt = 0;
 			continue;
 		}
+		if (b->rel_loading) {
+			wait_until_locked(b, now_ms() + 1000); // rel_load_done signals
+			continue;
+		}
 		const conf_bridge *cfg = b->cfg;
 		int                n   = 1 + cfg->n_hybrid_servers;
 		idx %= n; // a reload may have shortened the list
@@ -2711,6 +2847,7 @@ static bridge *bridge_new(nmq_bridges *set, const conf_bridge *cb)
 
 static void bridge_run(bridge *b)
 {
+	rel_load_start(b); // the inbound QoS 2 ids (before the first link)
 	pthread_mutex_lock(&b->mtx);
 	refill_locked(b); // the first read counts what the cache holds
 	pthread_mutex_unlock(&b->mtx);

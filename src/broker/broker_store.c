@@ -137,6 +137,9 @@ static void load_sub(void *arg, const store_sub *sub)
 static void load_rel(void *arg, const char *client_id, uint16_t packet_id)
 {
 	restore_ctx *c = arg;
+	if (strncmp(client_id, "$bridge/", 8) == 0) {
+		return; // a bridge's inbound QoS 2 ids: read by the bridge itself
+	}
 	nmq_session *s = ctx_find(c, client_id);
 	if (s == NULL || proto_session_restore_rel(s, packet_id) != NMQ_OK) {
 		c->n_failed++;

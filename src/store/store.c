@@ -1039,6 +1039,16 @@ nmq_err store_subs_read(nmq_store *s, const char              *client_id,
 	return op_submit(s, op, done, arg);
 }
 
+nmq_err store_rels_read(nmq_store *s, const char            *client_id,
+    void (*fn)(void *arg, uint16_t packet_id), store_done_fn done, void *arg)
+{
+	store_op *op = op_new(s, OP_RELS_READ, client_id, NULL, NULL, 0);
+	if (op != NULL) {
+		op->rel_fn = fn;
+	}
+	return op_submit(s, op, done, arg);
+}
+
 nmq_err store_sync(nmq_store *s, store_done_fn done, void *arg)
 {
 	return op_submit(s, op_new(s, OP_SYNC, NULL, NULL, NULL, 0), done, arg);
@@ -1450,6 +1460,8 @@ static int op_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 		return store_queue_read_apply(s, op, wall, mono);
 	case OP_SUBS_READ:
 		return store_subs_read_apply(s, op);
+	case OP_RELS_READ:
+		return store_rels_read_apply(s, op);
 	case OP_SYNC:
 	default:
 		return 0;

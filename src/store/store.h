@@ -225,6 +225,14 @@ nmq_err store_queue_read(nmq_store *s, const char *client_id, uint64_t after_seq
 nmq_err store_subs_read(nmq_store *s, const char              *client_id,
     void (*fn)(void *arg, const store_sub *sub), store_done_fn done, void *arg);
 
+// Reads the inbound QoS 2 packet ids of client_id (store_rel_put; a
+// bridge's, whose client id has no session), on the store thread after
+// everything queued before it: fn for each, then done (NMQ_OK, or NMQ_EIO
+// if the read failed). fn and done run on the store thread and must not
+// block.
+nmq_err store_rels_read(nmq_store *s, const char            *client_id,
+    void (*fn)(void *arg, uint16_t packet_id), store_done_fn done, void *arg);
+
 // What store_load hands back; any callback may be NULL. Pointers are valid
 // during the callback only (hold a message to keep it). Sessions come
 // first, then subscriptions, QoS 2 state, queued messages (by session, in

@@ -39,6 +39,7 @@ enum store_op_kind {
 	// in this or a later group is not written (store_group.c).
 	OP_QUEUE_DONE,
 	OP_SUBS_READ, // store_subs_read
+	OP_RELS_READ, // store_rels_read
 };
 
 // What a pooled operation holds behind it (sub ids, then strings); an
@@ -72,6 +73,7 @@ typedef struct store_op {
 	union {
 		void (*read_fn)(void *arg, const store_qmsg *q); // OP_QUEUE_READ
 		void (*sub_fn)(void *arg, const store_sub *sub); // OP_SUBS_READ
+		void (*rel_fn)(void *arg, uint16_t packet_id); // OP_RELS_READ
 	};
 	nmq_msg    *msg; // held
 	char       *s1; // client id or topic
@@ -230,5 +232,7 @@ void store_group_forget(nmq_store *s); // after a rollback
 int store_queue_read_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono);
 // store_load.c: runs OP_SUBS_READ inside the batch's transaction.
 int store_subs_read_apply(nmq_store *s, store_op *op);
+// store_load.c: runs OP_RELS_READ inside the batch's transaction.
+int store_rels_read_apply(nmq_store *s, store_op *op);
 
 #endif // NMQ_STORE_INT_H

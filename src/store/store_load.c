@@ -597,3 +597,21 @@ int store_subs_read_apply(nmq_store *s, store_op *op)
 	sqlite3_finalize(st);
 	return rc == SQLITE_DONE ? 0 : -1;
 }
+
+int store_rels_read_apply(nmq_store *s, store_op *op)
+{
+	sqlite3_stmt *st = NULL;
+	if (sqlite3_prepare_v2(s->db, "SELECT packet_id FROM rel WHERE cid = ?1", -1, &st, NULL)
+	    != SQLITE_OK) {
+		return -1;
+	}
+	sqlite3_bind_text(st, 1, op->s1, -1, SQLITE_STATIC);
+	int rc;
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		if (op->rel_fn != NULL) {
+			op->rel_fn(op->arg, (uint16_t)sqlite3_column_int(st, 0));
+		}
+	}
+	sqlite3_finalize(st);
+	return rc == SQLITE_DONE ? 0 : -1;
+}

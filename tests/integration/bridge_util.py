@@ -8,6 +8,9 @@ loopback interface and can:
                 stalled link: the bridge must notice it by its keepalive),
   * delay(s)    hold every chunk for s seconds before passing it on,
   * up()        pass bytes again (new connections; black-holed ones stay dead).
+With mqtt_up=True it reads what goes to the remote (from our bridge) as
+MQTT packets, and drops those whose packet type is in drop_up (counted in
+dropped_up).
 """
 
 import json
@@ -25,8 +28,11 @@ from nmq_ops import port_accepts, wait_for
 
 
 class FaultProxy:
-    def __init__(self, target_port):
+    def __init__(self, target_port, mqtt_up=False):
         self.target = target_port
+        self.mqtt_up = mqtt_up
+        self.drop_up = set()
+        self.dropped_up = 0
         self.mode = "pass"
         self.delay_s = 0.0
         self.lock = threading.Lock()
@@ -100,6 +106,10 @@ class FaultProxy:
                 break
             if pair["dead"]:
                 continue  # black hole: swallow everything
+            if self.mqtt_up and src == "c":
+                data = self._filter_up(pair, data)
+                if not data:
+                    continue
             if self.delay_s > 0:
                 time.sleep(self.delay_s)
             try:
@@ -108,6 +118,30 @@ class FaultProxy:
                 break
         if not pair["dead"] or self.stopped:
             self._close_pair(pair)
+
+    def _filter_up(self, pair, data):
+        """The whole packets of what was read so far, less those dropped."""
+        buf = pair.get("upbuf", b"") + data
+        out = b""
+        while True:
+            n, mult, i = 0, 1, 1
+            while i < len(buf) and i <= 4:
+                n += (buf[i] & 0x7F) * mult
+                mult *= 128
+                i += 1
+                if not buf[i - 1] & 0x80:
+                    break
+            else:
+                break  # the length is not all there yet
+            if len(buf) < i + n:
+                break
+            pkt, buf = buf[:i + n], buf[i + n:]
+            if pkt[0] >> 4 in self.drop_up:
+                self.dropped_up += 1
+            else:
+                out += pkt
+        pair["upbuf"] = buf
+        return out
 
     def cut(self):
         self.mode = "down"

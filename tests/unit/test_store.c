@@ -624,6 +624,45 @@ static void test_subs_read(void **state)
 	store_close(s);
 }
 
+static uint16_t rels_got[8];
+static int      n_rels_got;
+
+static void on_rel_read(void *arg, uint16_t pid)
+{
+	(void)arg;
+	if (n_rels_got < 8) {
+		rels_got[n_rels_got] = pid;
+	}
+	n_rels_got++;
+}
+
+// store_rels_read: one client id's inbound QoS 2 ids (a bridge's), after
+// what was queued before it, and after a restart.
+static void test_rels_read(void **state)
+{
+	(void)state;
+	nmq_store *s = open_store(0);
+	store_rel_put(s, "$bridge/x", 7, NULL, NULL);
+	store_rel_put(s, "$bridge/x", 9, NULL, NULL);
+	store_rel_put(s, "other", 8, NULL, NULL);
+	store_rel_del(s, "$bridge/x", 7, NULL, NULL);
+	n_rels_got = 0;
+	waiter_reset();
+	assert_int_equal(store_rels_read(s, "$bridge/x", on_rel_read, on_read_done, NULL), NMQ_OK);
+	wait_calls(1);
+	assert_int_equal(n_rels_got, 1);
+	assert_int_equal(rels_got[0], 9);
+	store_close(s);
+	s          = open_store(0);
+	n_rels_got = 0;
+	waiter_reset();
+	assert_int_equal(store_rels_read(s, "$bridge/x", on_rel_read, on_read_done, NULL), NMQ_OK);
+	wait_calls(1);
+	assert_int_equal(n_rels_got, 1);
+	assert_int_equal(rels_got[0], 9);
+	store_close(s);
+}
+
 // Writes a valid store holding one session, then damages it with fn.
 static void make_store_with_session(void)
 {
@@ -1534,6 +1573,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_done_ranges, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_done_crash_before_commit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_subs_read, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_rels_read, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,98 @@
+#!/usr/bin/python3
+"""56: a QoS 2 message from the remote is published locally exactly once
+across a kill -9 of our broker (docs/bridge.md "Guarantees", "From the
+remote").
+
+Debian's mosquitto is the remote; the bridge (clean_start = false, a
+`subscription` at QoS 2) reaches it through a proxy that passes the
+remote's PUBLISH to us and drops our PUBREC, so the remote keeps the
+message in its session. Our broker is killed -9 once the PUBREC went out
+(it goes only after the local writes and the packet id are committed),
+restarted, and the remote resends the PUBLISH with DUP and the same packet
+id: the packet id read back from the store makes it a duplicate, and the
+persistent local subscriber gets the message once. The id's row is gone
+once the flow completed."""
+
+import os
+import shutil
+import signal
+import sqlite3
+import time
+import unittest
+
+import nmq
+import nmq_ops
+from bridge_util import FaultProxy, Mosquitto, bridge_conf
+from nmq import free_port
+from nmq_ops import OpsTestCase, wait_for
+
+PUBREC = 5
+
+
+def setUpModule():
+    if nmq.USE_MOSQUITTO:
+        raise unittest.SkipTest("bridges of our broker only")
+    nmq_ops.nanomq_bin()
+    if shutil.which("mosquitto") is None:
+        raise unittest.SkipTest("Debian's mosquitto is needed as the remote broker")
+
+
+class TestBridgeInboundQos2(OpsTestCase):
+
+    def test_exactly_once_across_kill9(self):
+        for ver in (4, 5):
+            with self.subTest(proto_ver=ver):
+                self.run_case(ver)
+
+    def run_case(self, ver):
+        inst = self.instance()
+        m = Mosquitto(inst.tmp)
+        self.addCleanup(m.stop)
+        px = FaultProxy(m.port, mqtt_up=True)
+        self.addCleanup(px.close)
+        port = free_port()
+        db = inst.path("db")
+        conf = inst.conf(port, extra=(
+            "sqlite { mounted_file_path = \"%s\" }\n" % db) + bridge_conf(
+            "f", "mqtt-tcp://127.0.0.1:%d" % px.port, ver, 5,
+            subs='{ remote_topic = "down/#", qos = 2 }', extra="clean_start = false"))
+        self.start_broker(inst, ["start", "--conf", conf], port=port)
+        self.assertTrue(inst.wait_output(r"event=link_up", timeout=10), inst.output()[-2000:])
+        s = self.client(port, "offline-sub", clean=False)
+        s.connect()
+        s.subscribe("down/#", 2)
+        s.disconnect()
+        px.drop_up = {PUBREC}
+        rp = self.client(m.port, "remote-pub", version=5)
+        rp.connect()
+        rp.publish("down/x", b"once", qos=2)
+        # Our PUBREC goes out once the message is stored for the offline
+        # subscriber and its packet id recorded; the proxy drops it.
+        self.assertTrue(wait_for(lambda: px.dropped_up >= 1, 10), inst.output()[-2000:])
+        inst.kill(signal.SIGKILL)
+        inst.proc.wait(5)
+        px.drop_up = set()
+        self.start_broker(inst, ["start", "--conf", conf], port=port)
+        self.assertTrue(inst.wait_output(r"event=link_up session_present=1", timeout=10),
+                        inst.output()[-2000:])
+        self.assertIn("event=qos2_ids_read ids=1", inst.output())
+        s2 = self.client(port, "offline-sub", clean=False)
+        s2.connect()
+        # A message after it: once it is here, the resent one was handled.
+        rp.publish("down/x", b"next", qos=2)
+        wait_for(lambda: len(s2.received) >= 2, 10)
+        time.sleep(1.0)  # a late duplicate, if any
+        self.assertEqual([(x.topic, x.payload) for x in list(s2.received)],
+                         [("down/x", b"once"), ("down/x", b"next")], inst.output()[-3000:])
+        self.assert_stops(inst)
+        # Both flows completed (PUBREL, PUBCOMP): no packet id row is left.
+        con = sqlite3.connect(os.path.join(db, "nanomq.db"))
+        try:
+            n = con.execute("SELECT count(*) FROM rel WHERE cid = '$bridge/f'").fetchone()[0]
+        finally:
+            con.close()
+        self.assertEqual(n, 0)
+
+
+if __name__ == "__main__":
+    nmq.main()
