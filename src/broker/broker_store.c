@@ -23,7 +23,10 @@ typedef struct restore_ctx {
 	size_t        len;
 	uint64_t      now_wall;
 	size_t        n_sessions, n_subs, n_msgs, n_rel, n_retained, n_failed;
-	nmq_err       err;
+	// Wills of sessions that ended while the broker was down (held).
+	nmq_msg **wills;
+	size_t    n_wills, cap_wills;
+	nmq_err   err;
 } restore_ctx;
 
 static uint64_t hash_str(const char *s)
@@ -176,6 +179,43 @@ static void load_retained(void *arg, nmq_msg *msg)
 	c->n_retained++;
 }
 
+static void load_expired_will(void *arg, const char *client_id, nmq_msg *will)
+{
+	restore_ctx *c = arg;
+	if (c->n_wills == c->cap_wills) {
+		size_t    cap = c->cap_wills ? c->cap_wills * 2 : 8;
+		nmq_msg **nv  = realloc(c->wills, cap * sizeof(*nv));
+		if (nv == NULL) {
+			log_error("store", "client_id=%s event=will_lost reason=out_of_memory",
+			    client_id);
+			c->n_failed++;
+			return;
+		}
+		c->wills     = nv;
+		c->cap_wills = cap;
+	}
+	log_info("store",
+	    "client_id=%s topic=%s event=will_published reason=session_expired_offline", client_id,
+	    will->topic);
+	nmq_msg_hold(will);
+	c->wills[c->n_wills++] = will;
+}
+
+// The wills of the sessions that ended while the broker was down, once
+// the restored sessions are subscribed and the store is bound (so that
+// persistent subscribers queue them durably), as the protocol layer
+// publishes the will of a session that ends.
+static void publish_expired_wills(restore_ctx *c)
+{
+	for (size_t i = 0; i < c->n_wills; i++) {
+		broker_proto_ops.route(c->b, NULL, NULL, c->wills[i]);
+		nmq_msg_release(c->wills[i]);
+	}
+	free(c->wills);
+	c->wills   = NULL;
+	c->n_wills = 0;
+}
+
 static uint64_t wall_ms(void)
 {
 	struct timespec ts;
@@ -197,11 +237,12 @@ nmq_err broker_store_attach(nmq_broker *b, nmq_proto *p, nmq_store *st, bool per
 	c.p                = p;
 	c.now_wall         = wall_ms();
 	store_load_ops ops = {
-		.session  = load_session,
-		.sub      = load_sub,
-		.rel      = load_rel,
-		.qmsg     = load_qmsg,
-		.retained = load_retained,
+		.session      = load_session,
+		.sub          = load_sub,
+		.rel          = load_rel,
+		.qmsg         = load_qmsg,
+		.retained     = load_retained,
+		.expired_will = load_expired_will,
 		// Queued messages stay on disk until their client is back.
 		.qmsg_inflight_only = true,
 	};
@@ -209,6 +250,10 @@ nmq_err broker_store_attach(nmq_broker *b, nmq_proto *p, nmq_store *st, bool per
 	nmq_err  e  = store_load(st, c.now_wall, &ops, &c);
 	free(c.v);
 	if (e != NMQ_OK) {
+		for (size_t i = 0; i < c.n_wills; i++) {
+			nmq_msg_release(c.wills[i]);
+		}
+		free(c.wills);
 		return e;
 	}
 	store_stats ss;
@@ -220,6 +265,7 @@ nmq_err broker_store_attach(nmq_broker *b, nmq_proto *p, nmq_store *st, bool per
 	    (unsigned long long)ss.expired, c.n_failed, (unsigned long long)(nmq_clock_ms() - t0));
 	proto_set_store(p, &store_proto_ops, st);
 	broker_set_store(b, st);
+	publish_expired_wills(&c);
 	return NMQ_OK;
 }
 

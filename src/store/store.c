@@ -100,7 +100,13 @@ static const char schema_sql[]
 static const char index_sql[]
     = "CREATE INDEX IF NOT EXISTS queue_inflight ON queue(cid, seq) WHERE state != 0;"
       "CREATE INDEX IF NOT EXISTS msgs_expiry ON msgs(expiry_wall_ms)"
-      " WHERE expiry_wall_ms != 0;";
+      " WHERE expiry_wall_ms != 0;"
+      // The time the broker was last known alive (store_alive.c), and
+      // the sessions stored online, which make the idle store write it.
+      // Added to older files; a build without them ignores both.
+      "CREATE TABLE IF NOT EXISTS alive(id INTEGER PRIMARY KEY, wall_ms INTEGER NOT NULL);"
+      "CREATE INDEX IF NOT EXISTS sessions_online ON sessions(offline_wall_ms)"
+      " WHERE offline_wall_ms = 0;";
 
 // The tables a store of STORE_SCHEMA_VERSION must have.
 static const char *const schema_tables[]
@@ -1330,15 +1336,18 @@ static int op_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 			sqlite3_bind_int64(st, 6, will);
 		}
 		sqlite3_bind_int64(st, 7, op->u32b);
+		store_alive_session_op(s, op->u64 == 0);
 		return step_done(st) == SQLITE_DONE ? 0 : -1;
 	}
 	case OP_SESSION_DEL:
+		store_alive_session_op(s, false);
 		// The purge counts references by SQL: write the group's first.
 		if (store_group_flush_refs(s) != 0) {
 			return -1;
 		}
 		return store_session_purge(s, op->s1);
 	case OP_SESSION_OFFLINE:
+		store_alive_session_op(s, op->u64 == 0);
 		st = store_stmt(s, STMT_SESSION_OFFLINE);
 		sqlite3_bind_text(st, 1, op->s1, -1, SQLITE_STATIC);
 		sqlite3_bind_int64(st, 2, (sqlite3_int64)op->u64);
@@ -1570,6 +1579,9 @@ static void run_batch(nmq_store *s, store_op *batch, size_t nb, bool marks)
 		ok = store_group_flush_refs(s) == 0;
 	}
 	if (ok) {
+		ok = store_alive_in_group(s, wall) == 0;
+	}
+	if (ok) {
 		ok = step_done(store_stmt(s, STMT_COMMIT)) == SQLITE_DONE;
 	}
 	if (!ok) {
@@ -1633,6 +1645,7 @@ static void run_batch(nmq_store *s, store_op *batch, size_t nb, bool marks)
 		chains          = cur;
 	}
 	pool_put_chains(s, chains, pn);
+	store_alive_after_group(s);
 }
 
 // What op counts against max_pending and flush_max.
@@ -1648,7 +1661,11 @@ static void *store_thread(void *arg)
 	pthread_mutex_lock(&s->mtx);
 	for (;;) {
 		while (s->head == NULL && !s->stopping) {
-			pthread_cond_wait(&s->cv, &s->mtx);
+			if (store_alive_wait(s)) {
+				pthread_mutex_unlock(&s->mtx);
+				store_alive_idle(s);
+				pthread_mutex_lock(&s->mtx);
+			}
 		}
 		if (s->head == NULL) {
 			break;
@@ -1740,7 +1757,12 @@ nmq_err store_open(nmq_store **sp, const store_opts *opts, char *err, size_t err
 	s->queued_rows = (uint64_t)rows;
 	atomic_store(&s->queued_rows_pub, s->queued_rows);
 	pthread_mutex_init(&s->mtx, NULL);
-	pthread_cond_init(&s->cv, NULL);
+	// On the monotonic clock: the idle alive write waits with a deadline.
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&s->cv, &ca);
+	pthread_condattr_destroy(&ca);
 	if (pthread_create(&s->thread, NULL, store_thread, s) != 0) {
 		snprintf(err, errlen, "store: cannot start its thread");
 		store_db_close(s);
@@ -1758,6 +1780,10 @@ nmq_err store_open(nmq_store **sp, const store_opts *opts, char *err, size_t err
 
 void store_db_close(nmq_store *s)
 {
+	sqlite3_finalize(s->alive_put);
+	sqlite3_finalize(s->alive_online_q);
+	s->alive_put      = NULL;
+	s->alive_online_q = NULL;
 	for (int i = 0; i < STMT_COUNT_; i++) {
 		sqlite3_finalize(s->stmts[i]);
 		s->stmts[i] = NULL;

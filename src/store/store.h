@@ -70,6 +70,9 @@ typedef struct store_opts {
 	// max_queued (may be NULL).
 	void (*evicted)(void *arg, const char *client_id, uint64_t seq);
 	void *evicted_arg;
+	// While a stored session is online, an idle store writes its "alive
+	// at" time every alive_idle_ms (0 = 5000; see store_alive.c).
+	uint32_t alive_idle_ms;
 } store_opts;
 
 // Runs on the store thread once the transaction holding the operation has
@@ -246,6 +249,10 @@ typedef struct store_load_ops {
 	// With qmsg: only the messages in flight (state SENT or RELEASED);
 	// the queued ones stay on disk for store_queue_read.
 	bool qmsg_inflight_only;
+	// Last: the will of each session dropped as expired (it ended while
+	// the broker was down, and its will had not gone out), unless the
+	// will's own Message Expiry passed too. The caller publishes it.
+	void (*expired_will)(void *arg, const char *client_id, nmq_msg *will);
 } store_load_ops;
 
 // Reads the store back, on the calling thread (startup, before traffic);
@@ -255,6 +262,11 @@ typedef struct store_load_ops {
 // was down: sessions whose expiry passed (with their state) and messages
 // whose Message Expiry passed; both are deleted from the file and counted
 // in the stats. Message expiry deadlines are converted to nmq_clock_ms().
+// A session stored online (offline_wall_ms 0: its client was connected
+// when the broker stopped without ending it, e.g. a kill -9) is first
+// made offline since the last time the store recorded it was alive (see
+// store_alive.c; a file without that record keeps it at 0, offline since
+// the load); this is written to the file.
 // Returns NMQ_OK, NMQ_ENOMEM, or NMQ_EIO (logged).
 nmq_err store_load(nmq_store *s, uint64_t now_wall_ms, const store_load_ops *ops, void *arg);
 

@@ -204,6 +204,14 @@ struct nmq_store {
 	size_t             rrefs_cap, rrefs_len;
 
 	_Atomic uint64_t commits, ops, failed, coalesced, evicted, expired, queued_rows_pub;
+
+	// The alive row (store_alive.c), store thread only: its statements,
+	// when it was last written (nmq_clock_ms, 0: not yet), whether a
+	// stored session is online, and whether that must be asked again
+	// (a session row changed).
+	sqlite3_stmt *alive_put, *alive_online_q;
+	uint64_t      alive_mono;
+	bool          alive_online, alive_recheck;
 };
 
 uint64_t               store_wall_ms(void);
@@ -227,6 +235,34 @@ void store_group_coalesce(nmq_store *s, store_op *batch, bool marks);
 int  store_group_ref(nmq_store *s, int64_t id, int64_t delta);
 int  store_group_flush_refs(nmq_store *s);
 void store_group_forget(nmq_store *s); // after a rollback
+
+// store_alive.c (see there). A group commit rewrites the alive row when
+// it is STORE_ALIVE_STEP_MS old; an idle store thread, while a stored
+// session is online, every STORE_ALIVE_IDLE_MS.
+#define STORE_ALIVE_STEP_MS 1000
+#define STORE_ALIVE_IDLE_MS 5000
+// Inside a group's transaction: the alive row if it is due. 0 or -1.
+int store_alive_in_group(nmq_store *s, uint64_t wall);
+// After a group (no lock held): whether a session is online, if asked.
+void store_alive_after_group(nmq_store *s);
+// A session row was written by op_apply: online (or maybe no longer).
+static inline void store_alive_session_op(nmq_store *s, bool online)
+{
+	if (online) {
+		s->alive_online = true;
+	} else {
+		s->alive_recheck = true;
+	}
+}
+// The store thread's wait for work, s->mtx held and the queue empty.
+// Returns true when an idle alive write is due now (caller: unlock,
+// store_alive_idle, lock).
+bool store_alive_wait(nmq_store *s);
+void store_alive_idle(nmq_store *s);
+// store_load (main thread, in its transaction): the sessions stored
+// online get the alive time as the time they went offline. Returns how
+// many (-1 on error); *alive_wall = that time (0: the file has none).
+long store_alive_load(nmq_store *s, uint64_t *alive_wall);
 
 // store_load.c: runs OP_QUEUE_READ inside the batch's transaction.
 int store_queue_read_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono);

@@ -117,15 +117,77 @@ static long collect_pairs(nmq_store *s, const char *sql, uint64_t now, int64_t *
 	return (long)n;
 }
 
+// The wills of the sessions drop_expired deleted, handed to the caller
+// of store_load after everything else.
+typedef struct expired_wills {
+	char    **cids;
+	nmq_msg **msgs;
+	size_t    n, cap;
+} expired_wills;
+
+static void wills_free(expired_wills *w)
+{
+	for (size_t i = 0; i < w->n; i++) {
+		free(w->cids[i]);
+		nmq_msg_release(w->msgs[i]);
+	}
+	free(w->cids);
+	free(w->msgs);
+	memset(w, 0, sizeof(*w));
+}
+
+// Keeps the will of session cid (the row's message columns at 1, its id
+// at 8) unless its own Message Expiry passed. Returns false when out of
+// memory.
+static bool wills_add(
+    expired_wills *w, sqlite3_stmt *st, const char *cid, uint64_t now, uint64_t mono)
+{
+	if (sqlite3_column_type(st, 8) == SQLITE_NULL) {
+		return true;
+	}
+	uint64_t exp_wall = (uint64_t)sqlite3_column_int64(st, 5);
+	if (exp_wall != 0 && exp_wall <= now) {
+		return true;
+	}
+	if (w->n == w->cap) {
+		size_t cap = w->cap ? w->cap * 2 : 8;
+		char **nc  = realloc(w->cids, cap * sizeof(*nc));
+		if (nc == NULL) {
+			return false;
+		}
+		w->cids      = nc;
+		nmq_msg **nm = realloc(w->msgs, cap * sizeof(*nm));
+		if (nm == NULL) {
+			return false;
+		}
+		w->msgs = nm;
+		w->cap  = cap;
+	}
+	nmq_msg *m = msg_from_row(st, 1, sqlite3_column_int64(st, 8), now, mono);
+	char    *c = strdup(cid);
+	if (m == NULL || c == NULL) {
+		nmq_msg_release(m);
+		free(c);
+		return false;
+	}
+	m->store_id     = 0; // its row goes with the session
+	w->cids[w->n]   = c;
+	w->msgs[w->n++] = m;
+	return true;
+}
+
 // Deletes what expired while the broker was down: sessions past their
-// expiry (with all their state) and queued or retained messages past
-// their Message Expiry. Returns 0 or -1.
-static int drop_expired(nmq_store *s, uint64_t now)
+// expiry (with all their state; their wills into *wills) and queued or
+// retained messages past their Message Expiry. Returns 0 or -1.
+static int drop_expired(nmq_store *s, uint64_t now, uint64_t mono, expired_wills *wills)
 {
 	sqlite3_stmt *st = NULL;
 	if (sqlite3_prepare_v2(s->db,
-	        "SELECT cid FROM sessions WHERE offline_wall_ms > 0 AND expiry_s < 4294967295"
-	        " AND offline_wall_ms + expiry_s * 1000 <= ?1",
+	        "SELECT s.cid, m.topic, m.qos, m.retain, m.expiry_interval, m.expiry_wall_ms,"
+	        " m.props, m.payload, s.will_msg FROM sessions s"
+	        " LEFT JOIN msgs m ON m.id = s.will_msg"
+	        " WHERE s.offline_wall_ms > 0 AND s.expiry_s < 4294967295"
+	        " AND s.offline_wall_ms + s.expiry_s * 1000 <= ?1",
 	        -1, &st, NULL)
 	    != SQLITE_OK) {
 		return -1;
@@ -149,6 +211,10 @@ static int drop_expired(nmq_store *s, uint64_t now)
 			break;
 		}
 		n++;
+		if (!wills_add(wills, st, cids[n - 1], now, mono)) {
+			rc = SQLITE_NOMEM;
+			break;
+		}
 	}
 	sqlite3_finalize(st);
 	int ret = rc == SQLITE_DONE ? 0 : -1;
@@ -475,11 +541,17 @@ nmq_err store_load(nmq_store *s, uint64_t now_wall_ms, const store_load_ops *ops
 		log_error("store", "store_load called after operations were queued");
 		return NMQ_EINVAL;
 	}
-	uint64_t mono = store_mono_ms();
+	uint64_t      mono  = store_mono_ms();
+	expired_wills wills = { 0 };
+	uint64_t      alive = 0;
+	long          n_on  = 0;
 	if (exec(s, "BEGIN IMMEDIATE") != 0) {
 		goto fail;
 	}
-	if (drop_expired(s, now_wall_ms) != 0) {
+	// Sessions whose client was connected when the broker stopped went
+	// offline then: since the last time the store knew it was alive.
+	if ((n_on = store_alive_load(s, &alive)) < 0
+	    || drop_expired(s, now_wall_ms, mono, &wills) != 0) {
 		exec(s, "ROLLBACK");
 		goto fail;
 	}
@@ -487,12 +559,23 @@ nmq_err store_load(nmq_store *s, uint64_t now_wall_ms, const store_load_ops *ops
 		exec(s, "ROLLBACK");
 		goto fail;
 	}
+	if (n_on > 0) {
+		log_info("store",
+		    "path=%s event=online_at_stop sessions=%ld alive_wall_ms=%llu down_ms=%lld",
+		    s->path, n_on, (unsigned long long)alive,
+		    (long long)now_wall_ms - (long long)alive);
+	}
 	atomic_store(&s->queued_rows_pub, s->queued_rows);
 	if (load_rows(s, ops, arg, now_wall_ms, mono) != 0) {
 		goto fail;
 	}
+	for (size_t i = 0; i < wills.n && ops->expired_will != NULL; i++) {
+		ops->expired_will(arg, wills.cids[i], wills.msgs[i]);
+	}
+	wills_free(&wills);
 	return NMQ_OK;
 fail:
+	wills_free(&wills);
 	log_error(
 	    "store", "path=%s event=load_failed error=\"%s\"", s->path, sqlite3_errmsg(s->db));
 	return NMQ_EIO;

@@ -153,6 +153,10 @@ typedef struct loaded {
 	char     sess_user[8][32];
 	uint32_t sess_expiry[8];
 	uint64_t sess_max_seq[8];
+	uint64_t sess_offline[8];
+	int      wills;
+	char     will_cid[8][32];
+	char     will_payload[8][32];
 	char     will_topic[8][32];
 	char     sub_filter[8][32];
 	uint8_t  sub_opts[8];
@@ -179,6 +183,7 @@ static void on_session(void *arg, const store_session *r)
 	snprintf(l->sess_user[i], 32, "%s", r->username ? r->username : "(none)");
 	l->sess_expiry[i]  = r->expiry_s;
 	l->sess_max_seq[i] = r->queue_max_seq;
+	l->sess_offline[i] = r->offline_wall_ms;
 	snprintf(l->will_topic[i], 32, "%s", r->will_msg ? r->will_msg->topic : "");
 }
 
@@ -223,7 +228,8 @@ static void on_retained(void *arg, nmq_msg *m)
 	snprintf(l->ret_payload[i], 32, "%.*s", (int)m->payload_len, (char *)m->payload);
 }
 
-static const store_load_ops load_all = { on_session, on_sub, on_rel, on_qmsg, on_retained, false };
+static const store_load_ops load_all
+    = { on_session, on_sub, on_rel, on_qmsg, on_retained, false, NULL };
 
 static void loaded_free(loaded *l)
 {
@@ -1549,6 +1555,151 @@ static void test_done_crash_before_commit(void **state)
 	store_close(s);
 }
 
+static void on_expired_will(void *arg, const char *cid, nmq_msg *will)
+{
+	loaded *l = arg;
+	int     i = l->wills++;
+	snprintf(l->will_cid[i], 32, "%s", cid);
+	snprintf(l->will_payload[i], 32, "%.*s", (int)will->payload_len, (char *)will->payload);
+}
+
+static uint64_t wall_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static int loaded_find(const loaded *l, const char *cid)
+{
+	for (int i = 0; i < l->sessions; i++) {
+		if (strcmp(l->sess_cid[i], cid) == 0) {
+			return i;
+		}
+	}
+	return -1;
+}
+
+// A session stored online (its client connected when the broker died) is
+// offline since the store's last "alive at" time at the next load: it
+// expires by that time, its will handed back to be published; the time
+// is written, so a second load counts from it too. A file without the
+// alive row keeps such a session offline since the load.
+static void test_online_at_crash_load(void **state)
+{
+	(void)state;
+	uint64_t      t0     = wall_now_ms();
+	nmq_store    *s      = open_store(0);
+	nmq_msg      *w1     = mk_msg("will/short", "gone-short", 1, NULL);
+	nmq_msg      *w2     = mk_msg("will/long", "gone-long", 1, NULL);
+	store_session short_ = { .client_id = "on-short", .expiry_s = 2, .will_msg = w1 };
+	store_session long_
+	    = { .client_id = "on-long", .expiry_s = 3600, .will_msg = w2, .will_delay_s = 30 };
+	store_session off = { .client_id = "off", .expiry_s = 3600, .offline_wall_ms = t0 - 1000 };
+	store_session_put(s, &short_, NULL, NULL);
+	store_session_put(s, &long_, NULL, NULL);
+	store_session_put(s, &off, NULL, NULL);
+	store_sub sub = { .client_id = "on-short", .filter = "a/#", .options = 1 };
+	store_sub_put(s, &sub, NULL, NULL);
+	store_queue_put(s, "on-short", 1, w2, 1, false, NULL, 0, NULL, NULL);
+	sync_store(s);
+	uint64_t t1 = wall_now_ms();
+	// The group that wrote them wrote the alive row too.
+	long long alive = query_int("SELECT wall_ms FROM alive WHERE id = 1");
+	assert_true(alive >= (long long)t0 && alive <= (long long)t1);
+	store_close(s); // as a kill -9 leaves it: the sessions stay online
+
+	// Loaded 3 s later: "on-short" (2 s) expired since the alive time.
+	s                  = open_store(0);
+	loaded         l   = { 0 };
+	store_load_ops ops = load_all;
+	ops.expired_will   = on_expired_will;
+	assert_int_equal(store_load(s, t1 + 3000, &ops, &l), NMQ_OK);
+	assert_int_equal(l.sessions, 2);
+	int il = loaded_find(&l, "on-long"), io = loaded_find(&l, "off");
+	assert_true(il >= 0 && io >= 0);
+	assert_int_equal(l.sess_offline[il], (uint64_t)alive);
+	assert_int_equal(l.sess_offline[io], t0 - 1000);
+	assert_int_equal(l.wills, 1);
+	assert_string_equal(l.will_cid[0], "on-short");
+	assert_string_equal(l.will_payload[0], "gone-short");
+	assert_int_equal(l.subs, 0);
+	assert_int_equal(l.qmsgs, 0);
+	loaded_free(&l);
+	store_close(s);
+	assert_int_equal(count_rows("queue"), 0);
+	assert_int_equal(query_int("SELECT COUNT(*) FROM sessions WHERE offline_wall_ms = 0"), 0);
+
+	// A second load (another restart) keeps that time.
+	s = open_store(0);
+	memset(&l, 0, sizeof(l));
+	assert_int_equal(store_load(s, t1 + 4000, &ops, &l), NMQ_OK);
+	il = loaded_find(&l, "on-long");
+	assert_true(il >= 0);
+	assert_int_equal(l.sess_offline[il], (uint64_t)alive);
+	assert_int_equal(l.wills, 0);
+	loaded_free(&l);
+
+	// A file without the alive row (written by an older build): offline
+	// since the load, as before.
+	store_session x = { .client_id = "on-x", .expiry_s = 2 };
+	store_session_put(s, &x, NULL, NULL);
+	sync_store(s);
+	store_close(s);
+	char path[512];
+	snprintf(path, sizeof(path), "%s/nanomq.db", tmpdir);
+	sqlite3 *db = NULL;
+	assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+	assert_int_equal(sqlite3_exec(db, "DROP TABLE alive", NULL, NULL, NULL), SQLITE_OK);
+	sqlite3_close(db);
+	s = open_store(0);
+	memset(&l, 0, sizeof(l));
+	assert_int_equal(store_load(s, t1 + 60000, &ops, &l), NMQ_OK);
+	int ix = loaded_find(&l, "on-x");
+	assert_true(ix >= 0);
+	assert_int_equal(l.sess_offline[ix], 0);
+	loaded_free(&l);
+	store_close(s);
+	nmq_msg_release(w1);
+	nmq_msg_release(w2);
+}
+
+// The idle store writes the alive row only while a stored session is
+// online.
+static void test_alive_idle_writes(void **state)
+{
+	(void)state;
+	store_opts o = {
+		.dir           = tmpdir,
+		.durability    = STORE_DURABLE_OS,
+		.flush_max     = 100,
+		.alive_idle_ms = 100,
+	};
+	nmq_store *s = NULL;
+	char       err[256];
+	assert_int_equal(store_open(&s, &o, err, sizeof(err)), NMQ_OK);
+	store_session on = { .client_id = "on", .expiry_s = 60 };
+	store_session_put(s, &on, NULL, NULL);
+	sync_store(s);
+	long long a1 = query_int("SELECT wall_ms FROM alive WHERE id = 1");
+	assert_true(a1 > 0);
+	usleep(450 * 1000);
+	long long a2 = query_int("SELECT wall_ms FROM alive WHERE id = 1");
+	assert_true(a2 >= a1 + 200);
+	// Offline: no more writes while nothing else happens.
+	assert_int_equal(store_session_offline(s, "on", wall_now_ms(), NULL, NULL), NMQ_OK);
+	sync_store(s);
+	long long a3 = query_int("SELECT wall_ms FROM alive WHERE id = 1");
+	usleep(450 * 1000);
+	assert_int_equal(query_int("SELECT wall_ms FROM alive WHERE id = 1"), a3);
+	// Online again (a put of the offline record's row): writes resume.
+	assert_int_equal(store_session_offline(s, "on", 0, NULL, NULL), NMQ_OK);
+	sync_store(s);
+	usleep(450 * 1000);
+	assert_true(query_int("SELECT wall_ms FROM alive WHERE id = 1") >= a3 + 200);
+	store_close(s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1557,6 +1708,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_reference_counting, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_eviction, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_expiry_at_load, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_online_at_crash_load, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_alive_idle_writes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lazy_read, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_truncated, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_zeroed, setup, teardown),
