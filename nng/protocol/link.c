@@ -135,8 +135,26 @@ void link_backpressure(nmq_link *l, nmq_session *s)
 		    "peer=%s event=publisher_paused reason=store_backlog store_pauses=%ld",
 		    conn_peer(l->conn), n);
 	}
-	conn_set_rx_paused(l->conn, true);
+	link_rx_pause(l, LINK_RXP_BP, true);
 	timer_wheel_schedule(l->p->tw, &bp->timer, bp->since_ms + BP_CHECK_MS);
+}
+
+void link_rx_pause(nmq_link *l, unsigned reason, bool on)
+{
+	unsigned m = on ? atomic_fetch_or(&l->rx_pause, reason) | reason
+	                : atomic_fetch_and(&l->rx_pause, ~reason) & ~reason;
+	// Another thread may change the mask between the update and the call
+	// below, and its call may land before ours: whoever sees the mask
+	// differ from what it last set calls again, so the last call made
+	// matches the final mask.
+	for (;;) {
+		bool paused = m != 0;
+		conn_set_rx_paused(l->conn, paused);
+		m = atomic_load(&l->rx_pause);
+		if ((m != 0) == paused) {
+			return;
+		}
+	}
 }
 
 // Back-pressure check (wheel thread): resume once the congested subscriber
@@ -166,7 +184,7 @@ static void link_bp_cb(tw_timer *t)
 		return;
 	}
 	s = __atomic_exchange_n(&bp->sess, NULL, __ATOMIC_ACQ_REL);
-	conn_set_rx_paused(l->conn, false);
+	link_rx_pause(l, LINK_RXP_BP, false);
 	bp_sess_release(s);
 }
 

@@ -37,6 +37,10 @@ struct nmq_link {
 	// (incremented on rx, decremented by the job that sends them): while
 	// any waits, later acks go behind it (link_ack).
 	atomic_uint acks_waiting;
+	// Why reading is paused (LINK_RXP_* bits, link_rx_pause): back-pressure
+	// and a parked packet pause and resume independently, so that the end
+	// of one never resumes reading that the other still needs paused.
+	atomic_uint rx_pause;
 	// The parking token (link_park.c): made at the first CONNECT or
 	// packet parked for the application's answer, then kept (atomic
 	// pointer; the link holds one reference until it closes). NULL: none.
@@ -170,5 +174,16 @@ int handle_disconnect(nmq_link *l, const mqtt_packet *pkt);
 
 // proto_msg_build (handle_publish.c) is declared in proto.h: the bridge
 // builds its received messages with it too.
+
+// Reasons for pausing a link's reading (nmq_link.rx_pause).
+enum {
+	LINK_RXP_BP   = 1u << 0, // back-pressure (link.c)
+	LINK_RXP_PARK = 1u << 1, // a parked packet (link_park.c)
+};
+
+// Sets (on) or clears one reason of rx_pause and pauses the connection's
+// reading while any reason is set. Any thread: concurrent calls converge
+// on the state of the final mask.
+void link_rx_pause(nmq_link *l, unsigned reason, bool on);
 
 #endif // NMQ_LINK_H

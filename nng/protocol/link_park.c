@@ -138,7 +138,7 @@ proto_pending *link_park(nmq_link *l, bool connect, const uint8_t *frame, size_t
 	// replay resumes it); behind a PUBLISH or SUBSCRIBE reading goes on,
 	// and link_pending_hold pauses it when too much is held.
 	if (connect) {
-		conn_set_rx_paused(l->conn, true);
+		link_rx_pause(l, LINK_RXP_PARK, true);
 	}
 	if (!in_replay) {
 		pthread_mutex_unlock(&t->mtx);
@@ -190,7 +190,7 @@ static void pending_job(workq_job *job)
 		if (t->kind == PARK_PACKET && t->held_len < PENDING_READ_PAUSE) {
 			// Behind a CONNECT reading was paused: a packet parked by its
 			// replay lets it go on (PINGREQs answered meanwhile).
-			conn_set_rx_paused(l->conn, false);
+			link_rx_pause(l, LINK_RXP_PARK, false);
 		}
 	} else {
 		bool resume = l != NULL && !t->stopped;
@@ -202,7 +202,7 @@ static void pending_job(workq_job *job)
 		if (resume) {
 			// The wait was the broker's: the keepalive counts from now.
 			atomic_store_explicit(&l->last_rx_ms, nmq_clock_ms(), memory_order_relaxed);
-			conn_set_rx_paused(l->conn, false);
+			link_rx_pause(l, LINK_RXP_PARK, false);
 		}
 	}
 	t->reparked = false;
@@ -291,7 +291,7 @@ int link_pending_hold(nmq_link *l, const uint8_t *frame, size_t len)
 	// DISCONNECT and closes at once). The replay resumes it.
 	if (t->kind == PARK_PACKET
 	    && (need >= PENDING_READ_PAUSE || (frame[0] >> 4) == MQTT_DISCONNECT)) {
-		conn_set_rx_paused(l->conn, true);
+		link_rx_pause(l, LINK_RXP_PARK, true);
 	}
 	pthread_mutex_unlock(&t->mtx);
 	return 1;
