@@ -62,7 +62,11 @@
 #define V3_WINDOW_Q2 16
 #define DISK_UNKNOWN (UINT64_MAX / 2) // rows on disk not yet counted
 #define POOL_MAX     1024 // free entries kept per bridge
-#define DEL_BATCH    256 // acked cache rows deleted in one store operation
+// Acked cache rows deleted in one store operation: at most DEL_BATCH rows
+// in at most DEL_RANGES runs of consecutive seqs (acks come oldest first:
+// usually one run, one DELETE in the store).
+#define DEL_BATCH  1024
+#define DEL_RANGES 256
 // Echo guard of a 3.1.1 link without the bridge marker: digests of the
 // messages forwarded recently (direct-mapped slots), matched against what
 // the remote sends back.
@@ -210,8 +214,10 @@ struct bridge {
 	uint32_t       n_stage;
 	uint64_t       oldest_disk_ms; // queue time of the oldest row on disk only
 	nmq_store     *store;
-	uint64_t      *del_seqs; // rows of removed entries, not yet deleted (DEL_BATCH)
-	uint32_t       n_del;
+	// Rows of removed entries not yet deleted: n_rng runs [lo, hi] of
+	// consecutive seqs (del_rng[2i], del_rng[2i+1]), n_del rows in all.
+	uint64_t *del_rng;
+	uint32_t  n_rng, n_del;
 
 	// A forward suspected of making the remote close the link (the oldest
 	// unacked PUBLISH at suspect_closes closes in a row without an ack;
@@ -435,16 +441,36 @@ static void list_append(bridge *b, bentry *e)
 // one store operation (one wake-up of the store thread, one transaction).
 static void flush_deletes_locked(bridge *b)
 {
-	if (b->n_del == 0) {
+	if (b->n_rng == 0) {
 		return;
 	}
 	nmq_err err
-	    = store_queue_del_many(b->store, b->store_id, b->del_seqs, b->n_del, NULL, NULL);
+	    = store_queue_del_ranges(b->store, b->store_id, b->del_rng, b->n_rng, NULL, NULL);
 	if (err != NMQ_OK) {
 		log_warn_rl("bridge", "bridge=%s rows=%u event=cache_delete_failed reason=%s",
 		    b->name, b->n_del, nmq_strerror(err));
 	}
+	b->n_rng = 0;
 	b->n_del = 0;
+}
+
+// Records that the row of seq is to be deleted (its entry is gone: acked,
+// refused or dropped): it extends the last run when it follows it.
+static void note_delete_locked(bridge *b, uint64_t seq)
+{
+	if (b->n_rng > 0 && b->del_rng[2 * b->n_rng - 1] + 1 == seq) {
+		b->del_rng[2 * b->n_rng - 1] = seq;
+	} else {
+		if (b->n_rng == DEL_RANGES) {
+			flush_deletes_locked(b);
+		}
+		b->del_rng[2 * b->n_rng]     = seq;
+		b->del_rng[2 * b->n_rng + 1] = seq;
+		b->n_rng++;
+	}
+	if (++b->n_del >= DEL_BATCH) {
+		flush_deletes_locked(b);
+	}
 }
 #else
 static void flush_deletes_locked(bridge *b)
@@ -487,11 +513,8 @@ static void entry_remove(bridge *b, bentry *e, bool delete_row)
 		}
 	}
 #ifdef NMQ_HAVE_STORE
-	if (delete_row && e->seq != 0 && b->store != NULL && b->del_seqs != NULL) {
-		b->del_seqs[b->n_del++] = e->seq;
-		if (b->n_del == DEL_BATCH) {
-			flush_deletes_locked(b);
-		}
+	if (delete_row && e->seq != 0 && b->store != NULL && b->del_rng != NULL) {
+		note_delete_locked(b, e->seq);
 	}
 #else
 	(void)delete_row;
@@ -946,7 +969,7 @@ static void pump_locked(bridge *b)
 			conn_tx_flush_later(c);
 		}
 	}
-	if (b->n_mem == 0 && b->n_del > 0) {
+	if (b->n_mem == 0 && b->n_rng > 0) {
 		flush_deletes_locked(b); // drained: nothing more to batch with
 	}
 	refill_locked(b);
@@ -2770,7 +2793,7 @@ static void bridge_free(bridge *b)
 	conf_bridge_free(b->cfg);
 	free(b->fwds);
 	free(b->by_pid);
-	free(b->del_seqs);
+	free(b->del_rng);
 	free(b->echo);
 	tpf_free(b->tp_sent, b->n_tp_sent);
 	tpf_free(b->tp_gone, b->n_tp_gone);
@@ -2830,8 +2853,8 @@ static bridge *bridge_new(nmq_bridges *set, const conf_bridge *cb)
 	snprintf(b->host_id, nl + strlen(host) + 2, "%s-%s", cb->name, host);
 	if (b->store != NULL) {
 		b->disk_only = DISK_UNKNOWN; // counted by the first read
-		b->del_seqs  = malloc(DEL_BATCH * sizeof(*b->del_seqs));
-		if (b->del_seqs == NULL) {
+		b->del_rng   = malloc(2 * DEL_RANGES * sizeof(*b->del_rng));
+		if (b->del_rng == NULL) {
 			bridge_free(b);
 			return NULL;
 		}

@@ -110,7 +110,9 @@ static const char index_sql[]
 
 // The tables a store of STORE_SCHEMA_VERSION must have.
 static const char *const schema_tables[]
-    = { "msgs", "sessions", "subs", "queue", "rel", "retained" };
+    = { "msgs", "sessions", "subs", "queue", "rel", "retained", "bcache_ids", "bcache" };
+// The tables a file of the version before STORE_SCHEMA_BCACHE lacks.
+#define SCHEMA_TABLES_BEFORE_BCACHE 6
 
 uint64_t store_wall_ms(void)
 {
@@ -221,10 +223,11 @@ static int exec_int(sqlite3 *db, const char *sql, long long *out)
 
 // Checks that db is a store this code can use. Returns NULL if it is (or
 // if it is a new, empty file), otherwise why not.
-static const char *check_db(sqlite3 *db, bool *fresh)
+static const char *check_db(sqlite3 *db, bool *fresh, bool *migrate)
 {
 	long long app = 0, ver = 0, tables = 0;
-	*fresh = false;
+	*fresh   = false;
+	*migrate = false;
 	// The first read of the header: garbage and zeroed files fail here.
 	if (exec_int(db, "PRAGMA application_id", &app) != SQLITE_OK
 	    || exec_int(db, "PRAGMA user_version", &ver) != SQLITE_OK
@@ -238,11 +241,16 @@ static const char *check_db(sqlite3 *db, bool *fresh)
 	if (app != STORE_APP_ID) {
 		return "a database of another program";
 	}
-	if (ver != STORE_SCHEMA_VERSION) {
+	size_t n_tables = sizeof(schema_tables) / sizeof(schema_tables[0]);
+	if (ver == STORE_SCHEMA_BCACHE - 1) {
+		// Readable once its bridges' rows moved (store_bcache_migrate).
+		*migrate = true;
+		n_tables = SCHEMA_TABLES_BEFORE_BCACHE;
+	} else if (ver != STORE_SCHEMA_VERSION) {
 		return ver > STORE_SCHEMA_VERSION ? "a newer schema version"
 		                                  : "an unknown schema version";
 	}
-	for (size_t i = 0; i < sizeof(schema_tables) / sizeof(schema_tables[0]); i++) {
+	for (size_t i = 0; i < n_tables; i++) {
 		char sql[128];
 		snprintf(sql, sizeof(sql),
 		    "SELECT COUNT(*) FROM sqlite_schema WHERE type = 'table' AND name = '%s'",
@@ -293,6 +301,9 @@ static int create_schema(sqlite3 *db)
 		rc = sqlite3_exec(db, schema_sql, NULL, NULL, NULL);
 	}
 	if (rc == SQLITE_OK) {
+		rc = sqlite3_exec(db, store_bcache_schema_sql, NULL, NULL, NULL);
+	}
+	if (rc == SQLITE_OK) {
 		snprintf(sql, sizeof(sql), "PRAGMA application_id = %d; PRAGMA user_version = %d;",
 		    STORE_APP_ID, STORE_SCHEMA_VERSION);
 		rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
@@ -339,21 +350,27 @@ static sqlite3 *open_db(nmq_store *s, char *err, size_t errlen, bool *unwritable
 		// NOMUTEX: one thread at a time uses the connection (the main
 		// thread until the store thread starts taking operations, which
 		// come only after store_load; then the store thread alone).
-		int         rc    = sqlite3_open_v2(s->path, &db,
-		               SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
-		const char *bad   = NULL;
-		bool        fresh = false;
+		int         rc      = sqlite3_open_v2(s->path, &db,
+		                 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+		const char *bad     = NULL;
+		bool        fresh   = false;
+		bool        migrate = false;
 		if (rc != SQLITE_OK) {
 			bad = "cannot be opened";
 		} else {
 			sqlite3_extended_result_codes(db, 1);
 			sqlite3_busy_timeout(db, 5000);
-			bad = check_db(db, &fresh);
+			bad = check_db(db, &fresh, &migrate);
 		}
 		if (bad == NULL) {
 			rc = apply_pragmas(db, s->opts.durability);
 			if (rc == SQLITE_OK && fresh) {
 				rc = create_schema(db);
+			}
+			if (rc == SQLITE_OK && migrate
+			    && store_bcache_migrate(db, STORE_SCHEMA_BCACHE) != 0) {
+				rc  = SQLITE_ERROR;
+				bad = "cannot be migrated";
 			}
 			if (rc == SQLITE_OK) {
 				rc = sqlite3_exec(db, index_sql, NULL, NULL, NULL);
@@ -361,7 +378,9 @@ static sqlite3 *open_db(nmq_store *s, char *err, size_t errlen, bool *unwritable
 			if (rc == SQLITE_OK) {
 				return db;
 			}
-			bad = "cannot be initialised";
+			if (bad == NULL) {
+				bad = "cannot be initialised";
+			}
 		}
 		char loss[160];
 		describe_loss(fresh ? NULL : db, loss, sizeof(loss));
@@ -1004,6 +1023,20 @@ nmq_err store_queue_del_many(nmq_store *s, const char *client_id, const uint64_t
 	return op_submit(s, op, done, arg);
 }
 
+nmq_err store_queue_del_ranges(nmq_store *s, const char *client_id, const uint64_t *lohi,
+    uint32_t n, store_done_fn done, void *arg)
+{
+	size_t    l1 = strlen(client_id) + 1;
+	store_op *op = op_get(s, (size_t)n * 2 * sizeof(uint64_t) + l1);
+	if (op != NULL) {
+		op->kind = OP_QUEUE_DEL_RANGES;
+		op->u32  = n;
+		memcpy(op->data, lohi, (size_t)n * 2 * sizeof(uint64_t));
+		op->s1 = memcpy((char *)(op->data + 2 * (size_t)n), client_id, l1);
+	}
+	return op_submit(s, op, done, arg);
+}
+
 nmq_err store_rel_put(
     nmq_store *s, const char *client_id, uint16_t packet_id, store_done_fn done, void *arg)
 {
@@ -1341,6 +1374,9 @@ static int op_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 	}
 	case OP_SESSION_DEL:
 		store_alive_session_op(s, false);
+		if (store_is_bcache(op->s1) && store_bcache_purge(s, op->s1) != 0) {
+			return -1;
+		}
 		// The purge counts references by SQL: write the group's first.
 		if (store_group_flush_refs(s) != 0) {
 			return -1;
@@ -1365,6 +1401,10 @@ static int op_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 		sqlite3_bind_text(st, 2, op->s2, -1, SQLITE_STATIC);
 		return step_done(st) == SQLITE_DONE ? 0 : -1;
 	case OP_QUEUE_PUT: {
+		if (store_is_bcache(op->s1)) {
+			return store_bcache_put(s, op->s1, op->u64, op->msg, op->qos, op->retain,
+			    op->state, op->pid, wall, mono);
+		}
 		int64_t id = msg_ref(s, op->msg, wall, mono);
 		if (id == 0) {
 			return -1;
@@ -1399,6 +1439,14 @@ static int op_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 			if (q->skip) {
 				continue;
 			}
+			if (store_is_bcache(op->arena + q->cid_off)) {
+				if (store_bcache_put(s, op->arena + q->cid_off, q->seq, op->msg,
+				        q->qos, q->retain, q->state, q->pid, wall, mono)
+				    < 0) {
+					return -1;
+				}
+				continue;
+			}
 			int64_t id = msg_ref(s, op->msg, wall, mono);
 			if (id == 0) {
 				return -1;
@@ -1424,6 +1472,9 @@ static int op_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 		}
 		return 0;
 	case OP_QUEUE_STATE:
+		if (store_is_bcache(op->s1)) {
+			return store_bcache_state(s, op->s1, op->u64, op->state, op->pid);
+		}
 		st = store_stmt(s, STMT_QUEUE_STATE);
 		sqlite3_bind_text(st, 1, op->s1, -1, SQLITE_STATIC);
 		sqlite3_bind_int64(st, 2, (sqlite3_int64)op->u64);
@@ -1431,7 +1482,23 @@ static int op_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 		sqlite3_bind_int(st, 4, op->pid);
 		return step_done(st) == SQLITE_DONE ? 0 : -1;
 	case OP_QUEUE_DEL:
+		if (store_is_bcache(op->s1)) {
+			return store_bcache_del_range(s, op->s1, op->u64, op->u64);
+		}
 		return queue_del_one(s, op->s1, op->u64);
+	case OP_QUEUE_DEL_RANGES:
+		for (uint32_t i = 0; i < op->u32; i++) {
+			uint64_t lo = op->data[2 * i], hi = op->data[2 * i + 1];
+			if (hi < lo) {
+				continue;
+			}
+			if ((store_is_bcache(op->s1) ? store_bcache_del_range(s, op->s1, lo, hi)
+			                             : queue_del_range(s, op->s1, lo, hi))
+			    != 0) {
+				return -1;
+			}
+		}
+		return 0;
 	case OP_QUEUE_DONE:
 		return queue_del_range(s, op->s1, op->u64, op->u64b);
 	case OP_QUEUE_DEL_MANY:
@@ -1446,9 +1513,15 @@ static int op_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 			while (j < op->u32 && op->data[j] == op->data[j - 1] + 1) {
 				j++;
 			}
-			if ((j - i == 1 ? queue_del_one(s, op->s1, op->data[i])
-			                : queue_del_range(s, op->s1, op->data[i], op->data[j - 1]))
-			    != 0) {
+			int r;
+			if (store_is_bcache(op->s1)) {
+				r = store_bcache_del_range(s, op->s1, op->data[i], op->data[j - 1]);
+			} else {
+				r = j - i == 1
+				    ? queue_del_one(s, op->s1, op->data[i])
+				    : queue_del_range(s, op->s1, op->data[i], op->data[j - 1]);
+			}
+			if (r != 0) {
 				return -1;
 			}
 			i = j;
@@ -1466,6 +1539,9 @@ static int op_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 		if (store_group_flush_refs(s) != 0) {
 			return -1;
 		}
+		if (store_is_bcache(op->s1)) {
+			return store_bcache_read(s, op, wall, mono);
+		}
 		return store_queue_read_apply(s, op, wall, mono);
 	case OP_SUBS_READ:
 		return store_subs_read_apply(s, op);
@@ -1477,15 +1553,12 @@ static int op_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 	}
 }
 
-// Past max_queued: deletes the oldest queued (not yet sent) rows. Records
-// them for the evicted callback after the commit.
-static int evict(nmq_store *s)
+// Deletes up to n of the sessions' oldest queued (not yet sent) rows.
+// Records them for the evicted callback after the commit.
+static int evict_queue(nmq_store *s, uint64_t n)
 {
-	if (s->opts.max_queued == 0 || s->queued_rows <= s->opts.max_queued) {
-		return 0;
-	}
-	uint64_t      n  = s->queued_rows - s->opts.max_queued;
-	sqlite3_stmt *st = store_stmt(s, STMT_QUEUE_OLDEST);
+	size_t        first = s->evict_len;
+	sqlite3_stmt *st    = store_stmt(s, STMT_QUEUE_OLDEST);
 	sqlite3_bind_int64(st, 1, (sqlite3_int64)n);
 	int rc;
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -1511,13 +1584,35 @@ static int evict(nmq_store *s)
 	if (rc != SQLITE_DONE && rc != SQLITE_ROW) {
 		return -1;
 	}
-	for (size_t i = 0; i < s->evict_len; i++) {
+	for (size_t i = first; i < s->evict_len; i++) {
 		st = store_stmt(s, STMT_QUEUE_DEL_ID);
 		sqlite3_bind_int64(st, 1, s->evicts[i].row);
 		if (step_done(st) != SQLITE_DONE || msg_unref(s, s->evicts[i].msg_id) != 0) {
 			return -1;
 		}
 		s->queued_rows--;
+	}
+	return 0;
+}
+
+// Past max_queued: the oldest queued rows go, first from whichever of the
+// sessions' queue and the bridges' cache holds more rows, then from the
+// other (decisions/0029).
+static int evict(nmq_store *s)
+{
+	if (s->opts.max_queued == 0 || s->queued_rows <= s->opts.max_queued) {
+		return 0;
+	}
+	bool bridges_first = s->bcache_rows * 2 >= s->queued_rows;
+	for (int pass = 0; pass < 2 && s->queued_rows > s->opts.max_queued; pass++) {
+		uint64_t n = s->queued_rows - s->opts.max_queued;
+		if ((pass == 0) == bridges_first) {
+			if (store_bcache_evict(s, n) < 0) {
+				return -1;
+			}
+		} else if (evict_queue(s, n) != 0) {
+			return -1;
+		}
 	}
 	return 0;
 }
@@ -1547,7 +1642,7 @@ static void evicts_clear(nmq_store *s, bool report)
 static void run_batch(nmq_store *s, store_op *batch, size_t nb, bool marks)
 {
 	uint64_t wall = store_wall_ms(), mono = store_mono_ms();
-	uint64_t rows_before = s->queued_rows;
+	uint64_t rows_before = s->queued_rows, brows_before = s->bcache_rows;
 	// Operations that cancel out inside the group are not written; the
 	// reference counts of message rows are written once, at the end.
 	if (store_group_begin(s, nb) == 0) {
@@ -1597,6 +1692,8 @@ static void run_batch(nmq_store *s, store_op *batch, size_t nb, bool marks)
 			s->batch_msgs[i]->store_id = 0;
 		}
 		s->queued_rows = rows_before;
+		s->bcache_rows = brows_before;
+		store_bcache_forget(s); // a bridge's number may have been rolled back
 	}
 	s->in_group       = false;
 	s->batch_msgs_len = 0;
@@ -1752,8 +1849,15 @@ nmq_err store_open(nmq_store **sp, const store_opts *opts, char *err, size_t err
 			return NMQ_EIO;
 		}
 	}
+	if (store_bcache_prepare(s) != 0) {
+		snprintf(err, errlen, "store: %s: %s", s->path, sqlite3_errmsg(s->db));
+		store_db_close(s);
+		free(s);
+		return NMQ_EIO;
+	}
 	long long rows = 0;
 	exec_int(s->db, "SELECT COUNT(*) FROM queue", &rows);
+	rows += (long long)s->bcache_rows;
 	s->queued_rows = (uint64_t)rows;
 	atomic_store(&s->queued_rows_pub, s->queued_rows);
 	pthread_mutex_init(&s->mtx, NULL);
@@ -1784,6 +1888,7 @@ void store_db_close(nmq_store *s)
 	sqlite3_finalize(s->alive_online_q);
 	s->alive_put      = NULL;
 	s->alive_online_q = NULL;
+	store_bcache_finalize(s);
 	for (int i = 0; i < STMT_COUNT_; i++) {
 		sqlite3_finalize(s->stmts[i]);
 		s->stmts[i] = NULL;

@@ -6,7 +6,9 @@
 // them (with packet id and state), inbound QoS 2 packet ids awaiting
 // PUBREL, and retained messages. A message body is written once however
 // many queues hold it (messages table, reference counted by the rows that
-// point at it).
+// point at it). The queue operations of a client id under "$bridge/" (a
+// bridge's offline cache) keep their rows in a table of their own, the
+// message inline (store_bcache.c).
 //
 // Writes are operations queued by any thread (store_*_put/del: they never
 // touch the disk and never block on it). The store thread takes everything
@@ -190,6 +192,12 @@ nmq_err store_queue_del(
 // acked forwards, wakes the store thread once for all of them.
 nmq_err store_queue_del_many(nmq_store *s, const char *client_id, const uint64_t *seqs, uint32_t n,
     store_done_fn done, void *arg);
+// Removes the queued messages of client_id whose seq is in one of n ranges
+// [lohi[2i], lohi[2i+1]] (copied), in one operation: an acked run of a
+// bridge's forwards is one range (one DELETE). A seq not stored is
+// skipped; the caller wants none of the range's seqs any more.
+nmq_err store_queue_del_ranges(nmq_store *s, const char *client_id, const uint64_t *lohi,
+    uint32_t n, store_done_fn done, void *arg);
 // Inbound QoS 2 packet ids awaiting PUBREL.
 nmq_err store_rel_put(
     nmq_store *s, const char *client_id, uint16_t packet_id, store_done_fn done, void *arg);

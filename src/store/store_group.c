@@ -307,6 +307,35 @@ static void done_forget(nmq_store *s, uint32_t sid)
 	}
 }
 
+// The largest range whose seqs are paired one by one: a longer one is
+// only range-deleted (a put of the group inside it is written, then
+// deleted: the same commit, at a higher cost).
+#define PAIR_RANGE_MAX 4096
+
+void store_group_pair_ranges(nmq_store *s, store_op *op)
+{
+	// As OP_QUEUE_DEL, seq by seq: a put or state update of the group
+	// before it is not written (the range still runs: one statement).
+	for (uint32_t r = 0; r < op->u32; r++) {
+		uint64_t lo = op->data[2 * r], hi = op->data[2 * r + 1];
+		if (hi < lo || hi - lo >= PAIR_RANGE_MAX) {
+			continue;
+		}
+		for (uint64_t seq = lo;; seq++) {
+			bool               found;
+			struct store_ckey *k
+			    = ckey_find(s, op->s1, 0, seq, key_hash(op->s1, 0, seq), &found);
+			if (k != NULL && found && k->op != NULL) {
+				key_skip(k);
+				k->op = NULL;
+			}
+			if (seq == hi) {
+				break;
+			}
+		}
+	}
+}
+
 void store_group_coalesce(nmq_store *s, store_op *batch, bool marks)
 {
 	// First what the group's OP_QUEUE_DONE say (a range may have grown
@@ -343,6 +372,9 @@ void store_group_coalesce(nmq_store *s, store_op *batch, bool marks)
 				}
 				k->op = NULL;
 			}
+			break;
+		case OP_QUEUE_DEL_RANGES:
+			store_group_pair_ranges(s, op);
 			break;
 		case OP_QUEUE_PUTM:
 			for (uint32_t i = 0; i < op->u32; i++) {

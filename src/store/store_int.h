@@ -5,6 +5,7 @@
 #include "src/store/store_sqlite.h"
 #include <pthread.h>
 #include <stdatomic.h>
+#include <string.h>
 
 #include "nng/protocol/timer_wheel.h"
 #include "src/store/store.h"
@@ -13,7 +14,9 @@
 // (PRAGMA user_version) this code reads and writes. A migration from an
 // older version goes where check_db() compares them.
 #define STORE_APP_ID         0x4E4D5153
-#define STORE_SCHEMA_VERSION 1
+#define STORE_SCHEMA_VERSION 2
+// The version whose bridge rows moved to their own table (store_bcache.c).
+#define STORE_SCHEMA_BCACHE 2
 
 enum store_op_kind {
 	OP_SESSION_PUT,
@@ -40,6 +43,9 @@ enum store_op_kind {
 	OP_QUEUE_DONE,
 	OP_SUBS_READ, // store_subs_read
 	OP_RELS_READ, // store_rels_read
+	// u32 ranges [lo, hi] of seqs at data[0..2*u32), then s1
+	// (store_queue_del_ranges).
+	OP_QUEUE_DEL_RANGES,
 };
 
 // What a pooled operation holds behind it (sub ids, then strings); an
@@ -203,6 +209,13 @@ struct nmq_store {
 	uint32_t          *rrefs_used;
 	size_t             rrefs_cap, rrefs_len;
 
+	// The bridges' cache (store_bcache.c, store thread): its statements,
+	// the bridges' numbers it looked up, and its rows (in queued_rows too).
+	sqlite3_stmt     *bstmts[8];
+	struct store_bid *bids;
+	size_t            bids_len, bids_cap;
+	uint64_t          bcache_rows;
+
 	_Atomic uint64_t commits, ops, failed, coalesced, evicted, expired, queued_rows_pub;
 
 	// The alive row (store_alive.c), store thread only: its statements,
@@ -270,5 +283,34 @@ int store_queue_read_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t m
 int store_subs_read_apply(nmq_store *s, store_op *op);
 // store_load.c: runs OP_RELS_READ inside the batch's transaction.
 int store_rels_read_apply(nmq_store *s, store_op *op);
+
+// store_load.c: a message from the columns topic, qos, retain,
+// expiry_interval, expiry_wall_ms, props, payload starting at col.
+nmq_msg *store_msg_from_row(sqlite3_stmt *st, int col, int64_t id, uint64_t wall, uint64_t mono);
+
+// store_bcache.c: the bridges' offline cache, the rows of client ids under
+// "$bridge/" (store thread). Each returns 0 or -1 (put: 1 for a seq
+// stored twice); evict returns the rows evicted or -1.
+static inline bool store_is_bcache(const char *cid)
+{
+	return cid != NULL && strncmp(cid, "$bridge/", 8) == 0;
+}
+extern const char store_bcache_schema_sql[];
+int               store_bcache_prepare(nmq_store *s);
+void              store_bcache_finalize(nmq_store *s);
+void              store_bcache_forget(nmq_store *s); // after a rollback
+int store_bcache_put(nmq_store *s, const char *cid, uint64_t seq, const nmq_msg *m, uint8_t qos,
+    bool retain, uint8_t state, uint16_t pid, uint64_t wall, uint64_t mono);
+int store_bcache_state(nmq_store *s, const char *cid, uint64_t seq, uint8_t state, uint16_t pid);
+int store_bcache_del_range(nmq_store *s, const char *cid, uint64_t lo, uint64_t hi);
+int store_bcache_purge(nmq_store *s, const char *cid);
+int store_bcache_read(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono);
+int64_t store_bcache_evict(nmq_store *s, uint64_t n);
+// Moves the bridges' rows of a version STORE_SCHEMA_BCACHE - 1 file to
+// the cache table and sets the version to to_version, in one transaction.
+int store_bcache_migrate(sqlite3 *db, int to_version);
+// store_group.c: pairs the seqs of an OP_QUEUE_DEL_RANGES with the
+// group's earlier puts and state updates (those are then not written).
+void store_group_pair_ranges(nmq_store *s, store_op *op);
 
 #endif // NMQ_STORE_INT_H

@@ -10,7 +10,7 @@
 // Builds a message from the columns topic, qos, retain, expiry_interval,
 // expiry_wall_ms, props, payload starting at col. Returns NULL when out of
 // memory.
-static nmq_msg *msg_from_row(sqlite3_stmt *st, int col, int64_t id, uint64_t wall, uint64_t mono)
+nmq_msg *store_msg_from_row(sqlite3_stmt *st, int col, int64_t id, uint64_t wall, uint64_t mono)
 {
 	const char *topic = (const char *)sqlite3_column_text(st, col);
 	int         tlen  = sqlite3_column_bytes(st, col);
@@ -424,8 +424,8 @@ static int load_rows(
 				.queue_max_seq   = (uint64_t)sqlite3_column_int64(st, 14),
 			};
 			if (sqlite3_column_type(st, 13) != SQLITE_NULL) {
-				rec.will_msg
-				    = msg_from_row(st, 6, sqlite3_column_int64(st, 13), wall, mono);
+				rec.will_msg = store_msg_from_row(
+				    st, 6, sqlite3_column_int64(st, 13), wall, mono);
 				if (rec.will_msg == NULL) {
 					rc = SQLITE_NOMEM;
 					break;
@@ -485,7 +485,7 @@ static int load_rows(
 			nmq_msg *m     = cache_get(&cache, id);
 			bool     owned = false;
 			if (m == NULL) {
-				if ((m = msg_from_row(st, 6, id, wall, mono)) == NULL) {
+				if ((m = store_msg_from_row(st, 6, id, wall, mono)) == NULL) {
 					rc = SQLITE_NOMEM;
 					break;
 				}
@@ -514,7 +514,8 @@ static int load_rows(
 			return -1;
 		}
 		while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-			nmq_msg *m = msg_from_row(st, 0, sqlite3_column_int64(st, 7), wall, mono);
+			nmq_msg *m
+			    = store_msg_from_row(st, 0, sqlite3_column_int64(st, 7), wall, mono);
 			if (m == NULL) {
 				rc = SQLITE_NOMEM;
 				break;
@@ -609,7 +610,7 @@ int store_queue_read_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t m
 			ngone++;
 			continue;
 		}
-		nmq_msg *m = msg_from_row(st, 6, id, wall, mono);
+		nmq_msg *m = store_msg_from_row(st, 6, id, wall, mono);
 		if (m == NULL) {
 			rc = SQLITE_NOMEM;
 			break;

@@ -1,0 +1,423 @@
+// The bridges' offline cache (store thread only): the rows of client ids
+// under "$bridge/" live in a table of their own, one row per cached
+// forward with the message inline, keyed by (bridge number, seq) in a
+// WITHOUT ROWID table. No message row, no reference count, no rowid and
+// no second index: deleting an acked run of forwards is one range
+// DELETE on the primary key. See docs/decisions/0029-bridge-cache-table.md.
+//
+// The operations are the queue's (store_queue_put / _state / _del /
+// _del_many / _del_ranges / _read with the bridge's client id): store.c
+// routes them here by the client id, so that they are grouped, coalesced,
+// back-pressured and acknowledged after commit like every other one.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "src/log/log.h"
+#include "src/store/store_int.h"
+
+const char store_bcache_schema_sql[]
+    = "CREATE TABLE bcache_ids(bid INTEGER PRIMARY KEY, cid TEXT NOT NULL UNIQUE);"
+      "CREATE TABLE bcache(bid INTEGER NOT NULL, seq INTEGER NOT NULL, qos INTEGER NOT NULL,"
+      " retain INTEGER NOT NULL, state INTEGER NOT NULL, packet_id INTEGER NOT NULL,"
+      " topic TEXT NOT NULL, mqos INTEGER NOT NULL, mretain INTEGER NOT NULL,"
+      " expiry_interval INTEGER NOT NULL, expiry_wall_ms INTEGER NOT NULL, props BLOB,"
+      " payload BLOB, PRIMARY KEY(bid, seq)) WITHOUT ROWID;";
+
+enum {
+	BS_ID_GET,
+	BS_ID_PUT,
+	BS_PUT,
+	BS_STATE,
+	BS_DEL_RANGE,
+	BS_READ,
+	BS_PURGE,
+	BS_OLDEST,
+	BS_COUNT_
+};
+
+static const char *const bs_sql[BS_COUNT_] = {
+	[BS_ID_GET]    = "SELECT bid FROM bcache_ids WHERE cid = ?1",
+	[BS_ID_PUT]    = "INSERT INTO bcache_ids(cid) VALUES (?1)",
+	[BS_PUT]       = "INSERT INTO bcache(bid, seq, qos, retain, state, packet_id, topic, mqos,"
+	                 " mretain, expiry_interval, expiry_wall_ms, props, payload)"
+	                 " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+	[BS_STATE]     = "UPDATE bcache SET state = ?3, packet_id = ?4 WHERE bid = ?1 AND seq = ?2",
+	[BS_DEL_RANGE] = "DELETE FROM bcache WHERE bid = ?1 AND seq BETWEEN ?2 AND ?3",
+	[BS_READ]      = "SELECT seq, qos, retain, state, packet_id, topic, mqos, mretain,"
+	                 " expiry_interval, expiry_wall_ms, props, payload FROM bcache"
+	                 " WHERE bid = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+	[BS_PURGE]     = "DELETE FROM bcache WHERE bid = ?1",
+	[BS_OLDEST] = "SELECT b.bid, b.seq, i.cid FROM bcache b JOIN bcache_ids i ON i.bid = b.bid"
+	              " WHERE b.state = 0 ORDER BY b.bid, b.seq LIMIT ?1",
+};
+
+_Static_assert(BS_COUNT_ <= sizeof(((nmq_store *)0)->bstmts) / sizeof(sqlite3_stmt *),
+    "room for the cache's statements");
+
+// A bridge's number, as the store thread remembers it.
+struct store_bid {
+	char   *cid;
+	int64_t bid;
+};
+
+int store_bcache_prepare(nmq_store *s)
+{
+	for (int i = 0; i < BS_COUNT_; i++) {
+		if (sqlite3_prepare_v3(
+		        s->db, bs_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &s->bstmts[i], NULL)
+		    != SQLITE_OK) {
+			return -1;
+		}
+	}
+	long long     n  = 0;
+	sqlite3_stmt *st = NULL;
+	if (sqlite3_prepare_v2(s->db, "SELECT COUNT(*) FROM bcache", -1, &st, NULL) == SQLITE_OK
+	    && sqlite3_step(st) == SQLITE_ROW) {
+		n = sqlite3_column_int64(st, 0);
+	}
+	sqlite3_finalize(st);
+	s->bcache_rows = (uint64_t)n;
+	return 0;
+}
+
+void store_bcache_finalize(nmq_store *s)
+{
+	for (int i = 0; i < BS_COUNT_; i++) {
+		sqlite3_finalize(s->bstmts[i]);
+		s->bstmts[i] = NULL;
+	}
+	store_bcache_forget(s);
+	free(s->bids);
+	s->bids     = NULL;
+	s->bids_cap = 0;
+}
+
+void store_bcache_forget(nmq_store *s)
+{
+	for (size_t i = 0; i < s->bids_len; i++) {
+		free(s->bids[i].cid);
+	}
+	s->bids_len = 0;
+}
+
+static sqlite3_stmt *bs(nmq_store *s, int i)
+{
+	sqlite3_stmt *st = s->bstmts[i];
+	sqlite3_reset(st);
+	sqlite3_clear_bindings(st);
+	return st;
+}
+
+static int step_done(sqlite3_stmt *st)
+{
+	int rc = sqlite3_step(st);
+	sqlite3_reset(st);
+	return rc;
+}
+
+// The number of bridge cid: 0 when it has none (and create is false), -1
+// on error. Remembered by the store thread (forgotten after a rollback,
+// which may have undone the row).
+static int64_t bid_of(nmq_store *s, const char *cid, bool create)
+{
+	for (size_t i = 0; i < s->bids_len; i++) {
+		if (strcmp(s->bids[i].cid, cid) == 0) {
+			return s->bids[i].bid;
+		}
+	}
+	sqlite3_stmt *st = bs(s, BS_ID_GET);
+	sqlite3_bind_text(st, 1, cid, -1, SQLITE_STATIC);
+	int64_t bid = 0;
+	int     rc  = sqlite3_step(st);
+	if (rc == SQLITE_ROW) {
+		bid = sqlite3_column_int64(st, 0);
+		rc  = SQLITE_DONE;
+	}
+	sqlite3_reset(st);
+	if (rc != SQLITE_DONE) {
+		return -1;
+	}
+	if (bid == 0) {
+		if (!create) {
+			return 0;
+		}
+		st = bs(s, BS_ID_PUT);
+		sqlite3_bind_text(st, 1, cid, -1, SQLITE_STATIC);
+		if (step_done(st) != SQLITE_DONE) {
+			return -1;
+		}
+		bid = sqlite3_last_insert_rowid(s->db);
+	}
+	if (s->bids_len == s->bids_cap) {
+		size_t            cap = s->bids_cap ? s->bids_cap * 2 : 8;
+		struct store_bid *v   = realloc(s->bids, cap * sizeof(*v));
+		if (v == NULL) {
+			return bid; // looked up again next time
+		}
+		s->bids     = v;
+		s->bids_cap = cap;
+	}
+	char *c = strdup(cid);
+	if (c != NULL) {
+		s->bids[s->bids_len++] = (struct store_bid) { c, bid };
+	}
+	return bid;
+}
+
+int store_bcache_put(nmq_store *s, const char *cid, uint64_t seq, const nmq_msg *m, uint8_t qos,
+    bool retain, uint8_t state, uint16_t pid, uint64_t wall, uint64_t mono)
+{
+	int64_t bid = bid_of(s, cid, true);
+	if (bid <= 0) {
+		return -1;
+	}
+	uint64_t expiry_wall = 0;
+	if (m->expiry_at_ms != 0) {
+		expiry_wall = wall + (m->expiry_at_ms > mono ? m->expiry_at_ms - mono : 0);
+	}
+	sqlite3_stmt *st = bs(s, BS_PUT);
+	sqlite3_bind_int64(st, 1, bid);
+	sqlite3_bind_int64(st, 2, (sqlite3_int64)seq);
+	sqlite3_bind_int(st, 3, qos);
+	sqlite3_bind_int(st, 4, retain);
+	sqlite3_bind_int(st, 5, state);
+	sqlite3_bind_int(st, 6, pid);
+	sqlite3_bind_text(st, 7, m->topic, m->topic_len, SQLITE_STATIC);
+	sqlite3_bind_int(st, 8, m->qos);
+	sqlite3_bind_int(st, 9, m->retain);
+	sqlite3_bind_int64(st, 10, m->expiry_interval);
+	sqlite3_bind_int64(st, 11, (sqlite3_int64)expiry_wall);
+	sqlite3_bind_blob(st, 12, m->props, (int)m->props_len, SQLITE_STATIC);
+	sqlite3_bind_blob(st, 13, m->payload, (int)m->payload_len, SQLITE_STATIC);
+	int rc = step_done(st);
+	if (rc == SQLITE_DONE) {
+		s->queued_rows++;
+		s->bcache_rows++;
+		return 0;
+	}
+	// A seq stored twice keeps the first.
+	return (rc & 0xff) == SQLITE_CONSTRAINT ? 1 : -1;
+}
+
+int store_bcache_state(nmq_store *s, const char *cid, uint64_t seq, uint8_t state, uint16_t pid)
+{
+	int64_t bid = bid_of(s, cid, false);
+	if (bid <= 0) {
+		return (int)bid;
+	}
+	sqlite3_stmt *st = bs(s, BS_STATE);
+	sqlite3_bind_int64(st, 1, bid);
+	sqlite3_bind_int64(st, 2, (sqlite3_int64)seq);
+	sqlite3_bind_int(st, 3, state);
+	sqlite3_bind_int(st, 4, pid);
+	return step_done(st) == SQLITE_DONE ? 0 : -1;
+}
+
+static int del_range_bid(nmq_store *s, int64_t bid, uint64_t lo, uint64_t hi)
+{
+	sqlite3_stmt *st = bs(s, BS_DEL_RANGE);
+	sqlite3_bind_int64(st, 1, bid);
+	sqlite3_bind_int64(st, 2, (sqlite3_int64)lo);
+	sqlite3_bind_int64(st, 3, (sqlite3_int64)hi);
+	if (step_done(st) != SQLITE_DONE) {
+		return -1;
+	}
+	uint64_t n = (uint64_t)sqlite3_changes(s->db);
+	s->queued_rows -= n <= s->queued_rows ? n : s->queued_rows;
+	s->bcache_rows -= n <= s->bcache_rows ? n : s->bcache_rows;
+	return 0;
+}
+
+int store_bcache_del_range(nmq_store *s, const char *cid, uint64_t lo, uint64_t hi)
+{
+	int64_t bid = bid_of(s, cid, false);
+	if (bid <= 0) {
+		return (int)bid; // no row of this bridge was ever stored
+	}
+	return del_range_bid(s, bid, lo, hi);
+}
+
+int store_bcache_purge(nmq_store *s, const char *cid)
+{
+	int64_t bid = bid_of(s, cid, false);
+	if (bid <= 0) {
+		return (int)bid;
+	}
+	sqlite3_stmt *st = bs(s, BS_PURGE);
+	sqlite3_bind_int64(st, 1, bid);
+	if (step_done(st) != SQLITE_DONE) {
+		return -1;
+	}
+	uint64_t n = (uint64_t)sqlite3_changes(s->db);
+	s->queued_rows -= n <= s->queued_rows ? n : s->queued_rows;
+	s->bcache_rows -= n <= s->bcache_rows ? n : s->bcache_rows;
+	return 0;
+}
+
+int store_bcache_read(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
+{
+	int64_t bid = bid_of(s, op->s1, false);
+	if (bid <= 0) {
+		return (int)bid; // nothing cached
+	}
+	sqlite3_stmt *st = bs(s, BS_READ);
+	sqlite3_bind_int64(st, 1, bid);
+	sqlite3_bind_int64(st, 2, (sqlite3_int64)op->u64);
+	sqlite3_bind_int64(st, 3, op->u32 ? (sqlite3_int64)op->u32 : -1);
+	uint64_t *gone  = NULL;
+	size_t    ngone = 0, cap = 0;
+	int       rc;
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		uint64_t seq      = (uint64_t)sqlite3_column_int64(st, 0);
+		uint64_t exp_wall = (uint64_t)sqlite3_column_int64(st, 9);
+		if (exp_wall != 0 && exp_wall <= wall) {
+			// Expired while cached: deleted after the read.
+			if (ngone == cap) {
+				cap          = cap ? cap * 2 : 16;
+				uint64_t *nv = realloc(gone, cap * sizeof(*nv));
+				if (nv == NULL) {
+					rc = SQLITE_NOMEM;
+					break;
+				}
+				gone = nv;
+			}
+			gone[ngone++] = seq;
+			continue;
+		}
+		nmq_msg *m = store_msg_from_row(st, 5, 0, wall, mono);
+		if (m == NULL) {
+			rc = SQLITE_NOMEM;
+			break;
+		}
+		store_qmsg q = {
+			.client_id = op->s1,
+			.seq       = seq,
+			.msg       = m,
+			.qos       = (uint8_t)sqlite3_column_int(st, 1),
+			.retain    = sqlite3_column_int(st, 2) != 0,
+			.state     = (uint8_t)sqlite3_column_int(st, 3),
+			.packet_id = (uint16_t)sqlite3_column_int(st, 4),
+		};
+		if (op->read_fn != NULL) {
+			op->read_fn(op->arg, &q);
+		}
+		nmq_msg_release(m);
+	}
+	sqlite3_reset(st);
+	int ret = rc == SQLITE_DONE ? 0 : -1;
+	for (size_t i = 0; ret == 0 && i < ngone; i++) {
+		ret = del_range_bid(s, bid, gone[i], gone[i]);
+		atomic_fetch_add(&s->expired, 1);
+	}
+	free(gone);
+	return ret;
+}
+
+int64_t store_bcache_evict(nmq_store *s, uint64_t n)
+{
+	if (n == 0 || s->bcache_rows == 0) {
+		return 0;
+	}
+	size_t        first = s->evict_len;
+	sqlite3_stmt *st    = bs(s, BS_OLDEST);
+	sqlite3_bind_int64(st, 1, (sqlite3_int64)n);
+	int      rc;
+	int64_t *bids = NULL;
+	size_t   nb = 0, cap = 0;
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		if (s->evict_len == s->evict_cap) {
+			size_t       c = s->evict_cap ? s->evict_cap * 2 : 16;
+			store_evict *v = realloc(s->evicts, c * sizeof(*v));
+			if (v == NULL) {
+				break;
+			}
+			s->evicts    = v;
+			s->evict_cap = c;
+		}
+		if (nb == cap) {
+			cap         = cap ? cap * 2 : 16;
+			int64_t *nv = realloc(bids, cap * sizeof(*nv));
+			if (nv == NULL) {
+				break;
+			}
+			bids = nv;
+		}
+		bids[nb++]       = sqlite3_column_int64(st, 0);
+		store_evict *e   = &s->evicts[s->evict_len++];
+		const char  *cid = (const char *)sqlite3_column_text(st, 2);
+		e->row           = 0;
+		e->msg_id        = 0;
+		e->seq           = (uint64_t)sqlite3_column_int64(st, 1);
+		snprintf(e->cid, sizeof(e->cid), "%s", cid ? cid : "");
+		e->cid_full = (size_t)sqlite3_column_bytes(st, 2) < sizeof(e->cid) || cid == NULL
+		    ? NULL
+		    : strdup(cid);
+	}
+	sqlite3_reset(st);
+	int64_t ret = rc == SQLITE_DONE || rc == SQLITE_ROW ? 0 : -1;
+	for (size_t i = 0; ret >= 0 && i < nb; i++) {
+		uint64_t seq = s->evicts[first + i].seq;
+		if (del_range_bid(s, bids[i], seq, seq) != 0) {
+			ret = -1;
+		} else {
+			ret++;
+		}
+	}
+	free(bids);
+	return ret;
+}
+
+int store_bcache_migrate(sqlite3 *db, int to_version)
+{
+	// The bridges' rows of the queue (client ids "$bridge/..."; '0'
+	// follows '/') move to the cache table, message inline, in seq order
+	// of each bridge (the key), with their state; the message rows lose
+	// those references. One transaction: all of it or nothing.
+	static const char sql[]
+	    = "INSERT INTO bcache_ids(cid) SELECT DISTINCT cid FROM queue"
+	      " WHERE cid >= '$bridge/' AND cid < '$bridge0' ORDER BY cid;"
+	      "INSERT INTO bcache(bid, seq, qos, retain, state, packet_id, topic, mqos, mretain,"
+	      " expiry_interval, expiry_wall_ms, props, payload)"
+	      " SELECT i.bid, q.seq, q.qos, q.retain, q.state, q.packet_id, m.topic, m.qos,"
+	      " m.retain, m.expiry_interval, m.expiry_wall_ms, m.props, m.payload"
+	      " FROM queue q JOIN bcache_ids i ON i.cid = q.cid JOIN msgs m ON m.id = q.msg_id;"
+	      "UPDATE msgs SET refs = refs - (SELECT COUNT(*) FROM queue q WHERE q.msg_id = msgs.id"
+	      " AND q.cid >= '$bridge/' AND q.cid < '$bridge0')"
+	      " WHERE id IN (SELECT msg_id FROM queue WHERE cid >= '$bridge/' AND cid < "
+	      "'$bridge0');"
+	      "DELETE FROM msgs WHERE refs <= 0 AND id IN (SELECT msg_id FROM queue"
+	      " WHERE cid >= '$bridge/' AND cid < '$bridge0');"
+	      "DELETE FROM queue WHERE cid >= '$bridge/' AND cid < '$bridge0';";
+	char ver[64];
+	snprintf(ver, sizeof(ver), "PRAGMA user_version = %d;", to_version);
+	int rc = sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+	if (rc == SQLITE_OK) {
+		rc = sqlite3_exec(db, store_bcache_schema_sql, NULL, NULL, NULL);
+	}
+	if (rc == SQLITE_OK) {
+		rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
+	}
+	long long moved = 0;
+	if (rc == SQLITE_OK) {
+		sqlite3_stmt *st = NULL;
+		if (sqlite3_prepare_v2(db, "SELECT COUNT(*) FROM bcache", -1, &st, NULL)
+		        == SQLITE_OK
+		    && sqlite3_step(st) == SQLITE_ROW) {
+			moved = sqlite3_column_int64(st, 0);
+		}
+		sqlite3_finalize(st);
+		rc = sqlite3_exec(db, ver, NULL, NULL, NULL);
+	}
+	if (rc == SQLITE_OK) {
+		rc = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
+	}
+	if (rc != SQLITE_OK) {
+		log_error("store", "event=migration_failed to_version=%d error=\"%s\"", to_version,
+		    sqlite3_errmsg(db));
+		sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+		return -1;
+	}
+	log_info("store", "event=migrated to_version=%d bridge_cache_rows=%lld", to_version, moved);
+	return 0;
+}

@@ -1,0 +1,490 @@
+// Unit tests of the bridges' offline cache in the durable store
+// (src/store/store_bcache.c) on real SQLite files: the rows of "$bridge/"
+// client ids go to the cache table (message inline), are read back in
+// seq order after a point, deleted by ranges, cancelled out inside a group,
+// evicted past max_queued, lost whole with a group killed before its
+// commit, and moved there from the queue of a version 1 file at open.
+#include <dirent.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <setjmp.h>
+
+#include <cmocka.h>
+
+#include "src/store/store.h"
+
+static char tmpdir[256];
+
+static int setup(void **state)
+{
+	(void)state;
+	snprintf(tmpdir, sizeof(tmpdir), "/tmp/nmq-bcache-XXXXXX");
+	assert_non_null(mkdtemp(tmpdir));
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	DIR *d = opendir(tmpdir);
+	if (d != NULL) {
+		struct dirent *e;
+		while ((e = readdir(d)) != NULL) {
+			if (e->d_name[0] != '.') {
+				char p[600];
+				snprintf(p, sizeof(p), "%s/%s", tmpdir, e->d_name);
+				unlink(p);
+			}
+		}
+		closedir(d);
+	}
+	rmdir(tmpdir);
+	return 0;
+}
+
+static uint64_t evicted_seqs[16];
+static char     evicted_cid[64];
+static int      n_evicted;
+
+static void on_evicted(void *arg, const char *cid, uint64_t seq)
+{
+	(void)arg;
+	if (n_evicted < 16) {
+		evicted_seqs[n_evicted] = seq;
+	}
+	n_evicted++;
+	snprintf(evicted_cid, sizeof(evicted_cid), "%s", cid);
+}
+
+static nmq_store *open_store(uint64_t max_queued)
+{
+	store_opts o = {
+		.dir        = tmpdir,
+		.durability = STORE_DURABLE_OS,
+		.flush_max  = 100,
+		.max_queued = max_queued,
+		.evicted    = on_evicted,
+	};
+	nmq_store *s = NULL;
+	char       err[256];
+	assert_int_equal(store_open(&s, &o, err, sizeof(err)), NMQ_OK);
+	return s;
+}
+
+static nmq_msg *mk_msg(const char *topic, const char *payload)
+{
+	nmq_msg *m = nmq_msg_alloc(topic, strlen(topic), 0, strlen(payload));
+	assert_non_null(m);
+	memcpy(m->payload, payload, strlen(payload));
+	m->qos = 1;
+	return m;
+}
+
+static struct {
+	pthread_mutex_t mtx;
+	pthread_cond_t  cv;
+	int             calls, errors;
+} W = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0 };
+
+static void on_done(void *arg, nmq_err err)
+{
+	(void)arg;
+	pthread_mutex_lock(&W.mtx);
+	W.calls++;
+	W.errors += err != NMQ_OK;
+	pthread_cond_broadcast(&W.cv);
+	pthread_mutex_unlock(&W.mtx);
+}
+
+static void sync_store(nmq_store *s)
+{
+	pthread_mutex_lock(&W.mtx);
+	W.calls = W.errors = 0;
+	pthread_mutex_unlock(&W.mtx);
+	assert_int_equal(store_sync(s, on_done, NULL), NMQ_OK);
+	pthread_mutex_lock(&W.mtx);
+	while (W.calls < 1) {
+		pthread_cond_wait(&W.cv, &W.mtx);
+	}
+	pthread_mutex_unlock(&W.mtx);
+}
+
+// A one-value query on the file through a second connection (committed
+// rows only).
+static long long query_int(const char *sql)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/nanomq.db", tmpdir);
+	sqlite3 *db = NULL;
+	assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+	sqlite3_stmt *st = NULL;
+	assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+	long long n = -1;
+	if (sqlite3_step(st) == SQLITE_ROW) {
+		n = sqlite3_column_int64(st, 0);
+	}
+	sqlite3_finalize(st);
+	sqlite3_close(db);
+	return n;
+}
+
+typedef struct reader {
+	int      n;
+	uint64_t seqs[64];
+	char     payload[64][16];
+	uint8_t  state[64];
+	uint16_t pid[64];
+	int      done;
+} reader;
+
+static reader R;
+
+static void on_read(void *arg, const store_qmsg *q)
+{
+	reader *r = arg;
+	if (r->n < 64) {
+		r->seqs[r->n]  = q->seq;
+		r->state[r->n] = q->state;
+		r->pid[r->n]   = q->packet_id;
+		snprintf(r->payload[r->n], 16, "%.*s", (int)q->msg->payload_len,
+		    (const char *)q->msg->payload);
+	}
+	r->n++;
+}
+
+static void on_read_done(void *arg, nmq_err err)
+{
+	on_done(arg, err);
+}
+
+static void read_all(nmq_store *s, const char *cid, uint64_t after, uint32_t max)
+{
+	memset(&R, 0, sizeof(R));
+	pthread_mutex_lock(&W.mtx);
+	W.calls = W.errors = 0;
+	pthread_mutex_unlock(&W.mtx);
+	assert_int_equal(store_queue_read(s, cid, after, max, on_read, on_read_done, &R), NMQ_OK);
+	pthread_mutex_lock(&W.mtx);
+	while (W.calls < 1) {
+		pthread_cond_wait(&W.cv, &W.mtx);
+	}
+	pthread_mutex_unlock(&W.mtx);
+	assert_int_equal(W.errors, 0);
+}
+
+static sem_t      gate;
+static atomic_int blocked_in_done;
+
+static void on_done_block(void *arg, nmq_err err)
+{
+	(void)arg;
+	(void)err;
+	atomic_store(&blocked_in_done, 1);
+	sem_wait(&gate);
+	atomic_store(&blocked_in_done, 0);
+}
+
+// Everything queued while the store thread is held here is one group.
+static void block_store_thread(nmq_store *s)
+{
+	assert_int_equal(store_sync(s, on_done_block, NULL), NMQ_OK);
+	while (!atomic_load(&blocked_in_done)) {
+		usleep(1000);
+	}
+}
+
+// Puts go to the cache table (no message row), are read in seq order after
+// a point, deleted by ranges, keep their state, and survive a reopen.
+static void test_put_read_ranges(void **state)
+{
+	(void)state;
+	nmq_store *s = open_store(0);
+	nmq_msg   *m[10];
+	for (int i = 0; i < 10; i++) {
+		char p[8];
+		snprintf(p, sizeof(p), "m%d", i + 1);
+		m[i] = mk_msg("t/b", p);
+		assert_int_equal(store_queue_put(s, "$bridge/a", (uint64_t)i + 1, m[i], 1, false,
+		                     NULL, 0, NULL, NULL),
+		    NMQ_OK);
+	}
+	for (uint64_t i = 1; i <= 3; i++) {
+		store_queue_put(s, "$bridge/b", i, m[0], 1, false, NULL, 0, NULL, NULL);
+	}
+	// A session's row of the same message still goes to the queue.
+	store_queue_put(s, "sess", 1, m[0], 1, false, NULL, 0, NULL, NULL);
+	sync_store(s);
+	assert_int_equal(query_int("SELECT COUNT(*) FROM bcache"), 13);
+	assert_int_equal(query_int("SELECT COUNT(*) FROM queue"), 1);
+	assert_int_equal(query_int("SELECT COUNT(*) FROM msgs"), 1);
+	assert_int_equal(query_int("SELECT COUNT(*) FROM bcache_ids"), 2);
+	store_stats st;
+	store_stats_get(s, &st);
+	assert_int_equal(st.queued_rows, 14);
+
+	read_all(s, "$bridge/a", 3, 4);
+	assert_int_equal(R.n, 4);
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(R.seqs[i], 4 + i);
+	}
+	assert_string_equal(R.payload[0], "m4");
+
+	// A QoS 2 state recorded; runs [1, 5] and [7, 7] deleted.
+	store_queue_state(s, "$bridge/a", 6, STORE_Q_SENT, 77, NULL, NULL);
+	uint64_t rng[] = { 1, 5, 7, 7 };
+	assert_int_equal(store_queue_del_ranges(s, "$bridge/a", rng, 2, NULL, NULL), NMQ_OK);
+	// A bridge that never stored anything: nothing to delete, no error.
+	uint64_t none[] = { 1, 9 };
+	assert_int_equal(store_queue_del_ranges(s, "$bridge/zz", none, 1, NULL, NULL), NMQ_OK);
+	sync_store(s);
+	assert_int_equal(W.errors, 0);
+	read_all(s, "$bridge/a", 0, 0);
+	assert_int_equal(R.n, 4);
+	assert_int_equal(R.seqs[0], 6);
+	assert_int_equal(R.seqs[1], 8);
+	assert_int_equal(R.seqs[3], 10);
+	assert_int_equal(R.state[0], STORE_Q_SENT);
+	assert_int_equal(R.pid[0], 77);
+	store_stats_get(s, &st);
+	assert_int_equal(st.queued_rows, 8);
+	store_close(s);
+
+	s = open_store(0);
+	store_stats_get(s, &st);
+	assert_int_equal(st.queued_rows, 8);
+	read_all(s, "$bridge/a", 6, 0);
+	assert_int_equal(R.n, 3);
+	assert_string_equal(R.payload[2], "m10");
+	read_all(s, "$bridge/b", 0, 0);
+	assert_int_equal(R.n, 3);
+	// The old per-seq delete still works on the cache.
+	uint64_t seqs[] = { 1, 3 };
+	store_queue_del_many(s, "$bridge/b", seqs, 2, NULL, NULL);
+	read_all(s, "$bridge/b", 0, 0);
+	assert_int_equal(R.n, 1);
+	assert_int_equal(R.seqs[0], 2);
+	store_close(s);
+	for (int i = 0; i < 10; i++) {
+		nmq_msg_release(m[i]);
+	}
+}
+
+// In one group: a put whose range delete follows writes nothing, a put
+// in a store_batch with sessions' rows of the same message goes to the
+// cache, and a state update of a deleted row is dropped.
+static void test_cancel_out(void **state)
+{
+	(void)state;
+	nmq_store *s = open_store(0);
+	nmq_msg   *m = mk_msg("t", "x");
+	store_queue_put(s, "$bridge/a", 1, m, 1, false, NULL, 0, NULL, NULL);
+	sync_store(s);
+	store_stats before;
+	store_stats_get(s, &before);
+	sem_init(&gate, 0, 0);
+	block_store_thread(s);
+	store_queue_state(s, "$bridge/a", 1, STORE_Q_SENT, 5, NULL, NULL);
+	for (uint64_t i = 2; i <= 5; i++) {
+		store_queue_put(s, "$bridge/a", i, m, 1, false, NULL, 0, NULL, NULL);
+	}
+	uint64_t rng[] = { 1, 4 };
+	store_queue_del_ranges(s, "$bridge/a", rng, 1, NULL, NULL);
+	store_batch_begin(s);
+	store_queue_put(s, "s1", 1, m, 1, false, NULL, 0, NULL, NULL);
+	store_queue_put(s, "$bridge/a", 6, m, 1, false, NULL, 0, NULL, NULL);
+	store_queue_put(s, "s2", 1, m, 1, false, NULL, 0, NULL, NULL);
+	store_batch_end(s);
+	sem_post(&gate);
+	sync_store(s);
+	assert_int_equal(W.errors, 0);
+	store_stats after;
+	store_stats_get(s, &after);
+	// The state update and the puts of 2, 3 and 4 were not written.
+	assert_int_equal(after.coalesced - before.coalesced, 4);
+	assert_int_equal(query_int("SELECT group_concat(seq) = '5,6' FROM"
+	                           " (SELECT seq FROM bcache ORDER BY seq)"),
+	    1);
+	assert_int_equal(query_int("SELECT COUNT(*) FROM queue"), 2);
+	assert_int_equal(query_int("SELECT refs FROM msgs"), 2);
+	assert_int_equal(after.queued_rows, 4);
+	store_close(s);
+	sem_destroy(&gate);
+	nmq_msg_release(m);
+}
+
+// Past max_queued, the bridge's oldest rows are evicted and reported with
+// its client id.
+static void test_eviction(void **state)
+{
+	(void)state;
+	nmq_store *s = open_store(5);
+	nmq_msg   *m = mk_msg("t", "x");
+	n_evicted    = 0;
+	for (uint64_t i = 1; i <= 8; i++) {
+		store_queue_put(s, "$bridge/e", i, m, 1, false, NULL, 0, NULL, NULL);
+	}
+	sync_store(s);
+	assert_int_equal(n_evicted, 3);
+	assert_int_equal(evicted_seqs[0], 1);
+	assert_int_equal(evicted_seqs[2], 3);
+	assert_string_equal(evicted_cid, "$bridge/e");
+	store_stats st;
+	store_stats_get(s, &st);
+	assert_int_equal(st.evicted, 3);
+	assert_int_equal(st.queued_rows, 5);
+	assert_int_equal(query_int("SELECT MIN(seq) FROM bcache"), 4);
+	store_close(s);
+	nmq_msg_release(m);
+}
+
+// kill -9 while a group of deletes and a put waits for its commit: the
+// committed rows are all there, nothing of the group is.
+static void on_done_forever(void *arg, nmq_err err)
+{
+	(void)arg;
+	(void)err;
+	for (;;) {
+		pause();
+	}
+}
+
+static void test_crash_before_commit(void **state)
+{
+	(void)state;
+	int fds[2];
+	assert_int_equal(pipe(fds), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		close(fds[0]);
+		store_opts o
+		    = { .dir = tmpdir, .durability = STORE_DURABLE_FSYNC, .flush_max = 100 };
+		nmq_store *s = NULL;
+		char       err[256];
+		if (store_open(&s, &o, err, sizeof(err)) != NMQ_OK) {
+			_exit(2);
+		}
+		nmq_msg *m = mk_msg("t", "kept");
+		for (uint64_t i = 1; i <= 3; i++) {
+			store_queue_put(s, "$bridge/k", i, m, 1, false, NULL, 0, NULL, NULL);
+		}
+		sync_store(s);
+		store_sync(s, on_done_forever, NULL);
+		store_stats st;
+		do {
+			usleep(1000);
+			store_stats_get(s, &st);
+		} while (st.pending != 0);
+		uint64_t rng[] = { 1, 3 };
+		store_queue_del_ranges(s, "$bridge/k", rng, 1, NULL, NULL);
+		store_queue_put(s, "$bridge/k", 4, m, 1, false, NULL, 0, NULL, NULL);
+		char c = 'x';
+		if (write(fds[1], &c, 1) != 1) {
+			_exit(3);
+		}
+		for (;;) {
+			pause();
+		}
+	}
+	close(fds[1]);
+	char c;
+	assert_int_equal(read(fds[0], &c, 1), 1);
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	close(fds[0]);
+	nmq_store *s = open_store(0);
+	read_all(s, "$bridge/k", 0, 0);
+	assert_int_equal(R.n, 3);
+	assert_int_equal(R.seqs[0], 1);
+	assert_int_equal(R.seqs[2], 3);
+	assert_string_equal(R.payload[1], "kept");
+	store_close(s);
+}
+
+static void exec_sql(const char *sql)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/nanomq.db", tmpdir);
+	sqlite3 *db = NULL;
+	assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+	char *e = NULL;
+	if (sqlite3_exec(db, sql, NULL, NULL, &e) != SQLITE_OK) {
+		fail_msg("%s: %s", sql, e);
+	}
+	sqlite3_close(db);
+}
+
+// A version 1 file (bridges' rows in queue + msgs, a message shared with
+// a session): at open, the bridges' rows move to the cache table in seq
+// order with their state, the session's stay, the message rows lose the
+// bridges' references.
+static void test_migration_v1(void **state)
+{
+	(void)state;
+	nmq_store *s = open_store(0);
+	nmq_msg   *m = mk_msg("t", "shared");
+	store_queue_put(s, "sess", 1, m, 1, false, NULL, 0, NULL, NULL);
+	sync_store(s);
+	store_close(s);
+	nmq_msg_release(m);
+	// What version 1 wrote for two bridges (ids and order as it did).
+	exec_sql("DROP TABLE bcache; DROP TABLE bcache_ids;"
+	         "INSERT INTO msgs(id, refs, topic, qos, retain, expiry_interval, expiry_wall_ms,"
+	         " props, payload) VALUES (2, 1, 'b/x', 1, 0, 0, 0, NULL, x'6f6e65'),"
+	         " (3, 1, 'b/y', 2, 1, 0, 0, NULL, x'74776f');"
+	         "UPDATE msgs SET refs = 2 WHERE id = 1;"
+	         "INSERT INTO queue(cid, seq, msg_id, qos, retain, state, packet_id, sub_ids)"
+	         " VALUES ('$bridge/x', 7, 3, 2, 1, 1, 9, NULL),"
+	         " ('$bridge/x', 5, 2, 1, 0, 0, 0, NULL),"
+	         " ('$bridge/y', 1, 1, 1, 0, 0, 0, NULL);"
+	         "PRAGMA user_version = 1;");
+	s = open_store(0);
+	store_stats st;
+	store_stats_get(s, &st);
+	assert_false(st.recovered);
+	assert_int_equal(st.queued_rows, 4);
+	read_all(s, "$bridge/x", 0, 0);
+	assert_int_equal(R.n, 2);
+	assert_int_equal(R.seqs[0], 5);
+	assert_string_equal(R.payload[0], "one");
+	assert_int_equal(R.seqs[1], 7);
+	assert_string_equal(R.payload[1], "two");
+	assert_int_equal(R.state[1], STORE_Q_SENT);
+	assert_int_equal(R.pid[1], 9);
+	read_all(s, "$bridge/y", 0, 0);
+	assert_int_equal(R.n, 1);
+	assert_string_equal(R.payload[0], "shared");
+	read_all(s, "sess", 0, 0);
+	assert_int_equal(R.n, 1);
+	store_close(s);
+	assert_int_equal(query_int("PRAGMA user_version"), 2);
+	assert_int_equal(query_int("SELECT COUNT(*) FROM queue"), 1);
+	assert_int_equal(query_int("SELECT COUNT(*) FROM msgs"), 1);
+	assert_int_equal(query_int("SELECT refs FROM msgs WHERE id = 1"), 1);
+	assert_int_equal(query_int("SELECT COUNT(*) FROM bcache"), 3);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_put_read_ranges, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cancel_out, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_eviction, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_crash_before_commit, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_migration_v1, setup, teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
