@@ -65,6 +65,25 @@ def cpu_s(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def thread_cpu_s(pid):
+    """CPU seconds per thread name of process pid (its threads now)."""
+    out = {}
+    try:
+        tids = os.listdir("/proc/%d/task" % pid)
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                s = f.read()
+        except OSError:
+            continue
+        name = s[s.index("(") + 1:s.rindex(")")]
+        fields = s.rsplit(")", 1)[1].split()
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return out
+
+
 def main():
     mode, broker, n, cli, ours, work = sys.argv[1:7]
     if mode not in ("fwd", "drain", "drain_mem", "drain_nocache"):
@@ -140,6 +159,7 @@ def main():
         time.sleep(0.5)
         t0 = time.monotonic()
         c0 = cpu_s(local.pid)
+        th0 = thread_cpu_s(local.pid)
         pub = subprocess.run([cli, "bench", "pub", "-h", "127.0.0.1", "-p", str(lport), "-t",
                               "bench/br", "-q", "1", "-c", "1", "-i", "0", "-I", "0", "-L", str(n), "--json",
                               "--progress", "0"], stdout=subprocess.PIPE,
@@ -149,6 +169,7 @@ def main():
             time.sleep(1.0)  # the last group commit; the link is still down
             t0 = time.monotonic()
             c0 = cpu_s(local.pid)
+            th0 = thread_cpu_s(local.pid)
             px.passed_at = None
             px.up()
         try:
@@ -157,6 +178,7 @@ def main():
             sub.kill()
         t1 = time.monotonic()
         c1 = cpu_s(local.pid)
+        th1 = thread_cpu_s(local.pid)
         try:
             rep = json.loads(open(sub_out).read().strip().splitlines()[-1])
         except (OSError, ValueError, IndexError):
@@ -172,7 +194,10 @@ def main():
                "link_s": round(t1 - px.passed_at, 3) if mode == "drain" and px.passed_at else None,
                "msg_per_s": round(got / (t1 - t0), 1) if t1 > t0 else 0,
                "broker_cpu_s": round(c1 - c0, 3),
-               "cpu_us_per_msg": round((c1 - c0) * 1e6 / got, 2) if got else None}
+               "cpu_us_per_msg": round((c1 - c0) * 1e6 / got, 2) if got else None,
+               # the same window by thread name (nmq:store, nmq:worker, ...)
+               "cpu_s_by_thread": {k: round(v - th0.get(k, 0.0), 3) for k, v in sorted(th1.items())
+                                   if v - th0.get(k, 0.0) > 0}}
         print(json.dumps(out))
         px.close()
     finally:
