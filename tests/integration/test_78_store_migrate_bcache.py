@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """78: a store file of schema version 1 with a bridge's backlog is migrated
-at open (docs/persistence.md "Schema versions", decisions/0029).
+at open (docs/persistence.md "Schema versions", decisions/0031).
 
 data/store_v1_bridge_backlog.db is a genuine version 1 file: the broker of
 version 1 (main at 1b926b3) ran with bridge "f" whose remote was down,
