@@ -1597,7 +1597,7 @@ static int evict_queue(nmq_store *s, uint64_t n)
 
 // Past max_queued: the oldest queued rows go, first from whichever of the
 // sessions' queue and the bridges' cache holds more rows, then from the
-// other (decisions/0031).
+// other (decisions/0032).
 static int evict(nmq_store *s)
 {
 	if (s->opts.max_queued == 0 || s->queued_rows <= s->opts.max_queued) {

@@ -3,7 +3,7 @@
 // forward with the message inline, keyed by (bridge number, seq) in a
 // WITHOUT ROWID table. No message row, no reference count, no rowid and
 // no second index: deleting an acked run of forwards is one range
-// DELETE on the primary key. See docs/decisions/0031-bridge-cache-table.md.
+// DELETE on the primary key. See docs/decisions/0032-bridge-cache-table.md.
 //
 // The operations are the queue's (store_queue_put / _state / _del /
 // _del_many / _del_ranges / _read with the bridge's client id): store.c

@@ -1,12 +1,12 @@
 #!/usr/bin/python3
-"""78: a store file of schema version 1 with a bridge's backlog is migrated
-at open (docs/persistence.md "Schema versions", decisions/0031).
+"""79: a store file of schema version 1 with a bridge's backlog is migrated
+at open (docs/persistence.md "Schema versions", decisions/0032).
 
 data/store_v1_bridge_backlog.db is a genuine version 1 file: the broker of
 version 1 (main at 1b926b3) ran with bridge "f" whose remote was down,
 took 1,200 QoS 1 (q1/s) and 300 QoS 2 (q2/s) publishes into its offline
 cache, and was stopped (SIGTERM). It was made by
-    NANOMQ_BIN=<version 1 nanomq> /usr/bin/python3 test_78_store_migrate_bcache.py \\
+    NANOMQ_BIN=<version 1 nanomq> /usr/bin/python3 test_79_store_migrate_bcache.py \\
         --make-fixture data/store_v1_bridge_backlog.db
 Our broker opens it, moves the backlog to the bridges' cache table in one
 transaction, and once the remote (Debian's mosquitto) is up the backlog
