@@ -163,7 +163,7 @@ static bool wills_add(
 		w->msgs = nm;
 		w->cap  = cap;
 	}
-	nmq_msg *m = msg_from_row(st, 1, sqlite3_column_int64(st, 8), now, mono);
+	nmq_msg *m = store_msg_from_row(st, 1, sqlite3_column_int64(st, 8), now, mono);
 	char    *c = strdup(cid);
 	if (m == NULL || c == NULL) {
 		nmq_msg_release(m);
