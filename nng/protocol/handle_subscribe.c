@@ -343,6 +343,22 @@ int handle_unsubscribe(nmq_link *l, const mqtt_packet *pk)
 	}
 	bool stored = proto_store_take_noted();
 	(void)proto_store_take_refused();
+	if (l->ver != MQTT_PROTO_V5) {
+		// A removal the application could not do (the store refused its
+		// delete): 3.1.1 has no code to say so, and an UNSUBACK would
+		// tell the client it is gone. Closed without it; the client may
+		// send it again once reconnected (the others are done).
+		for (uint32_t j = 0; j < i; j++) {
+			if (codes[j] >= 0x80) {
+				if (grouped) {
+					p->ack_store->batch(p->ack_store_arg, false);
+				}
+				free(codes);
+				link_fail(l, MQTT_RC_UNSPECIFIED);
+				return -1;
+			}
+		}
+	}
 	mqtt_packet r;
 	memset(&r, 0, sizeof(r));
 	r.type               = MQTT_UNSUBACK;

@@ -660,18 +660,22 @@ static void persist_retain(nmq_broker *b, const char *topic, nmq_msg *msg)
 #endif
 }
 
-static void persist_sub(nmq_broker *b, nmq_session *s, const char *filter, size_t len,
+// Writes (put) or deletes a persistent session's subscription. Returns
+// NMQ_OK (also when nothing is to be written), or the store's refusal
+// (NMQ_ELIMIT: its queue is full; NMQ_ENOMEM; NMQ_ECLOSED): the caller
+// then leaves the subscription as it was and answers with a failure.
+static nmq_err persist_sub(nmq_broker *b, nmq_session *s, const char *filter, size_t len,
     const proto_sub_opts *o, bool put)
 {
 #ifdef NMQ_HAVE_STORE
 	if (b->store == NULL || !nmq_session_persistent(s)) {
-		return;
+		return NMQ_OK;
 	}
 	char  stack[256];
 	char *f = len < sizeof(stack) ? stack : malloc(len + 1);
 	if (f == NULL) {
 		store_log("sub_put", nmq_session_client_id(s), NMQ_ENOMEM);
-		return;
+		return NMQ_ENOMEM;
 	}
 	memcpy(f, filter, len);
 	f[len] = '\0';
@@ -689,13 +693,19 @@ static void persist_sub(nmq_broker *b, nmq_session *s, const char *filter, size_
 	} else {
 		e = store_sub_del(b->store, nmq_session_client_id(s), f, NULL, NULL);
 	}
-	store_log(put ? "sub_put" : "sub_del", nmq_session_client_id(s), e);
 	if (e == NMQ_OK) {
 		proto_store_noted(); // the SUBACK / UNSUBACK waits for the commit
+	} else {
+		log_warn_rl("broker",
+		    "client_id=%s filter=%.*s event=%s_refused reason=%s action=reason_code",
+		    nmq_session_client_id(s), (int)(len > 200 ? 200 : len), filter,
+		    put ? "subscribe" : "unsubscribe",
+		    e == NMQ_ELIMIT ? "store_full" : nmq_strerror(e));
 	}
 	if (f != stack) {
 		free(f);
 	}
+	return e;
 #else
 	(void)b;
 	(void)s;
@@ -703,6 +713,7 @@ static void persist_sub(nmq_broker *b, nmq_session *s, const char *filter, size_
 	(void)len;
 	(void)o;
 	(void)put;
+	return NMQ_OK;
 #endif
 }
 
@@ -1600,8 +1611,22 @@ static int b_subscribe_inner(nmq_broker *b, nmq_session *s, const proto_who *who
 		}
 		ss->v[i].len = len;
 	}
-	nmq_err e = topic_tree_insert(b->tree, filter, len, s, &to, existed);
+	// A persistent session's subscription is written first: if the store
+	// refuses it (its queue is full, decisions/0021), the client is told
+	// it failed and nothing changes (a SUBACK granting it would be a
+	// promise a crash breaks).
+	nmq_err e = persist_sub(b, s, filter, len, opts, true);
 	if (e != NMQ_OK) {
+		if (i == ss->n) {
+			free(ss->v[i].filter);
+		}
+		rv = e == NMQ_ELIMIT ? MQTT_RC_QUOTA_EXCEEDED : MQTT_RC_UNSPECIFIED;
+		goto out;
+	}
+	e = topic_tree_insert(b->tree, filter, len, s, &to, existed);
+	if (e != NMQ_OK) {
+		// What was written is taken back (the old options, or no row).
+		(void)persist_sub(b, s, filter, len, i == ss->n ? NULL : &ss->v[i].opts, i < ss->n);
 		if (i == ss->n) {
 			free(ss->v[i].filter);
 		}
@@ -1623,7 +1648,6 @@ static int b_subscribe_inner(nmq_broker *b, nmq_session *s, const proto_who *who
 	if (i == ss->n) {
 		ss->n++;
 	}
-	persist_sub(b, s, filter, len, opts, true);
 out:
 	pthread_mutex_unlock(&ss->mtx);
 	ss_put(b, ss);
@@ -1747,8 +1771,14 @@ static uint8_t unsubscribe(nmq_broker *b, nmq_session *s, const char *filter, si
 	pthread_mutex_lock(&ss->mtx);
 	for (size_t i = 0; i < ss->n; i++) {
 		if (ss->v[i].len == len && memcmp(ss->v[i].filter, filter, len) == 0) {
+			// The delete is queued first: refused, the subscription
+			// stays and the client is told the UNSUBSCRIBE failed.
+			if (persist_sub(b, s, ss->v[i].filter, ss->v[i].len, NULL, false)
+			    != NMQ_OK) {
+				rc = MQTT_RC_UNSPECIFIED;
+				break;
+			}
 			tree_remove(b, ss->v[i].filter, ss->v[i].len, s);
-			persist_sub(b, s, ss->v[i].filter, ss->v[i].len, NULL, false);
 			if (ss->counted) {
 				fc_change(b, ss->v[i].filter, ss->v[i].len, ss->v[i].opts.qos, -1);
 			}

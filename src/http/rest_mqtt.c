@@ -360,11 +360,11 @@ static outcome sub_one(rest_api *api, const cJSON *o, bool subscribe)
 	for (size_t i = 0; i < nt; i++) {
 		int rc = subscribe ? broker_subscribe(api->env.broker, s, &who, tv[i], (uint8_t)qos)
 		                   : broker_unsubscribe(api->env.broker, s, tv[i]);
-		if (subscribe && rc >= 0x80) {
+		if (rc >= 0x80) {
 			res = (outcome) { 400, REST_PARAM_ERROR,
-				rc == MQTT_RC_NOT_AUTHORIZED
-				    ? "not authorized by the ACL"
-				    : "the broker refused the subscription" };
+				rc == MQTT_RC_NOT_AUTHORIZED ? "not authorized by the ACL"
+				    : subscribe              ? "the broker refused the subscription"
+				                : "the broker refused the unsubscription" };
 		}
 	}
 	nmq_session_release(s);
