@@ -1910,12 +1910,14 @@ static void handle_connack_locked(bridge *b, const mqtt_connack *ca)
 	}
 	b->up                = true;
 	b->window            = b->ver == MQTT_PROTO_V5 ? 65535 : V3_WINDOW;
-	b->remote_max_packet = 0;
+	b->remote_max_packet = b->cfg->remote_max_packet_size; // 0: none
 	if (b->ver == MQTT_PROTO_V5) {
 		if (ca->props.present & MQTT_PBIT(MQTT_PROP_RECEIVE_MAXIMUM)) {
 			b->window = ca->props.receive_maximum;
 		}
-		if (ca->props.present & MQTT_PBIT(MQTT_PROP_MAX_PACKET_SIZE)) {
+		if ((ca->props.present & MQTT_PBIT(MQTT_PROP_MAX_PACKET_SIZE))
+		    && (b->remote_max_packet == 0
+		        || ca->props.maximum_packet_size < b->remote_max_packet)) {
 			b->remote_max_packet = ca->props.maximum_packet_size;
 		}
 	}

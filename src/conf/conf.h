@@ -133,6 +133,7 @@ typedef struct conf_bridge {
 	bool     retry_qos_0;
 	int      parallel;
 	uint32_t max_send_queue_len;
+	uint32_t remote_max_packet_size; // 0: none (a v5 remote's own still applies)
 	uint32_t max_recv_queue_len;
 	uint32_t resend_interval_ms;
 	uint32_t resend_wait_ms;

@@ -551,6 +551,10 @@ const conf_key conf_schema[] = {
 	    BF(max_send_queue_len), .def = "1024", .min = 1, .max = 10000000, .reload = true,
 	    .help = "Forwards kept in memory; beyond it QoS 1/2 go to the cache if enabled, "
 	        "otherwise the oldest is dropped and counted." },
+	{ .path = BR "remote_max_packet_size", .type = CONF_T_SIZE, .store = CONF_ST_U32,
+	    BF(remote_max_packet_size), .def = "0", .min = 0, .max = MB256, .reload = true,
+	    .help = "Largest PUBLISH sent to the remote broker (0: no bound but a v5 remote's "
+	        "Maximum Packet Size); a larger forward is dropped and counted." },
 	{ .path = BR "max_recv_queue_len", .type = CONF_T_INT, .store = CONF_ST_U32,
 	    BF(max_recv_queue_len), .def = "1024", .min = 1, .max = 10000000, .reload = true,
 	    .status = CONF_S_NOEFFECT,

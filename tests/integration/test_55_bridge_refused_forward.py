@@ -8,7 +8,8 @@ the remote closes the link on").
   it, counts it (health `dropped`, `dropped_link_closed`), logs it at error
   with the bridge and the topic, and the messages queued behind it arrive,
   in order. With the cache, the dropped message is not sent again after a
-  restart.
+  restart. With `remote_max_packet_size`, such a message is dropped
+  before it is sent.
 * Plain cuts of the link (a proxy) during a stream, right after each
   reconnect, drop nothing."""
 
@@ -97,6 +98,41 @@ class TestBridgeRefusedForward(OpsTestCase):
         time.sleep(1.0)
         self.assertEqual(inst.output().count("event=link_up"), 1, inst.output()[-2000:])
         self.assertNotIn("event=link_down", inst.output())
+        self.assert_stops(inst)
+
+    # With remote_max_packet_size, a larger forward is dropped before it is
+    # sent (the link stays up); the ones behind it go at once.
+    def test_remote_max_packet_size(self):
+        inst = self.instance()
+        m = Mosquitto(inst.tmp, extra="max_packet_size 600")
+        self.addCleanup(m.stop)
+        col = self.client(m.port, "collector", version=5)
+        col.connect()
+        col.subscribe("q1/#", 1)
+        port = free_port()
+        conf = inst.conf(port, extra=bridge_conf(
+            "f", "mqtt-tcp://127.0.0.1:%d" % m.port, 4, 5,
+            '{ local_topic = "q1/#", remote_topic = "", qos = 1 }',
+            extra="remote_max_packet_size = 600"))
+        self.start_broker(inst, ["start", "--conf", conf], port=port)
+        self.assertTrue(inst.wait_output(r"event=link_up", timeout=10), inst.output()[-2000:])
+        mon = self.client(port, "mon")
+        mon.connect()
+        mon.subscribe("$SYS/brokers/bridges/#", 0)
+        pub = self.client(port, "pub")
+        pub.connect()
+        pub.publish("q1/s", b"B" * 1000, qos=1)
+        pub.publish("q1/s", b"S" * 500, qos=1)  # 500 + 4 + 2 + 2 + 2 bytes: fits
+        for i in range(10):
+            pub.publish("q1/s", b"%d" % i, qos=1)
+        want = [b"S" * 500] + [b"%d" % i for i in range(10)]
+        wait_for(lambda: len(col.received) >= len(want), 10)
+        time.sleep(0.3)
+        self.assertEqual(first_order([x.payload for x in list(col.received)]), want)
+        h = health(mon, "f", timeout=12, pred=lambda h: h["dropped"] >= 1)
+        self.assertEqual((h["dropped"], h["dropped_link_closed"], h["reconnects"]), (1, 0, 0), h)
+        self.assertRegex(inst.output(), r"error bridge: bridge=f topic=q1/s event=dropped "
+                                        r"reason=larger_than_remote_maximum")
         self.assert_stops(inst)
 
     # Cuts of the link right after each reconnect while a 3.1.1 stream
