@@ -83,16 +83,26 @@ static nmq_session *ctx_find(restore_ctx *c, const char *cid)
 	return NULL;
 }
 
+static void ctx_will_add(restore_ctx *c, const char *client_id, nmq_msg *will, const char *why);
+
 static void load_session(void *arg, const store_session *rec)
 {
-	restore_ctx        *c = arg;
+	restore_ctx *c = arg;
+	// A will whose delay passed while the broker was down (counted from
+	// when the session went offline) is due now: published with those of
+	// the expired sessions once everything is restored, not by the
+	// session's timer, which could fire before the subscriptions are back.
+	uint64_t gone         = rec->offline_wall_ms != 0 && c->now_wall > rec->offline_wall_ms
+	            ? c->now_wall - rec->offline_wall_ms
+	            : 0;
+	bool     due          = rec->will_msg != NULL && gone >= (uint64_t)rec->will_delay_s * 1000;
 	proto_store_session r = {
 		.client_id       = rec->client_id,
 		.username        = rec->username,
 		.expiry_s        = rec->expiry_s,
 		.proto_ver       = rec->proto_ver,
 		.offline_wall_ms = rec->offline_wall_ms,
-		.will            = rec->will_msg,
+		.will            = due ? NULL : rec->will_msg,
 		.will_delay_s    = rec->will_delay_s,
 		.queue_max_seq   = rec->queue_max_seq,
 	};
@@ -102,6 +112,9 @@ static void load_session(void *arg, const store_session *rec)
 		return;
 	}
 	c->n_sessions++;
+	if (due) {
+		ctx_will_add(c, rec->client_id, rec->will_msg, "will_delay_passed_offline");
+	}
 }
 
 static void load_sub(void *arg, const store_sub *sub)
@@ -179,9 +192,9 @@ static void load_retained(void *arg, nmq_msg *msg)
 	c->n_retained++;
 }
 
-static void load_expired_will(void *arg, const char *client_id, nmq_msg *will)
+// Keeps will (held) for publish_expired_wills.
+static void ctx_will_add(restore_ctx *c, const char *client_id, nmq_msg *will, const char *why)
 {
-	restore_ctx *c = arg;
 	if (c->n_wills == c->cap_wills) {
 		size_t    cap = c->cap_wills ? c->cap_wills * 2 : 8;
 		nmq_msg **nv  = realloc(c->wills, cap * sizeof(*nv));
@@ -194,11 +207,15 @@ static void load_expired_will(void *arg, const char *client_id, nmq_msg *will)
 		c->wills     = nv;
 		c->cap_wills = cap;
 	}
-	log_info("store",
-	    "client_id=%s topic=%s event=will_published reason=session_expired_offline", client_id,
-	    will->topic);
+	log_info("store", "client_id=%s topic=%s event=will_published reason=%s", client_id,
+	    will->topic, why);
 	nmq_msg_hold(will);
 	c->wills[c->n_wills++] = will;
+}
+
+static void load_expired_will(void *arg, const char *client_id, nmq_msg *will)
+{
+	ctx_will_add(arg, client_id, will, "session_expired_offline");
 }
 
 // The wills of the sessions that ended while the broker was down, once

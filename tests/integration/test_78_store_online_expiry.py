@@ -36,6 +36,13 @@ class OnlineAtCrash(StoreCase):
         keep = self.client(b, "long-on", expiry=60)
         keep.connect()
         self.assertEqual(keep.subscribe("s/#", qos=1), [1])
+        # Kept sessions with delayed wills: the delay counts from the
+        # crash too (2 s: due at the restart; 60 s: not yet).
+        for cid, delay in (("delay-on", 2), ("late-on", 60)):
+            c = self.client(b, cid, expiry=120,
+                            will={"topic": "wills/" + cid, "payload": b"w", "qos": 1,
+                                  "props": {"WillDelayInterval": delay}})
+            c.connect()
         pub = self.client(b, "pub", clean=True, expiry=0)
         pub.connect()
         # Both connected; a message each, received (so nothing is queued).
@@ -47,8 +54,18 @@ class OnlineAtCrash(StoreCase):
 
         b2 = self.start()
         log = b2.log_text()
-        self.assertRegex(log, r"event=online_at_stop sessions=2 ")
-        self.assertRegex(log, r"event=restored sessions=2 .*expired=1")
+        self.assertRegex(log, r"event=online_at_stop sessions=4 ")
+        self.assertRegex(log, r"event=restored sessions=4 .*expired=1")
+        # The ended session's will went out at the start, and so did the
+        # will whose delay passed since the crash, to the persistent
+        # subscriber's queue; the one whose delay runs on did not.
+        w2 = self.client(b2, "will-watch", expiry=3600)
+        w2.connect()
+        self.assertTrue(w2.session_present)
+        got = w2.wait_messages(2, timeout=5)
+        self.assertEqual(sorted((m.topic, m.payload) for m in got),
+                         [("wills/delay-on", b"w"), ("wills/short-on", b"gone")])
+        w2.expect_no_message(1)
         # The session of the 2 s client is gone: no session, no
         # subscription, nothing queued for it.
         pub2 = self.client(b2, "pub2", clean=True, expiry=0)
@@ -70,14 +87,6 @@ class OnlineAtCrash(StoreCase):
             self.assertIsNotNone(m, "long-on got %r" % got)
             got.append(m.payload)
         self.assertLessEqual(set(got), {b"one", b"two"})
-        # The ended session's will went out at the start, to the
-        # persistent subscriber's queue.
-        w2 = self.client(b2, "will-watch", expiry=3600)
-        w2.connect()
-        self.assertTrue(w2.session_present)
-        m = w2.wait_message(timeout=5)
-        self.assertIsNotNone(m)
-        self.assertEqual((m.topic, m.payload), ("wills/short-on", b"gone"))
 
     def test_clean_stop_unchanged(self):
         # A clean stop records the time each session went offline: a
