@@ -1111,15 +1111,17 @@ nmq_err store_queue_read(nmq_store *s, const char *client_id, uint64_t after_seq
 // Returns the prepared statement i, reset and with its bindings cleared.
 sqlite3_stmt *store_stmt(nmq_store *s, enum store_stmt i)
 {
-	sqlite3_stmt *st = s->stmts[i];
+	return store_stmt_fresh(s->stmts[i]);
+}
+
+sqlite3_stmt *store_stmt_fresh(sqlite3_stmt *st)
+{
 	sqlite3_reset(st);
 	sqlite3_clear_bindings(st);
 	return st;
 }
 
-// Runs a statement that returns no row. Returns the SQLite result code
-// (SQLITE_DONE on success).
-static int step_done(sqlite3_stmt *st)
+int store_step_done(sqlite3_stmt *st)
 {
 	int rc = sqlite3_step(st);
 	sqlite3_reset(st);
@@ -1139,7 +1141,7 @@ static int64_t msg_ref(nmq_store *s, nmq_msg *m, uint64_t now_wall, uint64_t now
 		}
 		sqlite3_stmt *st = store_stmt(s, STMT_MSG_REF);
 		sqlite3_bind_int64(st, 1, (sqlite3_int64)m->store_id);
-		if (step_done(st) != SQLITE_DONE) {
+		if (store_step_done(st) != SQLITE_DONE) {
 			return 0;
 		}
 		if (sqlite3_changes(s->db) == 1) {
@@ -1165,7 +1167,7 @@ static int64_t msg_ref(nmq_store *s, nmq_msg *m, uint64_t now_wall, uint64_t now
 	sqlite3_bind_int64(st, 5, (sqlite3_int64)expiry_wall);
 	sqlite3_bind_blob(st, 6, m->props, (int)m->props_len, SQLITE_STATIC);
 	sqlite3_bind_blob(st, 7, m->payload, (int)m->payload_len, SQLITE_STATIC);
-	if (step_done(st) != SQLITE_DONE) {
+	if (store_step_done(st) != SQLITE_DONE) {
 		return 0;
 	}
 	// Not entered in the group's reference table: most rows get one
@@ -1206,12 +1208,12 @@ static int msg_unref(nmq_store *s, int64_t id)
 	}
 	sqlite3_stmt *st = store_stmt(s, STMT_MSG_UNREF);
 	sqlite3_bind_int64(st, 1, id);
-	if (step_done(st) != SQLITE_DONE) {
+	if (store_step_done(st) != SQLITE_DONE) {
 		return -1;
 	}
 	st = store_stmt(s, STMT_MSG_GC);
 	sqlite3_bind_int64(st, 1, id);
-	return step_done(st) == SQLITE_DONE ? 0 : -1;
+	return store_step_done(st) == SQLITE_DONE ? 0 : -1;
 }
 
 // Deletes the queue row (cid, seq) if it exists, and its message's
@@ -1270,7 +1272,7 @@ int store_session_purge(nmq_store *s, const char *cid)
 	for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
 		sqlite3_stmt *st = store_stmt(s, steps[i]);
 		sqlite3_bind_text(st, 1, cid, -1, SQLITE_STATIC);
-		if (step_done(st) != SQLITE_DONE) {
+		if (store_step_done(st) != SQLITE_DONE) {
 			return -1;
 		}
 		if (steps[i] == STMT_QUEUE_DEL_ALL) {
@@ -1293,7 +1295,7 @@ int store_session_purge(nmq_store *s, const char *cid)
 	}
 	st = store_stmt(s, STMT_SESSION_DEL);
 	sqlite3_bind_text(st, 1, cid, -1, SQLITE_STATIC);
-	return step_done(st) == SQLITE_DONE ? 0 : -1;
+	return store_step_done(st) == SQLITE_DONE ? 0 : -1;
 }
 
 // Replaces the retained message of topic (msg NULL: clears it).
@@ -1316,7 +1318,7 @@ static int retain_set(nmq_store *s, const char *topic, nmq_msg *msg, uint64_t wa
 	if (msg == NULL) {
 		st = store_stmt(s, STMT_RETAIN_DEL);
 		sqlite3_bind_text(st, 1, topic, -1, SQLITE_STATIC);
-		return step_done(st) == SQLITE_DONE ? 0 : -1;
+		return store_step_done(st) == SQLITE_DONE ? 0 : -1;
 	}
 	int64_t id = msg_ref(s, msg, wall, mono);
 	if (id == 0) {
@@ -1325,7 +1327,7 @@ static int retain_set(nmq_store *s, const char *topic, nmq_msg *msg, uint64_t wa
 	st = store_stmt(s, STMT_RETAIN_PUT);
 	sqlite3_bind_text(st, 1, topic, -1, SQLITE_STATIC);
 	sqlite3_bind_int64(st, 2, id);
-	return step_done(st) == SQLITE_DONE ? 0 : -1;
+	return store_step_done(st) == SQLITE_DONE ? 0 : -1;
 }
 
 // Applies one operation inside the open transaction. Returns 0, 1 if only
@@ -1370,7 +1372,7 @@ static int op_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 		}
 		sqlite3_bind_int64(st, 7, op->u32b);
 		store_alive_session_op(s, op->u64 == 0);
-		return step_done(st) == SQLITE_DONE ? 0 : -1;
+		return store_step_done(st) == SQLITE_DONE ? 0 : -1;
 	}
 	case OP_SESSION_DEL:
 		store_alive_session_op(s, false);
@@ -1387,19 +1389,19 @@ static int op_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 		st = store_stmt(s, STMT_SESSION_OFFLINE);
 		sqlite3_bind_text(st, 1, op->s1, -1, SQLITE_STATIC);
 		sqlite3_bind_int64(st, 2, (sqlite3_int64)op->u64);
-		return step_done(st) == SQLITE_DONE ? 0 : -1;
+		return store_step_done(st) == SQLITE_DONE ? 0 : -1;
 	case OP_SUB_PUT:
 		st = store_stmt(s, STMT_SUB_PUT);
 		sqlite3_bind_text(st, 1, op->s1, -1, SQLITE_STATIC);
 		sqlite3_bind_text(st, 2, op->s2, -1, SQLITE_STATIC);
 		sqlite3_bind_int(st, 3, op->qos);
 		sqlite3_bind_int64(st, 4, op->u32);
-		return step_done(st) == SQLITE_DONE ? 0 : -1;
+		return store_step_done(st) == SQLITE_DONE ? 0 : -1;
 	case OP_SUB_DEL:
 		st = store_stmt(s, STMT_SUB_DEL);
 		sqlite3_bind_text(st, 1, op->s1, -1, SQLITE_STATIC);
 		sqlite3_bind_text(st, 2, op->s2, -1, SQLITE_STATIC);
-		return step_done(st) == SQLITE_DONE ? 0 : -1;
+		return store_step_done(st) == SQLITE_DONE ? 0 : -1;
 	case OP_QUEUE_PUT: {
 		if (store_is_bcache(op->s1)) {
 			return store_bcache_put(s, op->s1, op->u64, op->msg, op->qos, op->retain,
@@ -1422,7 +1424,7 @@ static int op_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 		// A state update of the same group folded in (store_group.c).
 		sqlite3_bind_int(st, 7, op->state);
 		sqlite3_bind_int(st, 8, op->pid);
-		rc = step_done(st);
+		rc = store_step_done(st);
 		if (rc == SQLITE_DONE) {
 			s->queued_rows++;
 			return 0;
@@ -1463,7 +1465,7 @@ static int op_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 			}
 			sqlite3_bind_int(st, 7, q->state);
 			sqlite3_bind_int(st, 8, q->pid);
-			rc = step_done(st);
+			rc = store_step_done(st);
 			if (rc == SQLITE_DONE) {
 				s->queued_rows++;
 			} else if ((rc & 0xff) != SQLITE_CONSTRAINT || msg_unref(s, id) != 0) {
@@ -1480,7 +1482,7 @@ static int op_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 		sqlite3_bind_int64(st, 2, (sqlite3_int64)op->u64);
 		sqlite3_bind_int(st, 3, op->state);
 		sqlite3_bind_int(st, 4, op->pid);
-		return step_done(st) == SQLITE_DONE ? 0 : -1;
+		return store_step_done(st) == SQLITE_DONE ? 0 : -1;
 	case OP_QUEUE_DEL:
 		if (store_is_bcache(op->s1)) {
 			return store_bcache_del_range(s, op->s1, op->u64, op->u64);
@@ -1532,7 +1534,7 @@ static int op_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 		st = store_stmt(s, op->kind == OP_REL_PUT ? STMT_REL_PUT : STMT_REL_DEL);
 		sqlite3_bind_text(st, 1, op->s1, -1, SQLITE_STATIC);
 		sqlite3_bind_int(st, 2, op->pid);
-		return step_done(st) == SQLITE_DONE ? 0 : -1;
+		return store_step_done(st) == SQLITE_DONE ? 0 : -1;
 	case OP_RETAIN_PUT:
 		return retain_set(s, op->s1, op->msg, wall, mono);
 	case OP_QUEUE_READ:
@@ -1587,7 +1589,7 @@ static int evict_queue(nmq_store *s, uint64_t n)
 	for (size_t i = first; i < s->evict_len; i++) {
 		st = store_stmt(s, STMT_QUEUE_DEL_ID);
 		sqlite3_bind_int64(st, 1, s->evicts[i].row);
-		if (step_done(st) != SQLITE_DONE || msg_unref(s, s->evicts[i].msg_id) != 0) {
+		if (store_step_done(st) != SQLITE_DONE || msg_unref(s, s->evicts[i].msg_id) != 0) {
 			return -1;
 		}
 		s->queued_rows--;
@@ -1649,7 +1651,7 @@ static void run_batch(nmq_store *s, store_op *batch, size_t nb, bool marks)
 		store_group_coalesce(s, batch, marks);
 		s->in_group = true;
 	}
-	int      rc    = step_done(store_stmt(s, STMT_BEGIN));
+	int      rc    = store_step_done(store_stmt(s, STMT_BEGIN));
 	bool     ok    = rc == SQLITE_DONE;
 	size_t   n     = 0;
 	uint64_t nskip = 0;
@@ -1677,13 +1679,13 @@ static void run_batch(nmq_store *s, store_op *batch, size_t nb, bool marks)
 		ok = store_alive_in_group(s, wall) == 0;
 	}
 	if (ok) {
-		ok = step_done(store_stmt(s, STMT_COMMIT)) == SQLITE_DONE;
+		ok = store_step_done(store_stmt(s, STMT_COMMIT)) == SQLITE_DONE;
 	}
 	if (!ok) {
 		log_error("store", "path=%s event=commit_failed ops=%zu error=\"%s\"", s->path, n,
 		    sqlite3_errmsg(s->db));
 		if (!sqlite3_get_autocommit(s->db)) {
-			step_done(store_stmt(s, STMT_ROLLBACK));
+			store_step_done(store_stmt(s, STMT_ROLLBACK));
 		}
 		s->in_group = false;
 		store_group_forget(s);

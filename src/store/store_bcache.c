@@ -103,17 +103,7 @@ void store_bcache_forget(nmq_store *s)
 
 static sqlite3_stmt *bs(nmq_store *s, int i)
 {
-	sqlite3_stmt *st = s->bstmts[i];
-	sqlite3_reset(st);
-	sqlite3_clear_bindings(st);
-	return st;
-}
-
-static int step_done(sqlite3_stmt *st)
-{
-	int rc = sqlite3_step(st);
-	sqlite3_reset(st);
-	return rc;
+	return store_stmt_fresh(s->bstmts[i]);
 }
 
 // The number of bridge cid: 0 when it has none (and create is false), -1
@@ -144,7 +134,7 @@ static int64_t bid_of(nmq_store *s, const char *cid, bool create)
 		}
 		st = bs(s, BS_ID_PUT);
 		sqlite3_bind_text(st, 1, cid, -1, SQLITE_STATIC);
-		if (step_done(st) != SQLITE_DONE) {
+		if (store_step_done(st) != SQLITE_DONE) {
 			return -1;
 		}
 		bid = sqlite3_last_insert_rowid(s->db);
@@ -190,7 +180,7 @@ int store_bcache_put(nmq_store *s, const char *cid, uint64_t seq, const nmq_msg 
 	sqlite3_bind_int64(st, 11, (sqlite3_int64)expiry_wall);
 	sqlite3_bind_blob(st, 12, m->props, (int)m->props_len, SQLITE_STATIC);
 	sqlite3_bind_blob(st, 13, m->payload, (int)m->payload_len, SQLITE_STATIC);
-	int rc = step_done(st);
+	int rc = store_step_done(st);
 	if (rc == SQLITE_DONE) {
 		s->queued_rows++;
 		s->bcache_rows++;
@@ -211,7 +201,7 @@ int store_bcache_state(nmq_store *s, const char *cid, uint64_t seq, uint8_t stat
 	sqlite3_bind_int64(st, 2, (sqlite3_int64)seq);
 	sqlite3_bind_int(st, 3, state);
 	sqlite3_bind_int(st, 4, pid);
-	return step_done(st) == SQLITE_DONE ? 0 : -1;
+	return store_step_done(st) == SQLITE_DONE ? 0 : -1;
 }
 
 static int del_range_bid(nmq_store *s, int64_t bid, uint64_t lo, uint64_t hi)
@@ -220,7 +210,7 @@ static int del_range_bid(nmq_store *s, int64_t bid, uint64_t lo, uint64_t hi)
 	sqlite3_bind_int64(st, 1, bid);
 	sqlite3_bind_int64(st, 2, (sqlite3_int64)lo);
 	sqlite3_bind_int64(st, 3, (sqlite3_int64)hi);
-	if (step_done(st) != SQLITE_DONE) {
+	if (store_step_done(st) != SQLITE_DONE) {
 		return -1;
 	}
 	uint64_t n = (uint64_t)sqlite3_changes(s->db);
@@ -246,7 +236,7 @@ int store_bcache_purge(nmq_store *s, const char *cid)
 	}
 	sqlite3_stmt *st = bs(s, BS_PURGE);
 	sqlite3_bind_int64(st, 1, bid);
-	if (step_done(st) != SQLITE_DONE) {
+	if (store_step_done(st) != SQLITE_DONE) {
 		return -1;
 	}
 	uint64_t n = (uint64_t)sqlite3_changes(s->db);

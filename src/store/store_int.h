@@ -233,8 +233,13 @@ static inline uint64_t store_mono_ms(void)
 	return nmq_clock_ms();
 }
 sqlite3_stmt *store_stmt(nmq_store *s, enum store_stmt i);
-int           store_session_purge(nmq_store *s, const char *cid);
-void          store_db_close(nmq_store *s);
+// Resets st and clears its bindings; returns it.
+sqlite3_stmt *store_stmt_fresh(sqlite3_stmt *st);
+// Runs a statement that returns no row, then resets it. Returns the SQLite
+// result code (SQLITE_DONE on success).
+int  store_step_done(sqlite3_stmt *st);
+int  store_session_purge(nmq_store *s, const char *cid);
+void store_db_close(nmq_store *s);
 // store_group.c (store thread): sizes the tables for a group of n_ops
 // operations (0, or -1 when out of memory: nothing is coalesced); marks
 // the operations of batch that cancel out (op->skip, op->state/pid of a
