@@ -327,10 +327,16 @@ int link_connect_run(nmq_link *l, const uint8_t *frame, size_t len, int answer)
 			return refuse(l, ver, MQTT_RC_SERVER_UNAVAILABLE);
 		}
 	}
+	// A session discarded by clean start: its record's delete (committed
+	// before the CONNACK goes) and its pending will's writes (open_finish)
+	// in one store group, so that a crash in between does not lose the
+	// will.
+	proto_store_batch(p, true);
 	session_open_res so;
 	nmq_err          err = session_open(p, client_id, owner, owner_len, c->clean_start, &so);
 	if (err != NMQ_OK) {
 		open_finish(p, &so, client_id);
+		proto_store_batch(p, false);
 		free(username);
 		if (err == NMQ_EACCES) {
 			log_warn_rl("conn",
@@ -415,6 +421,7 @@ int link_connect_run(nmq_link *l, const uint8_t *frame, size_t len, int answer)
 	while (n > mx && !atomic_compare_exchange_weak(&p->m.connections_max, &mx, n)) { }
 
 	open_finish(p, &so, client_id);
+	proto_store_batch(p, false);
 
 	// Keepalive deadline replaces the CONNECT deadline.
 	if (l->keepalive > 0) {

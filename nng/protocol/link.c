@@ -705,6 +705,10 @@ void link_detach(nmq_link *l)
 	l->detached = true;
 	bool     end;
 	nmq_msg *none = NULL;
+	// The record written offline without the will (or deleted) and the
+	// will's own writes commit in one group: a crash in between neither
+	// loses the will nor publishes it twice.
+	proto_store_batch(p, true);
 	// After a graceful DISCONNECT the will was discarded already.
 	nmq_msg *will = session_detach(s, l, l->graceful ? &none : &l->will, l->will_delay_s, &end);
 	if (will != NULL) {
@@ -719,6 +723,7 @@ void link_detach(nmq_link *l)
 	if (end) {
 		session_end(s);
 	}
+	proto_store_batch(p, false);
 }
 
 // The connection ended (worker thread; no upcall of this connection runs

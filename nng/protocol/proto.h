@@ -421,6 +421,11 @@ void proto_store_refused(void);
 // or a duplicate client id, logged).
 nmq_session *proto_session_restore(
     nmq_proto *p, const proto_store_session *rec, uint64_t now_wall_ms);
+// The will of the restored session s was published (or is being, in the
+// caller's open store group): its stored record, if s is still offline and
+// stored, is rewritten as s now is, without that will, so that a crash
+// after the group commits does not publish it again. Any thread.
+void proto_session_will_published(nmq_session *s);
 // Puts a stored message back into s's queue (state QUEUED) or its in-flight
 // window (SENT / RELEASED, with its packet id), in seq order. Holds its own
 // reference to msg. Returns NMQ_OK or NMQ_ENOMEM.

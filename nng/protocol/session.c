@@ -49,6 +49,19 @@ static inline bool persist(const nmq_session *s)
 	return s->stored && s->p->store != NULL;
 }
 
+// Opens (begin) or closes a group of this thread's store writes that
+// commit together or not at all (proto_store_ops.batch): a will and the
+// write that takes it out of its session's record (or deletes the record)
+// go in one group, so that after a crash the will is either still stored
+// (and published at the restart) or published and gone, never both and
+// never neither. Nests; no-op without a store.
+void proto_store_batch(nmq_proto *p, bool begin)
+{
+	if (p->store != NULL && p->store->batch != NULL) {
+		p->store->batch(p->store_arg, begin);
+	}
+}
+
 // The store's number for s's queue writes, asked for once (caller holds
 // s->mtx).
 static uint32_t session_store_sid(nmq_session *s)
@@ -83,7 +96,8 @@ static void store_session_locked(nmq_session *s, uint64_t offline_wall)
 	if (e != NMQ_OK) {
 		proto_store_failed(p, "session_put", s->client_id, e);
 	}
-	s->stored = true;
+	s->stored          = true;
+	s->offline_wall_ms = offline_wall;
 }
 
 // Deletes s's record (and everything stored with it), if it has one.
@@ -1760,11 +1774,14 @@ static void session_finish_locked(nmq_session *s)
 static void session_end_when(nmq_session *s, bool only_if_expired)
 {
 	nmq_proto *p = s->p;
+	// The record's delete and the pending will's writes in one group.
+	proto_store_batch(p, true);
 	pthread_mutex_lock(&p->tbl_mtx);
 	nmq_mutex_lock(&s->mtx);
 	if (s->ended || (only_if_expired && !session_expired_locked(s, nmq_clock_ms()))) {
 		session_unlock(s);
 		pthread_mutex_unlock(&p->tbl_mtx);
+		proto_store_batch(p, false);
 		return;
 	}
 	s->ended = true;
@@ -1772,6 +1789,7 @@ static void session_end_when(nmq_session *s, bool only_if_expired)
 	proto_table_remove(p, s);
 	pthread_mutex_unlock(&p->tbl_mtx);
 	session_finish_locked(s); // the table's reference
+	proto_store_batch(p, false);
 }
 
 void session_end(nmq_session *s)
@@ -1844,14 +1862,33 @@ typedef struct session_work {
 static void session_work_fn(workq_job *job)
 {
 	session_work *w = (session_work *)job;
+	nmq_proto    *p = w->s->p;
+	proto_store_batch(p, true);
 	if (w->will != NULL) {
-		proto_publish_will(w->s->p, w->will);
+		// The record loses the will in the group of the will's own
+		// writes (a record still holding it would publish it again
+		// after a crash).
+		proto_session_will_published(w->s);
+		proto_publish_will(p, w->will);
 	}
 	if (w->end) {
 		session_end_when(w->s, true);
 	}
+	proto_store_batch(p, false);
 	nmq_session_release(w->s);
 	free(w);
+}
+
+// See proto.h.
+void proto_session_will_published(nmq_session *s)
+{
+	nmq_mutex_lock(&s->mtx);
+	// Online: the record was rewritten at the attach (with the new
+	// connection's will, if any). Ended: it is deleted.
+	if (!s->ended && s->link == NULL && persist(s)) {
+		store_session_locked(s, s->offline_wall_ms);
+	}
+	session_unlock(s);
 }
 
 // Session timer (wheel thread): expiry, will delay and retry.
@@ -1957,6 +1994,7 @@ nmq_session *proto_session_restore(
 	s->expiry_s         = rec->expiry_s;
 	s->ver              = rec->proto_ver;
 	s->offline_since_ms = now > gone ? now - gone : 0;
+	s->offline_wall_ms  = rec->offline_wall_ms != 0 ? rec->offline_wall_ms : now_wall_ms;
 	s->stored           = true;
 	if (rec->queue_max_seq > 0) {
 		// Its queue stays on disk until the client is back; in-flight

@@ -188,5 +188,8 @@ bool session_info(nmq_session *s, proto_session_info *out);
 
 // Publishes a will message through the application and releases it.
 void proto_publish_will(nmq_proto *p, nmq_msg *will);
+// Opens (begin) or closes a group of this thread's store writes that
+// commit together (see session.c); nests; no-op without a store.
+void proto_store_batch(nmq_proto *p, bool begin);
 
 #endif // NMQ_SESSION_H

@@ -57,6 +57,9 @@ struct nmq_session {
 	nmq_mutex mtx;
 	nmq_link *link; // current connection, NULL while offline
 	uint64_t  offline_since_ms;
+	// (mtx) The wall-clock time the stored record says it went offline
+	// (persistent sessions): a rewrite of the record keeps it.
+	uint64_t offline_wall_ms;
 
 	// Outbound queues, together bounded by limits.max_mqueue_len: QoS 1/2
 	// messages wait for the in-flight window, QoS 0 ones only for the

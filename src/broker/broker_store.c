@@ -23,10 +23,15 @@ typedef struct restore_ctx {
 	size_t        len;
 	uint64_t      now_wall;
 	size_t        n_sessions, n_subs, n_msgs, n_rel, n_retained, n_failed;
-	// Wills of sessions that ended while the broker was down (held).
-	nmq_msg **wills;
-	size_t    n_wills, cap_wills;
-	nmq_err   err;
+	// Wills due at startup (held), each with what takes it out of the
+	// store in the group of its own writes.
+	struct restore_will {
+		nmq_msg     *msg;
+		nmq_session *s; // held: a restored session (its record rewritten)
+		char        *cid; // or an expired session (its record deleted)
+	} * wills;
+	size_t  n_wills, cap_wills;
+	nmq_err err;
 } restore_ctx;
 
 static uint64_t hash_str(const char *s)
@@ -83,7 +88,8 @@ static nmq_session *ctx_find(restore_ctx *c, const char *cid)
 	return NULL;
 }
 
-static void ctx_will_add(restore_ctx *c, const char *client_id, nmq_msg *will, const char *why);
+static void ctx_will_add(
+    restore_ctx *c, const char *client_id, nmq_session *s, nmq_msg *will, const char *why);
 
 static void load_session(void *arg, const store_session *rec)
 {
@@ -113,7 +119,7 @@ static void load_session(void *arg, const store_session *rec)
 	}
 	c->n_sessions++;
 	if (due) {
-		ctx_will_add(c, rec->client_id, rec->will_msg, "will_delay_passed_offline");
+		ctx_will_add(c, rec->client_id, s, rec->will_msg, "will_delay_passed_offline");
 	}
 }
 
@@ -192,45 +198,86 @@ static void load_retained(void *arg, nmq_msg *msg)
 	c->n_retained++;
 }
 
-// Keeps will (held) for publish_expired_wills.
-static void ctx_will_add(restore_ctx *c, const char *client_id, nmq_msg *will, const char *why)
+// Keeps will (held) for publish_expired_wills, with the restored session
+// s (held) whose record still holds it, or (s NULL) the client id of the
+// expired session whose record does. The will stays stored (and comes
+// back at the next start) if this fails.
+static void ctx_will_add(
+    restore_ctx *c, const char *client_id, nmq_session *s, nmq_msg *will, const char *why)
 {
+	char *cid = NULL;
 	if (c->n_wills == c->cap_wills) {
-		size_t    cap = c->cap_wills ? c->cap_wills * 2 : 8;
-		nmq_msg **nv  = realloc(c->wills, cap * sizeof(*nv));
+		size_t               cap = c->cap_wills ? c->cap_wills * 2 : 8;
+		struct restore_will *nv  = realloc(c->wills, cap * sizeof(*nv));
 		if (nv == NULL) {
-			log_error("store", "client_id=%s event=will_lost reason=out_of_memory",
-			    client_id);
-			c->n_failed++;
-			return;
+			goto oom;
 		}
 		c->wills     = nv;
 		c->cap_wills = cap;
 	}
+	if (s == NULL && (cid = strdup(client_id)) == NULL) {
+		goto oom;
+	}
 	log_info("store", "client_id=%s topic=%s event=will_published reason=%s", client_id,
 	    will->topic, why);
 	nmq_msg_hold(will);
-	c->wills[c->n_wills++] = will;
+	if (s != NULL) {
+		nmq_session_hold(s);
+	}
+	c->wills[c->n_wills++] = (struct restore_will) { will, s, cid };
+	return;
+oom:
+	log_error("store", "client_id=%s event=will_not_published reason=out_of_memory", client_id);
+	c->n_failed++;
 }
 
 static void load_expired_will(void *arg, const char *client_id, nmq_msg *will)
 {
-	ctx_will_add(arg, client_id, will, "session_expired_offline");
+	ctx_will_add(arg, client_id, NULL, will, "session_expired_offline");
 }
 
-// The wills of the sessions that ended while the broker was down, once
-// the restored sessions are subscribed and the store is bound (so that
-// persistent subscribers queue them durably), as the protocol layer
-// publishes the will of a session that ends.
-static void publish_expired_wills(restore_ctx *c)
+static void wills_free(restore_ctx *c)
 {
 	for (size_t i = 0; i < c->n_wills; i++) {
-		broker_proto_ops.route(c->b, NULL, NULL, c->wills[i]);
-		nmq_msg_release(c->wills[i]);
+		nmq_msg_release(c->wills[i].msg);
+		if (c->wills[i].s != NULL) {
+			nmq_session_release(c->wills[i].s);
+		}
+		free(c->wills[i].cid);
 	}
 	free(c->wills);
 	c->wills   = NULL;
 	c->n_wills = 0;
+}
+
+// The wills due at startup, once the restored sessions are subscribed and
+// the store is bound (so that persistent subscribers queue them durably),
+// as the protocol layer publishes the will of a session that ends. Each
+// goes with the write that takes it out of the store (the restored
+// session's record rewritten without it, or the expired session's record
+// deleted) in one store group: a crash before that group commits
+// publishes it at the next start, one after it does not.
+static void publish_expired_wills(restore_ctx *c, nmq_store *st)
+{
+	for (size_t i = 0; i < c->n_wills; i++) {
+		struct restore_will *w = &c->wills[i];
+		store_batch_begin(st);
+		if (w->s != NULL) {
+			proto_session_will_published(w->s);
+		} else {
+			nmq_err e = store_session_del(st, w->cid, NULL, NULL);
+			if (e != NMQ_OK) {
+				log_error("store",
+				    "client_id=%s event=session_del_failed error=%d (its will may "
+				    "be "
+				    "published again at the next start)",
+				    w->cid, (int)e);
+			}
+		}
+		broker_proto_ops.route(c->b, NULL, NULL, w->msg);
+		store_batch_end(st);
+	}
+	wills_free(c);
 }
 
 static uint64_t wall_ms(void)
@@ -267,10 +314,7 @@ nmq_err broker_store_attach(nmq_broker *b, nmq_proto *p, nmq_store *st, bool per
 	nmq_err  e  = store_load(st, c.now_wall, &ops, &c);
 	free(c.v);
 	if (e != NMQ_OK) {
-		for (size_t i = 0; i < c.n_wills; i++) {
-			nmq_msg_release(c.wills[i]);
-		}
-		free(c.wills);
+		wills_free(&c);
 		return e;
 	}
 	store_stats ss;
@@ -282,7 +326,7 @@ nmq_err broker_store_attach(nmq_broker *b, nmq_proto *p, nmq_store *st, bool per
 	    (unsigned long long)ss.expired, c.n_failed, (unsigned long long)(nmq_clock_ms() - t0));
 	proto_set_store(p, &store_proto_ops, st);
 	broker_set_store(b, st);
-	publish_expired_wills(&c);
+	publish_expired_wills(&c, st);
 	return NMQ_OK;
 }
 

@@ -1263,9 +1263,8 @@ static int queue_del_range(nmq_store *s, const char *cid, uint64_t lo, uint64_t 
 	return rc == SQLITE_DONE ? ret : -1;
 }
 
-// Deletes a session's queue, subscriptions, QoS 2 state and row (with its
-// will). Used by OP_SESSION_DEL and by expiry at load.
-int store_session_purge(nmq_store *s, const char *cid)
+// Deletes a session's queue, subscriptions and QoS 2 state, not its row.
+int store_session_purge_state(nmq_store *s, const char *cid)
 {
 	static const enum store_stmt steps[] = { STMT_QUEUE_UNREF_ALL, STMT_QUEUE_GC_ALL,
 		STMT_QUEUE_DEL_ALL, STMT_SUBS_DEL_ALL, STMT_REL_DEL_ALL };
@@ -1278,6 +1277,16 @@ int store_session_purge(nmq_store *s, const char *cid)
 		if (steps[i] == STMT_QUEUE_DEL_ALL) {
 			s->queued_rows -= (uint64_t)sqlite3_changes(s->db);
 		}
+	}
+	return 0;
+}
+
+// Deletes a session's queue, subscriptions, QoS 2 state and row (with its
+// will). Used by OP_SESSION_DEL and by expiry at load.
+int store_session_purge(nmq_store *s, const char *cid)
+{
+	if (store_session_purge_state(s, cid) != 0) {
+		return -1;
 	}
 	sqlite3_stmt *st = store_stmt(s, STMT_SESSION_GET);
 	sqlite3_bind_text(st, 1, cid, -1, SQLITE_STATIC);

@@ -259,7 +259,13 @@ typedef struct store_load_ops {
 	bool qmsg_inflight_only;
 	// Last: the will of each session dropped as expired (it ended while
 	// the broker was down, and its will had not gone out), unless the
-	// will's own Message Expiry passed too. The caller publishes it.
+	// will's own Message Expiry passed too. The caller publishes it and
+	// deletes the session's record (store_session_del) in the same
+	// store_batch: until then the record stays in the file (with its
+	// will and nothing else; not handed to session), so that a crash
+	// before that group commits publishes the will at the next load and
+	// one after it does not. Without this callback an expired session's
+	// record is deleted at once, will included.
 	void (*expired_will)(void *arg, const char *client_id, nmq_msg *will);
 } store_load_ops;
 

@@ -239,6 +239,7 @@ sqlite3_stmt *store_stmt_fresh(sqlite3_stmt *st);
 // result code (SQLITE_DONE on success).
 int  store_step_done(sqlite3_stmt *st);
 int  store_session_purge(nmq_store *s, const char *cid);
+int  store_session_purge_state(nmq_store *s, const char *cid);
 void store_db_close(nmq_store *s);
 // store_group.c (store thread): sizes the tables for a group of n_ops
 // operations (0, or -1 when out of memory: nothing is coalesced); marks

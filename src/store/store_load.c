@@ -117,12 +117,16 @@ static long collect_pairs(nmq_store *s, const char *sql, uint64_t now, int64_t *
 	return (long)n;
 }
 
-// The wills of the sessions drop_expired deleted, handed to the caller
-// of store_load after everything else.
+// The wills of the sessions drop_expired found expired, handed to the
+// caller of store_load after everything else. Such a session's record
+// stays (with its will, nothing else) until the caller deletes it in the
+// store group of the will's own writes; load_rows skips it (sorted: a
+// copy of cids in strcmp order).
 typedef struct expired_wills {
 	char    **cids;
 	nmq_msg **msgs;
 	size_t    n, cap;
+	char    **sorted;
 } expired_wills;
 
 static void wills_free(expired_wills *w)
@@ -133,7 +137,35 @@ static void wills_free(expired_wills *w)
 	}
 	free(w->cids);
 	free(w->msgs);
+	free(w->sorted);
 	memset(w, 0, sizeof(*w));
+}
+
+static int cmp_cid(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+// Sorts a copy of w's client ids for wills_has. Returns false when out of
+// memory.
+static bool wills_sort(expired_wills *w)
+{
+	if (w->n == 0) {
+		return true;
+	}
+	if ((w->sorted = malloc(w->n * sizeof(*w->sorted))) == NULL) {
+		return false;
+	}
+	memcpy(w->sorted, w->cids, w->n * sizeof(*w->sorted));
+	qsort(w->sorted, w->n, sizeof(*w->sorted), cmp_cid);
+	return true;
+}
+
+// Whether cid is the record of an expired session whose will is pending.
+static bool wills_has(const expired_wills *w, const char *cid)
+{
+	return w->sorted != NULL && cid != NULL
+	    && bsearch(&cid, w->sorted, w->n, sizeof(*w->sorted), cmp_cid) != NULL;
 }
 
 // Keeps the will of session cid (the row's message columns at 1, its id
@@ -177,8 +209,11 @@ static bool wills_add(
 }
 
 // Deletes what expired while the broker was down: sessions past their
-// expiry (with all their state; their wills into *wills) and queued or
-// retained messages past their Message Expiry. Returns 0 or -1.
+// expiry (with all their state; those with a will to publish keep their
+// record, with the will, for the caller to delete as it publishes it; the
+// wills into *wills) and queued or retained messages past their Message
+// Expiry (wills NULL: the caller wants no will; every expired record goes
+// whole). Returns 0 or -1.
 static int drop_expired(nmq_store *s, uint64_t now, uint64_t mono, expired_wills *wills)
 {
 	sqlite3_stmt *st = NULL;
@@ -194,6 +229,7 @@ static int drop_expired(nmq_store *s, uint64_t now, uint64_t mono, expired_wills
 	}
 	sqlite3_bind_int64(st, 1, (sqlite3_int64)now);
 	char **cids = NULL;
+	bool  *keep = NULL; // the record stays for its will
 	size_t n = 0, cap = 0;
 	int    rc;
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -204,22 +240,36 @@ static int drop_expired(nmq_store *s, uint64_t now, uint64_t mono, expired_wills
 				rc = SQLITE_NOMEM;
 				break;
 			}
-			cids = nv;
+			cids     = nv;
+			bool *nk = realloc(keep, cap * sizeof(*nk));
+			if (nk == NULL) {
+				rc = SQLITE_NOMEM;
+				break;
+			}
+			keep = nk;
 		}
 		if ((cids[n] = strdup((const char *)sqlite3_column_text(st, 0))) == NULL) {
 			rc = SQLITE_NOMEM;
 			break;
 		}
 		n++;
-		if (!wills_add(wills, st, cids[n - 1], now, mono)) {
-			rc = SQLITE_NOMEM;
-			break;
+		keep[n - 1] = false;
+		if (wills != NULL) {
+			size_t had = wills->n;
+			if (!wills_add(wills, st, cids[n - 1], now, mono)) {
+				rc = SQLITE_NOMEM;
+				break;
+			}
+			keep[n - 1] = wills->n > had;
 		}
 	}
 	sqlite3_finalize(st);
 	int ret = rc == SQLITE_DONE ? 0 : -1;
 	for (size_t i = 0; i < n; i++) {
-		if (ret == 0 && store_session_purge(s, cids[i]) != 0) {
+		if (ret == 0
+		    && (keep[i] ? store_session_purge_state(s, cids[i])
+		                : store_session_purge(s, cids[i]))
+		        != 0) {
 			ret = -1;
 		}
 		if (ret == 0) {
@@ -228,7 +278,8 @@ static int drop_expired(nmq_store *s, uint64_t now, uint64_t mono, expired_wills
 		free(cids[i]);
 	}
 	free(cids);
-	if (ret != 0) {
+	free(keep);
+	if (ret != 0 || (wills != NULL && !wills_sort(wills))) {
 		return -1;
 	}
 	atomic_fetch_add(&s->expired, n);
@@ -397,8 +448,8 @@ static const char load_queue_sql[] = LOAD_QUEUE_COLS " ORDER BY q.cid, q.seq";
 // stay on disk for store_queue_read.
 static const char load_inflight_sql[] = LOAD_QUEUE_COLS " WHERE q.state != 0 ORDER BY q.cid, q.seq";
 
-static int load_rows(
-    nmq_store *s, const store_load_ops *ops, void *arg, uint64_t wall, uint64_t mono)
+static int load_rows(nmq_store *s, const store_load_ops *ops, void *arg, uint64_t wall,
+    uint64_t mono, const expired_wills *wills)
 {
 	sqlite3_stmt *st = NULL;
 	int           rc = SQLITE_DONE;
@@ -414,6 +465,9 @@ static int load_rows(
 			return -1;
 		}
 		while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+			if (wills_has(wills, (const char *)sqlite3_column_text(st, 0))) {
+				continue; // ended: only its will is left (expired_will)
+			}
 			store_session rec = {
 				.client_id       = (const char *)sqlite3_column_text(st, 0),
 				.username        = (const char *)sqlite3_column_text(st, 1),
@@ -552,7 +606,7 @@ nmq_err store_load(nmq_store *s, uint64_t now_wall_ms, const store_load_ops *ops
 	// Sessions whose client was connected when the broker stopped went
 	// offline then: since the last time the store knew it was alive.
 	if ((n_on = store_alive_load(s, &alive)) < 0
-	    || drop_expired(s, now_wall_ms, mono, &wills) != 0) {
+	    || drop_expired(s, now_wall_ms, mono, ops->expired_will != NULL ? &wills : NULL) != 0) {
 		exec(s, "ROLLBACK");
 		goto fail;
 	}
@@ -567,10 +621,10 @@ nmq_err store_load(nmq_store *s, uint64_t now_wall_ms, const store_load_ops *ops
 		    (long long)now_wall_ms - (long long)alive);
 	}
 	atomic_store(&s->queued_rows_pub, s->queued_rows);
-	if (load_rows(s, ops, arg, now_wall_ms, mono) != 0) {
+	if (load_rows(s, ops, arg, now_wall_ms, mono, &wills) != 0) {
 		goto fail;
 	}
-	for (size_t i = 0; i < wills.n && ops->expired_will != NULL; i++) {
+	for (size_t i = 0; i < wills.n; i++) {
 		ops->expired_will(arg, wills.cids[i], wills.msgs[i]);
 	}
 	wills_free(&wills);

@@ -1630,15 +1630,31 @@ static void test_online_at_crash_load(void **state)
 	assert_int_equal(count_rows("queue"), 0);
 	assert_int_equal(query_int("SELECT COUNT(*) FROM sessions WHERE offline_wall_ms = 0"), 0);
 
-	// A second load (another restart) keeps that time.
+	// The expired session's record stays (its will, nothing else) until
+	// the caller deletes it with the will's writes.
+	assert_int_equal(query_int("SELECT COUNT(*) FROM sessions WHERE cid = 'on-short'"
+	                           " AND will_msg IS NOT NULL"),
+	    1);
+	assert_int_equal(query_int("SELECT COUNT(*) FROM subs"), 0);
+
+	// A second load (another restart) keeps that time. The will was not
+	// deleted (a crash before the group that publishes it committed): it
+	// is handed back again, once it is deleted it is gone.
 	s = open_store(0);
 	memset(&l, 0, sizeof(l));
 	assert_int_equal(store_load(s, t1 + 4000, &ops, &l), NMQ_OK);
 	il = loaded_find(&l, "on-long");
 	assert_true(il >= 0);
 	assert_int_equal(l.sess_offline[il], (uint64_t)alive);
-	assert_int_equal(l.wills, 0);
+	assert_int_equal(loaded_find(&l, "on-short"), -1);
+	assert_int_equal(l.wills, 1);
+	assert_string_equal(l.will_cid[0], "on-short");
 	loaded_free(&l);
+	store_batch_begin(s);
+	assert_int_equal(store_session_del(s, "on-short", NULL, NULL), NMQ_OK);
+	store_batch_end(s);
+	sync_store(s);
+	assert_int_equal(query_int("SELECT COUNT(*) FROM sessions WHERE cid = 'on-short'"), 0);
 
 	// A file without the alive row (written by an older build): offline
 	// since the load, as before.
