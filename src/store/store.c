@@ -105,7 +105,9 @@ static const char index_sql[]
       // the sessions stored online, which make the idle store write it.
       // Added to older files; a build without them ignores both.
       "CREATE TABLE IF NOT EXISTS alive(id INTEGER PRIMARY KEY, wall_ms INTEGER NOT NULL);"
-      "CREATE INDEX IF NOT EXISTS sessions_online ON sessions(offline_wall_ms)"
+      // (sessions_online, by offline time, was the first form of it.)
+      "DROP INDEX IF EXISTS sessions_online;"
+      "CREATE INDEX IF NOT EXISTS sessions_online_expiry ON sessions(expiry_s)"
       " WHERE offline_wall_ms = 0;";
 
 // The tables a store of STORE_SCHEMA_VERSION must have.

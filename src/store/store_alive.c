@@ -7,12 +7,17 @@
 // One row (table alive, id 1) holds it. A group commit that happens anyway
 // rewrites it when the stored time is STORE_ALIVE_STEP_MS old or more
 // (with traffic: at most one extra row update a second, in a transaction
-// that is written anyway). While at least one stored session is online,
-// an idle store thread commits it by itself every STORE_ALIVE_IDLE_MS;
-// with no session online it never wakes for it. The death time is thus
-// known to within about STORE_ALIVE_STEP_MS under traffic and
-// STORE_ALIVE_IDLE_MS when idle (plus the time a commit takes): a session
-// online at a crash is counted as offline up to that much too early.
+// that is written anyway). While at least one stored session with a
+// finite expiry is online, an idle store thread commits it by itself
+// every tenth of the shortest such expiry, but not more often than every
+// STORE_ALIVE_IDLE_MS nor less than every STORE_ALIVE_IDLE_MAX_MS; with
+// none online (sessions that never expire, as 3.1.1 persistent sessions,
+// need no death time) it never wakes for it, so an idle broker writes
+// nothing. The death time is thus known to within about
+// STORE_ALIVE_STEP_MS under traffic and the idle interval when idle (plus
+// the time a commit takes): a session online at a crash is counted as
+// offline up to that much too early, at most a tenth of its expiry for
+// expiries of 50 s and more.
 //
 // Store thread only, except store_alive_load (main thread, at load).
 #include <errno.h>
@@ -31,8 +36,9 @@ static int alive_prepare(nmq_store *s)
 	}
 	if (s->alive_online_q == NULL
 	    && sqlite3_prepare_v3(s->db,
-	           "SELECT EXISTS (SELECT 1 FROM sessions WHERE offline_wall_ms = 0)", -1,
-	           SQLITE_PREPARE_PERSISTENT, &s->alive_online_q, NULL)
+	           "SELECT MIN(expiry_s) FROM sessions WHERE offline_wall_ms = 0"
+	           " AND expiry_s < 4294967295",
+	           -1, SQLITE_PREPARE_PERSISTENT, &s->alive_online_q, NULL)
 	        != SQLITE_OK) {
 		return -1;
 	}
@@ -77,21 +83,28 @@ void store_alive_after_group(nmq_store *s)
 		return;
 	}
 	sqlite3_reset(s->alive_online_q);
-	// Answered by the partial index sessions_online.
+	// Answered by the partial index sessions_online_expiry.
 	if (sqlite3_step(s->alive_online_q) == SQLITE_ROW) {
-		s->alive_online = sqlite3_column_int(s->alive_online_q, 0) != 0;
+		if (sqlite3_column_type(s->alive_online_q, 0) == SQLITE_NULL) {
+			s->alive_idle_ms = 0;
+		} else {
+			uint64_t tenth = (uint64_t)sqlite3_column_int64(s->alive_online_q, 0) * 100;
+			s->alive_idle_ms = tenth < STORE_ALIVE_IDLE_MS ? STORE_ALIVE_IDLE_MS
+			    : tenth > STORE_ALIVE_IDLE_MAX_MS          ? STORE_ALIVE_IDLE_MAX_MS
+			                                               : (uint32_t)tenth;
+		}
 	}
 	sqlite3_reset(s->alive_online_q);
 }
 
 bool store_alive_wait(nmq_store *s)
 {
-	if (!s->alive_online) {
+	if (s->alive_idle_ms == 0) {
 		pthread_cond_wait(&s->cv, &s->mtx);
 		return false;
 	}
 	uint64_t due
-	    = s->alive_mono + (s->opts.alive_idle_ms ? s->opts.alive_idle_ms : STORE_ALIVE_IDLE_MS);
+	    = s->alive_mono + (s->opts.alive_idle_ms ? s->opts.alive_idle_ms : s->alive_idle_ms);
 	if (store_mono_ms() >= due) {
 		return true;
 	}

@@ -224,7 +224,8 @@ struct nmq_store {
 	// (a session row changed).
 	sqlite3_stmt *alive_put, *alive_online_q;
 	uint64_t      alive_mono;
-	bool          alive_online, alive_recheck;
+	uint32_t      alive_idle_ms; // idle write interval; 0: none needed
+	bool          alive_recheck;
 };
 
 uint64_t               store_wall_ms(void);
@@ -257,9 +258,11 @@ void store_group_forget(nmq_store *s); // after a rollback
 
 // store_alive.c (see there). A group commit rewrites the alive row when
 // it is STORE_ALIVE_STEP_MS old; an idle store thread, while a stored
-// session is online, every STORE_ALIVE_IDLE_MS.
-#define STORE_ALIVE_STEP_MS 1000
-#define STORE_ALIVE_IDLE_MS 5000
+// session with a finite expiry is online, every tenth of the shortest
+// such expiry, within STORE_ALIVE_IDLE_MS and STORE_ALIVE_IDLE_MAX_MS.
+#define STORE_ALIVE_STEP_MS     1000
+#define STORE_ALIVE_IDLE_MS     5000
+#define STORE_ALIVE_IDLE_MAX_MS 300000
 // Inside a group's transaction: the alive row if it is due. 0 or -1.
 int store_alive_in_group(nmq_store *s, uint64_t wall);
 // After a group (no lock held): whether a session is online, if asked.
@@ -267,11 +270,8 @@ void store_alive_after_group(nmq_store *s);
 // A session row was written by op_apply: online (or maybe no longer).
 static inline void store_alive_session_op(nmq_store *s, bool online)
 {
-	if (online) {
-		s->alive_online = true;
-	} else {
-		s->alive_recheck = true;
-	}
+	(void)online;
+	s->alive_recheck = true; // the shortest expiry online may have changed
 }
 // The store thread's wait for work, s->mtx held and the queue empty.
 // Returns true when an idle alive write is due now (caller: unlock,

@@ -1680,8 +1680,8 @@ static void test_online_at_crash_load(void **state)
 	nmq_msg_release(w2);
 }
 
-// The idle store writes the alive row only while a stored session is
-// online.
+// The idle store writes the alive row only while a stored session with a
+// finite expiry is online.
 static void test_alive_idle_writes(void **state)
 {
 	(void)state;
@@ -1694,6 +1694,14 @@ static void test_alive_idle_writes(void **state)
 	nmq_store *s = NULL;
 	char       err[256];
 	assert_int_equal(store_open(&s, &o, err, sizeof(err)), NMQ_OK);
+	// A session that never expires needs no death time: online, it does
+	// not make the idle store write.
+	store_session forever = { .client_id = "forever", .expiry_s = UINT32_MAX };
+	store_session_put(s, &forever, NULL, NULL);
+	sync_store(s);
+	long long a0 = query_int("SELECT wall_ms FROM alive WHERE id = 1");
+	usleep(450 * 1000);
+	assert_int_equal(query_int("SELECT wall_ms FROM alive WHERE id = 1"), a0);
 	store_session on = { .client_id = "on", .expiry_s = 60 };
 	store_session_put(s, &on, NULL, NULL);
 	sync_store(s);
