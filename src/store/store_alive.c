@@ -2,7 +2,7 @@
 // running, so that a session whose client was connected when the broker
 // died (stored online, offline_wall_ms = 0) is counted as offline since
 // about then at the next load, not since the restart (docs/persistence.md,
-// decisions/0032).
+// decisions/0031).
 //
 // One row (table alive, id 1) holds it. A group commit that happens anyway
 // rewrites it when the stored time is STORE_ALIVE_STEP_MS old or more
