@@ -146,6 +146,20 @@ proto_pending *link_park(nmq_link *l, bool connect, const uint8_t *frame, size_t
 	return t;
 }
 
+// Whether a DISCONNECT is among the frames held behind the parked packet.
+static bool held_has_disconnect(const proto_pending *t)
+{
+	for (size_t off = 0; off + 4 <= t->held_len;) {
+		uint32_t n;
+		memcpy(&n, t->held + off, 4);
+		if (n > 0 && (t->held[off + 4] >> 4) == MQTT_DISCONNECT) {
+			return true;
+		}
+		off += 4 + (size_t)n;
+	}
+	return false;
+}
+
 // Replays the parked packet with its answer, then the held frames, on a
 // worker.
 static void pending_job(workq_job *job)
@@ -187,9 +201,13 @@ static void pending_job(workq_job *job)
 			memmove(t->held, t->held + off, t->held_len - off);
 			t->held_len -= off;
 		}
-		if (t->kind == PARK_PACKET && t->held_len < PENDING_READ_PAUSE) {
+		if (t->kind == PARK_PACKET && t->held_len < PENDING_READ_PAUSE
+		    && !held_has_disconnect(t)) {
 			// Behind a CONNECT reading was paused: a packet parked by its
-			// replay lets it go on (PINGREQs answered meanwhile).
+			// replay lets it go on (PINGREQs answered meanwhile). Not
+			// while a DISCONNECT is still held: the end of the stream
+			// that follows it must not be read before it is handled
+			// (link_pending_hold).
 			link_rx_pause(l, LINK_RXP_PARK, false);
 		}
 	} else {
