@@ -371,8 +371,19 @@ static sqlite3 *open_db(nmq_store *s, char *err, size_t errlen, bool *unwritable
 			}
 			if (rc == SQLITE_OK && migrate
 			    && store_bcache_migrate(db, STORE_SCHEMA_BCACHE) != 0) {
-				rc  = SQLITE_ERROR;
-				bad = "cannot be migrated";
+				// The migration rolled back: the file is still a good
+				// store of the older version, and the cause is likely
+				// passing (a full disk, a lock held by another
+				// process). It is kept as it is, not moved aside: the
+				// broker does not start until it can be migrated.
+				snprintf(err, errlen,
+				    "store: %s: the file of schema version 1 could not be migrated "
+				    "to version %d "
+				    "(the cause is logged as event=migration_failed); it is left "
+				    "unchanged",
+				    s->path, STORE_SCHEMA_VERSION);
+				sqlite3_close(db);
+				return NULL;
 			}
 			if (rc == SQLITE_OK) {
 				rc = sqlite3_exec(db, index_sql, NULL, NULL, NULL);

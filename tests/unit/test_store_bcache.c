@@ -451,6 +451,33 @@ static void test_migration_v1(void **state)
 	         " ('$bridge/x', 5, 2, 1, 0, 0, 0, NULL),"
 	         " ('$bridge/y', 1, 1, 1, 0, 0, 0, NULL);"
 	         "PRAGMA user_version = 1;");
+	// A migration that cannot run (another process holds the write lock
+	// past the busy timeout) refuses to open and leaves the file as it is,
+	// not moved aside: the version 1 store is still good.
+	char path[512];
+	snprintf(path, sizeof(path), "%s/nanomq.db", tmpdir);
+	sqlite3 *locker = NULL;
+	assert_int_equal(sqlite3_open(path, &locker), SQLITE_OK);
+	assert_int_equal(sqlite3_exec(locker, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
+	store_opts o = { .dir = tmpdir, .durability = STORE_DURABLE_OS, .flush_max = 100 };
+	char       err[512];
+	s = NULL;
+	assert_int_not_equal(store_open(&s, &o, err, sizeof(err)), NMQ_OK);
+	assert_null(s);
+	assert_non_null(strstr(err, "could not be migrated"));
+	assert_int_equal(sqlite3_exec(locker, "ROLLBACK", NULL, NULL, NULL), SQLITE_OK);
+	sqlite3_close(locker);
+	assert_int_equal(query_int("PRAGMA user_version"), 1);
+	assert_int_equal(query_int("SELECT COUNT(*) FROM queue"), 4);
+	DIR *d     = opendir(tmpdir);
+	int  files = 0;
+	for (struct dirent *de; d != NULL && (de = readdir(d)) != NULL;) {
+		files += strstr(de->d_name, ".damaged-") != NULL;
+	}
+	if (d != NULL) {
+		closedir(d);
+	}
+	assert_int_equal(files, 0); // nothing moved aside
 	s = open_store(0);
 	store_stats st;
 	store_stats_get(s, &st);
