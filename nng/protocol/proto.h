@@ -412,6 +412,11 @@ void proto_store_noted(void);
 // or, for 3.1.1, the connection is closed without the ack), since an ack
 // promises the message is stored.
 void proto_store_refused(void);
+// Thread-local: whether the store refused a write of routing on this
+// thread since the last call (and forgets it). For code that routes a
+// message itself and acks it (the protocol's PUBLISH, a bridge's inbound
+// messages).
+bool proto_store_take_refused(void);
 
 // Restoring the store's sessions at startup (main thread, after
 // proto_set_store and before any listener opens). Creates the offline

@@ -81,9 +81,6 @@ void proto_store_failed(nmq_proto *p, const char *what, const char *client_id, n
 // Thread-local: whether routing on this thread wrote to the store since
 // the last call (and forgets it).
 bool proto_store_take_noted(void);
-// Thread-local: whether the store refused a write of routing on this
-// thread since the last call (and forgets it).
-bool proto_store_take_refused(void);
 // True when the store's write queue is at or over its high-water mark
 // (half its bound), or, with `resume`, still over its low-water mark (a
 // quarter): a publisher whose message wrote to the store pauses at the

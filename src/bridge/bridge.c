@@ -2086,11 +2086,16 @@ static int link_frame(void *upper, const uint8_t *frame, size_t len)
 			rel_fail = store_rel_put(st, b->store_id, pid, NULL, NULL) != NMQ_OK;
 		}
 #endif
+		bool rel_put = rel_store && !rel_fail; // a row to delete later
 		if (!dup_q2 && !echo && !rel_fail) {
+			(void)proto_store_take_refused();
 			ok = publish_local(b, cfg, p);
+			// A write the routing needed was refused (the store's queue
+			// is full): the message is not stored, so it is not acked.
+			rel_fail = p->qos > 0 && proto_store_take_refused();
 		}
 		pthread_mutex_lock(&b->mtx);
-		if (rel_store && !rel_fail) {
+		if (rel_put) {
 			b->rel_rows = true;
 		}
 		if (rel_fail && b->link == l && !l->closed) {

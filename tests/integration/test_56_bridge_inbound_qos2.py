@@ -93,6 +93,44 @@ class TestBridgeInboundQos2(OpsTestCase):
             con.close()
         self.assertEqual(n, 0)
 
+    # The store's write queue is tiny (max_pending_writes), so some of the
+    # remote's messages cannot be stored for the offline persistent
+    # subscriber: those must not be acked (the remote keeps and resends
+    # them), and every one arrives in the end.
+    def test_refused_write_not_acked(self):
+        inst = self.instance()
+        m = Mosquitto(inst.tmp)
+        self.addCleanup(m.stop)
+        port = free_port()
+        db = inst.path("db")
+        conf = inst.conf(port, extra=(
+            "sqlite { mounted_file_path = \"%s\"\n max_pending_writes = 16 }\n" % db)
+            + bridge_conf("f", "mqtt-tcp://127.0.0.1:%d" % m.port, 4, 5,
+                          subs='{ remote_topic = "down/#", qos = 1 }',
+                          extra="clean_start = false"))
+        self.start_broker(inst, ["start", "--conf", conf], port=port)
+        self.assertTrue(inst.wait_output(r"event=link_up", timeout=10), inst.output()[-2000:])
+        s = self.client(port, "offline-sub", clean=False)
+        s.connect()
+        s.subscribe("down/#", 1)
+        s.disconnect()
+        n = 400
+        rp = self.client(m.port, "remote-pub")
+        rp.connect()
+        for i in range(n):
+            rp.publish("down/x", b"%03d" % i, qos=1, wait=False)
+        rp.publish("down/end", b"end", qos=1)
+        self.assertTrue(inst.wait_output(r"event=store_write_failed op=queue_put", timeout=20),
+                        "no write was refused: the test did not test anything\n"
+                        + inst.output()[-2000:])
+        s2 = self.client(port, "offline-sub", clean=False)
+        s2.connect()
+        want = {b"%03d" % i for i in range(n)}
+        ok = wait_for(lambda: want <= {x.payload for x in list(s2.received)}, 60)
+        got = {x.payload for x in list(s2.received)}
+        self.assertTrue(ok, "lost %d of %d: %r" % (len(want - got), n, sorted(want - got)[:20]))
+        self.assert_stops(inst)
+
 
 if __name__ == "__main__":
     nmq.main()
