@@ -316,6 +316,9 @@ void store_group_pair_ranges(nmq_store *s, store_op *op)
 {
 	// As OP_QUEUE_DEL, seq by seq: a put or state update of the group
 	// before it is not written (the range still runs: one statement).
+	if (s->ckeys_len == 0) {
+		return; // nothing before it in the group to pair with
+	}
 	for (uint32_t r = 0; r < op->u32; r++) {
 		uint64_t lo = op->data[2 * r], hi = op->data[2 * r + 1];
 		if (hi < lo || hi - lo >= PAIR_RANGE_MAX) {
