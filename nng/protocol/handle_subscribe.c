@@ -213,7 +213,12 @@ int handle_subscribe(nmq_link *l, const mqtt_packet *pk, const int *verdicts, ui
 	r.u.suback.packet_id = sub->packet_id;
 	r.u.suback.count     = i;
 	r.u.suback.codes     = codes;
-	if (kick != 0 || !grouped) {
+	// Nothing to wait for (a session that is not stored, no earlier ack
+	// waiting: link_ack_then would send at once): the SUBACK goes now and
+	// the retained messages after it below, without gathering them.
+	// Only this thread adds to acks_waiting, so 0 stays 0 meanwhile.
+	bool now = kick != 0 || !grouped || (!stored && atomic_load(&l->acks_waiting) == 0);
+	if (now) {
 		if (grouped) {
 			p->ack_store->batch(p->ack_store_arg, false);
 		}
