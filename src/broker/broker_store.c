@@ -29,6 +29,7 @@ typedef struct restore_ctx {
 		nmq_msg     *msg;
 		nmq_session *s; // held: a restored session (its record rewritten)
 		char        *cid; // or an expired session (its record deleted)
+		const char  *why; // for the log (a string literal)
 	} * wills;
 	size_t  n_wills, cap_wills;
 	nmq_err err;
@@ -218,13 +219,11 @@ static void ctx_will_add(
 	if (s == NULL && (cid = strdup(client_id)) == NULL) {
 		goto oom;
 	}
-	log_info("store", "client_id=%s topic=%s event=will_published reason=%s", client_id,
-	    will->topic, why);
 	nmq_msg_hold(will);
 	if (s != NULL) {
 		nmq_session_hold(s);
 	}
-	c->wills[c->n_wills++] = (struct restore_will) { will, s, cid };
+	c->wills[c->n_wills++] = (struct restore_will) { will, s, cid, why };
 	return;
 oom:
 	log_error("store", "client_id=%s event=will_not_published reason=out_of_memory", client_id);
@@ -274,6 +273,8 @@ static void publish_expired_wills(restore_ctx *c, nmq_store *st)
 				    w->cid, (int)e);
 			}
 		}
+		log_info("store", "client_id=%s topic=%s event=will_published reason=%s",
+		    w->s != NULL ? nmq_session_client_id(w->s) : w->cid, w->msg->topic, w->why);
 		broker_proto_ops.route(c->b, NULL, NULL, w->msg);
 		store_batch_end(st);
 	}
