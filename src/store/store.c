@@ -443,7 +443,6 @@ static __thread struct {
 	nmq_store *s;
 	uint64_t   uid; // s->uid when the cache was filled (s may be a new store)
 	store_op  *head;
-	uint32_t   n;
 } tl_pool;
 
 // Frees a pooled op (under s->mtx): off the all_ops list.
@@ -473,7 +472,6 @@ static store_op *op_get(nmq_store *s, size_t extra)
 		tl_pool.s    = s;
 		tl_pool.uid  = s->uid;
 		tl_pool.head = NULL;
-		tl_pool.n    = 0;
 	}
 	if (tl_pool.head == NULL) {
 		pthread_mutex_lock(&s->mtx);
@@ -482,14 +480,12 @@ static store_op *op_get(nmq_store *s, size_t extra)
 			s->free_ops = h->chain_next;
 			s->free_n -= h->chain_n;
 			tl_pool.head = h;
-			tl_pool.n    = h->chain_n;
 		}
 		pthread_mutex_unlock(&s->mtx);
 	}
 	store_op *op = tl_pool.head;
 	if (op != NULL) {
 		tl_pool.head = op->next;
-		tl_pool.n--;
 		store_op *ap = op->all_prev, *an = op->all_next;
 		memset(op, 0, offsetof(store_op, data));
 		op->all_prev = ap;
@@ -535,11 +531,9 @@ static void op_free(nmq_store *s, store_op *op)
 		tl_pool.s    = s;
 		tl_pool.uid  = s->uid;
 		tl_pool.head = NULL;
-		tl_pool.n    = 0;
 	}
 	op->next     = tl_pool.head;
 	tl_pool.head = op;
-	tl_pool.n++;
 }
 
 // The store thread gives a finished group's operations back: chains
@@ -1393,11 +1387,11 @@ static int op_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 			sqlite3_bind_int64(st, 6, will);
 		}
 		sqlite3_bind_int64(st, 7, op->u32b);
-		store_alive_session_op(s, op->u64 == 0);
+		store_alive_session_op(s);
 		return store_step_done(st) == SQLITE_DONE ? 0 : -1;
 	}
 	case OP_SESSION_DEL:
-		store_alive_session_op(s, false);
+		store_alive_session_op(s);
 		if (store_is_bcache(op->s1) && store_bcache_purge(s, op->s1) != 0) {
 			return -1;
 		}
@@ -1407,7 +1401,7 @@ static int op_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 		}
 		return store_session_purge(s, op->s1);
 	case OP_SESSION_OFFLINE:
-		store_alive_session_op(s, op->u64 == 0);
+		store_alive_session_op(s);
 		st = store_stmt(s, STMT_SESSION_OFFLINE);
 		sqlite3_bind_text(st, 1, op->s1, -1, SQLITE_STATIC);
 		sqlite3_bind_int64(st, 2, (sqlite3_int64)op->u64);

@@ -267,11 +267,11 @@ void store_group_forget(nmq_store *s); // after a rollback
 int store_alive_in_group(nmq_store *s, uint64_t wall);
 // After a group (no lock held): whether a session is online, if asked.
 void store_alive_after_group(nmq_store *s);
-// A session row was written by op_apply: online (or maybe no longer).
-static inline void store_alive_session_op(nmq_store *s, bool online)
+// A session row was written or deleted by op_apply: the shortest finite
+// expiry among the sessions online may have changed.
+static inline void store_alive_session_op(nmq_store *s)
 {
-	(void)online;
-	s->alive_recheck = true; // the shortest expiry online may have changed
+	s->alive_recheck = true;
 }
 // The store thread's wait for work, s->mtx held and the queue empty.
 // Returns true when an idle alive write is due now (caller: unlock,
