@@ -838,9 +838,16 @@ static int conn_handshake(nng_tls_engine_conn *ec)
 				why[i] = i + 1 < n && why[i + 1] != '\0' ? ';' : '\0';
 			}
 		}
+		// For an address, a name mismatch is verify_ip's: the CN is not
+		// looked at, so mbed TLS's wording would mislead.
+		bool by_ip = ec->ip_len > 0
+		    && (mbedtls_ssl_get_verify_result(&ec->ssl) & MBEDTLS_X509_BADCERT_CN_MISMATCH);
 		log_warn_rl("tls",
-		    "server=%s event=handshake_failed reason=\"certificate not verified: %s\"",
+		    "server=%s event=handshake_failed reason=\"certificate not verified: %s%s\"",
 		    ec->cfg->server_name != NULL ? ec->cfg->server_name : "",
+		    by_ip ? "no iPAddress subjectAltName matches the address (the CN is not "
+		            "checked for addresses); "
+		          : "",
 		    n > 0 ? why : "unknown");
 	}
 	return rv == 0 ? 0 : map_error(ec, rv);

@@ -187,7 +187,7 @@ class TestBridgeAudit(OpsTestCase):
         col.connect()
         col.subscribe("s/#", 1)
         cases = (("127.0.0.1", "ca.crt", None),
-                 ("127.0.0.2", "ca.crt", "does not match"),
+                 ("127.0.0.2", "ca.crt", "no iPAddress subjectAltName matches the address"),
                  ("127.0.0.1", "other-ca.crt", "not correctly signed"))
         for host, ca, refused in cases:
             with self.subTest(host=host, ca=ca):
