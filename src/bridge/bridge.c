@@ -43,13 +43,18 @@
 #include "src/topic/topic_tree.h"
 #ifdef NMQ_HAVE_STORE
 #include "src/store/store.h"
+#include "src/store/store_bcache.h"
 #endif
 
 #define CONNECT_TIMEOUT_MS 10000
-#define SUB_PID            65535 // the SUBSCRIBE of each connect; never a PUBLISH's
-#define RT_SUB_PID         65534 // runtime (UN)SUBSCRIBEs (REST); never a PUBLISH's
-#define TP_PID             65533 // transparent (UN)SUBSCRIBEs; never a PUBLISH's
-#define TP_BATCH           64 // filters in one transparent (UN)SUBSCRIBE
+// After a link that was up at least FAST_RETRY_AFTER_UP_MS drops, the
+// first attempt comes within FAST_RETRY_MS (a random 50-100 % of it).
+#define FAST_RETRY_AFTER_UP_MS 5000
+#define FAST_RETRY_MS          500
+#define SUB_PID                65535 // the SUBSCRIBE of each connect; never a PUBLISH's
+#define RT_SUB_PID             65534 // runtime (UN)SUBSCRIBEs (REST); never a PUBLISH's
+#define TP_PID                 65533 // transparent (UN)SUBSCRIBEs; never a PUBLISH's
+#define TP_BATCH               64 // filters in one transparent (UN)SUBSCRIBE
 // In flight on a 3.1.1 link, which has no Receive Maximum. QoS 1: MQTT
 // 3.1.1 sets no bound and brokers ack QoS 1 as they route it (Mosquitto
 // counts an inbound QoS 1 message against its quota only until its
@@ -1255,14 +1260,20 @@ static bool rel_durable(const bridge *b)
 static void rel_clear_locked(bridge *b)
 {
 	if (b->store != NULL && b->rel_rows) {
+		// One batch: one hand-over to the store thread and one
+		// transaction for all of them, not one per id.
 		uint32_t failed = 0;
-		for (uint32_t i = 0; i < 65536; i++) {
-			if ((b->rel[i / 8] & (1u << (i % 8))) != 0
-			    && store_rel_del(b->store, b->store_id, (uint16_t)i, NULL, NULL)
-			        != NMQ_OK) {
-				failed++;
+		store_batch_begin(b->store);
+		for (uint32_t byte = 0; byte < sizeof(b->rel); byte++) {
+			for (uint32_t bits = b->rel[byte]; bits != 0; bits &= bits - 1) {
+				uint16_t pid = (uint16_t)(byte * 8 + (uint32_t)__builtin_ctz(bits));
+				if (store_rel_del(b->store, b->store_id, pid, NULL, NULL)
+				    != NMQ_OK) {
+					failed++;
+				}
 			}
 		}
+		store_batch_end(b->store);
 		if (failed > 0) {
 			log_warn("bridge", "bridge=%s ids=%u event=qos2_ids_not_deleted", b->name,
 			    failed);
@@ -2719,7 +2730,8 @@ static void *bridge_main(void *arg)
 				b->reconnects++;
 			}
 		}
-		bool had_up = b->state == BS_UP;
+		bool     had_up = b->state == BS_UP;
+		uint64_t up_ms  = had_up ? now_ms() - b->state_since_ms : 0;
 		if (b->stop) {
 			break;
 		}
@@ -2731,10 +2743,32 @@ static void *bridge_main(void *arg)
 			attempt = 0;
 			was_up  = true;
 		}
+		// Exponential backoff with jitter: 1 s, 2 s, 4 s ... backoff_max,
+		// each between half and all of it. A link that was up for a while
+		// and dropped is tried again at once, within FAST_RETRY_MS (a
+		// remote restarting or a connection reset by the network), and
+		// backs off from 1 s after that; one that dropped soon after it
+		// came up (a remote that takes the connection and then closes it)
+		// backs off from the start.
+		uint64_t cap   = (uint64_t)b->cfg->backoff_max_s * 1000;
+		uint64_t delay = attempt >= 20 ? cap : (uint64_t)1000 << attempt;
+		if (had_up && up_ms >= FAST_RETRY_AFTER_UP_MS) {
+			delay = FAST_RETRY_MS;
+		} else if (delay > cap) {
+			delay = cap;
+		}
+		seed  = seed * 1103515245u + 12345u;
+		delay = delay / 2 + (delay / 2) * ((seed >> 8) % 1000) / 1000;
+		if (b->restart || b->marker_retry) {
+			delay           = 0;
+			b->marker_retry = false;
+		}
 		if (was_up || attempt == 0) {
 			// First failure after a change: logged once.
-			log_warn("bridge", "bridge=%s server=%s event=connect_failed reason=\"%s\"",
-			    b->name, url, b->last_error);
+			log_warn("bridge",
+			    "bridge=%s server=%s event=connect_failed reason=\"%s\" "
+			    "retry_in_ms=%" PRIu64,
+			    b->name, url, b->last_error, delay);
 			was_up = false;
 		}
 		if (n > 1 && !had_up) {
@@ -2746,18 +2780,8 @@ static void *bridge_main(void *arg)
 		if (b->stop) {
 			break;
 		}
-		// Exponential backoff with jitter: 1 s, 2 s, 4 s ... backoff_max,
-		// each between half and all of it.
-		uint64_t cap   = (uint64_t)b->cfg->backoff_max_s * 1000;
-		uint64_t delay = attempt >= 20 ? cap : (uint64_t)1000 << attempt;
-		if (delay > cap) {
-			delay = cap;
-		}
-		seed  = seed * 1103515245u + 12345u;
-		delay = delay / 2 + (delay / 2) * ((seed >> 8) % 1000) / 1000;
-		if (b->restart || b->marker_retry) {
-			delay           = 0;
-			b->marker_retry = false;
+		if (b->restart) {
+			delay = 0;
 		}
 		attempt++;
 		set_state_locked(b, BS_BACKOFF);
@@ -2992,6 +3016,81 @@ static void bridge_update(bridge *b, const conf_bridge *cb)
 	log_info("bridge", "bridge=%s event=reconfigured", b->name);
 }
 
+#ifdef NMQ_HAVE_STORE
+// The cached forwards of bridges no longer in the configuration, found
+// once at start (decisions/0034): dropped, logged at error with their
+// count. The names configured then (enabled or not) are copied: the
+// listing runs later, on the store thread.
+typedef struct orphan_scan {
+	nmq_store *store;
+	char     **cids; // "$bridge/<name>" of every configured bridge
+	int        n;
+} orphan_scan;
+
+static void orphan_scan_free(orphan_scan *o)
+{
+	for (int i = 0; i < o->n; i++) {
+		free(o->cids[i]);
+	}
+	free(o->cids);
+	free(o);
+}
+
+static void orphan_row(void *arg, const char *cid, uint64_t rows)
+{
+	orphan_scan *o = arg;
+	for (int i = 0; i < o->n; i++) {
+		if (o->cids[i] != NULL && strcmp(o->cids[i], cid) == 0) {
+			return;
+		}
+	}
+	// The store thread runs this op after every one queued before it;
+	// this delete goes after them too.
+	nmq_err e = store_session_del(o->store, cid, NULL, NULL);
+	log_error("bridge",
+	    "bridge=%s event=cache_dropped reason=not_configured rows=%" PRIu64 "%s%s", cid + 8,
+	    rows, e == NMQ_OK ? "" : " error=", e == NMQ_OK ? "" : nmq_strerror(e));
+}
+
+static void orphan_done(void *arg, nmq_err err)
+{
+	orphan_scan *o = arg;
+	if (err != NMQ_OK) {
+		log_warn("bridge", "event=cache_list_failed reason=%s", nmq_strerror(err));
+	}
+	orphan_scan_free(o);
+}
+
+static void orphan_scan_start(const nmq_conf *conf, nmq_store *store)
+{
+	orphan_scan *o = calloc(1, sizeof(*o));
+	if (o == NULL) {
+		return;
+	}
+	o->store = store;
+	o->cids  = calloc((size_t)conf->n_bridges + 1, sizeof(*o->cids));
+	if (o->cids == NULL) {
+		free(o);
+		return;
+	}
+	for (int i = 0; i < conf->n_bridges; i++) {
+		size_t l = strlen(conf->bridges[i].name) + 9;
+		char  *c = malloc(l);
+		if (c == NULL) {
+			orphan_scan_free(o); // not checked this time: nothing dropped
+			return;
+		}
+		snprintf(c, l, "$bridge/%s", conf->bridges[i].name);
+		o->cids[o->n++] = c;
+	}
+	nmq_err e = store_bcache_list(store, orphan_row, orphan_done, o);
+	if (e != NMQ_OK) {
+		log_warn("bridge", "event=cache_list_failed reason=%s", nmq_strerror(e));
+		orphan_scan_free(o);
+	}
+}
+#endif
+
 nmq_bridges *bridges_start(const nmq_conf *conf, const bridge_env *env)
 {
 	nmq_bridges *set = calloc(1, sizeof(*set));
@@ -3004,6 +3103,11 @@ nmq_bridges *bridges_start(const nmq_conf *conf, const bridge_env *env)
 	set->env = *env;
 	atomic_store(&g_set, set);
 	bridges_reconfigure(set, conf);
+#ifdef NMQ_HAVE_STORE
+	if (env->store != NULL) {
+		orphan_scan_start(conf, env->store);
+	}
+#endif
 	return set;
 }
 

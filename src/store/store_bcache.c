@@ -12,8 +12,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "src/log/log.h"
+#include "src/store/store_bcache.h"
 #include "src/store/store_int.h"
 
 const char store_bcache_schema_sql[]
@@ -61,6 +63,66 @@ struct store_bid {
 	int64_t bid;
 };
 
+// At open (before the store thread runs): the cached forwards whose
+// message expiry passed while the broker was down are deleted now, so
+// that they do not count toward the bound until a read comes to them;
+// logged by bridge and counted (store_stats.expired). Returns how many
+// rows the cache holds then, or -1 if it could not be counted. A failed
+// delete is logged and leaves them for the reads to drop.
+static long long expire_at_open(nmq_store *s)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	sqlite3_int64 now  = (sqlite3_int64)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	long long     rows = -1, expired = 0;
+	sqlite3_stmt *st = NULL;
+	// One pass: the total and the expired.
+	if (sqlite3_prepare_v2(s->db,
+	        "SELECT COUNT(*), SUM(expiry_wall_ms != 0 AND expiry_wall_ms <= ?1) FROM bcache",
+	        -1, &st, NULL)
+	        == SQLITE_OK
+	    && sqlite3_bind_int64(st, 1, now) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW) {
+		rows    = sqlite3_column_int64(st, 0);
+		expired = sqlite3_column_int64(st, 1); // NULL (no row): 0
+	}
+	sqlite3_finalize(st);
+	if (rows < 0 || expired == 0) {
+		return rows;
+	}
+	st = NULL;
+	if (sqlite3_prepare_v2(s->db,
+	        "SELECT i.cid, COUNT(*) FROM bcache b JOIN bcache_ids i ON i.bid = b.bid"
+	        " WHERE b.expiry_wall_ms != 0 AND b.expiry_wall_ms <= ?1 GROUP BY b.bid",
+	        -1, &st, NULL)
+	    == SQLITE_OK) {
+		sqlite3_bind_int64(st, 1, now);
+		while (sqlite3_step(st) == SQLITE_ROW) {
+			log_info("store",
+			    "path=%s client_id=%s event=cache_expired_at_open rows=%lld", s->path,
+			    (const char *)sqlite3_column_text(st, 0),
+			    (long long)sqlite3_column_int64(st, 1));
+		}
+	}
+	sqlite3_finalize(st);
+	st     = NULL;
+	int rc = sqlite3_prepare_v2(s->db,
+	    "DELETE FROM bcache WHERE expiry_wall_ms != 0 AND expiry_wall_ms <= ?1", -1, &st, NULL);
+	if (rc == SQLITE_OK) {
+		sqlite3_bind_int64(st, 1, now);
+		rc = sqlite3_step(st);
+	}
+	if (rc == SQLITE_DONE) {
+		long long gone = sqlite3_changes(s->db);
+		atomic_fetch_add(&s->expired, (uint64_t)gone);
+		rows -= gone;
+	} else {
+		log_warn("store", "path=%s event=cache_expired_not_deleted rows=%lld error=\"%s\"",
+		    s->path, expired, sqlite3_errmsg(s->db));
+	}
+	sqlite3_finalize(st);
+	return rows;
+}
+
 int store_bcache_prepare(nmq_store *s)
 {
 	for (int i = 0; i < BS_COUNT_; i++) {
@@ -70,14 +132,8 @@ int store_bcache_prepare(nmq_store *s)
 			return -1;
 		}
 	}
-	long long     n  = 0;
-	sqlite3_stmt *st = NULL;
-	if (sqlite3_prepare_v2(s->db, "SELECT COUNT(*) FROM bcache", -1, &st, NULL) == SQLITE_OK
-	    && sqlite3_step(st) == SQLITE_ROW) {
-		n = sqlite3_column_int64(st, 0);
-	}
-	sqlite3_finalize(st);
-	s->bcache_rows = (uint64_t)n;
+	long long n    = expire_at_open(s);
+	s->bcache_rows = n > 0 ? (uint64_t)n : 0;
 	return 0;
 }
 
@@ -245,8 +301,75 @@ int store_bcache_purge(nmq_store *s, const char *cid)
 	return 0;
 }
 
+// The listing of store_bcache_list: a read of the client id "$bridge/"
+// alone (no bridge has an empty name), one callback per bridge with rows,
+// its row count in seq.
+static int list_bridges(nmq_store *s, store_op *op)
+{
+	sqlite3_stmt *st = NULL;
+	if (sqlite3_prepare_v2(s->db,
+	        "SELECT i.cid, COUNT(*) FROM bcache b JOIN bcache_ids i ON i.bid = b.bid"
+	        " GROUP BY b.bid",
+	        -1, &st, NULL)
+	    != SQLITE_OK) {
+		sqlite3_finalize(st);
+		return -1;
+	}
+	int rc;
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		store_qmsg q = {
+			.client_id = (const char *)sqlite3_column_text(st, 0),
+			.seq       = (uint64_t)sqlite3_column_int64(st, 1),
+		};
+		if (q.client_id != NULL && op->read_fn != NULL) {
+			op->read_fn(op->arg, &q);
+		}
+	}
+	sqlite3_finalize(st);
+	return rc == SQLITE_DONE ? 0 : -1;
+}
+
+typedef struct list_ctx {
+	void (*fn)(void *arg, const char *client_id, uint64_t rows);
+	store_done_fn done;
+	void         *arg;
+} list_ctx;
+
+static void list_row(void *arg, const store_qmsg *q)
+{
+	list_ctx *c = arg;
+	c->fn(c->arg, q->client_id, q->seq);
+}
+
+static void list_done(void *arg, nmq_err err)
+{
+	list_ctx *c = arg;
+	if (c->done != NULL) {
+		c->done(c->arg, err);
+	}
+	free(c);
+}
+
+nmq_err store_bcache_list(nmq_store *s, void (*fn)(void *arg, const char *client_id, uint64_t rows),
+    store_done_fn done, void *arg)
+{
+	list_ctx *c = malloc(sizeof(*c));
+	if (c == NULL) {
+		return NMQ_ENOMEM;
+	}
+	*c        = (list_ctx) { fn, done, arg };
+	nmq_err e = store_queue_read(s, "$bridge/", 0, 0, list_row, list_done, c);
+	if (e != NMQ_OK) {
+		free(c);
+	}
+	return e;
+}
+
 int store_bcache_read(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 {
+	if (op->s1[8] == '\0') {
+		return list_bridges(s, op);
+	}
 	int64_t bid = bid_of(s, op->s1, false);
 	if (bid <= 0) {
 		return (int)bid; // nothing cached

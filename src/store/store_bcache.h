@@ -1,0 +1,18 @@
+// The bridges' offline cache (store_bcache.c): what the bridges need of
+// it beyond the queue operations of store.h.
+#ifndef NMQ_STORE_BCACHE_H
+#define NMQ_STORE_BCACHE_H
+
+#include "src/store/store.h"
+
+// Lists the bridges that have cached forwards: fn(arg, client_id, rows)
+// for each client id "$bridge/<name>" with rows in the cache, on the store
+// thread after everything queued before it, then done (NMQ_OK, or NMQ_EIO
+// if the read failed). fn and done run on the store thread and must not
+// block. Returns NMQ_OK when queued (done will run), or the error of the
+// submission (done will not run). A bridge's rows are dropped with
+// store_session_del of its client id.
+nmq_err store_bcache_list(nmq_store *s, void (*fn)(void *arg, const char *client_id, uint64_t rows),
+    store_done_fn done, void *arg);
+
+#endif

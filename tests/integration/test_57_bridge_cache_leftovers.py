@@ -1,0 +1,176 @@
+#!/usr/bin/python3
+"""57: what the bridges' offline cache holds that nobody will send, and the
+reconnect after a long link (docs/bridge.md, decisions/0034).
+
+Debian's mosquitto is the remote, behind a fault-injecting proxy
+(bridge_util.FaultProxy) that keeps the link down while the cache fills.
+  * Cached forwards whose message expiry passed while our broker was down
+    are dropped when the store opens (logged by bridge, counted), not left
+    to count toward disk_cache_size until a read reaches them; the others
+    are delivered, in order.
+  * At start, the cached forwards of a bridge no longer in the
+    configuration are dropped and logged at error with their count; those
+    of a bridge present but disabled are kept; a bridge added again later
+    finds its cache empty.
+  * A link that was up for a while and drops is tried again within half a
+    second; one that drops soon after it came up backs off from 1 s."""
+
+import re
+import shutil
+import time
+import unittest
+
+import nmq
+import nmq_ops
+from bridge_util import FaultProxy, Mosquitto, bridge_conf, first_order, health
+from nmq import free_port
+from nmq_ops import OpsTestCase, wait_for
+
+
+def setUpModule():
+    if nmq.USE_MOSQUITTO:
+        raise unittest.SkipTest("bridges of our broker only")
+    nmq_ops.nanomq_bin()
+    if shutil.which("mosquitto") is None:
+        raise unittest.SkipTest("Debian's mosquitto is needed as the remote broker")
+
+
+def cache_conf(inst, size=100000):
+    return ("bridges.mqtt.cache {\n disk_cache_size = %d\n mounted_file_path = \"%s\"\n}\n"
+            % (size, inst.tmp))
+
+
+class TestBridgeCacheLeftovers(OpsTestCase):
+
+    def remote(self, inst):
+        m = Mosquitto(inst.tmp)
+        self.addCleanup(m.stop)
+        px = FaultProxy(m.port)
+        self.addCleanup(px.close)
+        col = self.client(m.port, "collector", version=5)
+        col.connect()
+        col.subscribe("#", 1)
+        return px, col
+
+    def fwd(self, name, px, extra="", ver=5):
+        return bridge_conf(name, "mqtt-tcp://127.0.0.1:%d" % px.port, ver, 2,
+                           '{ local_topic = "q1/#", remote_topic = "", prefix = "%s/" }' % name,
+                           extra="max_send_queue_len = 2\n" + extra)
+
+    def test_expired_dropped_at_open(self):
+        inst = self.instance()
+        px, col = self.remote(inst)
+        px.cut()  # down from the start: everything goes to the cache
+        port = free_port()
+        conf = inst.conf(port, extra=self.fwd("f", px) + cache_conf(inst))
+        self.start_broker(inst, ["start", "--conf", conf], port=port)
+        pub = self.client(port, "pub", version=5)
+        pub.connect()
+        for i in range(20):
+            pub.publish("q1/s", b"e%d" % i, qos=1, props={"MessageExpiryInterval": 1})
+            if i % 4 == 0:
+                pub.publish("q1/s", b"k%d" % i, qos=1)
+        pub.close()
+        self.assert_stops(inst)
+        time.sleep(1.5)  # every e<i> expires while the broker is down
+        self.start_broker(inst, ["start", "--conf", conf], port=port)
+        out = inst.output()
+        self.assertRegex(out, r"client_id=\$bridge/f event=cache_expired_at_open rows=20\b",
+                         out[-3000:])
+        # What the cache holds now counts without them.
+        self.assertRegex(out, r"event=opened durability=os queued_messages=5\b", out[-3000:])
+        px.up()
+        want = [b"k%d" % i for i in range(0, 20, 4)]
+        wait_for(lambda: len(col.received) >= len(want), 10)
+        time.sleep(0.5)
+        got = first_order([x.payload for x in col.received if x.topic == "f/q1/s"])
+        self.assertEqual(got, want, got)
+        self.assert_stops(inst)
+
+    def test_removed_bridge_rows_dropped_at_start(self):
+        inst = self.instance()
+        px, col = self.remote(inst)
+        px.cut()
+        port = free_port()
+        cache = cache_conf(inst)
+        both = inst.conf(port, extra=self.fwd("f", px) + self.fwd("g", px) + cache,
+                         name="both.conf")
+        g_off = inst.conf(port, extra=self.fwd("f", px) + self.fwd("g", px, "enable = false")
+                          + cache, name="g_off.conf")
+        f_only = inst.conf(port, extra=self.fwd("f", px) + cache, name="f_only.conf")
+        self.start_broker(inst, ["start", "--conf", both], port=port)
+        pub = self.client(port, "pub")
+        pub.connect()
+        for i in range(10):
+            pub.publish("q1/s", b"%d" % i, qos=1)
+        pub.close()
+        self.assert_stops(inst)
+
+        # Disabled, still configured: kept.
+        self.start_broker(inst, ["start", "--conf", g_off], port=port)
+        time.sleep(1.0)  # the listing at start has run
+        self.assertNotIn("event=cache_dropped", inst.output())
+        self.assert_stops(inst)
+
+        # Removed: dropped, logged with the count; f's are untouched.
+        self.start_broker(inst, ["start", "--conf", f_only], port=port)
+        m = inst.wait_output(r"^.*bridge=g event=cache_dropped reason=not_configured rows=(\d+).*$",
+                             timeout=5)
+        self.assertEqual(m, ["10"], inst.output()[-3000:])
+        self.assertRegex(inst.output(), r"(?m)^.*error.*bridge=g event=cache_dropped")
+        self.assertNotRegex(inst.output(), r"bridge=f event=cache_dropped")
+        self.assert_stops(inst)
+
+        # g added back: nothing of it is left; f still has its ten.
+        self.start_broker(inst, ["start", "--conf", both], port=port)
+        mon = self.client(port, "mon")
+        mon.connect()
+        mon.subscribe("$SYS/brokers/bridges/#", 0)
+        hg = health(mon, "g", timeout=8, pred=lambda h: h["backlog_disk_counted"])
+        self.assertEqual(hg["backlog"], 0, hg)
+        hf = health(mon, "f", timeout=8, pred=lambda h: h["backlog_disk_counted"])
+        self.assertEqual(hf["backlog"], 10, hf)
+        self.assertNotIn("event=cache_dropped", inst.output())
+        px.up()
+        want = [b"%d" % i for i in range(10)]
+        wait_for(lambda: len([x for x in col.received if x.topic == "f/q1/s"]) >= 10, 10)
+        time.sleep(0.5)
+        self.assertEqual(first_order([x.payload for x in col.received if x.topic == "f/q1/s"]),
+                         want)
+        self.assertEqual([x.payload for x in col.received if x.topic == "g/q1/s"], [])
+        self.assert_stops(inst)
+
+    def test_fast_first_retry_after_long_link(self):
+        inst = self.instance()
+        px, col = self.remote(inst)
+        port = free_port()
+        conf = inst.conf(port, extra=self.fwd("f", px, ver=4))
+        self.start_broker(inst, ["start", "--conf", conf], port=port)
+        self.assertTrue(inst.wait_output(r"event=link_up", timeout=10))
+        rx = r"bridge=f server=\S+ event=connect_failed reason=.* retry_in_ms=(\d+)"
+        # Dropped right after it came up: backs off from 1 s (50-100 %).
+        px.cut()
+        m = inst.wait_output(rx, timeout=5)
+        self.assertEqual(len(m), 1, inst.output()[-2000:])
+        self.assertTrue(500 <= int(m[0]) <= 1000, m)
+        px.up()
+        self.assertTrue(inst.wait_output(r"event=link_up", timeout=10, count=2))
+        time.sleep(5.5)  # up for a while
+        px.cut()
+        m = inst.wait_output(rx, timeout=5, count=2)
+        self.assertEqual(len(m), 2, inst.output()[-2000:])
+        self.assertTrue(250 <= int(m[1]) <= 500, m)
+        px.up()
+        self.assertTrue(inst.wait_output(r"event=link_up", timeout=10, count=3))
+        # Still forwarding.
+        pub = self.client(port, "pub")
+        pub.connect()
+        pub.publish("q1/s", b"after", qos=1)
+        wait_for(lambda: any(x.payload == b"after" for x in col.received), 10)
+        self.assertTrue(any(x.topic == "f/q1/s" and x.payload == b"after"
+                            for x in col.received))
+        self.assert_stops(inst)
+
+
+if __name__ == "__main__":
+    nmq.main()
