@@ -93,6 +93,50 @@ class TestBridgeInboundQos2(OpsTestCase):
             con.close()
         self.assertEqual(n, 0)
 
+    # The remote loses the session while our broker holds the packet ids
+    # of three QoS 2 messages whose PUBREC it dropped (the proxy): after
+    # the reconnect (session_present=0) the ids are void, and every row
+    # of them is deleted (in one store batch), none left behind.
+    def test_ids_cleared_when_remote_loses_session(self):
+        inst = self.instance()
+        m = Mosquitto(inst.tmp)
+        px = FaultProxy(m.port, mqtt_up=True)
+        self.addCleanup(px.close)
+        port = free_port()
+        db = inst.path("db")
+        conf = inst.conf(port, extra=(
+            "sqlite { mounted_file_path = \"%s\" }\n" % db) + bridge_conf(
+            "f", "mqtt-tcp://127.0.0.1:%d" % px.port, 5, 5,
+            subs='{ remote_topic = "down/#", qos = 2 }', extra="clean_start = false"))
+        self.start_broker(inst, ["start", "--conf", conf], port=port)
+        self.assertTrue(inst.wait_output(r"event=link_up", timeout=10), inst.output()[-2000:])
+        px.drop_up = {PUBREC}
+        rp = self.client(m.port, "remote-pub", version=5)
+        rp.connect()
+        for i in range(3):
+            rp.publish("down/x", b"%d" % i, qos=2)
+        self.assertTrue(wait_for(lambda: px.dropped_up >= 3, 10), inst.output()[-2000:])
+        rp.close()
+
+        def rel_rows():
+            con = sqlite3.connect(os.path.join(db, "nanomq.db"), timeout=5)
+            try:
+                return con.execute(
+                    "SELECT count(*) FROM rel WHERE cid = '$bridge/f'").fetchone()[0]
+            finally:
+                con.close()
+        self.assertTrue(wait_for(lambda: rel_rows() == 3, 5), rel_rows())
+        # The remote restarts without its sessions (persistence false).
+        m.stop()
+        m2 = Mosquitto(inst.tmp, port=m.port)
+        self.addCleanup(m2.stop)
+        px.drop_up = set()
+        self.assertTrue(inst.wait_output(r"event=link_up session_present=0", timeout=10,
+                                         count=2), inst.output()[-2000:])
+        self.assertTrue(wait_for(lambda: rel_rows() == 0, 5), rel_rows())
+        self.assert_stops(inst)
+        self.assertEqual(rel_rows(), 0)
+
     # The store's write queue is tiny (max_pending_writes), so some of the
     # remote's messages cannot be stored for the offline persistent
     # subscriber: those must not be acked (the remote keeps and resends
