@@ -1666,6 +1666,11 @@ static void run_batch(nmq_store *s, store_op *batch, size_t nb, bool marks)
 	if (store_group_begin(s, nb) == 0) {
 		store_group_coalesce(s, batch, marks);
 		s->in_group = true;
+	} else {
+		// Out of memory: nothing is paired, but the done ranges are
+		// recorded still (a put of a seq done with, here or in a later
+		// group, would otherwise be written and stay).
+		store_group_dones_only(s, batch, marks);
 	}
 	int      rc    = store_step_done(store_stmt(s, STMT_BEGIN));
 	bool     ok    = rc == SQLITE_DONE;
@@ -1970,4 +1975,9 @@ void store_backlog(nmq_store *s, uint32_t *pending, uint32_t *max)
 const char *store_path(const nmq_store *s)
 {
 	return s->path;
+}
+
+void store_test_group_oom(nmq_store *s, unsigned n)
+{
+	atomic_store(&s->test_group_oom, n);
 }

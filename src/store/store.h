@@ -307,4 +307,8 @@ void store_backlog(nmq_store *s, uint32_t *pending, uint32_t *max);
 // The path of the database file.
 const char *store_path(const nmq_store *s);
 
+// Tests only: the next n groups fail to size their coalescing tables, as
+// when out of memory.
+void store_test_group_oom(nmq_store *s, unsigned n);
+
 #endif // NMQ_STORE_H

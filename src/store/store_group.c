@@ -106,6 +106,11 @@ int store_group_begin(nmq_store *s, size_t n_ops)
 		s->ckeys[s->ckeys_used[i]].cid = NULL;
 	}
 	s->ckeys_len = 0;
+	unsigned oom = atomic_load(&s->test_group_oom);
+	if (oom > 0) {
+		atomic_store(&s->test_group_oom, oom - 1);
+		return -1;
+	}
 	if (want > s->ckeys_cap) {
 		struct store_ckey *v = malloc(want * sizeof(*v));
 		uint32_t          *u = malloc(want / 2 * sizeof(*u));
@@ -339,17 +344,50 @@ void store_group_pair_ranges(nmq_store *s, store_op *op)
 	}
 }
 
-void store_group_coalesce(nmq_store *s, store_op *batch, bool marks)
+// What the group's OP_QUEUE_DONE say (a range may have grown past puts
+// queued after it, even into a later group: those puts are dropped
+// wherever they are), and the sessions deleted.
+static void note_marks(nmq_store *s, store_op *batch)
 {
-	// First what the group's OP_QUEUE_DONE say (a range may have grown
-	// past puts queued after it, even into a later group: those puts are
-	// dropped wherever they are), and the sessions deleted.
-	for (store_op *op = marks ? batch : NULL; op != NULL; op = op->next) {
+	for (store_op *op = batch; op != NULL; op = op->next) {
 		if (op->kind == OP_QUEUE_DONE) {
 			done_set(s, op->sid, op->u64b);
 		} else if (op->kind == OP_SESSION_DEL) {
 			done_forget(s, op->sid);
 		}
+	}
+}
+
+bool store_group_is_done(const nmq_store *s, uint32_t sid, uint64_t seq)
+{
+	return sid != 0 && seq <= done_hi(s, sid);
+}
+
+void store_group_dones_only(nmq_store *s, store_op *batch, bool marks)
+{
+	if (marks) {
+		note_marks(s, batch);
+	}
+	if (s->dones_len == 0) {
+		return;
+	}
+	for (store_op *op = batch; op != NULL; op = op->next) {
+		if (op->kind == OP_QUEUE_PUTM) {
+			for (uint32_t i = 0; i < op->u32; i++) {
+				store_qent *q = &op->ents[i];
+				q->skip |= store_group_is_done(s, q->sid, q->seq);
+			}
+		} else if (op->kind == OP_QUEUE_PUT || op->kind == OP_QUEUE_STATE
+		    || op->kind == OP_QUEUE_DEL) {
+			op->skip |= store_group_is_done(s, op->sid, op->u64);
+		}
+	}
+}
+
+void store_group_coalesce(nmq_store *s, store_op *batch, bool marks)
+{
+	if (marks) {
+		note_marks(s, batch);
 	}
 	for (store_op *op = batch; op != NULL; op = op->next) {
 		switch (op->kind) {

@@ -217,6 +217,7 @@ struct nmq_store {
 	uint64_t          bcache_rows;
 
 	_Atomic uint64_t commits, ops, failed, coalesced, evicted, expired, queued_rows_pub;
+	_Atomic unsigned test_group_oom; // store_test_group_oom
 
 	// The alive row (store_alive.c), store thread only: its statements,
 	// when it was last written (nmq_clock_ms, 0: not yet), whether a
@@ -252,6 +253,11 @@ int store_group_begin(nmq_store *s, size_t n_ops);
 // marks: the batch may hold an OP_QUEUE_DONE or an OP_SESSION_DEL with a
 // session number (false: it holds none, one walk of the batch is saved).
 void store_group_coalesce(nmq_store *s, store_op *batch, bool marks);
+// When store_group_begin failed (out of memory): nothing is paired, but
+// the done ranges are still recorded and the puts they cover not written.
+void store_group_dones_only(nmq_store *s, store_op *batch, bool marks);
+// Whether seq of session sid is done with (covered by a done range).
+bool store_group_is_done(const nmq_store *s, uint32_t sid, uint64_t seq);
 int  store_group_ref(nmq_store *s, int64_t id, int64_t delta);
 int  store_group_flush_refs(nmq_store *s);
 void store_group_forget(nmq_store *s); // after a rollback

@@ -1493,6 +1493,42 @@ static void test_done_ranges(void **state)
 	nmq_msg_release(m);
 }
 
+// A group whose coalescing tables cannot be sized (out of memory) pairs
+// nothing, but still records its done ranges: a put of a seq done with,
+// in that group or a later one, is not written (it would stay, and come
+// again after a restart).
+static void test_done_ranges_group_oom(void **state)
+{
+	nmq_store *s        = open_store(0);
+	nmq_msg   *m        = mk_msg("t", "m", 1, NULL);
+	uint32_t   a        = store_sid_new(s);
+	void      *slot_op  = NULL;
+	uint64_t   slot_gen = 0;
+	store_queue_put_sid(s, "a", a, 1, m, 1, false, NULL, 0, NULL, NULL);
+	sync_store(s);
+	sem_init(&gate, 0, 0);
+	block_store_thread(s);
+	store_test_group_oom(s, 1); // the next group
+	assert_int_equal(store_queue_done_sid(s, "a", a, 1, 5, &slot_op, &slot_gen), NMQ_OK);
+	store_queue_put_sid(s, "a", a, 2, m, 1, false, NULL, 0, NULL, NULL);
+	store_queue_put_sid(s, "a", a, 3, m, 1, false, NULL, 0, NULL, NULL);
+	waiter_reset();
+	assert_int_equal(store_sync(s, on_done, NULL), NMQ_OK);
+	sem_post(&gate);
+	wait_calls(1);
+	assert_int_equal(W.errors, 0);
+	assert_int_equal(count_rows("queue"), 0);
+	// A later group, coalesced as usual, still knows the range.
+	store_queue_put_sid(s, "a", a, 5, m, 1, false, NULL, 0, NULL, NULL);
+	store_queue_put_sid(s, "a", a, 6, m, 1, false, NULL, 0, NULL, NULL);
+	sync_store(s);
+	assert_int_equal(query_int("SELECT group_concat(seq) FROM queue"), 6);
+	assert_int_equal(query_int("SELECT refs FROM msgs"), 1);
+	store_close(s);
+	sem_destroy(&gate);
+	nmq_msg_release(m);
+}
+
 // A crash before the group holding a done range commits: the rows it
 // covers are all still there, with their states.
 static void test_done_crash_before_commit(void **state)
@@ -1749,6 +1785,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_multi_put, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_done_ranges, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_done_crash_before_commit, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_done_ranges_group_oom, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_subs_read, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_rels_read, setup, teardown),
 	};
