@@ -2,6 +2,7 @@
 // PUBREL; the session keeps that state), the Receive Maximum quota, the
 // shared message built for routing, routing and the ack; then the acks of
 // both QoS flows (PUBACK, PUBREC, PUBREL, PUBCOMP).
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -95,23 +96,86 @@ out:
 // job finds it again through the session (same connection, or no ack:
 // the client resends after reconnecting).
 typedef struct store_ack {
-	workq_job     job;
-	nmq_proto    *p;
-	nmq_session  *s; // held
-	nmq_conn     *conn; // held
-	mqtt_packet   pk;
-	nmq_err       err;
-	int           worker;
-	uint8_t      *codes; // owned copy of a SUBACK's or UNSUBACK's codes
-	link_after_fn after; // run once the ack is sent or given up (unlocked)
-	void         *after_arg;
+	workq_job         job;
+	struct store_ack *next_free; // in its thread's pool (ack_pool)
+	nmq_proto        *p;
+	nmq_session      *s; // held
+	nmq_conn         *conn; // held
+	mqtt_packet       pk;
+	nmq_err           err;
+	int               worker;
+	uint8_t          *codes; // owned copy of a SUBACK's or UNSUBACK's codes
+	link_after_fn     after; // run once the ack is sent or given up (unlocked)
+	void             *after_arg;
 } store_ack;
 
+// Free store_acks, per thread, so that an ack waiting for the store costs
+// no allocation: taken on the receive path, given back by the job that
+// sends the ack, which runs on the connection's owner worker (the same
+// thread for a socket). Bounded: beyond ACK_POOL_MAX one is freed. A
+// thread's pool is freed when it exits (the key's destructor).
+#define ACK_POOL_MAX 4096
+static _Thread_local store_ack *ack_pool;
+static _Thread_local uint32_t   ack_pool_len;
+static pthread_key_t            ack_pool_key;
+static pthread_once_t           ack_pool_once = PTHREAD_ONCE_INIT;
+static bool                     ack_pool_keyed;
+
+static void ack_pool_fini(void *unused)
+{
+	(void)unused;
+	while (ack_pool != NULL) {
+		store_ack *a = ack_pool;
+		ack_pool     = a->next_free;
+		free(a);
+	}
+	ack_pool_len = 0;
+}
+
+static void ack_pool_key_make(void)
+{
+	ack_pool_keyed = pthread_key_create(&ack_pool_key, ack_pool_fini) == 0;
+}
+
+static store_ack *store_ack_get(void)
+{
+	store_ack *a = ack_pool;
+	if (a == NULL) {
+		return malloc(sizeof(*a));
+	}
+	ack_pool = a->next_free;
+	ack_pool_len--;
+	return a;
+}
+
+static void store_ack_put(store_ack *a)
+{
+	if (ack_pool_len >= ACK_POOL_MAX) {
+		free(a);
+		return;
+	}
+	if (ack_pool_len == 0 && ack_pool == NULL) {
+		// The first one this thread keeps: have it freed at the
+		// thread's exit.
+		(void)pthread_once(&ack_pool_once, ack_pool_key_make);
+		if (!ack_pool_keyed || pthread_setspecific(ack_pool_key, &ack_pool) != 0) {
+			free(a);
+			return;
+		}
+	}
+	a->next_free = ack_pool;
+	ack_pool     = a;
+	ack_pool_len++;
+}
+
 // On a worker: sends the ack if its connection is still the session's.
+// Acks that complete together run as one job batch on the connection's
+// worker, which flushes the connection once after the batch (workq.h): one
+// gather send for all of them, in commit order.
 static void store_ack_job(workq_job *job)
 {
-	store_ack *a  = (store_ack *)job;
-	bool       v3 = false;
+	store_ack *a   = (store_ack *)job;
+	bool       end = false;
 	session_lock(a->s);
 	nmq_link *l = session_link_locked(a->s);
 	if (l != NULL && l->conn == a->conn) {
@@ -124,13 +188,13 @@ static void store_ack_job(workq_job *job)
 		} else if (a->err != NMQ_OK) {
 			// Not durable: a v5 client is told (0x80) and may resend;
 			// a 3.1.1 client has no way to be told, so its connection
-			// is closed without the ack (it resends after reconnecting).
+			// ends without the ack (it resends after reconnecting).
 			// A CONNACK is not sent: the client connects again.
 			if (l->ver == MQTT_PROTO_V5 && a->pk.type != MQTT_CONNACK) {
 				a->pk.u.ack.reason = MQTT_RC_UNSPECIFIED;
 				link_send_packet(l, &a->pk);
 			} else {
-				v3 = true;
+				end = true;
 			}
 		} else {
 			link_send_packet(l, &a->pk);
@@ -138,8 +202,9 @@ static void store_ack_job(workq_job *job)
 		atomic_fetch_sub(&l->acks_waiting, 1);
 	}
 	session_unlock(a->s);
-	if (v3) {
-		conn_close(a->conn);
+	if (end) {
+		// After what is queued before it (earlier acks of the batch).
+		conn_shutdown(a->conn);
 	}
 	if (a->after != NULL) {
 		a->after(a->s, a->after_arg);
@@ -147,7 +212,7 @@ static void store_ack_job(workq_job *job)
 	nmq_session_release(a->s);
 	conn_release(a->conn);
 	free(a->codes);
-	free(a);
+	store_ack_put(a);
 }
 
 // On the store's thread, after the commit: back to the connection's worker.
@@ -174,13 +239,14 @@ bool link_ack_then(
 		link_send_packet(l, pkt);
 		return false;
 	}
-	store_ack *a = calloc(1, sizeof(*a));
+	store_ack *a = store_ack_get();
 	bool       coded
 	    = (pkt->type == MQTT_SUBACK || pkt->type == MQTT_UNSUBACK) && pkt->u.suback.count > 0;
+	uint8_t *codes = NULL;
 	if (a != NULL && coded) {
-		a->codes = malloc(pkt->u.suback.count);
-		if (a->codes == NULL) {
-			free(a);
+		codes = malloc(pkt->u.suback.count);
+		if (codes == NULL) {
+			store_ack_put(a);
 			a = NULL;
 		}
 	}
@@ -189,9 +255,13 @@ bool link_ack_then(
 		conn_close(l->conn);
 		return false;
 	}
+	a->next_free = NULL;
+	a->codes     = codes;
+	a->err       = NMQ_OK;
 	a->after     = after;
 	a->after_arg = after_arg;
 	a->job.fn    = store_ack_job;
+	a->job.next  = NULL;
 	a->p         = p;
 	a->s         = l->session;
 	a->conn      = l->conn;
@@ -200,8 +270,13 @@ bool link_ack_then(
 		memcpy(a->codes, pkt->u.suback.codes, pkt->u.suback.count);
 		a->pk.u.suback.codes = a->codes;
 	}
-	// One worker per connection, so that its acks run in commit order.
-	a->worker = (int)(((uintptr_t)l->conn >> 6) % (uintptr_t)workq_size(p->wq));
+	// One worker per connection, so that its acks run in commit order:
+	// the socket's owner (whose thread reads and flushes it, and took
+	// this store_ack from its pool), else one chosen by the connection.
+	a->worker = conn_owner(l->conn);
+	if (a->worker < 0 || a->worker >= workq_size(p->wq)) {
+		a->worker = (int)(((uintptr_t)l->conn >> 6) % (uintptr_t)workq_size(p->wq));
+	}
 	nmq_session_hold(a->s);
 	conn_hold(a->conn);
 	atomic_fetch_add(&l->acks_waiting, 1);
@@ -216,7 +291,7 @@ bool link_ack_then(
 		nmq_session_release(a->s);
 		conn_release(a->conn);
 		free(a->codes);
-		free(a);
+		store_ack_put(a);
 		return false;
 	}
 	atomic_fetch_add_explicit(&p->m.acks_after_store, 1, memory_order_relaxed);

@@ -243,6 +243,11 @@ const char *conn_peer(nmq_conn *c)
 	return c->peer_heap ? c->peer.heap : c->peer.inl;
 }
 
+int conn_owner(const nmq_conn *c)
+{
+	return c->owner;
+}
+
 // ---------------------------------------------------------------------------
 // Receive path
 

@@ -117,6 +117,9 @@ void *conn_tag(nmq_conn *c);
 // Peer address as "a.b.c.d:port" or "[v6]:port".
 const char *conn_peer(nmq_conn *c);
 nng_stream *conn_stream(nmq_conn *c);
+// The worker that owns the connection (a socket's: the one that reads and
+// flushes it), or -1 when none does (an NNG stream).
+int conn_owner(const nmq_conn *c);
 
 // Outbound queue; every call below needs conn_tx_lock held.
 void conn_tx_lock(nmq_conn *c);

@@ -78,13 +78,22 @@ static bool run_jobs(worker *w)
 	w->woken       = false;
 	bool stop      = w->stop;
 	pthread_mutex_unlock(&w->mtx);
+	// The deferred actions (connection flushes) run once after the whole
+	// batch, as after an epoll batch: what several jobs queue for one
+	// connection (the acks one group commit released) leaves in one gather
+	// send. A batch that defers for many connections flushes between jobs
+	// before the list can fill up (a full list would post the flush for
+	// later instead).
 	while (job != NULL) {
 		workq_job *next = job->next;
 		job->next       = NULL;
 		job->fn(job);
-		run_deferred(w);
+		if (w->nd >= WORKQ_DEFER_MAX / 2) {
+			run_deferred(w);
+		}
 		job = next;
 	}
+	run_deferred(w);
 	if (!stop) {
 		return true;
 	}

@@ -12,7 +12,9 @@
 // - Job functions and I/O handlers run on worker threads; they may block
 //   briefly (locks) but never on I/O.
 // - Per worker, a deferred list collects actions (e.g. flushing a
-//   connection) that run once the current job or event batch is handled.
+//   connection) that run once the current batch is handled: the epoll
+//   events of one wake-up, or all the jobs taken from the queue at once
+//   (earlier only when the list is half full).
 // - An I/O handler registered on a worker runs only on that worker, so a
 //   job posted to the same worker never runs concurrently with it.
 #ifndef NMQ_WORKQ_H
@@ -65,7 +67,7 @@ nmq_err workq_io_del(workq *wq, int w, int fd);
 uint8_t *workq_scratch(size_t *len);
 
 // Called on a worker thread: registers fn(arg) to run when the current job
-// or event batch is done (duplicates are the caller's to avoid). Returns
+// batch or event batch is done (duplicates are the caller's to avoid). Returns
 // false when not on a worker thread (the caller then acts now).
 bool workq_defer(void (*fn)(void *arg), void *arg);
 
