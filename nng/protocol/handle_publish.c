@@ -179,25 +179,26 @@ static void store_ack_job(workq_job *job)
 	session_lock(a->s);
 	nmq_link *l = session_link_locked(a->s);
 	if (l != NULL && l->conn == a->conn) {
-		if (a->err != NMQ_OK && a->codes != NULL
-		    && (a->pk.type == MQTT_SUBACK || l->ver == MQTT_PROTO_V5)) {
-			// A subscription change that is not durable: every filter
-			// of it is answered as failed (0x80, both versions).
-			memset(a->codes, 0x80, a->pk.u.suback.count);
+		if (a->err == NMQ_OK) {
 			link_send_packet(l, &a->pk);
-		} else if (a->err != NMQ_OK) {
-			// Not durable: a v5 client is told (0x80) and may resend;
-			// a 3.1.1 client has no way to be told, so its connection
-			// ends without the ack (it resends after reconnecting).
-			// A CONNACK is not sent: the client connects again.
-			if (l->ver == MQTT_PROTO_V5 && a->pk.type != MQTT_CONNACK) {
-				a->pk.u.ack.reason = MQTT_RC_UNSPECIFIED;
-				link_send_packet(l, &a->pk);
-			} else {
-				end = true;
-			}
+		} else if (a->pk.type == MQTT_SUBACK || a->pk.type == MQTT_UNSUBACK) {
+			// A subscription change that is not durable has already
+			// taken effect in memory (the subscription stands, the
+			// filter is gone), so no code of a SUBACK (UNSUBACK) would
+			// tell the truth. The connection ends without it (v5:
+			// DISCONNECT 0x80 first); the client subscribes again
+			// after reconnecting.
+			link_send_disconnect(l, MQTT_RC_UNSPECIFIED);
+			end = true;
+		} else if (l->ver == MQTT_PROTO_V5 && a->pk.type != MQTT_CONNACK) {
+			// Not durable: a v5 client is told (0x80) and may resend.
+			a->pk.u.ack.reason = MQTT_RC_UNSPECIFIED;
+			link_send_packet(l, &a->pk);
 		} else {
-			link_send_packet(l, &a->pk);
+			// A 3.1.1 client has no way to be told, so its connection
+			// ends without the ack (it resends after reconnecting). A
+			// CONNACK is not sent: the client connects again.
+			end = true;
 		}
 		atomic_fetch_sub(&l->acks_waiting, 1);
 	}
@@ -207,7 +208,7 @@ static void store_ack_job(workq_job *job)
 		conn_shutdown(a->conn);
 	}
 	if (a->after != NULL) {
-		a->after(a->s, a->after_arg);
+		a->after(a->s, a->after_arg, a->err == NMQ_OK);
 	}
 	nmq_session_release(a->s);
 	conn_release(a->conn);

@@ -19,12 +19,14 @@ typedef struct sub_granted {
 } sub_granted;
 
 // Retained messages of the filters a SUBACK granted [MQTT-3.3.1-6], once
-// it went out (or was given up: the subscriptions stand anyway).
-static void sub_after(nmq_session *s, void *arg)
+// it went out (or was given up with the connection gone: the subscriptions
+// stand anyway). None after a failed commit: no SUBACK went, the
+// connection ends and the client subscribes again.
+static void sub_after(nmq_session *s, void *arg, bool durable)
 {
 	sub_granted   *g  = arg;
 	const uint8_t *at = (const uint8_t *)&g->so[g->n];
-	for (uint32_t j = 0; j < g->n; j++) {
+	for (uint32_t j = 0; durable && j < g->n; j++) {
 		bool     existed;
 		uint32_t len;
 		memcpy(&existed, at, sizeof(existed));

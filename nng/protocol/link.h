@@ -85,12 +85,14 @@ void link_close_if_too_large(nmq_link *l, uint8_t type);
 // committed (posted back to a worker; acks stay in order).
 void link_ack(nmq_link *l, const mqtt_packet *pkt, bool stored);
 // link_ack for any ack (also SUBACK and UNSUBACK, whose codes are copied).
-// Returns true when the ack waits for the store: after(session, after_arg)
-// is then called once, on a worker without the session lock, after the
-// ack was sent or given up (the connection gone or closed). Returns false
-// when the ack went at once or could not wait (the connection is then
-// closed): after is not called; the caller goes on with what it does.
-typedef void (*link_after_fn)(nmq_session *s, void *arg);
+// Returns true when the ack waits for the store: after(session, after_arg,
+// durable) is then called once, on a worker without the session lock,
+// after the ack was sent or given up (the connection gone or closed);
+// durable is false when the commit failed (the ack was not sent and the
+// connection is ending). Returns false when the ack went at once or could
+// not wait (the connection is then closed): after is not called; the
+// caller goes on with what it does.
+typedef void (*link_after_fn)(nmq_session *s, void *arg, bool durable);
 bool link_ack_then(
     nmq_link *l, const mqtt_packet *pkt, bool stored, link_after_fn after, void *after_arg);
 

@@ -13,6 +13,10 @@ way a user would: kill -9 right after it, or a disk that fills up.
   The barrier the ack waits for is in the same group as the message's
   rows, so a group that failed is never acked by a later one that
   committed; after a kill -9 every message acked with success is there.
+* A commit that fails (fsync errors, the slowsync shim) under a
+  SUBSCRIBE or UNSUBSCRIBE of a persistent session: the change already
+  took effect in memory, so no SUBACK (UNSUBACK) is sent; the connection
+  ends (v5: DISCONNECT 0x80 first) and the client subscribes again.
 * A store on a read-only file system: the broker starts without it and
   logs at error that nothing is persisted."""
 
@@ -153,6 +157,65 @@ class TestDiskFull(TmpfsCase):
         ids = [int(m.payload.split(b"|")[0]) for m in got]
         self.assertEqual(ids, acked)
 
+
+class TestFailedSubscriptionCommit(StoreCase):
+    """A disk whose fsync fails (the slowsync shim, while a flag file
+    exists): the store's commits fail."""
+
+    def setUp(self):
+        super().setUp()
+        if not os.path.exists(shim_path()):
+            self.skipTest("slowsync shim not built")
+        self.flag = os.path.join(tempfile.mkdtemp(prefix="nmq-failsync-"), "fail")
+        self.addCleanup(shutil.rmtree, os.path.dirname(self.flag), True)
+        self.env = {"LD_PRELOAD": shim_path(), "NMQ_SLOWSYNC_DIR": self.db_dir,
+                    "NMQ_SLOWSYNC_MS": "0", "NMQ_FAILSYNC_FILE": self.flag,
+                    "ASAN_OPTIONS": "verify_asan_link_order=0:detect_leaks=0"}
+
+    def raw(self, b, cid, version):
+        r = RawClient(b.port, version)
+        self.addCleanup(r.close)
+        props = {"SessionExpiryInterval": 3600} if version == 5 else None
+        self.assertEqual(r.connect(cid, clean=False, props=props).rc, 0)
+        return r
+
+    def test_no_suback_after_a_failed_commit(self):
+        # A SUBSCRIBE (UNSUBSCRIBE) of a persistent session takes effect in
+        # memory before its commit: when that commit fails no SUBACK code
+        # would be true (the subscription is active, the filter gone), so
+        # none is sent. A v5 client gets DISCONNECT 0x80 and the connection
+        # ends; a 3.1.1 client's connection ends. After reconnecting, the
+        # client subscribes again.
+        b = self.start(self.env)
+        keep = self.raw(b, "keep5", 5)
+        self.assertEqual(keep.subscribe([("kept/#", 1)]).codes, [1])
+        open(self.flag, "w").close()
+
+        v5 = self.raw(b, "late5", 5)
+        v5.send(nmq.subscribe_bytes([("late/#", 1)], 7, None, 5))
+        got = v5.expect_closed(timeout=10, msg="v5 SUBSCRIBE whose commit failed")
+        self.assertEqual([(p.type, p.rc) for p in got], [(nmq.DISCONNECT, 0x80)], got)
+
+        v3 = self.raw(b, "late3", 4)
+        v3.send(nmq.subscribe_bytes([("late/#", 1)], 8, None, 4))
+        got = v3.expect_closed(timeout=10, msg="3.1.1 SUBSCRIBE whose commit failed")
+        self.assertEqual(got, [], "no SUBACK")
+
+        keep.send(nmq.unsubscribe_bytes(["kept/#"], 9, None, 5))
+        got = keep.expect_closed(timeout=10, msg="v5 UNSUBSCRIBE whose commit failed")
+        self.assertEqual([(p.type, p.rc) for p in got], [(nmq.DISCONNECT, 0x80)], got)
+        self.assertIn("event=commit_failed", b.log_text())
+
+        # The disk works again: the clients subscribe again and are served.
+        os.unlink(self.flag)
+        v5 = self.raw(b, "late5", 5)
+        self.assertEqual(v5.subscribe([("late/#", 1)]).codes, [1])
+        v3 = self.raw(b, "late3", 4)
+        self.assertEqual(v3.subscribe([("late/#", 1)]).codes, [1])
+        pub = self.raw(b, "pub", 5)
+        self.assertEqual(pub.publish("late/x", b"after", qos=1).rc, 0)
+        self.assertEqual(v5.expect_publishes(1)[0].payload, b"after")
+        self.assertEqual(v3.expect_publishes(1)[0].payload, b"after")
 
 
 class TestReadOnly(TmpfsCase):

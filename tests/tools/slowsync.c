@@ -4,11 +4,13 @@
 // fdatasync of a file below $NMQ_SLOWSYNC_DIR (all files when unset) take
 // $NMQ_SLOWSYNC_MS milliseconds longer (default 20): the store's group
 // commits become slow, so that writes pile up in its queue as they would
-// on a slow SD card.
+// on a slow SD card. While the file $NMQ_FAILSYNC_FILE exists, those
+// calls fail with EIO instead (a disk that fails under the store's commits).
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include <dlfcn.h>
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,10 +38,16 @@ static int watched(int fd)
 	return strncmp(path, dir, strlen(dir)) == 0;
 }
 
-static void delay(int fd)
+// Delays a watched fd's sync; returns -1 (errno EIO) when it must fail.
+static int delay(int fd)
 {
 	if (!watched(fd)) {
-		return;
+		return 0;
+	}
+	const char *fail = getenv("NMQ_FAILSYNC_FILE");
+	if (fail != NULL && fail[0] != '\0' && access(fail, F_OK) == 0) {
+		errno = EIO;
+		return -1;
 	}
 	const char *v  = getenv("NMQ_SLOWSYNC_MS");
 	long        ms = v != NULL ? strtol(v, NULL, 10) : 20;
@@ -47,6 +55,7 @@ static void delay(int fd)
 		struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
 		nanosleep(&ts, NULL);
 	}
+	return 0;
 }
 
 int fsync(int fd)
@@ -54,7 +63,9 @@ int fsync(int fd)
 	if (real_fsync == NULL) {
 		real_fsync = (int (*)(int))dlsym(RTLD_NEXT, "fsync");
 	}
-	delay(fd);
+	if (delay(fd) != 0) {
+		return -1;
+	}
 	return real_fsync(fd);
 }
 
@@ -63,6 +74,8 @@ int fdatasync(int fd)
 	if (real_fdatasync == NULL) {
 		real_fdatasync = (int (*)(int))dlsym(RTLD_NEXT, "fdatasync");
 	}
-	delay(fd);
+	if (delay(fd) != 0) {
+		return -1;
+	}
 	return real_fdatasync(fd);
 }
