@@ -82,15 +82,29 @@ static void open_finish(nmq_proto *p, const session_open_res *so, const char *cl
 	}
 }
 
-// Sends the CONNACK (session locked). When the CONNECT discarded a
-// session (clean start) and a store keeps sessions, its delete is queued
-// in the store: the CONNACK waits for its commit (a crash right after it
-// must not bring the discarded session back). The packet then refers to
-// nothing on the stack (the caller leaves out such a case).
-static void send_connack(nmq_link *l, const mqtt_packet *ack, bool discarded)
+// Once a CONNACK that waited for the store went: what waited behind it goes
+// (arg: the connection, held until this returns). Not sent (the commit
+// failed: the connection ends), nothing goes.
+static void connack_after(nmq_session *s, void *arg, bool durable)
 {
-	if (discarded && l->p->store != NULL) {
-		link_ack(l, ack, true);
+	if (durable) {
+		session_connack_sent(s, arg);
+	}
+}
+
+// Sends the CONNACK (session locked). When the CONNECT discarded a stored
+// session (clean start), its delete is queued in the store: the CONNACK
+// waits for its commit (a crash right after it must not bring the
+// discarded session back), and until it has gone nothing else is sent on
+// the link (connack_wait: deliveries stay queued in the session). The
+// packet then refers to nothing on the stack (the caller leaves out such a
+// case). A CONNACK with no store write to wait for goes at once.
+static void send_connack(nmq_link *l, const mqtt_packet *ack, bool discarded_stored)
+{
+	if (discarded_stored && l->p->store != NULL) {
+		if (link_ack_then(l, ack, true, connack_after, l->conn)) {
+			atomic_store(&l->connack_wait, true);
+		}
 	} else {
 		link_send_packet(l, ack);
 	}
@@ -409,9 +423,9 @@ int link_connect_run(nmq_link *l, const uint8_t *frame, size_t len, int answer)
 			ap->response_info.len = (uint32_t)strlen(rinfo);
 			rinfo_set             = true;
 		}
-		send_connack(l, &ack, so.ended != NULL && !assigned && !rinfo_set);
+		send_connack(l, &ack, so.ended_stored && !assigned && !rinfo_set);
 	} else {
-		send_connack(l, &ack, so.ended != NULL);
+		send_connack(l, &ack, so.ended_stored);
 	}
 	session_attach_locked(s, l, ver, expiry, l->client_receive_max);
 	session_unlock(s);

@@ -532,7 +532,7 @@ static void send_ack(nmq_link *l, uint8_t type, uint16_t pid, uint8_t reason)
 	pk.flags           = type == MQTT_PUBREL ? 0x2 : 0;
 	pk.u.ack.packet_id = pid;
 	pk.u.ack.reason    = l->ver == MQTT_PROTO_V5 ? reason : 0;
-	link_send_packet(l, &pk);
+	link_send_attached(l, &pk);
 }
 
 // Handles PUBACK/PUBREC/PUBREL/PUBCOMP from the client.

@@ -399,9 +399,23 @@ void link_close_if_too_large(nmq_link *l, uint8_t type)
 bool link_reply(nmq_link *l, const mqtt_packet *pkt)
 {
 	session_lock(l->session);
-	bool ok = link_send_packet(l, pkt);
+	bool ok = link_send_attached(l, pkt);
 	session_unlock(l->session);
 	return ok;
+}
+
+// A control packet, session lock held: behind a CONNACK that waits for the
+// store; see link.h.
+bool link_send_attached(nmq_link *l, const mqtt_packet *pkt)
+{
+	if (atomic_load(&l->connack_wait)) {
+		// The CONNACK is the first waiting ack of the link: acks go in
+		// order, so this one goes after it (or at once if it went
+		// meanwhile).
+		link_ack(l, pkt, false);
+		return !conn_is_closing(l->conn);
+	}
+	return link_send_packet(l, pkt);
 }
 
 // The session was taken over from l; see link.h.
@@ -416,10 +430,13 @@ nmq_conn *link_take_over_locked(nmq_link *l, bool *v5)
 	return l->conn;
 }
 
-// Sends a v5 DISCONNECT with a reason (nothing for 3.1.1).
+// Sends a v5 DISCONNECT with a reason (nothing for 3.1.1, nor while the
+// CONNACK waits).
 void link_send_disconnect(nmq_link *l, uint8_t reason)
 {
-	if (l->ver != MQTT_PROTO_V5) {
+	if (l->ver != MQTT_PROTO_V5 || atomic_load(&l->connack_wait)) {
+		// 3.1.1 has no server DISCONNECT; nothing goes before the
+		// CONNACK [MQTT-3.2.0-1] (the connection is closed without it).
 		return;
 	}
 	mqtt_packet pk;

@@ -68,6 +68,12 @@ struct nmq_link {
 	bool           username_shared; // username points into the session
 	bool           tx_too_large; // tx lock: a packet did not fit client_max_packet
 	bool           superuser; // rx: the application marked the client at CONNECT
+	// The CONNACK waits for the store (link_ack): until it has gone, nothing
+	// else is sent on the link [MQTT-3.2.0-1]: deliveries stay queued in the
+	// session (its pump waits), control packets go behind the CONNACK
+	// (link_send_attached) and a DISCONNECT is not sent. Set at CONNECT under
+	// the session lock, cleared under it by session_connack_sent().
+	_Atomic bool connack_wait;
 };
 
 // Writing control packets (caller holds the session lock if attached, or
@@ -100,6 +106,10 @@ bool link_ack_then(
 // the session lock (so that it is ordered with the session's PUBLISH
 // stream).
 bool link_reply(nmq_link *l, const mqtt_packet *pkt);
+// link_reply with the session lock held: at once, or, while the CONNACK
+// waits for the store (connack_wait), behind it (link_ack). Returns false
+// if closing or out of memory.
+bool link_send_attached(nmq_link *l, const mqtt_packet *pkt);
 void link_send_disconnect(nmq_link *l, uint8_t reason);
 // Encodes one PUBLISH for an out_entry. Caller holds the session lock and
 // the connection's tx lock. Returns NMQ_OK (queued), NMQ_EBUSY (no room,

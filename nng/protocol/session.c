@@ -863,8 +863,8 @@ static bool session_flush_locked(nmq_session *s, nmq_link *l, uint64_t *now, boo
 static void session_pump_locked(nmq_session *s)
 {
 	nmq_link *l = s->link;
-	if (l == NULL || !l->connected) {
-		return;
+	if (l == NULL || !l->connected || atomic_load(&l->connack_wait)) {
+		return; // nothing before the CONNACK: session_connack_sent pumps
 	}
 	nmq_proto *p   = s->p;
 	uint64_t   now = 0;
@@ -1348,7 +1348,7 @@ uint32_t session_queue_len(nmq_session *s, bool *online)
 static void session_resend_locked(nmq_session *s, bool only_old)
 {
 	nmq_link *l = s->link;
-	if (l == NULL || !l->connected) {
+	if (l == NULL || !l->connected || atomic_load(&l->connack_wait)) {
 		return;
 	}
 	uint64_t now   = nmq_clock_ms();
@@ -1604,7 +1604,8 @@ nmq_err session_open(nmq_proto *p, const char *client_id, const uint8_t *owner, 
 			// connection taken over, so it is not resumed either: its
 			// state is never reused [MQTT-3.1.2-6] (3.1.1) and Session
 			// Present is 0.
-			s->ended = true;
+			s->ended        = true;
+			r->ended_stored = persist(s);
 			store_session_del_locked(s);
 			proto_table_remove(p, s);
 			session_unlock(s);
@@ -1643,6 +1644,20 @@ nmq_err session_open(nmq_proto *p, const char *client_id, const uint8_t *owner, 
 	nmq_session_hold(s); // the link's reference
 	r->s = s;
 	return NMQ_OK;
+}
+
+// The CONNACK of conn went; see session.h.
+void session_connack_sent(nmq_session *s, const nmq_conn *conn)
+{
+	nmq_mutex_lock(&s->mtx);
+	nmq_link *l = s->link;
+	if (l != NULL && l->conn == conn && atomic_load(&l->connack_wait)
+	    && !conn_is_closing(l->conn)) {
+		atomic_store(&l->connack_wait, false);
+		session_resend_locked(s, false);
+		session_pump_locked(s);
+	}
+	session_unlock(s);
 }
 
 // Attaches a connection after its CONNACK; see session.h.

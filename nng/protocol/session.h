@@ -69,6 +69,8 @@ typedef struct session_open_res {
 	// table: the caller finishes it with session_discard() once the
 	// session lock is released.
 	nmq_session *ended;
+	// ended had a stored record: its delete is queued in the store.
+	bool ended_stored;
 } session_open_res;
 
 // The session part of a CONNECT: finds the session of client_id, takes it
@@ -88,6 +90,10 @@ nmq_err session_open(nmq_proto *p, const char *client_id, const uint8_t *owner, 
 // messages are resent (DUP) and the queue is pumped.
 void session_attach_locked(
     nmq_session *s, nmq_link *l, uint8_t ver, uint32_t expiry_s, uint16_t receive_max);
+// The CONNACK of conn, which waited for the store (nmq_link.connack_wait),
+// went: if conn is still s's open connection, what waited for it is sent
+// (in-flight messages, the queue). No locks held.
+void session_connack_sent(nmq_session *s, const nmq_conn *conn);
 // Finishes a session that session_open() discarded: publishes its pending
 // will, drops its state, tells the application, releases it. No locks held.
 void session_discard(nmq_session *s);
