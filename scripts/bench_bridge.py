@@ -171,6 +171,7 @@ def main():
             c0 = cpu_s(local.pid)
             th0 = thread_cpu_s(local.pid)
             px.passed_at = None
+            px.answered_at = None
             px.up()
         try:
             sub.wait(180)
@@ -184,14 +185,17 @@ def main():
         except (OSError, ValueError, IndexError):
             rep = {}
         got = rep.get("received", 0)
+        up_at = (px.answered_at or px.passed_at) if mode == "drain" else None
         out = {"mode": label, "broker": broker, "messages": n, "received": got,
                "lost": rep.get("lost"), "duplicated": rep.get("duplicated"),
                "reordered": rep.get("reordered"),
                "publish_s": round(t_pub, 3), "seconds": round(t1 - t0, 3),
-               # drain: the wait for the bridge's next connect attempt
-               # (both back off up to 2 s), then the drain proper
-               "reconnect_s": round(px.passed_at - t0, 3) if mode == "drain" and px.passed_at else None,
-               "link_s": round(t1 - px.passed_at, 3) if mode == "drain" and px.passed_at else None,
+               # drain: from the remote's return to the link up (the
+               # bridge's next connect attempt, both back off up to 2 s,
+               # until the remote's CONNACK passes the proxy), then the
+               # drain on the link
+               "reconnect_s": round(up_at - t0, 3) if up_at else None,
+               "link_s": round(t1 - up_at, 3) if up_at else None,
                "msg_per_s": round(got / (t1 - t0), 1) if t1 > t0 else 0,
                "broker_cpu_s": round(c1 - c0, 3),
                "cpu_us_per_msg": round((c1 - c0) * 1e6 / got, 2) if got else None,

@@ -39,6 +39,7 @@ class FaultProxy:
         self.pairs = []
         self.accepted = 0
         self.passed_at = None
+        self.answered_at = None  # the first bytes from the target (a CONNACK) since reset
         self.ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.ls.bind((HOST, 0))
@@ -106,6 +107,8 @@ class FaultProxy:
                 break
             if pair["dead"]:
                 continue  # black hole: swallow everything
+            if src == "u" and self.answered_at is None:
+                self.answered_at = time.monotonic()
             if self.mqtt_up and src == "c":
                 data = self._filter_up(pair, data)
                 if not data:

@@ -3,7 +3,9 @@
 // client ids go to the cache table (message inline), are read back in
 // seq order after a point, deleted by ranges, cancelled out inside a group,
 // evicted past max_queued, lost whole with a group killed before its
-// commit, and moved there from the queue of a version 1 file at open.
+// commit, and moved there from the queue of a version 1 file at open;
+// rows expired while closed go at open, and the bridges with rows are
+// listed (decisions/0034).
 #include <dirent.h>
 #include <pthread.h>
 #include <semaphore.h>
@@ -24,7 +26,9 @@
 
 #include <cmocka.h>
 
+#include "nng/protocol/timer_wheel.h"
 #include "src/store/store.h"
+#include "src/store/store_bcache.h"
 
 static char tmpdir[256];
 
@@ -350,6 +354,88 @@ static void test_eviction(void **state)
 	nmq_msg_release(m);
 }
 
+static struct {
+	int      n;
+	char     cid[8][32];
+	uint64_t rows[8];
+} L;
+
+static void on_list(void *arg, const char *cid, uint64_t rows)
+{
+	(void)arg;
+	if (L.n < 8) {
+		snprintf(L.cid[L.n], sizeof(L.cid[0]), "%s", cid);
+		L.rows[L.n] = rows;
+	}
+	L.n++;
+}
+
+static void list_all(nmq_store *s)
+{
+	memset(&L, 0, sizeof(L));
+	pthread_mutex_lock(&W.mtx);
+	W.calls = W.errors = 0;
+	pthread_mutex_unlock(&W.mtx);
+	assert_int_equal(store_bcache_list(s, on_list, on_done, NULL), NMQ_OK);
+	pthread_mutex_lock(&W.mtx);
+	while (W.calls < 1) {
+		pthread_cond_wait(&W.cv, &W.mtx);
+	}
+	pthread_mutex_unlock(&W.mtx);
+	assert_int_equal(W.errors, 0);
+}
+
+// Rows whose expiry passed while the store was closed are deleted at open
+// (counted in expired, not in queued_rows); the listing gives each bridge
+// with rows and its count; a bridge's rows go with its session delete.
+static void test_expired_at_open_and_list(void **state)
+{
+	(void)state;
+	nmq_store *s           = open_store(0);
+	nmq_msg   *keep        = mk_msg("t", "keep");
+	nmq_msg   *exp         = mk_msg("t", "gone");
+	exp->expiry_interval   = 1;
+	exp->expiry_at_ms      = 1; // long past: stored as expiring now
+	nmq_msg *later         = mk_msg("t", "later");
+	later->expiry_interval = 3600;
+	later->expiry_at_ms    = nmq_clock_ms() + 3600 * 1000;
+	store_queue_put(s, "$bridge/a", 1, exp, 1, false, NULL, 0, NULL, NULL);
+	store_queue_put(s, "$bridge/a", 2, keep, 1, false, NULL, 0, NULL, NULL);
+	store_queue_put(s, "$bridge/a", 3, exp, 1, false, NULL, 0, NULL, NULL);
+	store_queue_put(s, "$bridge/a", 4, later, 1, false, NULL, 0, NULL, NULL);
+	store_queue_put(s, "$bridge/b", 1, exp, 1, false, NULL, 0, NULL, NULL);
+	store_queue_put(s, "$bridge/b", 2, keep, 1, false, NULL, 0, NULL, NULL);
+	sync_store(s);
+	store_close(s);
+	usleep(5000); // the expiry time is in the past by now
+	s = open_store(0);
+	store_stats st;
+	store_stats_get(s, &st);
+	assert_int_equal(st.expired, 3);
+	assert_int_equal(st.queued_rows, 3);
+	assert_int_equal(query_int("SELECT COUNT(*) FROM bcache"), 3);
+	list_all(s);
+	assert_int_equal(L.n, 2);
+	assert_string_equal(L.cid[0], "$bridge/a");
+	assert_int_equal(L.rows[0], 2);
+	assert_string_equal(L.cid[1], "$bridge/b");
+	assert_int_equal(L.rows[1], 1);
+	read_all(s, "$bridge/a", 0, 0);
+	assert_int_equal(R.n, 2);
+	assert_string_equal(R.payload[0], "keep");
+	assert_string_equal(R.payload[1], "later");
+	assert_int_equal(store_session_del(s, "$bridge/b", NULL, NULL), NMQ_OK);
+	list_all(s);
+	assert_int_equal(L.n, 1);
+	assert_string_equal(L.cid[0], "$bridge/a");
+	store_stats_get(s, &st);
+	assert_int_equal(st.queued_rows, 2);
+	store_close(s);
+	nmq_msg_release(keep);
+	nmq_msg_release(exp);
+	nmq_msg_release(later);
+}
+
 // kill -9 while a group of deletes and a put waits for its commit: the
 // committed rows are all there, nothing of the group is.
 static void on_done_forever(void *arg, nmq_err err)
@@ -510,6 +596,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_put_read_ranges, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cancel_out, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_eviction, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_expired_at_open_and_list, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_crash_before_commit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_migration_v1, setup, teardown),
 	};
