@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "nng/core/bridge_id.h"
 #include "nng/core/droplog.h"
 #include "nng/core/msg.h"
 #include "nng/protocol/proto.h"
@@ -638,7 +639,7 @@ static void ctl_stop_channel(server *srv)
 // or a persistent session's queued message.
 static void store_evicted(void *arg, const char *client_id, uint64_t seq)
 {
-	if (strncmp(client_id, "$bridge/", 8) == 0) {
+	if (nmq_bridge_client_id(client_id, strlen(client_id))) {
 		bridges_store_evicted(NULL, client_id, seq);
 	} else {
 		broker_store_evicted(arg, client_id, seq);

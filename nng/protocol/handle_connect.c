@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "nng/codec/mqtt_publish_out.h"
+#include "nng/core/bridge_id.h"
 #include "nng/core/droplog.h"
 #include "nng/core/log.h"
 #include "nng/protocol/link.h"
@@ -193,8 +194,8 @@ int link_connect_run(nmq_link *l, const uint8_t *frame, size_t len, int answer)
 		if (c->proto_level == MQTT_PROTO_V31 && c->client_id.len > 23) {
 			return refuse(l, ver, MQTT_RC_CLIENT_ID_INVALID);
 		}
-		if (p->store != NULL && c->client_id.len >= 8
-		    && memcmp(c->client_id.p, "$bridge/", 8) == 0) {
+		if (p->store != NULL
+		    && nmq_bridge_client_id((const char *)c->client_id.p, c->client_id.len)) {
 			// The durable store keys the bridges' cache rows by
 			// "$bridge/<name>": such a session's queue would be the
 			// bridge's (docs/persistence.md).

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "nng/codec/mqtt_codec.h"
+#include "nng/core/bridge_id.h"
 #include "nng/core/log.h"
 #include "src/store/store_proto.h"
 
@@ -127,7 +128,7 @@ static void load_session(void *arg, const store_session *rec)
 static void load_sub(void *arg, const store_sub *sub)
 {
 	restore_ctx *c = arg;
-	if (strncmp(sub->client_id, "$bridge/", 8) == 0) {
+	if (nmq_bridge_client_id(sub->client_id, strlen(sub->client_id))) {
 		return; // a transparent bridge's mirrored filters: read by the bridge
 	}
 	nmq_session *s = ctx_find(c, sub->client_id);
@@ -160,7 +161,7 @@ static void load_sub(void *arg, const store_sub *sub)
 static void load_rel(void *arg, const char *client_id, uint16_t packet_id)
 {
 	restore_ctx *c = arg;
-	if (strncmp(client_id, "$bridge/", 8) == 0) {
+	if (nmq_bridge_client_id(client_id, strlen(client_id))) {
 		return; // a bridge's inbound QoS 2 ids: read by the bridge itself
 	}
 	nmq_session *s = ctx_find(c, client_id);
@@ -174,7 +175,7 @@ static void load_rel(void *arg, const char *client_id, uint16_t packet_id)
 static void load_qmsg(void *arg, const store_qmsg *q)
 {
 	restore_ctx *c = arg;
-	if (strncmp(q->client_id, "$bridge/", 8) == 0) {
+	if (nmq_bridge_client_id(q->client_id, strlen(q->client_id))) {
 		return; // a bridge's cache: read by the bridge itself
 	}
 	nmq_session *s = ctx_find(c, q->client_id);
