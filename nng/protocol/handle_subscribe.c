@@ -39,6 +39,21 @@ static void sub_after(nmq_session *s, void *arg, bool durable)
 	free(g);
 }
 
+// The options of one subscription as the application takes them: those
+// only MQTT 5 has are off for 3.1.1; sub_id is the SUBSCRIBE's (0: none).
+static proto_sub_opts sub_opts_of(const nmq_link *l, const mqtt_sub_opts *o, uint32_t sub_id)
+{
+	bool           v5 = l->ver == MQTT_PROTO_V5;
+	proto_sub_opts so = {
+		.qos                 = o->qos,
+		.no_local            = v5 && o->no_local,
+		.retain_as_published = v5 && o->retain_as_published,
+		.retain_handling     = v5 ? o->retain_handling : 0,
+		.sub_id              = sub_id,
+	};
+	return so;
+}
+
 // A filter that breaks the topic filter syntax (empty, '#' not alone in
 // the last level, '+' not alone in its level, "$share/" without a share
 // name or a filter) is a protocol violation, not a refusal: 3.1.1 closes
@@ -189,15 +204,10 @@ int handle_subscribe(nmq_link *l, const mqtt_packet *pk, const int *verdicts, ui
 			link_fail(l, MQTT_RC_PROTOCOL_ERROR);
 			return -1;
 		}
-		proto_sub_opts so;
-		so.qos                 = o.qos;
-		so.no_local            = l->ver == MQTT_PROTO_V5 && o.no_local;
-		so.retain_as_published = l->ver == MQTT_PROTO_V5 && o.retain_as_published;
-		so.retain_handling     = l->ver == MQTT_PROTO_V5 ? o.retain_handling : 0;
-		so.sub_id              = sub_id;
-		who.acl                = p->ops->acl_ask != NULL ? acl[i] : PROTO_ACL_NONE;
-		int rv                 = p->ops->subscribe(
-		                    p->app, s, &who, (const char *)f.p, f.len, &so, &existed[i]);
+		proto_sub_opts so = sub_opts_of(l, &o, sub_id);
+		who.acl           = p->ops->acl_ask != NULL ? acl[i] : PROTO_ACL_NONE;
+		int rv            = p->ops->subscribe(
+		               p->app, s, &who, (const char *)f.p, f.len, &so, &existed[i]);
 		uint8_t rc = (uint8_t)(rv & 0xFF);
 		if (rv & PROTO_RC_DISCONNECT) {
 			kick = rc;
@@ -251,15 +261,8 @@ int handle_subscribe(nmq_link *l, const mqtt_packet *pk, const int *verdicts, ui
 				if (codes[j] >= 0x80) {
 					continue;
 				}
-				proto_sub_opts *so = &g->so[g->n++];
-				so->qos            = o.qos;
-				so->no_local       = l->ver == MQTT_PROTO_V5 && o.no_local;
-				so->retain_as_published
-				    = l->ver == MQTT_PROTO_V5 && o.retain_as_published;
-				so->retain_handling
-				    = l->ver == MQTT_PROTO_V5 ? o.retain_handling : 0;
-				so->sub_id   = sub_id;
-				uint32_t len = f.len;
+				g->so[g->n++] = sub_opts_of(l, &o, sub_id);
+				uint32_t len  = f.len;
 				memcpy(at, &existed[j], sizeof(bool));
 				at += sizeof(bool);
 				memcpy(at, &len, sizeof(len));
@@ -298,12 +301,7 @@ int handle_subscribe(nmq_link *l, const mqtt_packet *pk, const int *verdicts, ui
 		if (codes[j] >= 0x80) {
 			continue;
 		}
-		proto_sub_opts so;
-		so.qos                 = o.qos;
-		so.no_local            = l->ver == MQTT_PROTO_V5 && o.no_local;
-		so.retain_as_published = l->ver == MQTT_PROTO_V5 && o.retain_as_published;
-		so.retain_handling     = l->ver == MQTT_PROTO_V5 ? o.retain_handling : 0;
-		so.sub_id              = sub_id;
+		proto_sub_opts so = sub_opts_of(l, &o, sub_id);
 		p->ops->subscribed(p->app, s, (const char *)f.p, f.len, &so, existed[j]);
 	}
 	free(codes);
