@@ -82,6 +82,29 @@ static char *trim(char *s)
 	return s;
 }
 
+// Returns the next item of a comma-separated list (cut out of the text in
+// place and trimmed; empty items are skipped), or NULL at its end. *cur is
+// where the rest of the list starts (NULL: the end); set it to the list
+// before the first call.
+static char *list_next(char **cur)
+{
+	while (*cur != NULL) {
+		char *w     = *cur;
+		char *comma = strchr(w, ',');
+		if (comma != NULL) {
+			*comma = '\0';
+			*cur   = comma + 1;
+		} else {
+			*cur = NULL;
+		}
+		w = trim(w);
+		if (*w != '\0') {
+			return w;
+		}
+	}
+	return NULL;
+}
+
 // Reads a file of at most HOCON_MAX_FILE_SIZE bytes. Returns a new
 // NUL-terminated buffer, or NULL with a reason.
 static char *slurp(const char *path, char *why, size_t whylen)
@@ -193,18 +216,8 @@ static int old_line(
 	}
 	case CONF_FLAT_LIST:
 		v = cJSON_CreateArray();
-		for (char *w = value; v != NULL;) {
-			char *comma = strchr(w, ',');
-			if (comma != NULL) {
-				*comma = '\0';
-			}
-			if (*trim(w) != '\0') {
-				cJSON_AddItemToArray(v, cJSON_CreateString(trim(w)));
-			}
-			if (comma == NULL) {
-				break;
-			}
-			w = comma + 1;
+		for (char *cur = value, *w; v != NULL && (w = list_next(&cur)) != NULL;) {
+			cJSON_AddItemToArray(v, cJSON_CreateString(w));
 		}
 		break;
 	default:
@@ -244,19 +257,12 @@ static void old_forward_list(hocon_doc *doc, cJSON *b, cJSON *fw, int origin)
 		return;
 	}
 	(void)hocon_loc(doc, fw, NULL, &line, NULL, NULL);
-	for (char *w = list, *comma; w != NULL; w = comma != NULL ? comma + 1 : NULL) {
-		comma = strchr(w, ',');
-		if (comma != NULL) {
-			*comma = '\0';
-		}
-		if (*trim(w) == '\0') {
-			continue;
-		}
+	for (char *cur = list, *w; (w = list_next(&cur)) != NULL;) {
 		cJSON *e = cJSON_CreateObject();
 		if (e == NULL) {
 			break;
 		}
-		cJSON_AddItemToObject(e, "local_topic", cJSON_CreateString(trim(w)));
+		cJSON_AddItemToObject(e, "local_topic", cJSON_CreateString(w));
 		cJSON_AddItemToObject(e, "remote_topic", cJSON_CreateString(""));
 		cJSON_AddItemToArray(arr, e);
 		(void)hocon_set_loc(doc, e, origin, line, 0, HOCON_LOC_LOOSE, NULL);

@@ -1244,6 +1244,36 @@ static void test_file_lookup(void **state)
 	conf_errors_free(&errs);
 }
 
+// The comma-separated values of the flat format: items are trimmed, empty
+// ones (",,", a trailing comma, blanks) are left out, in a flags key and in
+// NanoMQ 0.13's forwards=a/#,b/#.
+static void test_old_conf_lists(void **state)
+{
+	nmq_conf    c;
+	conf_errors errs;
+	conf_cli    cli;
+	char        p[256];
+	(void)state;
+	snprintf(p, sizeof(p), "%s",
+	    write_file("lists.conf",
+	        "log.to= , console,,  file ,\n"
+	        "bridge.mqtt.emqx.address=mqtt-tcp://h:1883\n"
+	        "bridge.mqtt.emqx.forwards= up/a ,, up/b/#,\t,\n"));
+	conf_cli_init(&cli);
+	cli.old_conf_path = p;
+	assert_int_equal(conf_load(&c, &cli, NULL, &errs), 0);
+	dump(&errs);
+	assert_int_equal(errs.n_errors, 0);
+	assert_int_equal(c.log_to, CONF_LOG_TO_CONSOLE | CONF_LOG_TO_FILE);
+	assert_int_equal(c.n_bridges, 1);
+	assert_int_equal(c.bridges[0].n_fwds, 2);
+	assert_string_equal(c.bridges[0].fwds[0].local_topic, "up/a");
+	assert_string_equal(c.bridges[0].fwds[0].remote_topic, "");
+	assert_string_equal(c.bridges[0].fwds[1].local_topic, "up/b/#");
+	conf_free(&c);
+	conf_errors_free(&errs);
+}
+
 static void test_old_conf(void **state)
 {
 	nmq_conf    c;
@@ -1545,6 +1575,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_precedence, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_file_lookup, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_old_conf, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_old_conf_lists, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_diff, setup, teardown),
 		cmocka_unit_test(test_docs_up_to_date),
 		cmocka_unit_test_setup_teardown(test_etc_conf, setup, teardown),
