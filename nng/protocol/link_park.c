@@ -378,15 +378,19 @@ int link_acl_ask(nmq_link *l, const proto_who *who, uint8_t access, const char *
 void proto_who_tls_peer(
     const proto_who *who, char *cn, size_t cn_len, char *subject, size_t subject_len)
 {
-	tls_peer p;
-	cn[0]      = '\0';
-	subject[0] = '\0';
+	// The handshake's record of the connection, read in place (no copy
+	// of it per ask; a plain socket answers at once).
+	tls_peer        tmp;
+	const tls_peer *p = NULL;
+	cn[0]             = '\0';
+	subject[0]        = '\0';
 	if (who == NULL || who != tl_ask_who || tl_ask_link == NULL
-	    || !listener_conn_peer(tl_ask_link->conn, &p) || !p.handshake_done || !p.verified) {
+	    || (p = listener_conn_peer_ref(tl_ask_link->conn, &tmp)) == NULL || !p->handshake_done
+	    || !p->verified) {
 		return;
 	}
-	snprintf(cn, cn_len, "%s", p.cn);
-	snprintf(subject, subject_len, "%s", p.subject);
+	snprintf(cn, cn_len, "%s", p->cn);
+	snprintf(subject, subject_len, "%s", p->subject);
 }
 
 int link_replay(nmq_link *l, const uint8_t *frame, size_t len, const int *verdicts,

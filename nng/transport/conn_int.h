@@ -422,5 +422,8 @@ bool conn_tls_pending(const conn_tls *t);
 void conn_tls_close_notify(conn_tls *t);
 // Copies the peer record of the handshake.
 void conn_tls_peer_of(const conn_tls *t, tls_peer *p);
+// The peer record itself (written once by the handshake, then unchanged;
+// lives as long as t).
+const tls_peer *conn_tls_peer_at(const conn_tls *t);
 
 #endif // NMQ_CONN_INT_H

@@ -147,6 +147,12 @@ bool conn_tls_peer(nmq_conn *c, tls_peer *p)
 	return true;
 }
 
+const tls_peer *conn_tls_peer_ref(nmq_conn *c)
+{
+	conn_tls *t = c->be == &conn_sock_backend ? sock_tls(c) : NULL;
+	return t != NULL ? conn_tls_peer_at(t) : NULL;
+}
+
 // Posts a read to the owner (TLS input buffered above the socket), once.
 // Mutex held.
 static void sock_rd_kick_locked(nmq_conn *c)

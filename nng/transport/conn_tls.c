@@ -359,3 +359,8 @@ void conn_tls_peer_of(const conn_tls *t, tls_peer *p)
 {
 	*p = t->peer;
 }
+
+const tls_peer *conn_tls_peer_at(const conn_tls *t)
+{
+	return &t->peer;
+}

@@ -46,5 +46,8 @@ nmq_conn *conn_alloc_tls(int fd, conn_tls *t, const conn_env *env);
 // Copies what c's handshake established about the peer. Returns false,
 // with *p zeroed, for a connection that is not TLS on our own loops.
 bool conn_tls_peer(nmq_conn *c, tls_peer *p);
+// The record itself, without a copy (valid while c is held), or NULL for a
+// connection that is not TLS on our own loops.
+const tls_peer *conn_tls_peer_ref(nmq_conn *c);
 
 #endif // NMQ_CONN_TLS_H

@@ -284,6 +284,16 @@ bool listener_conn_peer(nmq_conn *c, tls_peer *p)
 	return conn_tls_peer(c, p) || tls_engine_peer(conn_stream(c), p);
 }
 
+const tls_peer *listener_conn_peer_ref(nmq_conn *c, tls_peer *tmp)
+{
+	const tls_peer *p = conn_tls_peer_ref(c);
+	if (p != NULL) {
+		return p;
+	}
+	nng_stream *s = conn_stream(c);
+	return s != NULL && tls_engine_peer(s, tmp) ? tmp : NULL;
+}
+
 // Says whether c's listener is over its connection limit; see listener.h.
 bool listener_conn_over_limit(nmq_conn *c)
 {
