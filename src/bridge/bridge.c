@@ -65,8 +65,16 @@
 // PUBREC carries no reason code).
 #define V3_WINDOW    256
 #define V3_WINDOW_Q2 16
-#define DISK_UNKNOWN (UINT64_MAX / 2) // rows on disk not yet counted
-#define POOL_MAX     1024 // free entries kept per bridge
+// The refill of a wide window after acks (pump_after_ack_locked): while at
+// least half of a window of REFILL_MIN_WINDOW or more is in flight, the
+// PUBLISHes that acks made room for go once REFILL_BATCH slots are free,
+// or REFILL_WAIT_MS after the first of them (the link thread sends them),
+// whichever comes first.
+#define REFILL_MIN_WINDOW 64
+#define REFILL_BATCH      32
+#define REFILL_WAIT_MS    2
+#define DISK_UNKNOWN      (UINT64_MAX / 2) // rows on disk not yet counted
+#define POOL_MAX          1024 // free entries kept per bridge
 // Acked cache rows deleted in one store operation: at most DEL_BATCH rows
 // in at most DEL_RANGES runs of consecutive seqs (acks come oldest first:
 // usually one run, one DELETE in the store).
@@ -187,6 +195,9 @@ struct bridge {
 	uint64_t ping_at_ms;
 	bool     ping_pending;
 	uint32_t window; // most in flight (the remote's Receive Maximum)
+	// A refill put off by pump_after_ack_locked: when the link thread
+	// sends it (monotonic ms), 0 when none is waiting.
+	uint64_t pump_at;
 	uint32_t window_full; // the window of this link outside a probe
 	uint32_t remote_max_packet;
 	bool     logged_up; // link up was logged (once per change)
@@ -896,6 +907,7 @@ static bool link_tx_full(nmq_conn *c)
 // the memory queue from the cache.
 static void pump_locked(bridge *b)
 {
+	b->pump_at = 0; // what it waited for goes now
 	if (b->link != NULL && b->up && !b->link->closed) {
 		nmq_conn *c    = b->link->c;
 		bool      sent = false;
@@ -978,6 +990,33 @@ static void pump_locked(bridge *b)
 		flush_deletes_locked(b); // drained: nothing more to batch with
 	}
 	refill_locked(b);
+}
+
+// After an ack freed a slot of the window (mtx held). A drain keeps the
+// window full: sending the one PUBLISH each ack makes room for as it comes
+// sets the link's pace to a few packets per read and write, each a
+// wake-up of the worker (and of the remote), about 10 us each. While at
+// least half of a wide window is still in flight the remote has plenty
+// to answer, so the refill waits until REFILL_BATCH slots are free, at
+// most REFILL_WAIT_MS (the link thread then sends what is free): the
+// link carries larger writes, answered by larger reads, at a fraction
+// of the wake-ups. The wait is bounded because a remote may hold its acks
+// back (Nagle's algorithm on its side, waiting for our ACK, which would
+// come with our next PUBLISH). A narrow window (a v5 Receive Maximum
+// under REFILL_MIN_WINDOW, a probe's window of 1) is refilled at once.
+static void pump_after_ack_locked(bridge *b)
+{
+	uint32_t room = b->window > b->inflight ? b->window - b->inflight : 0;
+	if (b->window >= REFILL_MIN_WINDOW && room < REFILL_BATCH && b->inflight >= b->window / 2
+	    && b->next_unsent != NULL) {
+		if (b->pump_at == 0) {
+			b->pump_at = now_ms() + REFILL_WAIT_MS;
+			pthread_cond_broadcast(&b->cv); // the link thread's deadline
+		}
+		refill_locked(b); // reading the cache back does not wait
+		return;
+	}
+	pump_locked(b);
 }
 
 // --------------------------------------------------------------- forwards
@@ -2039,7 +2078,7 @@ static int link_frame(void *upper, const uint8_t *frame, size_t len)
 				b->forwarded++;
 			}
 			entry_remove(b, e, true);
-			pump_locked(b);
+			pump_after_ack_locked(b);
 		}
 		break;
 	}
@@ -2252,7 +2291,9 @@ static void link_writable(void *upper)
 	blink  *l = upper;
 	bridge *b = l->b;
 	pthread_mutex_lock(&b->mtx);
-	if (b->link == l && !l->closed) {
+	// A refill put off after acks goes at its own time (it is due within
+	// REFILL_WAIT_MS), not at each write that drained.
+	if (b->link == l && !l->closed && b->pump_at == 0) {
 		pump_locked(b);
 	}
 	pthread_mutex_unlock(&b->mtx);
@@ -2575,6 +2616,7 @@ static void serve_locked(bridge *b)
 	                                              : wait_ms;
 	uint64_t deadline  = now_ms() + wait_ms;
 	uint64_t next_sys  = 0;
+	uint64_t next_del  = now_ms() + 1000; // acked rows deleted at least this often
 	bool     was_empty = true;
 	bool     closing   = false; // closed here, the callback not yet in
 	while (!l->closed) {
@@ -2633,8 +2675,23 @@ static void serve_locked(bridge *b)
 				next = t;
 			}
 		}
+		if (b->pump_at != 0 && b->up) {
+			if (now >= b->pump_at) {
+				pump_locked(b); // a refill put off after acks
+			} else if (b->pump_at < next) {
+				next = b->pump_at;
+			}
+		}
+		if (now >= next_del) {
+			// The worker deletes by DEL_BATCH; what is left after a
+			// pause goes within a second (not at each refill above).
+			flush_deletes_locked(b);
+			next_del = now + 1000;
+		}
+		if (next_del < next) {
+			next = next_del;
+		}
 		bool was_up = b->up;
-		flush_deletes_locked(b);
 		if (b->up && b->tp_dirty && !b->tp_loading && !l->closed && !closing) {
 			if (!tp_sync_locked(b)) {
 				wait_until_locked(b, now + 1000); // out of memory: again later
@@ -2668,6 +2725,7 @@ static void serve_locked(bridge *b)
 	    b, b->up, by_remote && !b->stop, oldest, oldest != NULL && b->inflight == 1);
 	// Closed: every entry goes again on the next link.
 	flush_deletes_locked(b);
+	b->pump_at     = 0;
 	b->link        = NULL;
 	b->up          = false;
 	b->inflight    = 0;

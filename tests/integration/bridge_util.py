@@ -10,7 +10,9 @@ loopback interface and can:
   * up()        pass bytes again (new connections; black-holed ones stay dead).
 With mqtt_up=True it reads what goes to the remote (from our bridge) as
 MQTT packets, and drops those whose packet type is in drop_up (counted in
-dropped_up).
+dropped_up). With mqtt_down=True it reads what comes back (from the
+remote) as MQTT packets: a packet type in pass_down passes that many more
+times, then is dropped (counted in dropped_down).
 """
 
 import json
@@ -28,11 +30,14 @@ from nmq_ops import port_accepts, wait_for
 
 
 class FaultProxy:
-    def __init__(self, target_port, mqtt_up=False):
+    def __init__(self, target_port, mqtt_up=False, mqtt_down=False):
         self.target = target_port
         self.mqtt_up = mqtt_up
         self.drop_up = set()
         self.dropped_up = 0
+        self.mqtt_down = mqtt_down
+        self.pass_down = {}
+        self.dropped_down = 0
         self.mode = "pass"
         self.delay_s = 0.0
         self.lock = threading.Lock()
@@ -113,6 +118,10 @@ class FaultProxy:
                 data = self._filter_up(pair, data)
                 if not data:
                     continue
+            if self.mqtt_down and src == "u":
+                data = self._filter_down(pair, data)
+                if not data:
+                    continue
             if self.delay_s > 0:
                 time.sleep(self.delay_s)
             try:
@@ -124,7 +133,30 @@ class FaultProxy:
 
     def _filter_up(self, pair, data):
         """The whole packets of what was read so far, less those dropped."""
-        buf = pair.get("upbuf", b"") + data
+        return self._filter(pair, data, "upbuf", self._drop_up)
+
+    def _drop_up(self, ptype):
+        if ptype in self.drop_up:
+            self.dropped_up += 1
+            return True
+        return False
+
+    def _filter_down(self, pair, data):
+        return self._filter(pair, data, "downbuf", self._drop_down)
+
+    def _drop_down(self, ptype):
+        with self.lock:
+            left = self.pass_down.get(ptype)
+            if left is None:
+                return False
+            if left > 0:
+                self.pass_down[ptype] = left - 1
+                return False
+            self.dropped_down += 1
+            return True
+
+    def _filter(self, pair, data, key, drop):
+        buf = pair.get(key, b"") + data
         out = b""
         while True:
             n, mult, i = 0, 1, 1
@@ -139,11 +171,9 @@ class FaultProxy:
             if len(buf) < i + n:
                 break
             pkt, buf = buf[:i + n], buf[i + n:]
-            if pkt[0] >> 4 in self.drop_up:
-                self.dropped_up += 1
-            else:
+            if not drop(pkt[0] >> 4):
                 out += pkt
-        pair["upbuf"] = buf
+        pair[key] = buf
         return out
 
     def cut(self):
