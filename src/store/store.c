@@ -777,6 +777,10 @@ nmq_err store_queue_done_sid(nmq_store *s, const char *client_id, uint32_t sid, 
 		    && op->u64b + 1 == lo) {
 			// Not taken yet: the range grows in place.
 			op->u64b = hi;
+			if (op->u32 < s->pdone_len && s->pdone[op->u32].sid == sid) {
+				s->pdone[op->u32].hi = hi;
+				atomic_fetch_add_explicit(&s->pdone_gen, 1, memory_order_release);
+			}
 			pthread_mutex_unlock(&s->mtx);
 			return NMQ_OK;
 		}
@@ -809,6 +813,23 @@ nmq_err store_queue_done_sid(nmq_store *s, const char *client_id, uint32_t sid, 
 	s->tail = op;
 	s->pending++;
 	s->mark_ops++;
+	// Seen by the store thread while it applies the groups before this
+	// operation's (store_group_peek); without an entry (out of memory)
+	// only its own group knows the range.
+	op->u32 = UINT32_MAX;
+	if (s->pdone_len == s->pdone_cap) {
+		uint32_t            cap = s->pdone_cap ? s->pdone_cap * 2 : 256;
+		struct store_pdone *v   = realloc(s->pdone, (size_t)cap * sizeof(*v));
+		if (v != NULL) {
+			s->pdone     = v;
+			s->pdone_cap = cap;
+		}
+	}
+	if (s->pdone_len < s->pdone_cap) {
+		op->u32                  = s->pdone_len;
+		s->pdone[s->pdone_len++] = (struct store_pdone) { sid, hi };
+		atomic_fetch_add_explicit(&s->pdone_gen, 1, memory_order_release);
+	}
 	*slot_op  = op;
 	*slot_gen = s->take_gen;
 	pthread_cond_signal(&s->cv);
@@ -1419,6 +1440,12 @@ static int op_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 		sqlite3_bind_text(st, 2, op->s2, -1, SQLITE_STATIC);
 		return store_step_done(st) == SQLITE_DONE ? 0 : -1;
 	case OP_QUEUE_PUT: {
+		if (op->sid != 0) {
+			store_group_peek(s);
+			if ((op->skip = store_group_is_done(s, op->sid, op->u64))) {
+				return 0; // acked since the group was taken
+			}
+		}
 		if (store_is_bcache(op->s1)) {
 			return store_bcache_put(s, op->s1, op->u64, op->msg, op->qos, op->retain,
 			    op->state, op->pid, wall, mono);
@@ -1452,9 +1479,12 @@ static int op_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 		return -1;
 	}
 	case OP_QUEUE_PUTM:
+		// Rows whose subscriber acked them since the group was taken are
+		// not written either (store_group_peek).
+		store_group_peek(s);
 		for (uint32_t i = 0; i < op->u32; i++) {
-			const store_qent *q = &op->ents[i];
-			if (q->skip) {
+			store_qent *q = &op->ents[i];
+			if (q->skip || (q->skip = store_group_is_done(s, q->sid, q->seq))) {
 				continue;
 			}
 			if (store_is_bcache(op->arena + q->cid_off)) {
@@ -1677,6 +1707,12 @@ static void run_batch(nmq_store *s, store_op *batch, size_t nb, bool marks)
 	size_t   n     = 0;
 	uint64_t nskip = 0;
 	for (store_op *op = batch; ok && op != NULL; op = op->next, n++) {
+		int r = op_apply(s, op, wall, mono);
+		if (r < 0) {
+			ok = false;
+		}
+		op->result = r == 0 ? NMQ_OK : NMQ_EINVAL;
+		// (After: applying may skip what was acked meanwhile.)
 		if (op->kind == OP_QUEUE_PUTM) {
 			for (uint32_t i = 0; i < op->u32; i++) {
 				nskip += op->ents[i].skip;
@@ -1684,11 +1720,6 @@ static void run_batch(nmq_store *s, store_op *batch, size_t nb, bool marks)
 		} else {
 			nskip += op->skip;
 		}
-		int r = op_apply(s, op, wall, mono);
-		if (r < 0) {
-			ok = false;
-		}
-		op->result = r == 0 ? NMQ_OK : NMQ_EINVAL;
 	}
 	if (ok) {
 		ok = evict(s) == 0;
@@ -1806,7 +1837,8 @@ static void *store_thread(void *arg)
 			}
 		}
 		if (last == s->tail) {
-			s->mark_ops = 0; // all taken
+			s->mark_ops  = 0; // all taken
+			s->pdone_len = 0; // their ranges are in the group now
 		}
 		s->take_gen++; // what was queued before is no longer extended
 		s->head    = last->next;
@@ -1945,6 +1977,7 @@ void store_close(nmq_store *s)
 	free(s->rrefs);
 	free(s->rrefs_used);
 	free(s->dones);
+	free(s->pdone);
 	free(s);
 }
 

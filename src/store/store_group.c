@@ -20,6 +20,7 @@
 //   rows, and every put, state update or delete of sid with a seq <= hi,
 //   in this group or a later one, is not written: a done range may have
 //   grown (while queued) past puts queued after it.
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -382,6 +383,25 @@ void store_group_dones_only(nmq_store *s, store_op *batch, bool marks)
 			op->skip |= store_group_is_done(s, op->sid, op->u64);
 		}
 	}
+}
+
+// Why this is safe: such a range covers only seqs its session no longer
+// wants (each acked by its subscriber, or dropped), the same promise its
+// operation makes when it reaches a group; a put of such a seq that is
+// not written leaves the committed state as if the range had been in
+// the put's group (the put and its removal cancel out, decisions/0020).
+void store_group_peek(nmq_store *s)
+{
+	uint32_t gen = atomic_load_explicit(&s->pdone_gen, memory_order_acquire);
+	if (gen == s->pdone_seen) {
+		return;
+	}
+	pthread_mutex_lock(&s->mtx);
+	s->pdone_seen = atomic_load_explicit(&s->pdone_gen, memory_order_relaxed);
+	for (uint32_t i = 0; i < s->pdone_len; i++) {
+		done_set(s, s->pdone[i].sid, s->pdone[i].hi);
+	}
+	pthread_mutex_unlock(&s->mtx);
 }
 
 void store_group_coalesce(nmq_store *s, store_op *batch, bool marks)

@@ -66,6 +66,12 @@ typedef struct store_qent {
 	bool     skip; // cancelled out inside its group
 } store_qent;
 
+// A done range waiting in the queue (see nmq_store.pdone).
+struct store_pdone {
+	uint32_t sid;
+	uint64_t hi;
+};
+
 // One queued operation, strings and sub ids behind it. Most come from the
 // store's pool (see op_get in store.c): taken by the submitting thread
 // from its own cache, given back in bulk by the store thread.
@@ -187,6 +193,16 @@ struct nmq_store {
 	// the store thread last took the whole queue (under mtx).
 	uint32_t         mark_ops;
 	_Atomic uint32_t next_sid;
+	// The done ranges queued outside a store_batch since the store thread
+	// last took the whole queue, as (session number, highest seq) (under
+	// mtx; an OP_QUEUE_DONE's u32 is its entry, updated while it grows in
+	// place), and a count of their changes: the store thread, applying a
+	// group, does not write the puts of seqs acked meanwhile
+	// (store_group_peek).
+	struct store_pdone *pdone;
+	uint32_t            pdone_len, pdone_cap;
+	_Atomic uint32_t    pdone_gen;
+	uint32_t            pdone_seen; // store thread: pdone_gen at its last look
 
 	// Store thread only.
 	uint64_t     queued_rows;
@@ -256,6 +272,9 @@ void store_group_coalesce(nmq_store *s, store_op *batch, bool marks);
 // When store_group_begin failed (out of memory): nothing is paired, but
 // the done ranges are still recorded and the puts they cover not written.
 void store_group_dones_only(nmq_store *s, store_op *batch, bool marks);
+// Records the done ranges queued since the group was taken (s->pdone)
+// as the group's own are. Takes s->mtx; only a load when none changed.
+void store_group_peek(nmq_store *s);
 // Whether seq of session sid is done with (covered by a done range).
 bool store_group_is_done(const nmq_store *s, uint32_t sid, uint64_t seq);
 int  store_group_ref(nmq_store *s, int64_t id, int64_t delta);

@@ -1493,6 +1493,83 @@ static void test_done_ranges(void **state)
 	nmq_msg_release(m);
 }
 
+// Holds the store thread inside a group (in a subscription read's
+// callback) until peek_go is posted.
+static sem_t      peek_go;
+static atomic_int peek_in;
+
+static void on_sub_hold(void *arg, const store_sub *sub)
+{
+	(void)arg;
+	(void)sub;
+	atomic_store(&peek_in, 1);
+	sem_wait(&peek_go);
+}
+
+// A done range queued while the store thread applies a group (after it
+// took the group) covers puts of that group that are not applied yet:
+// those are not written (the subscriber acked them meanwhile); the
+// session's other puts, and other sessions', are.
+static void test_done_ranges_peek(void **state)
+{
+	nmq_store *s  = open_store(0);
+	nmq_msg   *m  = mk_msg("t", "m", 1, NULL);
+	nmq_msg   *m2 = mk_msg("t", "n", 1, NULL);
+	uint32_t   a = store_sid_new(s), b = store_sid_new(s), c = store_sid_new(s);
+	void      *slot_a = NULL, *slot_c = NULL;
+	uint64_t   gen_a = 0, gen_c = 0;
+	store_sub  sub = { .client_id = "r", .filter = "x", .options = 1 };
+	assert_int_equal(store_sub_put(s, &sub, NULL, NULL), NMQ_OK);
+	sync_store(s);
+	sem_init(&gate, 0, 0);
+	sem_init(&peek_go, 0, 0);
+	atomic_store(&peek_in, 0);
+	block_store_thread(s);
+	// The next group: a read that holds the thread, then a routed
+	// message for a and b (one operation), a message for c alone, and a
+	// barrier whose completion holds the thread after the commit.
+	assert_int_equal(store_subs_read(s, "r", on_sub_hold, NULL, NULL), NMQ_OK);
+	store_batch_begin(s);
+	store_queue_put_sid(s, "a", a, 5, m, 1, false, NULL, 0, NULL, NULL);
+	store_queue_put_sid(s, "b", b, 5, m, 1, false, NULL, 0, NULL, NULL);
+	store_batch_end(s);
+	store_queue_put_sid(s, "c", c, 7, m2, 1, false, NULL, 0, NULL, NULL);
+	store_queue_put_sid(s, "c", c, 8, m2, 1, false, NULL, 0, NULL, NULL);
+	assert_int_equal(store_sync(s, on_done_block, NULL), NMQ_OK);
+	store_stats st0;
+	store_stats_get(s, &st0);
+	sem_post(&gate); // the group is taken, the read holds it
+	while (!atomic_load(&peek_in)) {
+		usleep(1000);
+	}
+	// a acks 1..5, c 1..7 (c/8 still wanted), while the group is applied.
+	assert_int_equal(store_queue_done_sid(s, "a", a, 1, 5, &slot_a, &gen_a), NMQ_OK);
+	assert_int_equal(store_queue_done_sid(s, "c", c, 1, 6, &slot_c, &gen_c), NMQ_OK);
+	assert_int_equal(store_queue_done_sid(s, "c", c, 7, 7, &slot_c, &gen_c), NMQ_OK);
+	sem_post(&peek_go);
+	// Committed, the ranges not yet applied: a/5 and c/7 were not written.
+	while (!atomic_load(&blocked_in_done)) {
+		usleep(1000);
+	}
+	assert_int_equal(query_int("SELECT COUNT(*) FROM queue WHERE cid = 'a'"), 0);
+	assert_int_equal(query_int("SELECT COUNT(*) FROM queue WHERE cid = 'b' AND seq = 5"), 1);
+	assert_int_equal(query_int("SELECT group_concat(seq) FROM queue WHERE cid = 'c'"), 8);
+	store_stats st1;
+	store_stats_get(s, &st1);
+	assert_int_equal(st1.coalesced - st0.coalesced, 2);
+	sem_post(&gate);
+	sync_store(s);
+	assert_int_equal(count_rows("queue"), 2);
+	assert_int_equal(query_int("SELECT refs FROM msgs WHERE id ="
+	                           " (SELECT msg_id FROM queue WHERE cid = 'b')"),
+	    1);
+	store_close(s);
+	sem_destroy(&gate);
+	sem_destroy(&peek_go);
+	nmq_msg_release(m);
+	nmq_msg_release(m2);
+}
+
 // A group whose coalescing tables cannot be sized (out of memory) pairs
 // nothing, but still records its done ranges: a put of a seq done with,
 // in that group or a later one, is not written (it would stay, and come
@@ -1786,6 +1863,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_done_ranges, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_done_crash_before_commit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_done_ranges_group_oom, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_done_ranges_peek, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_subs_read, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_rels_read, setup, teardown),
 	};
