@@ -422,11 +422,16 @@ static void test_open_detach_expiry(void **state)
 	// The will after about 1 s, the end after about 2 s.
 	uint64_t t0 = nmq_clock_ms();
 	assert_int_equal(wait_count(e, &e->app.n_routed, 1, 3000), 1);
-	assert_true(nmq_clock_ms() - t0 >= 900);
+	uint64_t seen = nmq_clock_ms() - t0;
+	assert_true(seen >= 900);
 	pthread_mutex_lock(&e->app.mtx);
 	assert_string_equal(e->app.last_topic, "will");
 	pthread_mutex_unlock(&e->app.mtx);
-	assert_int_equal(app_get(&e->app, &e->app.n_ended), 0);
+	// Not ended yet, unless this thread saw the will late (a loaded
+	// machine): the end is due 2 s after the detach.
+	if (seen < 1500) {
+		assert_int_equal(app_get(&e->app, &e->app.n_ended), 0);
+	}
 	assert_int_equal(wait_count(e, &e->app.n_ended, 1, 4000), 1);
 	assert_true(nmq_clock_ms() - t0 >= 1900);
 	assert_int_equal(atomic_load(&m->sessions), 0);
