@@ -301,9 +301,11 @@ int store_bcache_purge(nmq_store *s, const char *cid)
 	return 0;
 }
 
-// The listing of store_bcache_list: a read of the client id "$bridge/"
-// alone (no bridge has an empty name), one callback per bridge with rows,
-// its row count in seq.
+// The listing of store_bcache_list is a read of LIST_CID, a client id no
+// bridge has (a bridge's name holds no '/'; an empty name is allowed and
+// is "$bridge/"): one callback per bridge with rows, its row count in seq.
+#define LIST_CID "$bridge//"
+
 static int list_bridges(nmq_store *s, store_op *op)
 {
 	sqlite3_stmt *st = NULL;
@@ -358,7 +360,7 @@ nmq_err store_bcache_list(nmq_store *s, void (*fn)(void *arg, const char *client
 		return NMQ_ENOMEM;
 	}
 	*c        = (list_ctx) { fn, done, arg };
-	nmq_err e = store_queue_read(s, "$bridge/", 0, 0, list_row, list_done, c);
+	nmq_err e = store_queue_read(s, LIST_CID, 0, 0, list_row, list_done, c);
 	if (e != NMQ_OK) {
 		free(c);
 	}
@@ -367,7 +369,7 @@ nmq_err store_bcache_list(nmq_store *s, void (*fn)(void *arg, const char *client
 
 int store_bcache_read(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 {
-	if (op->s1[8] == '\0') {
+	if (strcmp(op->s1, LIST_CID) == 0) {
 		return list_bridges(s, op);
 	}
 	int64_t bid = bid_of(s, op->s1, false);

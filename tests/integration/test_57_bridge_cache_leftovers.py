@@ -140,6 +140,36 @@ class TestBridgeCacheLeftovers(OpsTestCase):
         self.assertEqual([x.payload for x in col.received if x.topic == "g/q1/s"], [])
         self.assert_stops(inst)
 
+    # A bridge whose name is empty (`bridges.mqtt { "" { ... } }`, which the
+    # file allows) keeps its cache under "$bridge/": the listing of the
+    # bridges at start is not a read of it. Its backlog survives a restart
+    # and is delivered in order (it read the listing back as rows, without
+    # a message, and crashed).
+    def test_empty_bridge_name_keeps_its_cache(self):
+        inst = self.instance()
+        px, col = self.remote(inst)
+        px.cut()
+        port = free_port()
+        body = self.fwd("X", px).split("{", 1)[1].replace("X/", "e/")
+        conf = inst.conf(port, extra="bridges.mqtt {\n\"\" {" + body + "}\n" + cache_conf(inst))
+        self.start_broker(inst, ["start", "--conf", conf], port=port)
+        pub = self.client(port, "pub")
+        pub.connect()
+        for i in range(6):
+            pub.publish("q1/s", b"%d" % i, qos=1)
+        pub.close()
+        self.assert_stops(inst)
+
+        self.start_broker(inst, ["start", "--conf", conf], port=port)
+        px.up()
+        want = [b"%d" % i for i in range(6)]
+        wait_for(lambda: len([x for x in col.received if x.topic == "e/q1/s"]) >= 6, 10)
+        time.sleep(0.5)
+        self.assertEqual(first_order([x.payload for x in col.received if x.topic == "e/q1/s"]),
+                         want, inst.output()[-3000:])
+        self.assertNotIn("event=cache_dropped", inst.output())
+        self.assert_stops(inst)
+
     def test_fast_first_retry_after_long_link(self):
         inst = self.instance()
         px, col = self.remote(inst)
