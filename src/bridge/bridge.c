@@ -306,6 +306,9 @@ struct nmq_bridges {
 	// tp_mtx is taken under the broker's count lock, before a bridge's mtx.
 	pthread_mutex_t tp_mtx;
 	bridge         *tp_head;
+	// The listing of the cache at start (orphan_scan_start) until its done
+	// callback has run on the store thread, which reads the set (mtx).
+	bool orphan_pending;
 };
 
 static _Atomic(nmq_bridges *) g_set; // for the store's eviction callback
@@ -3078,11 +3081,13 @@ static void bridge_update(bridge *b, const conf_bridge *cb)
 // The cached forwards of bridges no longer in the configuration, found
 // once at start (decisions/0034): dropped, logged at error with their
 // count. The names configured then (enabled or not) are copied: the
-// listing runs later, on the store thread.
+// listing runs later, on the store thread, and also keeps the rows of
+// the bridges running then (started since by a reload or the REST API).
 typedef struct orphan_scan {
-	nmq_store *store;
-	char     **cids; // "$bridge/<name>" of every configured bridge
-	int        n;
+	nmq_bridges *set;
+	nmq_store   *store;
+	char       **cids; // "$bridge/<name>" of every configured bridge
+	int          n;
 } orphan_scan;
 
 static void orphan_scan_free(orphan_scan *o)
@@ -3102,9 +3107,22 @@ static void orphan_row(void *arg, const char *cid, uint64_t rows)
 			return;
 		}
 	}
+	// A bridge started since (a reload or the REST API, while the store
+	// thread was busy with what was queued before the listing) is
+	// configured now: its rows, the old ones and those it has queued
+	// since, are its backlog. Under the set's mtx, so that a bridge
+	// started after this check queues its rows after the delete.
+	pthread_mutex_lock(&o->set->mtx);
+	for (bridge *b = o->set->head; b != NULL; b = b->next) {
+		if (strcmp(b->store_id, cid) == 0) {
+			pthread_mutex_unlock(&o->set->mtx);
+			return;
+		}
+	}
 	// The store thread runs this op after every one queued before it;
 	// this delete goes after them too.
 	nmq_err e = store_session_del(o->store, cid, NULL, NULL);
+	pthread_mutex_unlock(&o->set->mtx);
 	log_error("bridge",
 	    "bridge=%s event=cache_dropped reason=not_configured rows=%" PRIu64 "%s%s", cid + 8,
 	    rows, e == NMQ_OK ? "" : " error=", e == NMQ_OK ? "" : nmq_strerror(e));
@@ -3116,15 +3134,20 @@ static void orphan_done(void *arg, nmq_err err)
 	if (err != NMQ_OK) {
 		log_warn("bridge", "event=cache_list_failed reason=%s", nmq_strerror(err));
 	}
+	nmq_bridges *set = o->set;
 	orphan_scan_free(o);
+	pthread_mutex_lock(&set->mtx);
+	set->orphan_pending = false;
+	pthread_mutex_unlock(&set->mtx);
 }
 
-static void orphan_scan_start(const nmq_conf *conf, nmq_store *store)
+static void orphan_scan_start(nmq_bridges *set, const nmq_conf *conf, nmq_store *store)
 {
 	orphan_scan *o = calloc(1, sizeof(*o));
 	if (o == NULL) {
 		return;
 	}
+	o->set   = set;
 	o->store = store;
 	o->cids  = calloc((size_t)conf->n_bridges + 1, sizeof(*o->cids));
 	if (o->cids == NULL) {
@@ -3141,8 +3164,10 @@ static void orphan_scan_start(const nmq_conf *conf, nmq_store *store)
 		snprintf(c, l, "$bridge/%s", conf->bridges[i].name);
 		o->cids[o->n++] = c;
 	}
-	nmq_err e = store_bcache_list(store, orphan_row, orphan_done, o);
+	set->orphan_pending = true; // before the store thread may clear it
+	nmq_err e           = store_bcache_list(store, orphan_row, orphan_done, o);
 	if (e != NMQ_OK) {
+		set->orphan_pending = false;
 		log_warn("bridge", "event=cache_list_failed reason=%s", nmq_strerror(e));
 		orphan_scan_free(o);
 	}
@@ -3163,7 +3188,7 @@ nmq_bridges *bridges_start(const nmq_conf *conf, const bridge_env *env)
 	bridges_reconfigure(set, conf);
 #ifdef NMQ_HAVE_STORE
 	if (env->store != NULL) {
-		orphan_scan_start(conf, env->store);
+		orphan_scan_start(set, conf, env->store);
 	}
 #endif
 	return set;
@@ -3256,6 +3281,21 @@ void bridges_stop(nmq_bridges *set)
 		nx = b->next;
 		bridge_halt(b);
 		bridge_release(b);
+	}
+	// The listing of the cache at start reads the set: wait for it (the
+	// store thread runs it before it stops).
+	for (int i = 0; i < 10000; i++) {
+		pthread_mutex_lock(&set->mtx);
+		bool pending = set->orphan_pending;
+		pthread_mutex_unlock(&set->mtx);
+		if (!pending) {
+			break;
+		}
+		if (i == 9999) {
+			log_warn("bridge", "event=cache_list_pending action=set_kept");
+			return; // left allocated: the listing may still read it
+		}
+		usleep(1000);
 	}
 	pthread_mutex_destroy(&set->mtx);
 	pthread_mutex_destroy(&set->change_mtx);

@@ -15,8 +15,12 @@ Debian's mosquitto is the remote, behind a fault-injecting proxy
   * A link that was up for a while and drops is tried again within half a
     second; one that drops soon after it came up backs off from 1 s."""
 
+import base64
+import http.client
+import json
 import re
 import shutil
+import sqlite3
 import time
 import unittest
 
@@ -138,6 +142,67 @@ class TestBridgeCacheLeftovers(OpsTestCase):
         self.assertEqual(first_order([x.payload for x in col.received if x.topic == "f/q1/s"]),
                          want)
         self.assertEqual([x.payload for x in col.received if x.topic == "g/q1/s"], [])
+        self.assert_stops(inst)
+
+    # The listing at start runs on the store thread after what was queued
+    # before it. Here another process holds the database's write lock (as
+    # a slow disk would hold the store thread) while a bridge removed from
+    # the file is started again by the REST API and forwards five more
+    # messages, acked to their publisher once the lock is released: the
+    # bridge is configured when the listing comes, so none of its rows is
+    # dropped, the old ones nor the new ones (they all were, new ones
+    # included: acknowledged, then lost).
+    def test_bridge_started_before_the_listing_keeps_its_rows(self):
+        inst = self.instance()
+        px, col = self.remote(inst)
+        px.cut()
+        port, hport = free_port(), free_port()
+        cache = cache_conf(inst)
+        both = inst.conf(port, extra=self.fwd("f", px) + self.fwd("g", px) + cache,
+                         name="both.conf")
+        f_only = inst.conf(port, extra=self.fwd("f", px) + cache + (
+            "http_server { port = %d, username = admin, password = public }\n" % hport),
+            name="f_only.conf")
+        self.start_broker(inst, ["start", "--conf", both], port=port)
+        pub = self.client(port, "pub")
+        pub.connect()
+        for i in range(5):
+            pub.publish("q1/s", b"old%d" % i, qos=1)
+        pub.close()
+        self.assert_stops(inst)
+
+        lock = sqlite3.connect(inst.path("nanomq.db"), isolation_level=None, timeout=10)
+        self.addCleanup(lock.close)
+        lock.execute("BEGIN IMMEDIATE")
+        self.start_broker(inst, ["start", "--conf", f_only], port=port)
+        body = json.dumps({"g": {
+            "server": "mqtt-tcp://127.0.0.1:%d" % px.port, "proto_ver": 5, "clientid": "g-gw",
+            "keepalive": "2s", "backoff_max": "2s", "max_send_queue_len": 2,
+            "forwards": [{"local_topic": "q1/#", "remote_topic": "", "prefix": "g/"}]}})
+        c = http.client.HTTPConnection("127.0.0.1", hport, timeout=10)
+        c.request("PUT", "/api/v4/bridges/g", body=body, headers={
+            "Authorization": "Basic " + base64.b64encode(b"admin:public").decode()})
+        r = c.getresponse()
+        self.assertEqual(r.status, 200, r.read())
+        c.close()
+        self.assertTrue(inst.wait_output(r"bridge=g .*event=started", timeout=5))
+        sub = self.client(port, "local-sub")
+        sub.connect()
+        sub.subscribe("q1/#", 0)
+        pub = self.client(port, "pub2")
+        pub.connect()
+        for i in range(5):
+            pub.publish("q1/s", b"new%d" % i, qos=1, wait=False)
+        self.assertTrue(wait_for(lambda: len(sub.received) >= 5, 5))
+        time.sleep(0.2)  # routed: the forwards' rows are queued to the store
+        lock.execute("COMMIT")
+        px.up()
+        want = [b"old%d" % i for i in range(5)] + [b"new%d" % i for i in range(5)]
+        wait_for(lambda: len([x for x in col.received if x.topic == "g/q1/s"]) >= 10, 10)
+        time.sleep(0.5)
+        self.assertEqual(first_order([x.payload for x in col.received if x.topic == "g/q1/s"]),
+                         want, inst.output()[-3000:])
+        self.assertNotIn("event=cache_dropped", inst.output())
         self.assert_stops(inst)
 
     # A bridge whose name is empty (`bridges.mqtt { "" { ... } }`, which the
