@@ -2801,8 +2801,10 @@ static void *bridge_main(void *arg)
 		}
 		set_state_locked(b, BS_DOWN);
 		if (had_up) {
+			was_up = true;
+		}
+		if (had_up && up_ms >= FAST_RETRY_AFTER_UP_MS) {
 			attempt = 0;
-			was_up  = true;
 		}
 		// Exponential backoff with jitter: 1 s, 2 s, 4 s ... backoff_max,
 		// each between half and all of it. A link that was up for a while
@@ -2810,7 +2812,8 @@ static void *bridge_main(void *arg)
 		// remote restarting or a connection reset by the network), and
 		// backs off from 1 s after that; one that dropped soon after it
 		// came up (a remote that takes the connection and then closes it)
-		// backs off from the start.
+		// does not start the backoff over: such a remote is tried ever
+		// less often, up to backoff_max, not every second.
 		uint64_t cap   = (uint64_t)b->cfg->backoff_max_s * 1000;
 		uint64_t delay = attempt >= 20 ? cap : (uint64_t)1000 << attempt;
 		if (had_up && up_ms >= FAST_RETRY_AFTER_UP_MS) {

@@ -265,9 +265,11 @@ def health(client, name, timeout=5.0, pred=None):
 class FakeRemote:
     """A v5 remote broker on a raw socket: accepts the bridge, records the
     CONNECT and the SUBSCRIBEs it sends (parsed), answers CONNACK and
-    SUBACK."""
+    SUBACK. With close_after_connack it closes each connection right after
+    its CONNACK (a remote that takes the link and drops it at once)."""
 
-    def __init__(self):
+    def __init__(self, close_after_connack=False):
+        self.close_after_connack = close_after_connack
         self.srv = socket.socket()
         self.srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.srv.bind((nmq.HOST, 0))
@@ -331,6 +333,8 @@ class FakeRemote:
                             d["will_payload"] = r.bin()
                         self.connects.append(d)
                         c.sendall(nmq.packet(nmq.CONNACK, 0, b"\x00\x00\x00"))
+                        if self.close_after_connack:
+                            break
                     elif t == 8:  # SUBSCRIBE
                         pid = r.u16()
                         props = r.props()
@@ -353,3 +357,5 @@ class FakeRemote:
                         c.sendall(b"\xd0\x00")
             except (OSError, IndexError, nmq.MalformedFromBroker):
                 pass
+            if self.close_after_connack:
+                c.close()

@@ -13,7 +13,9 @@ Debian's mosquitto is the remote, behind a fault-injecting proxy
     of a bridge present but disabled are kept; a bridge added again later
     finds its cache empty.
   * A link that was up for a while and drops is tried again within half a
-    second; one that drops soon after it came up backs off from 1 s."""
+    second; one that drops soon after it came up does not start the
+    backoff over: a remote that takes the link and drops it at once is
+    tried ever less often."""
 
 import base64
 import http.client
@@ -26,7 +28,7 @@ import unittest
 
 import nmq
 import nmq_ops
-from bridge_util import FaultProxy, Mosquitto, bridge_conf, first_order, health
+from bridge_util import FakeRemote, FaultProxy, Mosquitto, bridge_conf, first_order, health
 from nmq import free_port
 from nmq_ops import OpsTestCase, wait_for
 
@@ -233,6 +235,28 @@ class TestBridgeCacheLeftovers(OpsTestCase):
         self.assertEqual(first_order([x.payload for x in col.received if x.topic == "e/q1/s"]),
                          want, inst.output()[-3000:])
         self.assertNotIn("event=cache_dropped", inst.output())
+        self.assert_stops(inst)
+
+    # A remote that answers CONNACK and closes the connection at once: each
+    # link is up, briefly, and the delay goes on doubling (1 s, 2 s, 4 s,
+    # each 50-100 %) instead of starting over at 1 s every time (a
+    # reconnect about every 0.75 s, forever).
+    def test_remote_closing_at_once_is_backed_off(self):
+        inst = self.instance()
+        fr = FakeRemote(close_after_connack=True)
+        self.addCleanup(fr.close)
+        port = free_port()
+        conf = inst.conf(port, extra=bridge_conf(
+            "f", "mqtt-tcp://127.0.0.1:%d" % fr.port, 5, 2,
+            '{ local_topic = "q1/#", remote_topic = "" }', extra="backoff_max = 8s"))
+        self.start_broker(inst, ["start", "--conf", conf], port=port)
+        rx = r"bridge=f server=\S+ event=connect_failed reason=.* retry_in_ms=(\d+)"
+        m = inst.wait_output(rx, timeout=12, count=3)
+        self.assertEqual(len(m), 3, inst.output()[-2000:])
+        self.assertGreaterEqual(len(fr.connects), 3)
+        d = [int(x) for x in m]
+        self.assertTrue(500 <= d[0] <= 1000 and 1000 <= d[1] <= 2000 and 2000 <= d[2] <= 4000,
+                        d)
         self.assert_stops(inst)
 
     def test_fast_first_retry_after_long_link(self):
