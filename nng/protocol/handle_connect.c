@@ -97,9 +97,10 @@ static void connack_after(nmq_session *s, void *arg, bool durable)
 // session (clean start), its delete is queued in the store: the CONNACK
 // waits for its commit (a crash right after it must not bring the
 // discarded session back), and until it has gone nothing else is sent on
-// the link (connack_wait: deliveries stay queued in the session). The
-// packet then refers to nothing on the stack (the caller leaves out such a
-// case). A CONNACK with no store write to wait for goes at once.
+// the link (connack_wait: deliveries stay queued in the session); the
+// waiting ack keeps its own copy of the strings the packet refers to
+// (assigned client id, response information). A CONNACK with no store
+// write to wait for goes at once.
 static void send_connack(nmq_link *l, const mqtt_packet *ack, bool discarded_stored)
 {
 	if (discarded_stored && l->p->store != NULL) {
@@ -388,6 +389,7 @@ int link_connect_run(nmq_link *l, const uint8_t *frame, size_t len, int answer)
 	// reserved and always 0.
 	ack.u.connack.session_present = so.present && c->proto_level != MQTT_PROTO_V31;
 	ack.u.connack.reason          = 0;
+	char rinfo[300]; // the Response Information the CONNACK refers to
 	if (ver == MQTT_PROTO_V5) {
 		mqtt_props *ap = &ack.u.connack.props;
 		ap->present    = MQTT_PBIT(MQTT_PROP_RECEIVE_MAXIMUM)
@@ -414,20 +416,15 @@ int link_connect_run(nmq_link *l, const uint8_t *frame, size_t len, int answer)
 			ap->assigned_client_id.p   = (const uint8_t *)client_id;
 			ap->assigned_client_id.len = (uint32_t)strlen(client_id);
 		}
-		char rinfo[300];
-		bool rinfo_set = false;
 		if ((c->props.present & MQTT_PBIT(MQTT_PROP_REQUEST_RESPONSE))
 		    && c->props.request_response_info) {
 			snprintf(rinfo, sizeof(rinfo), "reply/%.250s", client_id);
 			ap->present |= MQTT_PBIT(MQTT_PROP_RESPONSE_INFO);
 			ap->response_info.p   = (const uint8_t *)rinfo;
 			ap->response_info.len = (uint32_t)strlen(rinfo);
-			rinfo_set             = true;
 		}
-		send_connack(l, &ack, so.ended_stored && !assigned && !rinfo_set);
-	} else {
-		send_connack(l, &ack, so.ended_stored);
 	}
+	send_connack(l, &ack, so.ended_stored);
 	session_attach_locked(s, l, ver, expiry, l->client_receive_max);
 	session_unlock(s);
 

@@ -104,9 +104,11 @@ typedef struct store_ack {
 	mqtt_packet       pk;
 	nmq_err           err;
 	int               worker;
-	uint8_t          *codes; // owned copy of a SUBACK's or UNSUBACK's codes
-	link_after_fn     after; // run once the ack is sent or given up (unlocked)
-	void             *after_arg;
+	// Owned copy of a SUBACK's or UNSUBACK's codes, or of a CONNACK's
+	// assigned client id and response information.
+	uint8_t      *codes;
+	link_after_fn after; // run once the ack is sent or given up (unlocked)
+	void         *after_arg;
 } store_ack;
 
 // Free store_acks, per thread, so that an ack waiting for the store costs
@@ -166,6 +168,34 @@ static void store_ack_put(store_ack *a)
 	a->next_free = ack_pool;
 	ack_pool     = a;
 	ack_pool_len++;
+}
+
+// The bytes of a CONNACK's assigned client id and response information.
+static size_t connack_strings_len(const mqtt_props *pr)
+{
+	size_t n = 0;
+	if (pr->present & MQTT_PBIT(MQTT_PROP_ASSIGNED_CLIENT_ID)) {
+		n += pr->assigned_client_id.len;
+	}
+	if (pr->present & MQTT_PBIT(MQTT_PROP_RESPONSE_INFO)) {
+		n += pr->response_info.len;
+	}
+	return n;
+}
+
+// Copies those strings to buf (connack_strings_len bytes) and points the
+// properties at the copies.
+static void connack_strings_copy(mqtt_props *pr, uint8_t *buf)
+{
+	if (pr->present & MQTT_PBIT(MQTT_PROP_ASSIGNED_CLIENT_ID)) {
+		memcpy(buf, pr->assigned_client_id.p, pr->assigned_client_id.len);
+		pr->assigned_client_id.p = buf;
+		buf += pr->assigned_client_id.len;
+	}
+	if (pr->present & MQTT_PBIT(MQTT_PROP_RESPONSE_INFO)) {
+		memcpy(buf, pr->response_info.p, pr->response_info.len);
+		pr->response_info.p = buf;
+	}
 }
 
 // On a worker: sends the ack if its connection is still the session's.
@@ -243,9 +273,16 @@ bool link_ack_then(
 	store_ack *a = store_ack_get();
 	bool       coded
 	    = (pkt->type == MQTT_SUBACK || pkt->type == MQTT_UNSUBACK) && pkt->u.suback.count > 0;
+	// What the packet refers to that may be on the caller's stack: a
+	// SUBACK's codes, a CONNACK's strings (its other pointer properties
+	// are never set on a CONNACK that waits).
+	size_t own = coded ? pkt->u.suback.count : 0;
+	if (pkt->type == MQTT_CONNACK) {
+		own = connack_strings_len(&pkt->u.connack.props);
+	}
 	uint8_t *codes = NULL;
-	if (a != NULL && coded) {
-		codes = malloc(pkt->u.suback.count);
+	if (a != NULL && own > 0) {
+		codes = malloc(own);
 		if (codes == NULL) {
 			store_ack_put(a);
 			a = NULL;
@@ -270,6 +307,8 @@ bool link_ack_then(
 	if (coded) {
 		memcpy(a->codes, pkt->u.suback.codes, pkt->u.suback.count);
 		a->pk.u.suback.codes = a->codes;
+	} else if (codes != NULL) {
+		connack_strings_copy(&a->pk.u.connack.props, codes);
 	}
 	// One worker per connection, so that its acks run in commit order:
 	// the socket's owner (whose thread reads and flushes it, and took

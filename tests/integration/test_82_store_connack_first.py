@@ -247,5 +247,50 @@ class ConnackCommitFails(StoreCase):
             self.assertIsNone(flood.assertion)
 
 
+
+class ConnackWithResponseInfo(StoreCase):
+    """A v5 clean start that asks for Response Information (its CONNACK
+    carries a string built on the stack) over a stored session: the
+    CONNACK waits for the delete's commit like any other, so a kill -9
+    right after it does not bring the discarded session back."""
+
+    def test_discarded_session_stays_discarded(self):
+        if not os.path.exists(shim_path()):
+            self.skipTest("slowsync shim not built")
+        env = {"LD_PRELOAD": shim_path(), "NMQ_SLOWSYNC_DIR": self.db_dir,
+               "NMQ_SLOWSYNC_MS": "300",
+               "ASAN_OPTIONS": "verify_asan_link_order=0:detect_leaks=0"}
+        b = self.start(env)
+        old = nmq.RawClient(b.port, version=5)
+        self.clients.append(old)
+        self.assertEqual(old.connect("cf-rinfo", clean=False,
+                                     props={"SessionExpiryInterval": 3600}).rc, 0)
+        old.subscribe([("cf/old", nmq.sub_opts(1))])  # SUBACK: committed
+        old.disconnect()
+        b.wait_disconnected("cf-rinfo")
+        # A write that keeps the store in a slow fsync while the clean
+        # start's delete is queued behind it.
+        pub = nmq.RawClient(b.port, version=5)
+        self.clients.append(pub)
+        self.assertEqual(pub.connect("cf-rinfo-pub", clean=True).rc, 0)
+        pub.send(nmq.publish_bytes("cf/ret", b"r", retain=True, version=5))
+        time.sleep(0.05)
+        c = nmq.RawClient(b.port, version=5)
+        self.clients.append(c)
+        ack = c.connect("cf-rinfo", clean=True, timeout=10,
+                        props={"SessionExpiryInterval": 0, "RequestResponseInformation": 1})
+        self.assertEqual(ack.rc, 0)
+        self.assertEqual(ack.props.get("ResponseInformation"), "reply/cf-rinfo")
+        self.kill9(b)
+        self.brokers.remove(b)
+        b = self.start()
+        again = nmq.RawClient(b.port, version=5)
+        self.clients.append(again)
+        ack = again.connect("cf-rinfo", clean=False, props={"SessionExpiryInterval": 3600})
+        self.assertEqual(ack.rc, 0)
+        self.assertFalse(ack.session_present,
+                         "the session discarded by an acknowledged clean start came back")
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
