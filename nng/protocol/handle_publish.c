@@ -204,12 +204,20 @@ static void connack_strings_copy(mqtt_props *pr, uint8_t *buf)
 // gather send for all of them, in commit order.
 static void store_ack_job(workq_job *job)
 {
-	store_ack *a   = (store_ack *)job;
-	bool       end = false;
+	store_ack *a       = (store_ack *)job;
+	bool       end     = false;
+	bool       durable = a->err == NMQ_OK;
 	session_lock(a->s);
 	nmq_link *l = session_link_locked(a->s);
 	if (l != NULL && l->conn == a->conn) {
-		if (a->err == NMQ_OK) {
+		if (l->acks_ended) {
+			// An earlier ack ended the connection (v5: with a
+			// DISCONNECT, after which nothing is sent [MQTT-3.14.4-1]):
+			// given up as if the commit had failed (no retained
+			// messages after a SUBACK not sent); the client resends
+			// after reconnecting.
+			durable = false;
+		} else if (a->err == NMQ_OK) {
 			link_send_packet(l, &a->pk);
 		} else if (a->pk.type == MQTT_SUBACK || a->pk.type == MQTT_UNSUBACK) {
 			// A subscription change that is not durable has already
@@ -230,6 +238,7 @@ static void store_ack_job(workq_job *job)
 			// CONNACK is not sent: the client connects again.
 			end = true;
 		}
+		l->acks_ended |= end;
 		atomic_fetch_sub(&l->acks_waiting, 1);
 	}
 	session_unlock(a->s);
@@ -238,7 +247,7 @@ static void store_ack_job(workq_job *job)
 		conn_shutdown(a->conn);
 	}
 	if (a->after != NULL) {
-		a->after(a->s, a->after_arg, a->err == NMQ_OK);
+		a->after(a->s, a->after_arg, durable);
 	}
 	nmq_session_release(a->s);
 	conn_release(a->conn);

@@ -68,6 +68,9 @@ struct nmq_link {
 	bool           username_shared; // username points into the session
 	bool           tx_too_large; // tx lock: a packet did not fit client_max_packet
 	bool           superuser; // rx: the application marked the client at CONNECT
+	// s: a failed commit's ack ended the connection; no later waiting ack
+	// is sent (store_ack_job)
+	bool acks_ended;
 	// The CONNACK waits for the store (link_ack): until it has gone, nothing
 	// else is sent on the link [MQTT-3.2.0-1]: deliveries stay queued in the
 	// session (its pump waits), control packets go behind the CONNACK
@@ -94,8 +97,9 @@ void link_ack(nmq_link *l, const mqtt_packet *pkt, bool stored);
 // Returns true when the ack waits for the store: after(session, after_arg,
 // durable) is then called once, on a worker without the session lock,
 // after the ack was sent or given up (the connection gone or closed);
-// durable is false when the commit failed (the ack was not sent and the
-// connection is ending). Returns false when the ack went at once or could
+// durable is false when the commit failed, or an earlier ack's failed
+// commit ended the connection (the ack was not sent and the connection is
+// ending). Returns false when the ack went at once or could
 // not wait (the connection is then closed): after is not called; the
 // caller goes on with what it does.
 typedef void (*link_after_fn)(nmq_session *s, void *arg, bool durable);

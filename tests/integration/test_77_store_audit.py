@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -216,6 +217,27 @@ class TestFailedSubscriptionCommit(StoreCase):
         self.assertEqual(pub.publish("late/x", b"after", qos=1).rc, 0)
         self.assertEqual(v5.expect_publishes(1)[0].payload, b"after")
         self.assertEqual(v3.expect_publishes(1)[0].payload, b"after")
+
+    def test_nothing_after_the_disconnect(self):
+        # Several acks of one v5 connection fail in one commit (a
+        # SUBSCRIBE's, PUBLISHes'): the first one that ends the connection
+        # sends DISCONNECT 0x80, and nothing follows it [MQTT-3.14.4-1]
+        # (a PUBACK 0x80 and a second DISCONNECT did).
+        env = dict(self.env, NMQ_SLOWSYNC_MS="200")
+        b = self.start(env)
+        c = self.raw(b, "many5", 5)
+        # A commit in its (slow) fsync while the next ones are queued, so
+        # that they fail together in the next group.
+        busy = self.raw(b, "busy", 5)
+        busy.send(nmq.publish_bytes("ret/busy", b"r", retain=True, version=5))
+        time.sleep(0.05)
+        open(self.flag, "w").close()
+        c.send(nmq.subscribe_bytes([("b/#", 1)], 7, None, 5)
+               + nmq.publish_bytes("ret/y", b"y", qos=1, retain=True, pid=8, version=5)
+               + nmq.subscribe_bytes([("c/#", 1)], 9, None, 5)
+               + nmq.publish_bytes("ret/z", b"z", qos=1, retain=True, pid=10, version=5))
+        got = c.expect_closed(timeout=10, msg="v5 acks whose commit failed")
+        self.assertEqual([(p.type, p.rc) for p in got], [(nmq.DISCONNECT, 0x80)], got)
 
 
 class TestReadOnly(TmpfsCase):
