@@ -308,6 +308,12 @@ typedef struct proto_store_ops {
 	// together or not at all (what routing one PUBLISH writes). NULL: no
 	// grouping.
 	void (*batch)(void *st, bool begin);
+	// Runs fn(arg) on this thread once the writes of its open group are
+	// queued to the store's thread (right after the group closes);
+	// returns false, doing nothing, when no group is open (what the
+	// thread wrote is queued already). fn must not block or take a lock
+	// the caller of batch(false) may hold. NULL: no grouping.
+	bool (*after_batch)(void *st, void (*fn)(void *arg), void *arg);
 } proto_store_ops;
 
 // Counters for metrics; every field is updated atomically.

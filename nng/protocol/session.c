@@ -271,6 +271,7 @@ void proto_queue_depth_get(proto_queue_depth *out)
 }
 
 static void session_sync_job(workq_job *job);
+static void session_disk_job(workq_job *job);
 
 // Returns a new session of ref 1 (not yet in the table), or NULL; see
 // session.h.
@@ -298,6 +299,7 @@ nmq_session *session_alloc(
 	nmq_mutex_init(&s->mtx);
 	tw_timer_init(&s->timer, session_timer_cb);
 	s->sync_job.fn = session_sync_job;
+	s->disk_job.fn = session_disk_job;
 	return s;
 }
 
@@ -1142,6 +1144,13 @@ static void disk_row(void *arg, const proto_store_row *r)
 {
 	nmq_session *s = arg;
 	nmq_mutex_lock(&s->mtx);
+	if (r->seq >= s->disk_issue_seq) {
+		// Delivered after the read was issued: a delivery before it
+		// may still be in a store group not yet queued (the read must
+		// not skip past it); read with the next chunk.
+		session_unlock(s);
+		return;
+	}
 	s->disk_read_rows++;
 	// Rows in flight (sent, awaiting an ack) are in memory already.
 	if (!s->ended && r->seq > s->disk_after && r->state == PROTO_STORE_QUEUED) {
@@ -1196,6 +1205,15 @@ static void session_disk_pump_locked(nmq_session *s)
 	    || s->p->store == NULL) {
 		return;
 	}
+	if (atomic_load(&s->disk_unsub) > 0) {
+		// A delivery waits in a group not yet queued: the read would
+		// overtake it. The last one queued issues it (disk_job).
+		atomic_store(&s->disk_wait, true);
+		if (atomic_load(&s->disk_unsub) > 0) {
+			return;
+		}
+	}
+	atomic_store(&s->disk_wait, false);
 	nmq_session_hold(s);
 	s->disk_reading   = true;
 	s->disk_read_rows = 0;
@@ -1208,6 +1226,32 @@ static void session_disk_pump_locked(nmq_session *s)
 		proto_store_failed(s->p, "queue_read", s->client_id, e);
 		nmq_session_release(s);
 	}
+}
+
+// A disk-only delivery's store group was queued (the thread that wrote
+// it, right after the group closed; no lock of the caller's is taken):
+// the last one lets a read wait no more.
+static void session_disk_queued(void *arg)
+{
+	nmq_session *s = arg;
+	if (atomic_fetch_sub(&s->disk_unsub, 1) == 1 && atomic_load(&s->disk_wait)
+	    && !atomic_exchange(&s->disk_kick, true)) {
+		// The job keeps the reference.
+		workq_post_to(s->p->wq, session_sync_worker(s), &s->disk_job);
+		return;
+	}
+	nmq_session_release(s);
+}
+
+// Issues the read that waited for disk_unsub to reach 0.
+static void session_disk_job(workq_job *job)
+{
+	nmq_session *s = (nmq_session *)((char *)job - offsetof(nmq_session, disk_job));
+	atomic_store(&s->disk_kick, false);
+	nmq_mutex_lock(&s->mtx);
+	session_disk_pump_locked(s);
+	session_unlock(s);
+	nmq_session_release(s);
 }
 
 // Queues a message for s; see proto.h.
@@ -1230,6 +1274,18 @@ void nmq_session_deliver(nmq_session *s, nmq_msg *msg, uint8_t qos, bool retain,
 		        msg, qos, retain, sub_ids, n_sub_ids < SUBIDS_MAX ? n_sub_ids : SUBIDS_MAX);
 		if (se == NMQ_OK) {
 			proto_store_noted();
+			if (p->store->after_batch != NULL) {
+				// Written inside a store group: not queued until it
+				// closes (session_disk_queued).
+				nmq_session_hold(s);
+				atomic_fetch_add(&s->disk_unsub, 1);
+				if (!p->store->after_batch(p->store_arg, session_disk_queued, s)) {
+					// Queued already. (The caller holds another
+					// reference.)
+					atomic_fetch_sub(&s->disk_unsub, 1);
+					nmq_session_release(s);
+				}
+			}
 			s->q_seq++;
 			if (!s->disk_mode) {
 				s->disk_mode  = true;

@@ -116,6 +116,18 @@ struct nmq_session {
 	uint32_t disk_read_rows; // rows the read in flight returned so far
 	bool     disk_mode;
 	bool     disk_reading; // a read is in flight (holds a reference)
+	// Disk-only deliveries written inside a thread's store group (batch)
+	// that the group has not queued yet: a read issued meanwhile would
+	// overtake them (and, finding nothing, end disk mode with them left
+	// on disk, or skip past them), so no read is issued while disk_unsub
+	// > 0. Each is counted down by session_disk_queued once its group is
+	// queued (holding a reference until then); the one that reaches 0
+	// with a read waiting (disk_wait) posts disk_job (disk_kick: posted),
+	// which issues it.
+	atomic_uint disk_unsub;
+	atomic_bool disk_wait;
+	atomic_bool disk_kick;
+	workq_job   disk_job;
 
 	// (mtx) q.len, q0.len and infl_len as last added to the queue-depth
 	// gauges (proto_queue_depth_get): every unlock adds the difference.

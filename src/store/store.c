@@ -595,6 +595,12 @@ static store_op *op_new(
 // Room for barriers beyond 2 * max_pending (see op_submit).
 #define STORE_SYNC_EXTRA 4096
 
+struct batch_after {
+	void (*fn)(void *arg);
+	void *arg;
+};
+#define BATCH_AFTER_INLINE 32
+
 // The calling thread's open store_batch (see store.h): its operations,
 // queued to the store only at store_batch_end.
 static __thread struct {
@@ -603,7 +609,66 @@ static __thread struct {
 	uint32_t   n;
 	uint32_t   marks; // op_marks of its operations
 	unsigned   depth;
+	// store_batch_after: n_after of them, in after_in up to
+	// BATCH_AFTER_INLINE, else in after_heap (freed at the batch's end:
+	// nothing stays allocated for a thread that exits)
+	uint32_t            n_after, cap_after;
+	struct batch_after  after_in[BATCH_AFTER_INLINE];
+	struct batch_after *after_heap;
 } tl_batch;
+
+bool store_batch_after(nmq_store *s, void (*fn)(void *arg), void *arg)
+{
+	if (tl_batch.depth == 0 || tl_batch.s != s) {
+		return false;
+	}
+	struct batch_after *v
+	    = tl_batch.after_heap != NULL ? tl_batch.after_heap : tl_batch.after_in;
+	uint32_t cap = tl_batch.after_heap != NULL ? tl_batch.cap_after : BATCH_AFTER_INLINE;
+	if (tl_batch.n_after == cap) {
+		uint32_t            ncap = cap * 2;
+		struct batch_after *nv   = malloc((size_t)ncap * sizeof(*nv));
+		if (nv == NULL) {
+			return false;
+		}
+		memcpy(nv, v, (size_t)cap * sizeof(*nv));
+		free(tl_batch.after_heap);
+		tl_batch.after_heap = nv;
+		tl_batch.cap_after  = ncap;
+		v                   = nv;
+	}
+	v[tl_batch.n_after++] = (struct batch_after) { fn, arg };
+	return true;
+}
+
+// Runs (and forgets) what store_batch_after registered for the batch that
+// just ended.
+static void batch_after_run(void)
+{
+	uint32_t n = tl_batch.n_after;
+	if (n == 0) {
+		return;
+	}
+	struct batch_after *heap = tl_batch.after_heap;
+	struct batch_after *v    = heap != NULL ? heap : tl_batch.after_in;
+	tl_batch.n_after         = 0;
+	tl_batch.after_heap      = NULL;
+	tl_batch.cap_after       = 0;
+	if (heap == NULL) {
+		// fn may open (and end) another batch: run from a copy.
+		struct batch_after copy[BATCH_AFTER_INLINE];
+		memcpy(copy, v, (size_t)n * sizeof(*v));
+		v = copy;
+		for (uint32_t i = 0; i < n; i++) {
+			v[i].fn(v[i].arg);
+		}
+		return;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		v[i].fn(v[i].arg);
+	}
+	free(heap);
+}
 
 void store_batch_begin(nmq_store *s)
 {
@@ -623,6 +688,7 @@ void store_batch_end(nmq_store *s)
 	s          = tl_batch.s; // the batch's store: nothing is left stranded
 	tl_batch.s = NULL;
 	if (tl_batch.head == NULL) {
+		batch_after_run();
 		return;
 	}
 	tl_batch.tail->more = false;
@@ -640,6 +706,7 @@ void store_batch_end(nmq_store *s)
 		tl_batch.head = tl_batch.tail = NULL;
 		tl_batch.n                    = 0;
 		tl_batch.marks                = 0;
+		batch_after_run();
 		return;
 	}
 	// Admitted one by one at submit time (with what the batch already
@@ -658,6 +725,7 @@ void store_batch_end(nmq_store *s)
 	tl_batch.head = tl_batch.tail = NULL;
 	tl_batch.n                    = 0;
 	tl_batch.marks                = 0;
+	batch_after_run();
 }
 
 // Whether op is one store_group_coalesce must see before the others.

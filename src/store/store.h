@@ -219,6 +219,15 @@ nmq_err store_sync(nmq_store *s, store_done_fn done, void *arg);
 void store_batch_begin(nmq_store *s);
 void store_batch_end(nmq_store *s);
 
+// Runs fn(arg) on this thread once the operations of its open batch of s
+// are queued (at the outermost store_batch_end, after s's lock is
+// released; also when they are failed because s closed). Returns false,
+// doing nothing, when no batch of s is open on this thread (or out of
+// memory): what the thread submitted is queued already. Lets a caller
+// know when an operation it submitted inside a batch can no longer be
+// overtaken by one that another thread submits. fn must not block.
+bool store_batch_after(nmq_store *s, void (*fn)(void *arg), void *arg);
+
 // Reads a session's queue lazily (for a client coming back), on the store
 // thread after everything queued before it: fn is called for each stored
 // message of client_id with seq > after_seq, in seq order, at most max

@@ -130,6 +130,11 @@ static void sp_batch(void *st, bool begin)
 	}
 }
 
+static bool sp_after_batch(void *st, void (*fn)(void *arg), void *arg)
+{
+	return store_batch_after(st, fn, arg);
+}
+
 const proto_store_ops store_proto_ops = {
 	.session_put = sp_session_put,
 	.session_del = sp_session_del,
@@ -144,4 +149,5 @@ const proto_store_ops store_proto_ops = {
 	.queue_read  = sp_queue_read,
 	.backlog     = sp_backlog,
 	.batch       = sp_batch,
+	.after_batch = sp_after_batch,
 };

@@ -566,6 +566,369 @@ static void test_table_churn(void **state)
 	env_free(e);
 }
 
+// ---------------------------------------------------------------------------
+// A fake durable store (proto_store_ops): a thread's writes between
+// batch(true) and batch(false) reach the table only at the end (then its
+// after_batch functions run), and reads are answered only by fs_run() on
+// a thread of its own (the store's), so a test decides what a read sees.
+
+#define FS_ROWS 16
+
+typedef struct fs_row {
+	uint64_t seq;
+	nmq_msg *msg; // held
+	uint8_t  qos;
+} fs_row;
+
+typedef struct fs_read {
+	uint64_t after;
+	void (*row)(void *arg, const proto_store_row *r);
+	proto_store_done_fn done;
+	void               *arg;
+} fs_read;
+
+typedef struct fstore {
+	pthread_mutex_t mtx;
+	fs_row          rows[FS_ROWS];
+	int             n_rows;
+	fs_read         reads[8];
+	int             n_reads;
+	uint32_t        next_sid;
+} fstore;
+
+static __thread struct {
+	int    depth;
+	fs_row pend[FS_ROWS];
+	int    n_pend;
+	struct {
+		void (*fn)(void *arg);
+		void *arg;
+	} after[FS_ROWS];
+	int n_after;
+} fs_tl;
+
+static void fs_add_locked(fstore *f, const fs_row *r)
+{
+	assert_true(f->n_rows < FS_ROWS);
+	f->rows[f->n_rows++] = *r;
+}
+
+static void fs_del_locked(fstore *f, uint64_t lo, uint64_t hi)
+{
+	int k = 0;
+	for (int i = 0; i < f->n_rows; i++) {
+		if (f->rows[i].seq >= lo && f->rows[i].seq <= hi) {
+			nmq_msg_release(f->rows[i].msg);
+		} else {
+			f->rows[k++] = f->rows[i];
+		}
+	}
+	f->n_rows = k;
+}
+
+static nmq_err fs_session_put(void *st, const proto_store_session *rec)
+{
+	(void)st;
+	(void)rec;
+	return NMQ_OK;
+}
+
+static nmq_err fs_session_del(void *st, const char *client_id, uint32_t sid)
+{
+	fstore *f = st;
+	(void)client_id;
+	(void)sid;
+	pthread_mutex_lock(&f->mtx);
+	fs_del_locked(f, 0, UINT64_MAX);
+	pthread_mutex_unlock(&f->mtx);
+	return NMQ_OK;
+}
+
+static uint32_t fs_sid_new(void *st)
+{
+	fstore *f = st;
+	pthread_mutex_lock(&f->mtx);
+	uint32_t sid = ++f->next_sid;
+	pthread_mutex_unlock(&f->mtx);
+	return sid;
+}
+
+static nmq_err fs_queue_put(void *st, const char *client_id, uint32_t sid, uint64_t seq,
+    nmq_msg *msg, uint8_t qos, bool retain, const uint32_t *sub_ids, uint32_t n_sub_ids)
+{
+	fstore *f = st;
+	(void)client_id;
+	(void)sid;
+	(void)retain;
+	(void)sub_ids;
+	(void)n_sub_ids;
+	nmq_msg_hold(msg);
+	fs_row r = { seq, msg, qos };
+	if (fs_tl.depth > 0) {
+		assert_true(fs_tl.n_pend < FS_ROWS);
+		fs_tl.pend[fs_tl.n_pend++] = r;
+		return NMQ_OK;
+	}
+	pthread_mutex_lock(&f->mtx);
+	fs_add_locked(f, &r);
+	pthread_mutex_unlock(&f->mtx);
+	return NMQ_OK;
+}
+
+static nmq_err fs_queue_state(
+    void *st, const char *client_id, uint32_t sid, uint64_t seq, uint8_t state, uint16_t pid)
+{
+	(void)st;
+	(void)client_id;
+	(void)sid;
+	(void)seq;
+	(void)state;
+	(void)pid;
+	return NMQ_OK;
+}
+
+static nmq_err fs_queue_del(void *st, const char *client_id, uint32_t sid, uint64_t seq)
+{
+	fstore *f = st;
+	(void)client_id;
+	(void)sid;
+	pthread_mutex_lock(&f->mtx);
+	fs_del_locked(f, seq, seq);
+	pthread_mutex_unlock(&f->mtx);
+	return NMQ_OK;
+}
+
+static nmq_err fs_queue_done(void *st, const char *client_id, uint32_t sid, uint64_t lo,
+    uint64_t hi, void **slot_op, uint64_t *slot_gen)
+{
+	fstore *f = st;
+	(void)client_id;
+	(void)sid;
+	*slot_op  = NULL;
+	*slot_gen = 0;
+	pthread_mutex_lock(&f->mtx);
+	fs_del_locked(f, lo, hi);
+	pthread_mutex_unlock(&f->mtx);
+	return NMQ_OK;
+}
+
+static nmq_err fs_rel(void *st, const char *client_id, uint16_t packet_id)
+{
+	(void)st;
+	(void)client_id;
+	(void)packet_id;
+	return NMQ_OK;
+}
+
+static nmq_err fs_sync(void *st, proto_store_done_fn done, void *arg)
+{
+	(void)st;
+	done(arg, NMQ_OK);
+	return NMQ_OK;
+}
+
+static nmq_err fs_queue_read(void *st, const char *client_id, uint64_t after_seq, uint32_t max,
+    void (*row)(void *arg, const proto_store_row *r), proto_store_done_fn done, void *arg)
+{
+	fstore *f = st;
+	(void)client_id;
+	(void)max;
+	pthread_mutex_lock(&f->mtx);
+	assert_true(f->n_reads < 8);
+	f->reads[f->n_reads++] = (fs_read) { after_seq, row, done, arg };
+	pthread_mutex_unlock(&f->mtx);
+	return NMQ_OK;
+}
+
+static void fs_backlog(void *st, uint32_t *pending, uint32_t *max)
+{
+	(void)st;
+	*pending = 0;
+	*max     = 1000;
+}
+
+static void fs_batch(void *st, bool begin)
+{
+	fstore *f = st;
+	if (begin) {
+		fs_tl.depth++;
+		return;
+	}
+	if (--fs_tl.depth > 0) {
+		return;
+	}
+	pthread_mutex_lock(&f->mtx);
+	for (int i = 0; i < fs_tl.n_pend; i++) {
+		fs_add_locked(f, &fs_tl.pend[i]);
+	}
+	fs_tl.n_pend = 0;
+	pthread_mutex_unlock(&f->mtx);
+	int n         = fs_tl.n_after;
+	fs_tl.n_after = 0;
+	for (int i = 0; i < n; i++) {
+		fs_tl.after[i].fn(fs_tl.after[i].arg);
+	}
+}
+
+static bool fs_after_batch(void *st, void (*fn)(void *arg), void *arg)
+{
+	(void)st;
+	if (fs_tl.depth == 0) {
+		return false;
+	}
+	assert_true(fs_tl.n_after < FS_ROWS);
+	fs_tl.after[fs_tl.n_after].fn  = fn;
+	fs_tl.after[fs_tl.n_after].arg = arg;
+	fs_tl.n_after++;
+	return true;
+}
+
+static const proto_store_ops fs_ops = {
+	.session_put = fs_session_put,
+	.session_del = fs_session_del,
+	.sid_new     = fs_sid_new,
+	.queue_put   = fs_queue_put,
+	.queue_state = fs_queue_state,
+	.queue_del   = fs_queue_del,
+	.queue_done  = fs_queue_done,
+	.rel_put     = fs_rel,
+	.rel_del     = fs_rel,
+	.sync        = fs_sync,
+	.queue_read  = fs_queue_read,
+	.backlog     = fs_backlog,
+	.batch       = fs_batch,
+	.after_batch = fs_after_batch,
+};
+
+// The store's thread: answers the reads queued so far, and those their
+// completions queue, in order.
+static void *fs_thread(void *arg)
+{
+	fstore *f = arg;
+	for (;;) {
+		pthread_mutex_lock(&f->mtx);
+		if (f->n_reads == 0) {
+			pthread_mutex_unlock(&f->mtx);
+			return NULL;
+		}
+		fs_read rd = f->reads[0];
+		memmove(f->reads, f->reads + 1, (size_t)(f->n_reads - 1) * sizeof(*f->reads));
+		f->n_reads--;
+		fs_row rows[FS_ROWS];
+		int    n = 0;
+		for (int i = 0; i < f->n_rows; i++) {
+			if (f->rows[i].seq > rd.after) {
+				rows[n] = f->rows[i];
+				nmq_msg_hold(rows[n].msg);
+				n++;
+			}
+		}
+		pthread_mutex_unlock(&f->mtx);
+		for (int i = 0; i < n; i++) {
+			proto_store_row r;
+			memset(&r, 0, sizeof(r));
+			r.seq   = rows[i].seq;
+			r.msg   = rows[i].msg;
+			r.qos   = rows[i].qos;
+			r.state = PROTO_STORE_QUEUED;
+			rd.row(rd.arg, &r);
+			nmq_msg_release(rows[i].msg);
+		}
+		rd.done(rd.arg, NMQ_OK);
+	}
+}
+
+static void fs_run(fstore *f)
+{
+	pthread_t t;
+	assert_int_equal(pthread_create(&t, NULL, fs_thread, f), 0);
+	pthread_join(t, NULL);
+}
+
+static int fs_reads(fstore *f)
+{
+	pthread_mutex_lock(&f->mtx);
+	int n = f->n_reads;
+	pthread_mutex_unlock(&f->mtx);
+	return n;
+}
+
+// A persistent session reading its backlog back from the store gets a
+// message written inside a store group (a publisher's batch) that is not
+// yet queued when the read in flight completes and finds nothing more:
+// the next read must not be issued (from the store's thread) before that
+// group is queued, or it overtakes the write, finds nothing, ends disk
+// mode, and the message stays on disk, never sent (its row deleted by the
+// next in-order ack). Once the group is queued, the read goes and the
+// message is sent.
+static void test_disk_read_waits_for_group(void **state)
+{
+	(void)state;
+	proto_limits lim;
+	default_limits(&lim);
+	env   *e = env_new(&lim);
+	fstore f;
+	memset(&f, 0, sizeof(f));
+	pthread_mutex_init(&f.mtx, NULL);
+	proto_set_store(e->p, &fs_ops, &f);
+
+	int fd = client_connect(e, MQTT_PROTO_V5, "disk", 60, 300, NULL, NULL);
+	client_subscribe(fd, MQTT_PROTO_V5, "t", 1);
+	nmq_session *s = proto_session_find(e->p, "disk");
+	assert_non_null(s);
+	close(fd);
+	for (int i = 0; i < 500 && nmq_session_online(s); i++) {
+		sleep_ms(10);
+	}
+	assert_false(nmq_session_online(s));
+
+	// Offline: to the store only.
+	nmq_msg *m1 = msg_new("t", "one", 1);
+	nmq_session_deliver(s, m1, 1, false, NULL, 0);
+	nmq_msg_release(m1);
+	assert_true(s->disk_mode);
+
+	// Back: the first read is issued.
+	bool sp = false;
+	fd      = client_connect(e, MQTT_PROTO_V5, "disk", 60, 300, NULL, &sp);
+	assert_true(sp);
+	for (int i = 0; i < 500 && fs_reads(&f) == 0; i++) {
+		sleep_ms(10);
+	}
+	assert_int_equal(fs_reads(&f), 1);
+
+	// A publisher's group holds the next message when that read completes.
+	fs_batch(&f, true);
+	nmq_msg *m2 = msg_new("t", "two", 1);
+	nmq_session_deliver(s, m2, 1, false, NULL, 0);
+	nmq_msg_release(m2);
+	fs_run(&f);
+	uint16_t pid = expect_publish(fd, MQTT_PROTO_V5, "t", "one", 1);
+	assert_true(s->disk_mode);
+	fs_batch(&f, false);
+
+	// The group queued: the read waited for it goes now.
+	for (int i = 0; i < 200; i++) {
+		fs_run(&f);
+		sleep_ms(5);
+	}
+	send_ack(fd, MQTT_PROTO_V5, MQTT_PUBACK, pid);
+	expect_publish(fd, MQTT_PROTO_V5, "t", "two", 1);
+	for (int i = 0; i < 20; i++) {
+		fs_run(&f); // the read after it finds nothing: back to memory
+		sleep_ms(5);
+	}
+	assert_false(s->disk_mode);
+
+	nmq_session_release(s);
+	close(fd);
+	env_free(e);
+	pthread_mutex_lock(&f.mtx);
+	fs_del_locked(&f, 0, UINT64_MAX);
+	pthread_mutex_unlock(&f.mtx);
+	pthread_mutex_destroy(&f.mtx);
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -577,6 +940,7 @@ int main(void)
 		cmocka_unit_test(test_open_detach_expiry),
 		cmocka_unit_test(test_open_owner),
 		cmocka_unit_test(test_table_churn),
+		cmocka_unit_test(test_disk_read_waits_for_group),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

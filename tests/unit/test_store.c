@@ -898,6 +898,52 @@ static void test_batch_one_group(void **state)
 	assert_int_equal(count_rows("rel"), 8);
 }
 
+// store_batch_after: false (nothing registered) with no batch open; in a
+// batch, each function runs once at the outermost end, after the batch's
+// operations are queued (past the inline slots too).
+static nmq_store *after_store;
+static int        after_calls;
+static uint64_t   after_pending_min = UINT64_MAX;
+
+static void after_fn(void *arg)
+{
+	(void)arg;
+	store_stats st;
+	store_stats_get(after_store, &st);
+	if (st.pending < after_pending_min) {
+		after_pending_min = st.pending;
+	}
+	after_calls++;
+}
+
+static void test_batch_after(void **state)
+{
+	(void)state;
+	nmq_store *s = open_store(0);
+	after_store  = s;
+	sem_init(&gate, 0, 0);
+	block_store_thread(s);
+	assert_false(store_batch_after(s, after_fn, NULL));
+	store_batch_begin(s);
+	store_batch_begin(s);
+	assert_int_equal(store_rel_put(s, "a", 1, NULL, NULL), NMQ_OK);
+	for (int i = 0; i < 40; i++) {
+		assert_true(store_batch_after(s, after_fn, NULL));
+	}
+	store_batch_end(s);
+	assert_int_equal(after_calls, 0);
+	store_batch_end(s);
+	assert_int_equal(after_calls, 40);
+	assert_int_equal(after_pending_min, 1); // the rel_put was queued
+	// Registered once: a later batch runs none of them.
+	store_batch_begin(s);
+	store_batch_end(s);
+	assert_int_equal(after_calls, 40);
+	sem_post(&gate);
+	store_close(s);
+	sem_destroy(&gate);
+}
+
 // Operations that cancel out inside one group are not written; what is
 // left is what applying them in order gives.
 static void test_group_coalescing(void **state)
@@ -1857,6 +1903,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_group_coalescing, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_del_ranges, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_batch_one_group, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_batch_after, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_crash_before_group_commit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sid_coalescing, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_multi_put, setup, teardown),
