@@ -1236,6 +1236,53 @@ static bool publish_local(bridge *b, const conf_bridge *cfg, const mqtt_publish 
 }
 
 #ifdef NMQ_HAVE_STORE
+// The PUBREL of a cached QoS 2 forward waits for the commit of its
+// RELEASED state (recorded at its PUBREC): a remote may deliver the
+// message on our PUBREL and then forget its packet id (Mosquitto does),
+// so after a kill -9 a row still SENT would send the PUBLISH again (DUP,
+// same packet id), which the remote takes for a new message: delivered
+// twice. With the state committed first, the row says RELEASED and a
+// restart sends the PUBREL, not the message.
+typedef struct rel_out {
+	bridge  *b; // held
+	uint64_t gen; // b->link_gen of the link the PUBREC came by
+	uint16_t pid;
+} rel_out;
+
+static void pubrel_done(void *arg, nmq_err err)
+{
+	rel_out *r = arg;
+	bridge  *b = r->b;
+	(void)err; // not stored: sent anyway (as a reconnect would)
+	pthread_mutex_lock(&b->mtx);
+	bentry *e = b->by_pid[r->pid];
+	if (b->link != NULL && !b->link->closed && b->up && b->link_gen == r->gen && e != NULL
+	    && e->state == Q_RELEASED) {
+		send_ack_locked(b, MQTT_PUBREL, r->pid);
+	}
+	pthread_mutex_unlock(&b->mtx);
+	bridge_release(b);
+	free(r);
+}
+
+// Sends e's PUBREL once its RELEASED state has committed (mtx held).
+static void send_pubrel_locked(bridge *b, bentry *e)
+{
+	if (e->seq != 0 && b->store != NULL) {
+		rel_out *r = malloc(sizeof(*r));
+		if (r != NULL) {
+			*r = (rel_out) { b, b->link_gen, e->pid };
+			atomic_fetch_add(&b->refs, 1);
+			if (store_sync(b->store, pubrel_done, r) == NMQ_OK) {
+				return;
+			}
+			atomic_fetch_sub(&b->refs, 1);
+			free(r);
+		}
+	}
+	send_ack_locked(b, MQTT_PUBREL, e->pid);
+}
+
 // The PUBACK or PUBREC of a PUBLISH from the remote, waiting for the
 // commit of what routing it wrote (the queue rows of offline persistent
 // sessions, a retained copy): the remote forgets a message once acked, so
@@ -1374,6 +1421,11 @@ static void rel_load_start(bridge *b)
 	pthread_mutex_unlock(&b->mtx);
 }
 #else
+static void send_pubrel_locked(bridge *b, bentry *e)
+{
+	send_ack_locked(b, MQTT_PUBREL, e->pid);
+}
+
 static bool rel_durable(const bridge *b)
 {
 	(void)b;
@@ -2104,12 +2156,12 @@ static int link_frame(void *upper, const uint8_t *frame, size_t len)
 			}
 			e->state = Q_RELEASED;
 			record_state(b, e);
-			send_ack_locked(b, MQTT_PUBREL, pid);
+			send_pubrel_locked(b, e); // once that state has committed
 			if (reopen) {
 				pump_locked(b);
 			}
 		} else if (e != NULL && e->state == Q_RELEASED) {
-			send_ack_locked(b, MQTT_PUBREL, pid);
+			send_pubrel_locked(b, e);
 		}
 		break;
 	}
