@@ -210,9 +210,9 @@ static void store_ack_job(workq_job *job)
 	session_lock(a->s);
 	nmq_link *l = session_link_locked(a->s);
 	if (l != NULL && l->conn == a->conn) {
-		if (l->acks_ended) {
-			// An earlier ack ended the connection (v5: with a
-			// DISCONNECT, after which nothing is sent [MQTT-3.14.4-1]):
+		if (l->tx_ended) {
+			// The connection ends (v5: after a DISCONNECT, which
+			// nothing follows [MQTT-3.14.4-1]), e.g. by an earlier ack:
 			// given up as if the commit had failed (no retained
 			// messages after a SUBACK not sent); the client resends
 			// after reconnecting.
@@ -238,7 +238,7 @@ static void store_ack_job(workq_job *job)
 			// CONNACK is not sent: the client connects again.
 			end = true;
 		}
-		l->acks_ended |= end;
+		l->tx_ended |= end;
 		atomic_fetch_sub(&l->acks_waiting, 1);
 	}
 	session_unlock(a->s);

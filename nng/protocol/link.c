@@ -408,6 +408,9 @@ bool link_reply(nmq_link *l, const mqtt_packet *pkt)
 // store; see link.h.
 bool link_send_attached(nmq_link *l, const mqtt_packet *pkt)
 {
+	if (l->tx_ended) {
+		return false; // nothing after a DISCONNECT [MQTT-3.14.4-1]
+	}
 	if (atomic_load(&l->connack_wait)) {
 		// The CONNACK is the first waiting ack of the link: acks go in
 		// order, so this one goes after it (or at once if it went
@@ -434,7 +437,7 @@ nmq_conn *link_take_over_locked(nmq_link *l, bool *v5)
 // CONNACK waits).
 void link_send_disconnect(nmq_link *l, uint8_t reason)
 {
-	if (l->ver != MQTT_PROTO_V5 || atomic_load(&l->connack_wait)) {
+	if (l->ver != MQTT_PROTO_V5 || atomic_load(&l->connack_wait) || l->tx_ended) {
 		// 3.1.1 has no server DISCONNECT; nothing goes before the
 		// CONNACK [MQTT-3.2.0-1] (the connection is closed without it).
 		return;
@@ -451,6 +454,7 @@ void link_send_disconnect(nmq_link *l, uint8_t reason)
 	pk.u.disconnect.props.reason_string.p   = (const uint8_t *)why;
 	pk.u.disconnect.props.reason_string.len = (uint32_t)strlen(why);
 	link_send_packet(l, &pk);
+	l->tx_ended = true; // the session's pump sends nothing more
 }
 
 // Ends the connection because of the client: a v5 client first gets a

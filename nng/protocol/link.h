@@ -68,9 +68,11 @@ struct nmq_link {
 	bool           username_shared; // username points into the session
 	bool           tx_too_large; // tx lock: a packet did not fit client_max_packet
 	bool           superuser; // rx: the application marked the client at CONNECT
-	// s: a failed commit's ack ended the connection; no later waiting ack
-	// is sent (store_ack_job)
-	bool acks_ended;
+	// s: the connection ends with nothing more sent on it: a DISCONNECT
+	// was queued (nothing follows it [MQTT-3.14.4-1]: no PUBLISH from the
+	// session's pump, no ack), or a failed commit's ack ended it (no later
+	// waiting ack is sent, store_ack_job).
+	bool tx_ended;
 	// The CONNACK waits for the store (link_ack): until it has gone, nothing
 	// else is sent on the link [MQTT-3.2.0-1]: deliveries stay queued in the
 	// session (its pump waits), control packets go behind the CONNACK

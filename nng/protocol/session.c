@@ -865,8 +865,10 @@ static bool session_flush_locked(nmq_session *s, nmq_link *l, uint64_t *now, boo
 static void session_pump_locked(nmq_session *s)
 {
 	nmq_link *l = s->link;
-	if (l == NULL || !l->connected || atomic_load(&l->connack_wait)) {
-		return; // nothing before the CONNACK: session_connack_sent pumps
+	if (l == NULL || !l->connected || atomic_load(&l->connack_wait) || l->tx_ended) {
+		// Nothing before the CONNACK (session_connack_sent pumps), nor
+		// after a DISCONNECT.
+		return;
 	}
 	nmq_proto *p   = s->p;
 	uint64_t   now = 0;
@@ -1404,7 +1406,7 @@ uint32_t session_queue_len(nmq_session *s, bool *online)
 static void session_resend_locked(nmq_session *s, bool only_old)
 {
 	nmq_link *l = s->link;
-	if (l == NULL || !l->connected || atomic_load(&l->connack_wait)) {
+	if (l == NULL || !l->connected || atomic_load(&l->connack_wait) || l->tx_ended) {
 		return;
 	}
 	uint64_t now   = nmq_clock_ms();

@@ -4,6 +4,7 @@
 Each test tags the normative statements it asserts ([MQTT5-x.y.z-n]); see
 docs/conformance.md for the whole map."""
 
+import threading
 import time
 
 import nmq
@@ -182,6 +183,46 @@ class ConformanceV5(BrokerTestCase):
                 self.assertNotIn("SessionExpiryInterval", discs[0].props, pkts)
                 self.assertNotIn(CONNACK, [p.type for p in pkts],
                                  "%s: a second CONNACK ([MQTT5-3.2.0-2])" % name)
+
+    # [MQTT5-3.14.4-1]: nothing follows the server's DISCONNECT, also while
+    # publishers feed the connection's subscription (the session's pump,
+    # on the publishers' workers, wrote PUBLISHes behind it).
+    def test_nothing_after_server_disconnect_under_traffic(self):
+        stop = threading.Event()
+
+        def flood(n):
+            c = nmq.RawClient(self.port, version=4)
+            self._track(c)
+            c.connect("flood-%d" % n)
+            c.sock.setblocking(False)
+            data = b"".join(nmq.publish_bytes("f/t", b"x" * 64) for _ in range(64))
+            while not stop.is_set():
+                try:
+                    c.sock.send(data)
+                except BlockingIOError:
+                    time.sleep(0.001)
+                except OSError:
+                    return
+
+        threads = [threading.Thread(target=flood, args=(n,), daemon=True) for n in range(3)]
+        for t in threads:
+            t.start()
+        try:
+            for i in range(10):
+                r = self.raw(V)
+                self.assertEqual(r.connect("dis-flood-%d" % i).rc, 0)
+                r.subscribe([("f/#", 0)])
+                r.expect(PUBLISH)
+                r.send(nmq.publish_bytes("d/t", b"x", 0, version=V, props={"TopicAlias": 0}))
+                pkts = r.expect_closed()
+                types = [p.type for p in pkts]
+                self.assertIn(DISCONNECT, types, "round %d" % i)
+                after = types[types.index(DISCONNECT) + 1:]
+                self.assertEqual(after, [], "round %d: %d packets after DISCONNECT" % (i, len(after)))
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(5)
 
     # [MQTT5-3.14.0-1] [MQTT5-3.2.0-1]: a malformed CONNECT is never answered by
     # DISCONNECT (no CONNACK 0x00 was sent): CONNACK 0x80 or above, or a close.
