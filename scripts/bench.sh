@@ -23,7 +23,11 @@
 #   Environment: NANOMQ_BIN, NANOMQ_CLI_BIN override the binaries;
 #   BENCH_QUEUE, BENCH_INFLIGHT override the broker limits; BENCH_MEMORY
 #   sets our mqtt.max_message_memory (default 0, no cap; mosquitto's
-#   memory_limit works differently and is left unset).
+#   memory_limit works differently and is left unset). Store scenarios:
+#   BENCH_STORE_DURABILITY (fsync), BENCH_STORE_FLUSH (flush_mem_threshold,
+#   100) and BENCH_STORE_CACHE (disk_cache_size; default BENCH_QUEUE x 1,000,
+#   what mosquitto's per-session queues of 1,000 sessions hold, so that
+#   neither broker drops a message the other keeps).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -263,9 +267,9 @@ start_broker() {
 		EOF
 		if [ -n "$store" ]; then
 			rm -rf "$work/nmq-db"
-			printf 'sqlite { mounted_file_path = "%s", durability = %s, flush_mem_threshold = %s }\n' \
+			printf 'sqlite { mounted_file_path = "%s", durability = %s, flush_mem_threshold = %s, disk_cache_size = %s }\n' \
 				"$work/nmq-db" "${BENCH_STORE_DURABILITY:-fsync}" "${BENCH_STORE_FLUSH:-100}" \
-				>>"$work/nanomq.conf"
+				"${BENCH_STORE_CACHE:-$((queue * 1000))}" >>"$work/nanomq.conf"
 		fi
 		if [ -n "$hport" ]; then
 			printf 'http_server { port = %s, ip_addr = 127.0.0.1, auth_type = no_auth }\n' \
