@@ -125,6 +125,34 @@ static void store_qstate_locked(nmq_session *s, uint64_t seq, uint8_t state, uin
 	}
 }
 
+static void session_sync_queued(void *arg);
+
+// After a write that a held entry needs committed before it goes (a QoS 2
+// row, a held entry's state): if it was made inside this thread's store
+// group, it is counted in sync_unsub until the group is queued
+// (session_sync_queued). Registered first: the function runs on this
+// thread only when its group ends, after the count is taken.
+static void session_sync_note_locked(nmq_session *s)
+{
+	const proto_store_ops *st = s->p->store;
+	if (st->after_batch != NULL && st->after_batch(s->p->store_arg, session_sync_queued, s)) {
+		nmq_session_hold(s);
+		atomic_fetch_add(&s->sync_unsub, 1);
+	}
+}
+
+// True while a write counted by session_sync_note_locked waits in a group
+// not yet queued; the wait is noted, so that the last one queued posts
+// sync_wait_job (the caller retries from there).
+static bool session_sync_group_wait(nmq_session *s)
+{
+	if (atomic_load(&s->sync_unsub) == 0) {
+		return false;
+	}
+	atomic_store(&s->sync_wait, true);
+	return atomic_load(&s->sync_unsub) > 0;
+}
+
 static void store_qdel_locked(nmq_session *s, uint64_t seq)
 {
 	nmq_err e
@@ -271,6 +299,7 @@ void proto_queue_depth_get(proto_queue_depth *out)
 }
 
 static void session_sync_job(workq_job *job);
+static void session_sync_wait_job(workq_job *job);
 static void session_disk_job(workq_job *job);
 
 // Returns a new session of ref 1 (not yet in the table), or NULL; see
@@ -298,8 +327,9 @@ nmq_session *session_alloc(
 	s->q_seq    = 1; // 0 is "before the first" (disk_after)
 	nmq_mutex_init(&s->mtx);
 	tw_timer_init(&s->timer, session_timer_cb);
-	s->sync_job.fn = session_sync_job;
-	s->disk_job.fn = session_disk_job;
+	s->sync_job.fn      = session_sync_job;
+	s->sync_wait_job.fn = session_sync_wait_job;
+	s->disk_job.fn      = session_disk_job;
 	return s;
 }
 
@@ -879,6 +909,11 @@ static void session_pump_locked(nmq_session *s)
 	uint64_t cap   = proto_lim(p)->max_message_memory;
 	size_t   limit = cap > 0 && nmq_mem_in_use() > cap ? PUMP_TIGHT : SIZE_MAX;
 	bool     held  = false; // an entry was held for the store's commit
+	// A QoS 2 row (or held state) still in an open store group: no QoS 2
+	// entry is held until it is queued (its state write, and the barrier,
+	// would overtake it). Checked at the first entry to hold (-1: not
+	// yet), before this loop counts its own writes.
+	int q2_wait = -1;
 	conn_tx_lock(l->conn);
 	bool blocked = !session_flush_locked(s, l, &now, &any);
 	while (!blocked && s->q.len + s->q0.len > 0 && !conn_tx_full(l->conn)
@@ -911,6 +946,12 @@ static void session_pump_locked(nmq_session *s)
 			}
 		}
 		bool hold = e->qos == 2 && persist(s);
+		if (hold && q2_wait < 0) {
+			q2_wait = session_sync_group_wait(s) ? 1 : 0;
+		}
+		if (hold && q2_wait > 0) {
+			break; // resumed by sync_wait_job; what follows waits too
+		}
 		if (!hold && s->pend_pub > 0) {
 			break; // behind a QoS 2 PUBLISH waiting for the store
 		}
@@ -965,6 +1006,7 @@ static void session_pump_locked(nmq_session *s)
 				s->pend_pub++;
 				s->unsent++;
 				store_qstate_locked(s, e->seq, PROTO_STORE_SENT, f.pid);
+				session_sync_note_locked(s);
 				ring_pop(r);
 				held = true;
 				continue;
@@ -1057,6 +1099,12 @@ static void session_sync_locked(nmq_session *s)
 	if (!want) {
 		return;
 	}
+	if (session_sync_group_wait(s)) {
+		// Queued now, the barrier would overtake writes of held entries
+		// still in an open group; the last one queued asks for it
+		// (sync_wait_job).
+		return;
+	}
 	s->sync_busy = true;
 	s->sync_gen++;
 	nmq_session_hold(s);
@@ -1102,6 +1150,7 @@ static void session_sync_retry_locked(nmq_session *s)
 			store_qstate_locked(s, f->e.seq,
 			    f->state == INFL_WAIT_PUBCOMP ? PROTO_STORE_RELEASED : PROTO_STORE_SENT,
 			    f->pid);
+			session_sync_note_locked(s);
 			f->gen = s->sync_gen + 1;
 			any    = true;
 		}
@@ -1138,6 +1187,38 @@ static void session_sync_job(workq_job *job)
 		conn_close(close);
 		conn_release(close);
 	}
+	nmq_session_release(s);
+}
+
+// A write counted by session_sync_note_locked was queued with its group
+// (on the thread that made it, right after the group closed; no lock of
+// the caller's is taken): the last one lets the held entries and the
+// barrier wait no more.
+static void session_sync_queued(void *arg)
+{
+	nmq_session *s = arg;
+	if (atomic_fetch_sub(&s->sync_unsub, 1) == 1 && atomic_load(&s->sync_wait)
+	    && !atomic_exchange(&s->sync_kick, true)) {
+		// The job keeps the reference.
+		workq_post_to(s->p->wq, session_sync_worker(s), &s->sync_wait_job);
+		return;
+	}
+	nmq_session_release(s);
+}
+
+// Takes the QoS 2 entries and asks for the barrier that waited for
+// sync_unsub to reach 0.
+static void session_sync_wait_job(workq_job *job)
+{
+	nmq_session *s = (nmq_session *)((char *)job - offsetof(nmq_session, sync_wait_job));
+	atomic_store(&s->sync_kick, false);
+	atomic_store(&s->sync_wait, false); // set again by what must wait more
+	nmq_mutex_lock(&s->mtx);
+	if (!s->ended) {
+		session_pump_locked(s);
+		session_sync_locked(s);
+	}
+	session_unlock(s);
 	nmq_session_release(s);
 }
 
@@ -1361,6 +1442,11 @@ void nmq_session_deliver(nmq_session *s, nmq_msg *msg, uint8_t qos, bool retain,
 		        msg, qos, retain, sub_ids, n_sub_ids < SUBIDS_MAX ? n_sub_ids : SUBIDS_MAX);
 		if (se == NMQ_OK) {
 			proto_store_noted();
+			if (qos == 2) {
+				// Sent once a barrier behind its row commits: that
+				// barrier must not overtake the row's group.
+				session_sync_note_locked(s);
+			}
 		} else {
 			proto_store_failed(p, "queue_put", s->client_id, se);
 			proto_store_refused();
@@ -1498,6 +1584,7 @@ int session_pubrec_locked(nmq_session *s, uint16_t pid, bool failed)
 		// takes it as the duplicate), never after the client let the
 		// id go with its PUBCOMP.
 		store_qstate_locked(s, f->e.seq, PROTO_STORE_RELEASED, pid);
+		session_sync_note_locked(s);
 		f->flags = INFL_HELD | INFL_UNSENT;
 		f->gen   = s->sync_gen + 1;
 		s->unsent++;

@@ -88,6 +88,20 @@ struct nmq_session {
 	uint32_t  sync_gen;
 	nmq_err   sync_err; // the barrier's result, for sync_job
 	bool      sync_busy;
+	// Writes a held entry needs committed (a QoS 2 row put, a held
+	// entry's state) made inside a thread's store group (batch) that the
+	// group has not queued yet: a barrier issued meanwhile from another
+	// thread would be queued ahead of them, so while sync_unsub > 0 no
+	// barrier is issued and no QoS 2 entry is taken from q (its state
+	// write could overtake its row). Each is counted down by
+	// session_sync_queued once its group is queued (holding a reference
+	// until then); the one that reaches 0 with something waiting
+	// (sync_wait) posts sync_wait_job (sync_kick: posted), which pumps
+	// and asks for the barrier (decisions/0039).
+	atomic_uint sync_unsub;
+	atomic_bool sync_wait;
+	atomic_bool sync_kick;
+	workq_job   sync_wait_job;
 
 	// Inbound QoS 2 packet ids awaiting PUBREL.
 	rel_entry *rel;

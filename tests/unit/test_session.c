@@ -591,9 +591,10 @@ typedef struct fstore {
 	pthread_mutex_t mtx;
 	fs_row          rows[FS_ROWS];
 	int             n_rows;
-	fs_read         reads[8];
+	fs_read         reads[8]; // reads, and barriers (row == NULL)
 	int             n_reads;
 	uint32_t        next_sid;
+	bool            queue_syncs; // barriers answered by fs_run, in order
 } fstore;
 
 static __thread struct {
@@ -604,7 +605,9 @@ static __thread struct {
 		void (*fn)(void *arg);
 		void *arg;
 	} after[FS_ROWS];
-	int n_after;
+	int     n_after;
+	fs_read syncs[FS_ROWS]; // barriers of the open group
+	int     n_syncs;
 } fs_tl;
 
 static void fs_add_locked(fstore *f, const fs_row *r)
@@ -720,10 +723,25 @@ static nmq_err fs_rel(void *st, const char *client_id, uint16_t packet_id)
 	return NMQ_OK;
 }
 
+// A barrier: at once, or (queue_syncs) queued behind what is queued so
+// far, with a group's writes at its end when made inside one.
 static nmq_err fs_sync(void *st, proto_store_done_fn done, void *arg)
 {
-	(void)st;
-	done(arg, NMQ_OK);
+	fstore *f = st;
+	if (!f->queue_syncs) {
+		done(arg, NMQ_OK);
+		return NMQ_OK;
+	}
+	fs_read b = { 0, NULL, done, arg };
+	if (fs_tl.depth > 0) {
+		assert_true(fs_tl.n_syncs < FS_ROWS);
+		fs_tl.syncs[fs_tl.n_syncs++] = b;
+		return NMQ_OK;
+	}
+	pthread_mutex_lock(&f->mtx);
+	assert_true(f->n_reads < 8);
+	f->reads[f->n_reads++] = b;
+	pthread_mutex_unlock(&f->mtx);
 	return NMQ_OK;
 }
 
@@ -762,6 +780,11 @@ static void fs_batch(void *st, bool begin)
 		fs_add_locked(f, &fs_tl.pend[i]);
 	}
 	fs_tl.n_pend = 0;
+	for (int i = 0; i < fs_tl.n_syncs; i++) {
+		assert_true(f->n_reads < 8);
+		f->reads[f->n_reads++] = fs_tl.syncs[i];
+	}
+	fs_tl.n_syncs = 0;
 	pthread_mutex_unlock(&f->mtx);
 	int n         = fs_tl.n_after;
 	fs_tl.n_after = 0;
@@ -814,6 +837,12 @@ static void *fs_thread(void *arg)
 		fs_read rd = f->reads[0];
 		memmove(f->reads, f->reads + 1, (size_t)(f->n_reads - 1) * sizeof(*f->reads));
 		f->n_reads--;
+		if (rd.row == NULL) {
+			// A barrier: what was queued before it is in rows.
+			pthread_mutex_unlock(&f->mtx);
+			rd.done(rd.arg, NMQ_OK);
+			continue;
+		}
 		fs_row rows[FS_ROWS];
 		int    n = 0;
 		for (int i = 0; i < f->n_rows; i++) {
@@ -929,6 +958,71 @@ static void test_disk_read_waits_for_group(void **state)
 	pthread_mutex_destroy(&f.mtx);
 }
 
+// A QoS 2 delivery to an online persistent session goes out only after a
+// store barrier behind its row, and one barrier is in flight at a time:
+// with the first in flight, a second message is delivered inside a
+// publisher's store group (its row queued only when the group closes).
+// The next barrier, asked for from the first one's completion (another
+// thread), must not be queued before that group, or it commits without
+// the row and the PUBLISH goes out before its row is on disk (a crash
+// then would deliver it twice). Once the group is queued, it goes.
+static void test_qos2_barrier_waits_for_group(void **state)
+{
+	(void)state;
+	proto_limits lim;
+	default_limits(&lim);
+	env   *e = env_new(&lim);
+	fstore f;
+	memset(&f, 0, sizeof(f));
+	pthread_mutex_init(&f.mtx, NULL);
+	f.queue_syncs = true;
+	proto_set_store(e->p, &fs_ops, &f);
+
+	int fd = client_connect(e, MQTT_PROTO_V5, "q2", 60, 300, NULL, NULL);
+	client_subscribe(fd, MQTT_PROTO_V5, "t", 2);
+	nmq_session *s = proto_session_find(e->p, "q2");
+	assert_non_null(s);
+
+	// The first one's barrier is queued (not answered yet).
+	nmq_msg *m1 = msg_new("t", "one", 2);
+	nmq_session_deliver(s, m1, 2, false, NULL, 0);
+	nmq_msg_release(m1);
+	assert_int_equal(fs_reads(&f), 1);
+
+	// A publisher's group holds the second one's row when that barrier
+	// commits; the one asked for next must wait for the group.
+	fs_batch(&f, true);
+	nmq_msg *m2 = msg_new("t", "two", 2);
+	nmq_session_deliver(s, m2, 2, false, NULL, 0);
+	nmq_msg_release(m2);
+	fs_run(&f);
+	expect_publish(fd, MQTT_PROTO_V5, "t", "one", 2);
+	for (int i = 0; i < 40; i++) {
+		fs_run(&f);
+		sleep_ms(5);
+	}
+	assert_true(quiet_for(fd, 200));
+	fs_batch(&f, false);
+
+	// The group queued: the barrier goes behind it, then the PUBLISH.
+	pthread_mutex_lock(&f.mtx);
+	assert_int_equal(f.n_rows, 2);
+	pthread_mutex_unlock(&f.mtx);
+	for (int i = 0; i < 40; i++) {
+		fs_run(&f);
+		sleep_ms(5);
+	}
+	expect_publish(fd, MQTT_PROTO_V5, "t", "two", 2);
+
+	nmq_session_release(s);
+	close(fd);
+	env_free(e);
+	pthread_mutex_lock(&f.mtx);
+	fs_del_locked(&f, 0, UINT64_MAX);
+	pthread_mutex_unlock(&f.mtx);
+	pthread_mutex_destroy(&f.mtx);
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -941,6 +1035,7 @@ int main(void)
 		cmocka_unit_test(test_open_owner),
 		cmocka_unit_test(test_table_churn),
 		cmocka_unit_test(test_disk_read_waits_for_group),
+		cmocka_unit_test(test_qos2_barrier_waits_for_group),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
