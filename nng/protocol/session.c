@@ -125,32 +125,41 @@ static void store_qstate_locked(nmq_session *s, uint64_t seq, uint8_t state, uin
 	}
 }
 
-static void session_sync_queued(void *arg);
+// The gates of writes still in an open store group (session_gate in
+// session_impl.h).
 
-// After a write that a held entry needs committed before it goes (a QoS 2
-// row, a held entry's state): if it was made inside this thread's store
-// group, it is counted in sync_unsub until the group is queued
-// (session_sync_queued). Registered first: the function runs on this
-// thread only when its group ends, after the count is taken.
-static void session_sync_note_locked(nmq_session *s)
+// After a write of s: if it was made inside this thread's store group, g
+// counts it until the group is queued (queued, which calls gate_queued).
+// Registered first: queued runs on this thread only when its group ends,
+// after the count is taken.
+static void gate_note(nmq_session *s, session_gate *g, void (*queued)(void *arg))
 {
 	const proto_store_ops *st = s->p->store;
-	if (st->after_batch != NULL && st->after_batch(s->p->store_arg, session_sync_queued, s)) {
+	if (st->after_batch != NULL && st->after_batch(s->p->store_arg, queued, s)) {
 		nmq_session_hold(s);
-		atomic_fetch_add(&s->sync_unsub, 1);
+		atomic_fetch_add(&g->unsub, 1);
 	}
 }
 
-// True while a write counted by session_sync_note_locked waits in a group
-// not yet queued; the wait is noted, so that the last one queued posts
-// sync_wait_job (the caller retries from there).
-static bool session_sync_group_wait(nmq_session *s)
+// True while g counts a write in a group not yet queued; the wait is
+// noted, so that the last one queued posts g's job (the caller retries
+// from there).
+static bool gate_wait(session_gate *g)
 {
-	if (atomic_load(&s->sync_unsub) == 0) {
+	if (atomic_load(&g->unsub) == 0) {
 		return false;
 	}
-	atomic_store(&s->sync_wait, true);
-	return atomic_load(&s->sync_unsub) > 0;
+	atomic_store(&g->wait, true);
+	return atomic_load(&g->unsub) > 0;
+}
+
+static void session_sync_queued(void *arg);
+
+// A write a held entry needs committed before it goes (a QoS 2 row, a
+// held entry's state) was just made.
+static void session_sync_note_locked(nmq_session *s)
+{
+	gate_note(s, &s->sync_gate, session_sync_queued);
 }
 
 static void store_qdel_locked(nmq_session *s, uint64_t seq)
@@ -328,8 +337,8 @@ nmq_session *session_alloc(
 	nmq_mutex_init(&s->mtx);
 	tw_timer_init(&s->timer, session_timer_cb);
 	s->sync_job.fn      = session_sync_job;
-	s->sync_wait_job.fn = session_sync_wait_job;
-	s->disk_job.fn      = session_disk_job;
+	s->sync_gate.job.fn = session_sync_wait_job;
+	s->disk_gate.job.fn = session_disk_job;
 	return s;
 }
 
@@ -947,10 +956,10 @@ static void session_pump_locked(nmq_session *s)
 		}
 		bool hold = e->qos == 2 && persist(s);
 		if (hold && q2_wait < 0) {
-			q2_wait = session_sync_group_wait(s) ? 1 : 0;
+			q2_wait = gate_wait(&s->sync_gate) ? 1 : 0;
 		}
 		if (hold && q2_wait > 0) {
-			break; // resumed by sync_wait_job; what follows waits too
+			break; // resumed by session_sync_wait_job; what follows waits too
 		}
 		if (!hold && s->pend_pub > 0) {
 			break; // behind a QoS 2 PUBLISH waiting for the store
@@ -1099,10 +1108,10 @@ static void session_sync_locked(nmq_session *s)
 	if (!want) {
 		return;
 	}
-	if (session_sync_group_wait(s)) {
+	if (gate_wait(&s->sync_gate)) {
 		// Queued now, the barrier would overtake writes of held entries
 		// still in an open group; the last one queued asks for it
-		// (sync_wait_job).
+		// (session_sync_wait_job).
 		return;
 	}
 	s->sync_busy = true;
@@ -1190,29 +1199,33 @@ static void session_sync_job(workq_job *job)
 	nmq_session_release(s);
 }
 
-// A write counted by session_sync_note_locked was queued with its group
-// (on the thread that made it, right after the group closed; no lock of
-// the caller's is taken): the last one lets the held entries and the
-// barrier wait no more.
-static void session_sync_queued(void *arg)
+// A write counted by g was queued with its group (on the thread that made
+// it, right after the group closed; no lock of the caller's is taken):
+// the last one lets what waits for g wait no more.
+static void gate_queued(nmq_session *s, session_gate *g)
 {
-	nmq_session *s = arg;
-	if (atomic_fetch_sub(&s->sync_unsub, 1) == 1 && atomic_load(&s->sync_wait)
-	    && !atomic_exchange(&s->sync_kick, true)) {
+	if (atomic_fetch_sub(&g->unsub, 1) == 1 && atomic_load(&g->wait)
+	    && !atomic_exchange(&g->kick, true)) {
 		// The job keeps the reference.
-		workq_post_to(s->p->wq, session_sync_worker(s), &s->sync_wait_job);
+		workq_post_to(s->p->wq, session_sync_worker(s), &g->job);
 		return;
 	}
 	nmq_session_release(s);
 }
 
-// Takes the QoS 2 entries and asks for the barrier that waited for
-// sync_unsub to reach 0.
+static void session_sync_queued(void *arg)
+{
+	nmq_session *s = arg;
+	gate_queued(s, &s->sync_gate);
+}
+
+// Takes the QoS 2 entries and asks for the barrier that waited for the
+// sync gate.
 static void session_sync_wait_job(workq_job *job)
 {
-	nmq_session *s = (nmq_session *)((char *)job - offsetof(nmq_session, sync_wait_job));
-	atomic_store(&s->sync_kick, false);
-	atomic_store(&s->sync_wait, false); // set again by what must wait more
+	nmq_session *s = (nmq_session *)((char *)job - offsetof(nmq_session, sync_gate.job));
+	atomic_store(&s->sync_gate.kick, false);
+	atomic_store(&s->sync_gate.wait, false); // set again by what must wait more
 	nmq_mutex_lock(&s->mtx);
 	if (!s->ended) {
 		session_pump_locked(s);
@@ -1288,15 +1301,12 @@ static void session_disk_pump_locked(nmq_session *s)
 	    || s->p->store == NULL) {
 		return;
 	}
-	if (atomic_load(&s->disk_unsub) > 0) {
+	if (gate_wait(&s->disk_gate)) {
 		// A delivery waits in a group not yet queued: the read would
-		// overtake it. The last one queued issues it (disk_job).
-		atomic_store(&s->disk_wait, true);
-		if (atomic_load(&s->disk_unsub) > 0) {
-			return;
-		}
+		// overtake it. The last one queued issues it (session_disk_job).
+		return;
 	}
-	atomic_store(&s->disk_wait, false);
+	atomic_store(&s->disk_gate.wait, false);
 	nmq_session_hold(s);
 	s->disk_reading   = true;
 	s->disk_read_rows = 0;
@@ -1311,26 +1321,18 @@ static void session_disk_pump_locked(nmq_session *s)
 	}
 }
 
-// A disk-only delivery's store group was queued (the thread that wrote
-// it, right after the group closed; no lock of the caller's is taken):
-// the last one lets a read wait no more.
+// A disk-only delivery's store group was queued.
 static void session_disk_queued(void *arg)
 {
 	nmq_session *s = arg;
-	if (atomic_fetch_sub(&s->disk_unsub, 1) == 1 && atomic_load(&s->disk_wait)
-	    && !atomic_exchange(&s->disk_kick, true)) {
-		// The job keeps the reference.
-		workq_post_to(s->p->wq, session_sync_worker(s), &s->disk_job);
-		return;
-	}
-	nmq_session_release(s);
+	gate_queued(s, &s->disk_gate);
 }
 
-// Issues the read that waited for disk_unsub to reach 0.
+// Issues the read that waited for the disk gate.
 static void session_disk_job(workq_job *job)
 {
-	nmq_session *s = (nmq_session *)((char *)job - offsetof(nmq_session, disk_job));
-	atomic_store(&s->disk_kick, false);
+	nmq_session *s = (nmq_session *)((char *)job - offsetof(nmq_session, disk_gate.job));
+	atomic_store(&s->disk_gate.kick, false);
 	nmq_mutex_lock(&s->mtx);
 	session_disk_pump_locked(s);
 	session_unlock(s);
@@ -1357,18 +1359,9 @@ void nmq_session_deliver(nmq_session *s, nmq_msg *msg, uint8_t qos, bool retain,
 		        msg, qos, retain, sub_ids, n_sub_ids < SUBIDS_MAX ? n_sub_ids : SUBIDS_MAX);
 		if (se == NMQ_OK) {
 			proto_store_noted();
-			if (p->store->after_batch != NULL) {
-				// Written inside a store group: not queued until it
-				// closes (session_disk_queued).
-				nmq_session_hold(s);
-				atomic_fetch_add(&s->disk_unsub, 1);
-				if (!p->store->after_batch(p->store_arg, session_disk_queued, s)) {
-					// Queued already. (The caller holds another
-					// reference.)
-					atomic_fetch_sub(&s->disk_unsub, 1);
-					nmq_session_release(s);
-				}
-			}
+			// Written inside a store group: not queued until it
+			// closes, and a read must not overtake it.
+			gate_note(s, &s->disk_gate, session_disk_queued);
 			s->q_seq++;
 			if (!s->disk_mode) {
 				s->disk_mode  = true;

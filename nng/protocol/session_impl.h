@@ -47,6 +47,21 @@ typedef struct rel_entry {
 
 // A session, keyed by client id. Everything below `mtx` (and expiry_s) is
 // guarded by it. Ordered by size to keep it small (one per client).
+// Writes of a session made inside a thread's open store group
+// (proto_store_ops.batch), which reach the store's thread only when the
+// group closes: something the session would queue to the store from
+// another thread meanwhile (a barrier, a read) would overtake them. unsub
+// counts them, each holding a session reference until its group is
+// queued (session.c: gate_note, gate_queued); what must wait sets wait
+// (gate_wait), and the write that brings unsub to 0 with wait set posts
+// job (kick: posted) to the session's barrier worker, which retries it.
+typedef struct session_gate {
+	atomic_uint unsub;
+	atomic_bool wait;
+	atomic_bool kick;
+	workq_job   job;
+} session_gate;
+
 struct nmq_session {
 	atomic_int refs;
 	uint32_t   expiry_s; // (mtx) session expiry interval; UINT32_MAX never
@@ -89,19 +104,12 @@ struct nmq_session {
 	nmq_err   sync_err; // the barrier's result, for sync_job
 	bool      sync_busy;
 	// Writes a held entry needs committed (a QoS 2 row put, a held
-	// entry's state) made inside a thread's store group (batch) that the
-	// group has not queued yet: a barrier issued meanwhile from another
-	// thread would be queued ahead of them, so while sync_unsub > 0 no
-	// barrier is issued and no QoS 2 entry is taken from q (its state
-	// write could overtake its row). Each is counted down by
-	// session_sync_queued once its group is queued (holding a reference
-	// until then); the one that reaches 0 with something waiting
-	// (sync_wait) posts sync_wait_job (sync_kick: posted), which pumps
-	// and asks for the barrier (decisions/0039).
-	atomic_uint sync_unsub;
-	atomic_bool sync_wait;
-	atomic_bool sync_kick;
-	workq_job   sync_wait_job;
+	// entry's state) still in a thread's open store group: a barrier
+	// issued meanwhile from another thread would be queued ahead of them,
+	// so while the gate counts any, no barrier is issued and no QoS 2
+	// entry is taken from q (its state write could overtake its row); its
+	// job pumps and asks for the barrier (decisions/0039).
+	session_gate sync_gate;
 
 	// Inbound QoS 2 packet ids awaiting PUBREL.
 	rel_entry *rel;
@@ -130,18 +138,11 @@ struct nmq_session {
 	uint32_t disk_read_rows; // rows the read in flight returned so far
 	bool     disk_mode;
 	bool     disk_reading; // a read is in flight (holds a reference)
-	// Disk-only deliveries written inside a thread's store group (batch)
-	// that the group has not queued yet: a read issued meanwhile would
-	// overtake them (and, finding nothing, end disk mode with them left
-	// on disk, or skip past them), so no read is issued while disk_unsub
-	// > 0. Each is counted down by session_disk_queued once its group is
-	// queued (holding a reference until then); the one that reaches 0
-	// with a read waiting (disk_wait) posts disk_job (disk_kick: posted),
-	// which issues it.
-	atomic_uint disk_unsub;
-	atomic_bool disk_wait;
-	atomic_bool disk_kick;
-	workq_job   disk_job;
+	// Disk-only deliveries still in a thread's open store group: a read
+	// issued meanwhile would overtake them (and, finding nothing, end
+	// disk mode with them left on disk, or skip past them), so no read is
+	// issued while the gate counts any; its job issues the read.
+	session_gate disk_gate;
 
 	// (mtx) q.len, q0.len and infl_len as last added to the queue-depth
 	// gauges (proto_queue_depth_get): every unlock adds the difference.
