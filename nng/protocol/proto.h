@@ -265,6 +265,11 @@ typedef struct proto_store_row {
 	uint32_t        n_sub_ids;
 } proto_store_row;
 
+// proto_store_ops.after_batch's answers.
+#define PROTO_AFTER_NONE   0
+#define PROTO_AFTER_SET    1
+#define PROTO_AFTER_FAILED (-1)
+
 typedef struct proto_store_ops {
 	nmq_err (*session_put)(void *st, const proto_store_session *rec);
 	// Deletes the session with its subscriptions, queue and QoS 2 state
@@ -309,11 +314,15 @@ typedef struct proto_store_ops {
 	// grouping.
 	void (*batch)(void *st, bool begin);
 	// Runs fn(arg) on this thread once the writes of its open group are
-	// queued to the store's thread (right after the group closes);
-	// returns false, doing nothing, when no group is open (what the
-	// thread wrote is queued already). fn must not block or take a lock
+	// queued to the store's thread (right after the group closes) and
+	// returns PROTO_AFTER_SET; returns PROTO_AFTER_NONE, doing nothing,
+	// when no group is open (what the thread wrote is queued already),
+	// PROTO_AFTER_FAILED, doing nothing, when out of memory: the group is
+	// then failed as a whole (none of it is queued, the writes asked of
+	// it from then on are refused, and whatever waits for it fails), so
+	// nothing of it can be overtaken. fn must not block or take a lock
 	// the caller of batch(false) may hold. NULL: no grouping.
-	bool (*after_batch)(void *st, void (*fn)(void *arg), void *arg);
+	int (*after_batch)(void *st, void (*fn)(void *arg), void *arg);
 } proto_store_ops;
 
 // Counters for metrics; every field is updated atomically.

@@ -135,9 +135,20 @@ static void store_qstate_locked(nmq_session *s, uint64_t seq, uint8_t state, uin
 static void gate_note(nmq_session *s, session_gate *g, void (*queued)(void *arg))
 {
 	const proto_store_ops *st = s->p->store;
-	if (st->after_batch != NULL && st->after_batch(s->p->store_arg, queued, s)) {
+	if (st->after_batch == NULL) {
+		return;
+	}
+	int r = st->after_batch(s->p->store_arg, queued, s);
+	if (r == PROTO_AFTER_SET) {
 		nmq_session_hold(s);
 		atomic_fetch_add(&g->unsub, 1);
+	} else if (r == PROTO_AFTER_FAILED) {
+		// Out of memory: the store fails the whole group instead (none
+		// of it is queued, so nothing can overtake it, and the barrier
+		// of the ack it carries fails). The PUBLISH being routed is not
+		// acknowledged as received either.
+		proto_store_failed(s->p, "after_batch", s->client_id, NMQ_ENOMEM);
+		proto_store_refused();
 	}
 }
 

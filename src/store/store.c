@@ -609,6 +609,7 @@ static __thread struct {
 	uint32_t   n;
 	uint32_t   marks; // op_marks of its operations
 	unsigned   depth;
+	bool       failed; // store_batch_after ran out of memory: fail it all
 	// store_batch_after: n_after of them, in after_in up to
 	// BATCH_AFTER_INLINE, else in after_heap (freed at the batch's end:
 	// nothing stays allocated for a thread that exits)
@@ -617,19 +618,32 @@ static __thread struct {
 	struct batch_after *after_heap;
 } tl_batch;
 
-bool store_batch_after(nmq_store *s, void (*fn)(void *arg), void *arg)
+store_after store_batch_after(nmq_store *s, void (*fn)(void *arg), void *arg)
 {
 	if (tl_batch.depth == 0 || tl_batch.s != s) {
-		return false;
+		return STORE_AFTER_NONE;
+	}
+	if (tl_batch.failed) {
+		return STORE_AFTER_FAILED;
 	}
 	struct batch_after *v
 	    = tl_batch.after_heap != NULL ? tl_batch.after_heap : tl_batch.after_in;
 	uint32_t cap = tl_batch.after_heap != NULL ? tl_batch.cap_after : BATCH_AFTER_INLINE;
 	if (tl_batch.n_after == cap) {
 		uint32_t            ncap = cap * 2;
-		struct batch_after *nv   = malloc((size_t)ncap * sizeof(*nv));
+		struct batch_after *nv   = NULL;
+		unsigned            oom  = atomic_load(&s->test_after_oom);
+		if (oom > 0) {
+			atomic_store(&s->test_after_oom, oom - 1);
+		} else {
+			nv = malloc((size_t)ncap * sizeof(*nv));
+		}
 		if (nv == NULL) {
-			return false;
+			// The caller cannot learn when its operation is queued, so
+			// none of the batch is (decisions/0039: a read or barrier
+			// must never overtake it): failed at its end.
+			tl_batch.failed = true;
+			return STORE_AFTER_FAILED;
 		}
 		memcpy(nv, v, (size_t)cap * sizeof(*nv));
 		free(tl_batch.after_heap);
@@ -638,7 +652,7 @@ bool store_batch_after(nmq_store *s, void (*fn)(void *arg), void *arg)
 		v                   = nv;
 	}
 	v[tl_batch.n_after++] = (struct batch_after) { fn, arg };
-	return true;
+	return STORE_AFTER_SET;
 }
 
 // Runs (and forgets) what store_batch_after registered for the batch that
@@ -677,6 +691,7 @@ void store_batch_begin(nmq_store *s)
 		tl_batch.head = tl_batch.tail = NULL;
 		tl_batch.n                    = 0;
 		tl_batch.marks                = 0;
+		tl_batch.failed               = false;
 	}
 }
 
@@ -693,13 +708,18 @@ void store_batch_end(nmq_store *s)
 	}
 	tl_batch.tail->more = false;
 	pthread_mutex_lock(&s->mtx);
-	if (s->exited) {
-		// Closed meanwhile: fail them as the store's thread would.
+	if (s->exited || tl_batch.failed) {
+		// Closed meanwhile, or failed (store_batch_after): fail them as
+		// the store's thread would.
+		nmq_err err = s->exited ? NMQ_ECLOSED : NMQ_ENOMEM;
 		pthread_mutex_unlock(&s->mtx);
+		if (tl_batch.failed) {
+			atomic_fetch_add(&s->failed, tl_batch.n);
+		}
 		for (store_op *op = tl_batch.head, *nx; op != NULL; op = nx) {
 			nx = op->next;
 			if (op->done != NULL) {
-				op->done(op->arg, NMQ_ECLOSED);
+				op->done(op->arg, err);
 			}
 			op_free(s, op);
 		}
@@ -743,6 +763,11 @@ static nmq_err op_submit(nmq_store *s, store_op *op, store_done_fn done, void *a
 	op->done  = done;
 	op->arg   = arg;
 	bool in_b = tl_batch.s == s;
+	if (in_b && tl_batch.failed) {
+		// store_batch_after failed it: nothing more goes in.
+		op_free(s, op);
+		return NMQ_ENOMEM;
+	}
 	if (in_b) {
 		// Admitted without the mutex (the level may be a few operations
 		// stale: the bound is one of memory, not of correctness); queued
@@ -2081,4 +2106,9 @@ const char *store_path(const nmq_store *s)
 void store_test_group_oom(nmq_store *s, unsigned n)
 {
 	atomic_store(&s->test_group_oom, n);
+}
+
+void store_test_after_oom(nmq_store *s, unsigned n)
+{
+	atomic_store(&s->test_after_oom, n);
 }

@@ -219,14 +219,30 @@ nmq_err store_sync(nmq_store *s, store_done_fn done, void *arg);
 void store_batch_begin(nmq_store *s);
 void store_batch_end(nmq_store *s);
 
+// What store_batch_after did.
+typedef enum store_after {
+	// No batch of s is open on this thread: what it submitted is queued
+	// already (nothing registered).
+	STORE_AFTER_NONE = 0,
+	// Registered: fn runs once the batch's operations are queued.
+	STORE_AFTER_SET = 1,
+	// Out of memory: fn is not registered, and the open batch is failed
+	// instead (nothing registered can tell when it is queued, so none of
+	// it is): operations submitted to it from now on are refused
+	// (NMQ_ENOMEM), and at its outermost store_batch_end those it holds
+	// are not queued, each done called with NMQ_ENOMEM (as when s closed
+	// meanwhile); what was registered before still runs. Nothing of the
+	// batch can then be overtaken, and no ack waiting for it succeeds.
+	STORE_AFTER_FAILED = -1,
+} store_after;
+
 // Runs fn(arg) on this thread once the operations of its open batch of s
 // are queued (at the outermost store_batch_end, after s's lock is
-// released; also when they are failed because s closed). Returns false,
-// doing nothing, when no batch of s is open on this thread (or out of
-// memory): what the thread submitted is queued already. Lets a caller
-// know when an operation it submitted inside a batch can no longer be
-// overtaken by one that another thread submits. fn must not block.
-bool store_batch_after(nmq_store *s, void (*fn)(void *arg), void *arg);
+// released; also when they are failed because s closed or the batch
+// failed). Lets a caller know when an operation it submitted inside a
+// batch can no longer be overtaken by one that another thread submits.
+// fn must not block.
+store_after store_batch_after(nmq_store *s, void (*fn)(void *arg), void *arg);
 
 // Reads a session's queue lazily (for a client coming back), on the store
 // thread after everything queued before it: fn is called for each stored
@@ -319,5 +335,8 @@ const char *store_path(const nmq_store *s);
 // Tests only: the next n groups fail to size their coalescing tables, as
 // when out of memory.
 void store_test_group_oom(nmq_store *s, unsigned n);
+// Tests: the next n growths of a thread's store_batch_after list fail as
+// out of memory.
+void store_test_after_oom(nmq_store *s, unsigned n);
 
 #endif // NMQ_STORE_H

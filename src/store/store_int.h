@@ -234,6 +234,7 @@ struct nmq_store {
 
 	_Atomic uint64_t commits, ops, failed, coalesced, evicted, expired, queued_rows_pub;
 	_Atomic unsigned test_group_oom; // store_test_group_oom
+	_Atomic unsigned test_after_oom; // store_test_after_oom
 
 	// The alive row (store_alive.c), store thread only: its statements,
 	// when it was last written (nmq_clock_ms, 0: not yet), whether a

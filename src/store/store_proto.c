@@ -130,9 +130,17 @@ static void sp_batch(void *st, bool begin)
 	}
 }
 
-static bool sp_after_batch(void *st, void (*fn)(void *arg), void *arg)
+static int sp_after_batch(void *st, void (*fn)(void *arg), void *arg)
 {
-	return store_batch_after(st, fn, arg);
+	switch (store_batch_after(st, fn, arg)) {
+	case STORE_AFTER_SET:
+		return PROTO_AFTER_SET;
+	case STORE_AFTER_FAILED:
+		return PROTO_AFTER_FAILED;
+	case STORE_AFTER_NONE:
+		break;
+	}
+	return PROTO_AFTER_NONE;
 }
 
 const proto_store_ops store_proto_ops = {

@@ -595,6 +595,7 @@ typedef struct fstore {
 	int             n_reads;
 	uint32_t        next_sid;
 	bool            queue_syncs; // barriers answered by fs_run, in order
+	bool            after_oom; // after_batch fails (out of memory)
 } fstore;
 
 static __thread struct {
@@ -608,6 +609,7 @@ static __thread struct {
 	int     n_after;
 	fs_read syncs[FS_ROWS]; // barriers of the open group
 	int     n_syncs;
+	bool    failed; // after_batch failed: the group is dropped
 } fs_tl;
 
 static void fs_add_locked(fstore *f, const fs_row *r)
@@ -777,8 +779,13 @@ static void fs_batch(void *st, bool begin)
 	}
 	pthread_mutex_lock(&f->mtx);
 	for (int i = 0; i < fs_tl.n_pend; i++) {
-		fs_add_locked(f, &fs_tl.pend[i]);
+		if (fs_tl.failed) {
+			nmq_msg_release(fs_tl.pend[i].msg);
+		} else {
+			fs_add_locked(f, &fs_tl.pend[i]);
+		}
 	}
+	fs_tl.failed = false;
 	fs_tl.n_pend = 0;
 	for (int i = 0; i < fs_tl.n_syncs; i++) {
 		assert_true(f->n_reads < 8);
@@ -793,17 +800,21 @@ static void fs_batch(void *st, bool begin)
 	}
 }
 
-static bool fs_after_batch(void *st, void (*fn)(void *arg), void *arg)
+static int fs_after_batch(void *st, void (*fn)(void *arg), void *arg)
 {
-	(void)st;
+	fstore *f = st;
 	if (fs_tl.depth == 0) {
-		return false;
+		return PROTO_AFTER_NONE;
+	}
+	if (f->after_oom) {
+		fs_tl.failed = true;
+		return PROTO_AFTER_FAILED;
 	}
 	assert_true(fs_tl.n_after < FS_ROWS);
 	fs_tl.after[fs_tl.n_after].fn  = fn;
 	fs_tl.after[fs_tl.n_after].arg = arg;
 	fs_tl.n_after++;
-	return true;
+	return PROTO_AFTER_SET;
 }
 
 static const proto_store_ops fs_ops = {
@@ -958,6 +969,51 @@ static void test_disk_read_waits_for_group(void **state)
 	pthread_mutex_destroy(&f.mtx);
 }
 
+// The store cannot register the end of a group (out of memory): the
+// write is not counted as queued (no read waits for it: the store fails
+// the group instead), and the PUBLISH being routed is refused (no
+// success ack), where "nothing registered" used to mean "queued already".
+static void test_disk_write_after_batch_oom(void **state)
+{
+	(void)state;
+	proto_limits lim;
+	default_limits(&lim);
+	env   *e = env_new(&lim);
+	fstore f;
+	memset(&f, 0, sizeof(f));
+	pthread_mutex_init(&f.mtx, NULL);
+	proto_set_store(e->p, &fs_ops, &f);
+
+	int fd = client_connect(e, MQTT_PROTO_V5, "oom", 60, 300, NULL, NULL);
+	client_subscribe(fd, MQTT_PROTO_V5, "t", 1);
+	nmq_session *s = proto_session_find(e->p, "oom");
+	assert_non_null(s);
+	close(fd);
+	for (int i = 0; i < 500 && nmq_session_online(s); i++) {
+		sleep_ms(10);
+	}
+	assert_false(nmq_session_online(s));
+
+	(void)proto_store_take_refused();
+	f.after_oom = true;
+	fs_batch(&f, true);
+	nmq_msg *m = msg_new("t", "one", 1);
+	nmq_session_deliver(s, m, 1, false, NULL, 0);
+	nmq_msg_release(m);
+	assert_int_equal(atomic_load(&s->disk_gate.unsub), 0);
+	assert_true(proto_store_take_refused());
+	f.after_oom = false;
+	fs_batch(&f, false);
+	assert_int_equal(atomic_load(&s->disk_gate.unsub), 0);
+
+	nmq_session_release(s);
+	env_free(e);
+	pthread_mutex_lock(&f.mtx);
+	fs_del_locked(&f, 0, UINT64_MAX);
+	pthread_mutex_unlock(&f.mtx);
+	pthread_mutex_destroy(&f.mtx);
+}
+
 // A QoS 2 delivery to an online persistent session goes out only after a
 // store barrier behind its row, and one barrier is in flight at a time:
 // with the first in flight, a second message is delivered inside a
@@ -1035,6 +1091,7 @@ int main(void)
 		cmocka_unit_test(test_open_owner),
 		cmocka_unit_test(test_table_churn),
 		cmocka_unit_test(test_disk_read_waits_for_group),
+		cmocka_unit_test(test_disk_write_after_batch_oom),
 		cmocka_unit_test(test_qos2_barrier_waits_for_group),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -898,7 +898,7 @@ static void test_batch_one_group(void **state)
 	assert_int_equal(count_rows("rel"), 8);
 }
 
-// store_batch_after: false (nothing registered) with no batch open; in a
+// store_batch_after: NONE (nothing registered) with no batch open; in a
 // batch, each function runs once at the outermost end, after the batch's
 // operations are queued (past the inline slots too).
 static nmq_store *after_store;
@@ -923,12 +923,12 @@ static void test_batch_after(void **state)
 	after_store  = s;
 	sem_init(&gate, 0, 0);
 	block_store_thread(s);
-	assert_false(store_batch_after(s, after_fn, NULL));
+	assert_int_equal(store_batch_after(s, after_fn, NULL), STORE_AFTER_NONE);
 	store_batch_begin(s);
 	store_batch_begin(s);
 	assert_int_equal(store_rel_put(s, "a", 1, NULL, NULL), NMQ_OK);
 	for (int i = 0; i < 40; i++) {
-		assert_true(store_batch_after(s, after_fn, NULL));
+		assert_int_equal(store_batch_after(s, after_fn, NULL), STORE_AFTER_SET);
 	}
 	store_batch_end(s);
 	assert_int_equal(after_calls, 0);
@@ -940,6 +940,56 @@ static void test_batch_after(void **state)
 	store_batch_end(s);
 	assert_int_equal(after_calls, 40);
 	sem_post(&gate);
+	store_close(s);
+	sem_destroy(&gate);
+}
+
+// store_batch_after out of memory (when its list grows past the inline
+// slots) is not "no batch open": it says FAILED, and the whole batch is
+// failed: nothing of it is queued (no read or barrier submitted by
+// another thread can overtake what the caller could not register), what
+// waits for it fails, later submits to it are refused, and the functions
+// registered before still run. The next batch is unaffected.
+static void test_batch_after_oom(void **state)
+{
+	(void)state;
+	nmq_store *s = open_store(0);
+	after_store  = s;
+	after_calls  = 0;
+	sem_init(&gate, 0, 0);
+	block_store_thread(s);
+	waiter_reset();
+	store_batch_begin(s);
+	assert_int_equal(store_rel_put(s, "a", 1, on_done, NULL), NMQ_OK);
+	for (int i = 0; i < 32; i++) {
+		assert_int_equal(store_batch_after(s, after_fn, NULL), STORE_AFTER_SET);
+	}
+	store_test_after_oom(s, 1);
+	assert_int_equal(store_batch_after(s, after_fn, NULL), STORE_AFTER_FAILED);
+	// Failed for good, though memory is back.
+	assert_int_equal(store_batch_after(s, after_fn, NULL), STORE_AFTER_FAILED);
+	assert_int_equal(store_rel_put(s, "a", 2, NULL, NULL), NMQ_ENOMEM);
+	assert_int_equal(store_sync(s, on_done, NULL), NMQ_ENOMEM);
+	store_stats before;
+	store_stats_get(s, &before);
+	store_batch_end(s);
+	assert_int_equal(after_calls, 32);
+	wait_calls(1);
+	assert_int_equal(W.errors, 1); // the rel_put's done: failed
+	store_stats mid;
+	store_stats_get(s, &mid);
+	assert_int_equal(mid.pending, before.pending); // nothing queued
+	assert_int_equal(mid.failed - before.failed, 1);
+	// A new batch works as usual.
+	store_batch_begin(s);
+	assert_int_equal(store_rel_put(s, "a", 3, NULL, NULL), NMQ_OK);
+	assert_int_equal(store_batch_after(s, after_fn, NULL), STORE_AFTER_SET);
+	store_batch_end(s);
+	assert_int_equal(after_calls, 33);
+	sem_post(&gate);
+	sync_store(s);
+	assert_int_equal(count_rows("rel"), 1);
+	assert_int_equal(query_int("SELECT packet_id FROM rel"), 3);
 	store_close(s);
 	sem_destroy(&gate);
 }
@@ -1904,6 +1954,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_del_ranges, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_batch_one_group, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_batch_after, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_batch_after_oom, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_crash_before_group_commit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sid_coalescing, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_multi_put, setup, teardown),
