@@ -111,6 +111,10 @@ typedef struct bentry {
 	bool           retain;
 	uint8_t        state;
 	bool           dup; // sent before on an earlier link
+	// A QoS 2 forward whose PUBLISH waits for the commit of its SENT state
+	// (decisions/0041): counted in flight, not yet on the wire.
+	bool     held;
+	uint32_t hold_batch; // the store_sync barrier it waits for
 } bentry;
 
 typedef struct bridge bridge;
@@ -218,6 +222,12 @@ struct bridge {
 	size_t   n_pool;
 	uint64_t next_seq;
 	uint64_t mem_last_seq; // newest cached seq held in memory
+	// QoS 2 PUBLISHes held until their SENT state has committed
+	// (hold_commit_locked): n_held of them, the oldest held_first;
+	// hold_batch numbers the next barrier.
+	size_t   n_held;
+	bentry  *held_first;
+	uint32_t hold_batch;
 	uint64_t disk_only; // cached rows not in memory
 	uint64_t puts_since_read;
 	bool     reading;
@@ -522,6 +532,17 @@ static void entry_remove(bridge *b, bentry *e, bool delete_row)
 		b->tail = e->prev;
 	}
 	b->n_mem--;
+	if (e->held) {
+		e->held = false;
+		b->n_held--;
+		if (b->held_first == e) {
+			bentry *x = e->next;
+			while (x != NULL && !x->held) {
+				x = x->next;
+			}
+			b->held_first = b->n_held > 0 ? x : NULL;
+		}
+	}
 	if (e->pid != 0 && b->by_pid[e->pid] == e) {
 		b->by_pid[e->pid] = NULL;
 		if (e->state != Q_QUEUED && b->inflight > 0 && !e->dup) {
@@ -905,6 +926,119 @@ static bool link_tx_full(nmq_conn *c)
 	return full;
 }
 
+// Drops e, which can never be sent on this link (larger than the remote's
+// maximum packet size).
+static void drop_too_large_locked(bridge *b, bentry *e)
+{
+	b->dropped++;
+	NMQ_LOG_RL(LOG_LEVEL_ERROR, "bridge",
+	    "bridge=%s topic=%.*s event=dropped "
+	    "reason=larger_than_remote_maximum",
+	    b->name, (int)(e->msg->topic_len > 200 ? 200 : e->msg->topic_len), e->msg->topic);
+	entry_remove(b, e, true);
+}
+
+// The first PUBLISH of a cached QoS 2 forward goes only once its SENT
+// state (with its packet id) has committed (decisions/0041): a remote
+// that delivers QoS 2 on the PUBLISH (the spec's "method A") would
+// otherwise, after a kill -9 before that commit, get the message again
+// from the restart under a fresh packet id, a new message to it. pump_locked
+// counts such an entry in flight, records its state and marks it held;
+// every entry held in one pass waits for one store_sync barrier
+// (hold_commit_locked), whose completion sends them (release_held_locked).
+// What follows a held entry in the queue waits behind it (the order),
+// except more QoS 2 forwards, held with it.
+//
+// Releases the entries held for barrier batch or an earlier one (mtx
+// held): each one still counted on the current link is sent; one whose
+// link has gone since (dup) is resent by the next link's pump.
+static void release_held_locked(bridge *b, uint32_t batch)
+{
+	bool    up     = b->link != NULL && b->up && !b->link->closed;
+	bool    sent   = false;
+	bentry *rewind = NULL; // the first that found no room on the link
+	bentry *e      = b->held_first;
+	while (e != NULL && b->n_held > 0) {
+		bentry *nx = e->next;
+		if (!e->held) {
+			e = nx;
+			continue;
+		}
+		if ((int32_t)(e->hold_batch - batch) > 0) {
+			break; // a later barrier's
+		}
+		e->held = false;
+		b->n_held--;
+		if (!e->dup && up) {
+			int rc = rewind == NULL ? send_publish_locked(b, e, false) : 0;
+			if (rc > 0) {
+				echo_remember_locked(b, e->msg);
+				sent = true;
+			} else if (rc < 0) {
+				drop_too_large_locked(b, e);
+			} else {
+				// No room on the link now: sent again by pump_locked, as
+				// after a reconnect (not counted in flight until then).
+				e->dup = true;
+				if (b->inflight > 0) {
+					b->inflight--;
+				}
+				if (b->inflight_q2 > 0) {
+					b->inflight_q2--;
+				}
+				if (rewind == NULL) {
+					rewind = e;
+				}
+			}
+		}
+		e = nx;
+	}
+	b->held_first = b->n_held > 0 ? e : NULL;
+	if (rewind != NULL) {
+		b->next_unsent = rewind; // what it passed since is sent or held
+	}
+	if (sent) {
+		conn_tx_flush_later(b->link->c);
+	}
+}
+
+#ifdef NMQ_HAVE_STORE
+typedef struct hold_out {
+	bridge  *b; // held
+	uint32_t batch;
+} hold_out;
+
+static void hold_done(void *arg, nmq_err err)
+{
+	hold_out *h = arg;
+	bridge   *b = h->b;
+	(void)err; // not stored: sent anyway (as before decisions/0041)
+	pthread_mutex_lock(&b->mtx);
+	release_held_locked(b, h->batch);
+	pump_locked(b); // what waited behind them
+	pthread_mutex_unlock(&b->mtx);
+	bridge_release(b);
+	free(h);
+}
+
+// The barrier the entries held by this pass of pump_locked wait for.
+static void hold_commit_locked(bridge *b)
+{
+	uint32_t  batch = b->hold_batch++;
+	hold_out *h     = malloc(sizeof(*h));
+	if (h != NULL) {
+		*h = (hold_out) { b, batch };
+		atomic_fetch_add(&b->refs, 1);
+		if (store_sync(b->store, hold_done, h) == NMQ_OK) {
+			return;
+		}
+		atomic_fetch_sub(&b->refs, 1);
+		free(h);
+	}
+	release_held_locked(b, batch); // no barrier: at once
+}
+#endif
+
 // Sends what the window allows, oldest first: entries to resend after a
 // reconnect (dup: PUBLISH with DUP, or PUBREL) and new ones. Then refills
 // the memory queue from the cache.
@@ -914,9 +1048,13 @@ static void pump_locked(bridge *b)
 	if (b->link != NULL && b->up && !b->link->closed) {
 		nmq_conn *c    = b->link->c;
 		bool      sent = false;
+		bool      hold = false; // entries held in this pass
 		while (b->next_unsent != NULL && !link_tx_full(c)) {
-			bentry *e      = b->next_unsent;
-			bool    counts = e->qos > 0 && (e->state == Q_QUEUED || e->dup);
+			bentry *e = b->next_unsent;
+			if (e->held) {
+				break; // waits for its state's commit; what follows too
+			}
+			bool counts = e->qos > 0 && (e->state == Q_QUEUED || e->dup);
 			if (counts && b->inflight >= b->window) {
 				break;
 			}
@@ -927,6 +1065,14 @@ static void pump_locked(bridge *b)
 			if (e->state != Q_QUEUED && !e->dup) {
 				b->next_unsent = e->next; // sent on this link already
 				continue;
+			}
+			bool holds = false; // its PUBLISH waits for its SENT state
+#ifdef NMQ_HAVE_STORE
+			holds = e->qos == 2 && e->state == Q_QUEUED && e->seq != 0
+			    && b->store != NULL;
+#endif
+			if (b->n_held > 0 && !holds) {
+				break; // in order: behind the held ones
 			}
 			if (e->state == Q_RELEASED) {
 				send_ack_locked(b, MQTT_PUBREL, e->pid);
@@ -950,6 +1096,21 @@ static void pump_locked(bridge *b)
 			if (e->qos > 0 && e->pid == 0 && pid_alloc(b, e) == 0) {
 				break;
 			}
+			if (holds) {
+				b->next_unsent = e->next;
+				b->inflight++;
+				b->inflight_q2++;
+				e->dup        = false;
+				e->state      = Q_SENT;
+				e->held       = true;
+				e->hold_batch = b->hold_batch;
+				if (b->n_held++ == 0) {
+					b->held_first = e;
+				}
+				record_state(b, e);
+				hold = true;
+				continue;
+			}
 			int rc = send_publish_locked(b, e, e->state == Q_SENT);
 			if (rc == 0) {
 				break;
@@ -960,14 +1121,7 @@ static void pump_locked(bridge *b)
 				echo_remember_locked(b, e->msg);
 			}
 			if (rc < 0) {
-				b->dropped++;
-				NMQ_LOG_RL(LOG_LEVEL_ERROR, "bridge",
-				    "bridge=%s topic=%.*s event=dropped "
-				    "reason=larger_than_remote_maximum",
-				    b->name,
-				    (int)(e->msg->topic_len > 200 ? 200 : e->msg->topic_len),
-				    e->msg->topic);
-				entry_remove(b, e, true);
+				drop_too_large_locked(b, e);
 				continue;
 			}
 			if (e->qos == 0) {
@@ -988,6 +1142,13 @@ static void pump_locked(bridge *b)
 		if (sent) {
 			conn_tx_flush_later(c);
 		}
+#ifdef NMQ_HAVE_STORE
+		if (hold) {
+			hold_commit_locked(b);
+		}
+#else
+		(void)hold;
+#endif
 	}
 	if (b->n_mem == 0 && b->n_rng > 0) {
 		flush_deletes_locked(b); // drained: nothing more to batch with
@@ -2140,7 +2301,7 @@ static int link_frame(void *upper, const uint8_t *frame, size_t len)
 	case MQTT_PUBREC: {
 		uint16_t pid = pk.u.ack.packet_id;
 		bentry  *e   = b->by_pid[pid];
-		if (e != NULL && e->qos == 2 && e->state == Q_SENT) {
+		if (e != NULL && e->qos == 2 && e->state == Q_SENT && !e->held) {
 			bool reopen = acked_locked(b);
 			if (pk.u.ack.reason == MQTT_RC_QUOTA_EXCEEDED
 			    || pk.u.ack.reason == MQTT_RC_MESSAGE_RATE_TOO_HIGH) {
@@ -2770,8 +2931,8 @@ static void serve_locked(bridge *b)
 		          : "connection closed by the remote before CONNACK");
 	}
 	bentry *oldest = b->head;
-	while (oldest != NULL && oldest->state != Q_SENT) {
-		oldest = oldest->next;
+	while (oldest != NULL && (oldest->state != Q_SENT || oldest->held)) {
+		oldest = oldest->next; // (a held one was not sent)
 	}
 	if (oldest != NULL && oldest->dup) {
 		oldest = NULL; // not sent again on this link: not its doing

@@ -1,0 +1,211 @@
+#!/usr/bin/python3
+"""59: a bridge's QoS 2 forward sends its PUBLISH only once its SENT state
+(its packet id) has committed to the cache (docs/bridge.md "Guarantees",
+decisions/0041).
+
+The remote is a raw-socket MQTT 3.1.1 server that delivers a QoS 2 message
+when its PUBLISH comes (the spec's "method A": a PUBLISH whose packet id
+awaits PUBREL is not delivered again), answers PUBREC and PUBCOMP, keeps
+the session across connections, and counts every delivery by payload. A
+backlog is queued while the link is down; the store is then held by another
+process's write lock (nothing commits), the link comes up, and our broker
+is killed -9 a second later. Before the fix, the PUBLISHes of the QoS 2
+window went out at once and the restart, finding the rows still QUEUED,
+sent them again under other packet ids: the remote delivered them twice
+(or, where an old id was reused, took a new message for a duplicate and
+lost it). Now nothing goes before its state commits, and every message is
+delivered exactly once."""
+
+import shutil
+import signal
+import socket
+import sqlite3
+import threading
+import time
+import unittest
+
+import nmq
+import nmq_ops
+from bridge_util import FaultProxy, bridge_conf
+from nmq import HOST, free_port
+from nmq_ops import OpsTestCase, wait_for
+
+
+def setUpModule():
+    if nmq.USE_MOSQUITTO:
+        raise unittest.SkipTest("bridges of our broker only")
+    nmq_ops.nanomq_bin()
+
+
+def _read_packet(c):
+    first = c.recv(1)
+    if not first:
+        return None, None
+    n, mult = 0, 1
+    while True:
+        b = c.recv(1)
+        if not b:
+            return None, None
+        n += (b[0] & 0x7F) * mult
+        mult *= 128
+        if not b[0] & 0x80:
+            break
+    body = b""
+    while len(body) < n:
+        chunk = c.recv(n - len(body))
+        if not chunk:
+            return None, None
+        body += chunk
+    return first[0], body
+
+
+class MethodARemote:
+    """A 3.1.1 remote that delivers QoS 2 on PUBLISH (method A)."""
+
+    def __init__(self):
+        self.srv = socket.socket()
+        self.srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.srv.bind((HOST, 0))
+        self.srv.listen(4)
+        self.port = self.srv.getsockname()[1]
+        self.lock = threading.Lock()
+        self.delivered = []  # payloads, in delivery order
+        self.publishes = 0  # every PUBLISH received
+        self.completed = 0  # PUBRELs answered
+        self.awaiting = set()  # packet ids awaiting PUBREL (the session's)
+        self.sessions = 0
+        self.conns = []
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def close(self):
+        for c in [self.srv] + self.conns:
+            try:
+                c.close()
+            except OSError:
+                pass
+
+    def serve(self):
+        while True:
+            try:
+                c, _ = self.srv.accept()
+            except OSError:
+                return
+            self.conns.append(c)
+            threading.Thread(target=self.conn, args=(c,), daemon=True).start()
+
+    def conn(self, c):
+        try:
+            while True:
+                first, body = _read_packet(c)
+                if first is None:
+                    break
+                t = first >> 4
+                if t == 1:  # CONNECT: the session is kept (clean_start = false)
+                    sp = 1 if self.sessions > 0 else 0
+                    self.sessions += 1
+                    c.sendall(bytes([0x20, 2, sp, 0]))
+                elif t == 3:  # PUBLISH
+                    qos = (first >> 1) & 3
+                    tl = (body[0] << 8) | body[1]
+                    i = 2 + tl
+                    pid = 0
+                    if qos > 0:
+                        pid = (body[i] << 8) | body[i + 1]
+                        i += 2
+                    payload = body[i:]
+                    with self.lock:
+                        self.publishes += 1
+                        if qos < 2 or pid not in self.awaiting:
+                            self.delivered.append(payload)
+                        if qos == 2:
+                            self.awaiting.add(pid)
+                    if qos == 1:
+                        c.sendall(bytes([0x40, 2, pid >> 8, pid & 0xFF]))
+                    elif qos == 2:
+                        c.sendall(bytes([0x50, 2, pid >> 8, pid & 0xFF]))
+                elif t == 6:  # PUBREL
+                    pid = (body[0] << 8) | body[1]
+                    with self.lock:
+                        self.awaiting.discard(pid)
+                        self.completed += 1
+                    c.sendall(bytes([0x70, 2, pid >> 8, pid & 0xFF]))
+                elif t == 8:  # SUBSCRIBE: none expected; granted anyway
+                    c.sendall(bytes([0x90, 3, body[0], body[1], 0]))
+                elif t == 12:  # PINGREQ
+                    c.sendall(b"\xd0\x00")
+                elif t == 14:  # DISCONNECT
+                    break
+        except (OSError, IndexError):
+            pass
+        try:
+            c.close()
+        except OSError:
+            pass
+
+
+class TestBridgeQos2Publish(OpsTestCase):
+
+    def test_kill9_qos2_publish_waits_for_its_state(self):
+        inst = self.instance()
+        r = MethodARemote()
+        self.addCleanup(r.close)
+        px = FaultProxy(r.port)
+        self.addCleanup(px.close)
+        port = free_port()
+        cache = ("bridges.mqtt.cache {\n disk_cache_size = 100000\n"
+                 " mounted_file_path = \"%s\"\n}\n" % inst.tmp)
+        conf = inst.conf(port, extra=bridge_conf(
+            "f", "mqtt-tcp://127.0.0.1:%d" % px.port, 4, 5,
+            '{ local_topic = "q2/#", remote_topic = "", qos = 2 }',
+            extra="clean_start = false") + cache)
+        self.start_broker(inst, ["start", "--conf", conf], port=port)
+        self.assertTrue(inst.wait_output(r"event=link_up", timeout=10), inst.output()[-2000:])
+        pub = self.client(port, "pub")
+        pub.connect()
+        # Some forwards completed first, so that the packet ids of the
+        # window below are not those a restarted bridge starts with.
+        warm = 37
+        for i in range(warm):
+            pub.publish("q2/w", b"w%d" % i, qos=1)
+        wait_for(lambda: r.completed >= warm, 10)
+        px.cut()
+        self.assertTrue(inst.wait_output(r"event=link_down", timeout=5))
+        with r.lock:
+            warm_publishes = r.publishes
+        n = 100
+        for i in range(n):
+            pub.publish("q2/s", b"%d" % i, qos=1, wait=False)
+        pub.publish("other", b"sync", qos=1)  # every one above committed
+        pub.close()
+        lock = sqlite3.connect(inst.path("nanomq.db"), isolation_level=None, timeout=10)
+        self.addCleanup(lock.close)
+        lock.execute("BEGIN IMMEDIATE")
+        px.up()
+        self.assertTrue(inst.wait_output(r"event=link_up", timeout=10, count=2))
+        time.sleep(1.0)  # what the window sends has reached the remote
+        with r.lock:
+            before = r.publishes - warm_publishes
+        inst.kill(signal.SIGKILL)
+        inst.proc.wait(5)
+        lock.execute("COMMIT")
+        self.start_broker(inst, ["start", "--conf", conf], port=port)
+        want = [b"w%d" % i for i in range(warm)] + [b"%d" % i for i in range(n)]
+
+        def all_in():
+            with r.lock:
+                return len(set(r.delivered)) >= len(want) and r.completed >= warm + n
+        wait_for(all_in, 20, step=0.1)
+        time.sleep(0.5)  # late duplicates, if any
+        with r.lock:
+            got = list(r.delivered)
+            total = r.publishes
+        self.assertEqual(got, want, "%d deliveries, %d distinct, %d of %d wanted; %d PUBLISHes "
+                         "(%d before the kill -9)" % (len(got), len(set(got)),
+                                                      len(set(got) & set(want)), len(want),
+                                                      total, before))
+        self.assertEqual(before, 0, "PUBLISHes sent before their state committed")
+        self.assert_stops(inst)
+
+
+if __name__ == "__main__":
+    nmq.main()
