@@ -3315,7 +3315,7 @@ static void orphan_scan_free(orphan_scan *o)
 	free(o);
 }
 
-static void orphan_row(void *arg, const char *cid, uint64_t rows)
+static void orphan_row(void *arg, const char *cid, uint64_t rows, uint32_t ids, uint32_t filters)
 {
 	orphan_scan *o = arg;
 	for (int i = 0; i < o->n; i++) {
@@ -3340,8 +3340,10 @@ static void orphan_row(void *arg, const char *cid, uint64_t rows)
 	nmq_err e = store_session_del(o->store, cid, NULL, NULL);
 	pthread_mutex_unlock(&o->set->mtx);
 	log_error("bridge",
-	    "bridge=%s event=cache_dropped reason=not_configured rows=%" PRIu64 "%s%s", cid + 8,
-	    rows, e == NMQ_OK ? "" : " error=", e == NMQ_OK ? "" : nmq_strerror(e));
+	    "bridge=%s event=cache_dropped reason=not_configured rows=%" PRIu64
+	    " qos2_ids=%u filters=%u%s%s",
+	    cid + 8, rows, ids, filters,
+	    e == NMQ_OK ? "" : " error=", e == NMQ_OK ? "" : nmq_strerror(e));
 }
 
 static void orphan_done(void *arg, nmq_err err)

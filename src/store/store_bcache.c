@@ -303,15 +303,24 @@ int store_bcache_purge(nmq_store *s, const char *cid)
 
 // The listing of store_bcache_list is a read of LIST_CID, a client id no
 // bridge has (a bridge's name holds no '/'; an empty name is allowed and
-// is "$bridge/"): one callback per bridge with rows, its row count in seq.
+// is "$bridge/"): one callback per bridge with rows, its cache row count
+// in seq, its inbound QoS 2 ids in packet_id (at most 65,535) and its
+// mirrored filters in n_sub_ids. A bridge with no cache row but ids or
+// filters (rel and subs rows of its client id) is listed too.
 #define LIST_CID "$bridge//"
 
 static int list_bridges(nmq_store *s, store_op *op)
 {
 	sqlite3_stmt *st = NULL;
 	if (sqlite3_prepare_v2(s->db,
-	        "SELECT i.cid, COUNT(*) FROM bcache b JOIN bcache_ids i ON i.bid = b.bid"
-	        " GROUP BY b.bid",
+	        "SELECT cid, SUM(r), SUM(q), SUM(f) FROM ("
+	        " SELECT i.cid AS cid, COUNT(*) AS r, 0 AS q, 0 AS f FROM bcache b"
+	        "  JOIN bcache_ids i ON i.bid = b.bid GROUP BY b.bid"
+	        " UNION ALL SELECT cid, 0, COUNT(*), 0 FROM rel"
+	        "  WHERE cid >= '$bridge/' AND cid < '$bridge0' GROUP BY cid"
+	        " UNION ALL SELECT cid, 0, 0, COUNT(*) FROM subs"
+	        "  WHERE cid >= '$bridge/' AND cid < '$bridge0' GROUP BY cid"
+	        ") GROUP BY cid",
 	        -1, &st, NULL)
 	    != SQLITE_OK) {
 		sqlite3_finalize(st);
@@ -319,9 +328,12 @@ static int list_bridges(nmq_store *s, store_op *op)
 	}
 	int rc;
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-		store_qmsg q = {
-			.client_id = (const char *)sqlite3_column_text(st, 0),
-			.seq       = (uint64_t)sqlite3_column_int64(st, 1),
+		sqlite3_int64 ids = sqlite3_column_int64(st, 2);
+		store_qmsg    q   = {
+			     .client_id = (const char *)sqlite3_column_text(st, 0),
+			     .seq       = (uint64_t)sqlite3_column_int64(st, 1),
+			     .packet_id = (uint16_t)(ids > 65535 ? 65535 : ids),
+			     .n_sub_ids = (uint32_t)sqlite3_column_int64(st, 3),
 		};
 		if (q.client_id != NULL && op->read_fn != NULL) {
 			op->read_fn(op->arg, &q);
@@ -332,7 +344,7 @@ static int list_bridges(nmq_store *s, store_op *op)
 }
 
 typedef struct list_ctx {
-	void (*fn)(void *arg, const char *client_id, uint64_t rows);
+	void (*fn)(void *arg, const char *client_id, uint64_t rows, uint32_t ids, uint32_t filters);
 	store_done_fn done;
 	void         *arg;
 } list_ctx;
@@ -340,7 +352,7 @@ typedef struct list_ctx {
 static void list_row(void *arg, const store_qmsg *q)
 {
 	list_ctx *c = arg;
-	c->fn(c->arg, q->client_id, q->seq);
+	c->fn(c->arg, q->client_id, q->seq, q->packet_id, q->n_sub_ids);
 }
 
 static void list_done(void *arg, nmq_err err)
@@ -352,7 +364,8 @@ static void list_done(void *arg, nmq_err err)
 	free(c);
 }
 
-nmq_err store_bcache_list(nmq_store *s, void (*fn)(void *arg, const char *client_id, uint64_t rows),
+nmq_err store_bcache_list(nmq_store *s,
+    void (*fn)(void *arg, const char *client_id, uint64_t rows, uint32_t ids, uint32_t filters),
     store_done_fn done, void *arg)
 {
 	list_ctx *c = malloc(sizeof(*c));

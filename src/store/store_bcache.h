@@ -5,14 +5,16 @@
 
 #include "src/store/store.h"
 
-// Lists the bridges that have cached forwards: fn(arg, client_id, rows)
-// for each client id "$bridge/<name>" with rows in the cache, on the store
-// thread after everything queued before it, then done (NMQ_OK, or NMQ_EIO
-// if the read failed). fn and done run on the store thread and must not
-// block. Returns NMQ_OK when queued (done will run), or the error of the
-// submission (done will not run). A bridge's rows are dropped with
+// Lists the bridges that have rows in the store: fn(arg, client_id, rows,
+// ids, filters) for each client id "$bridge/<name>" with cached forwards
+// (rows), inbound QoS 2 packet ids (ids) or mirrored filters (filters), on
+// the store thread after everything queued before it, then done (NMQ_OK,
+// or NMQ_EIO if the read failed). fn and done run on the store thread and
+// must not block. Returns NMQ_OK when queued (done will run), or the error
+// of the submission (done will not run). A bridge's rows are dropped with
 // store_session_del of its client id.
-nmq_err store_bcache_list(nmq_store *s, void (*fn)(void *arg, const char *client_id, uint64_t rows),
+nmq_err store_bcache_list(nmq_store *s,
+    void (*fn)(void *arg, const char *client_id, uint64_t rows, uint32_t ids, uint32_t filters),
     store_done_fn done, void *arg);
 
 #endif

@@ -146,6 +146,53 @@ class TestBridgeCacheLeftovers(OpsTestCase):
         self.assertEqual([x.payload for x in col.received if x.topic == "g/q1/s"], [])
         self.assert_stops(inst)
 
+    # A removed bridge that left no cached forward, only the packet id of
+    # an inbound QoS 2 message (its PUBREC never reached the remote: the
+    # proxy dropped it) and a filter it mirrored (transparent), has those
+    # rows dropped at start too, logged with their counts (they stayed).
+    def test_removed_bridge_ids_and_filters_dropped_at_start(self):
+        inst = self.instance()
+        m = Mosquitto(inst.tmp)
+        self.addCleanup(m.stop)
+        px = FaultProxy(m.port, mqtt_up=True)
+        self.addCleanup(px.close)
+        port = free_port()
+        cache = cache_conf(inst)
+        g = bridge_conf("g", "mqtt-tcp://127.0.0.1:%d" % px.port, 5, 2,
+                        subs='{ remote_topic = "down/#", qos = 2 }',
+                        extra="clean_start = false\ntransparent = true")
+        both = inst.conf(port, extra=self.fwd("f", px) + g + cache, name="both.conf")
+        f_only = inst.conf(port, extra=self.fwd("f", px) + cache, name="f_only.conf")
+        self.start_broker(inst, ["start", "--conf", both], port=port)
+        self.assertTrue(inst.wait_output(r"event=link_up", timeout=10, count=2),
+                        inst.output()[-2000:])
+
+        def rows(table):
+            con = sqlite3.connect(inst.path("nanomq.db"), timeout=5)
+            try:
+                return con.execute("SELECT count(*) FROM %s WHERE cid = '$bridge/g'"
+                                   % table).fetchone()[0]
+            finally:
+                con.close()
+        loc = self.client(port, "loc")
+        loc.connect()
+        loc.subscribe("mirrored/#", 1)
+        px.drop_up = {5}  # PUBREC
+        rp = self.client(m.port, "remote-pub", version=5)
+        rp.connect()
+        rp.publish("down/x", b"x", qos=2)
+        self.assertTrue(wait_for(lambda: rows("rel") == 1 and rows("subs") == 1, 10),
+                        (rows("rel"), rows("subs"), inst.output()[-2000:]))
+        self.assert_stops(inst)
+
+        self.start_broker(inst, ["start", "--conf", f_only], port=port)
+        got = inst.wait_output(r"^.*bridge=g event=cache_dropped reason=not_configured rows=(\d+)"
+                               r" qos2_ids=(\d+) filters=(\d+).*$", timeout=5)
+        self.assertEqual(got, [("0", "1", "1")], inst.output()[-3000:])
+        self.assertNotRegex(inst.output(), r"bridge=f event=cache_dropped")
+        self.assert_stops(inst)
+        self.assertEqual((rows("rel"), rows("subs")), (0, 0))
+
     # The listing at start runs on the store thread after what was queued
     # before it. Here another process holds the database's write lock (as
     # a slow disk would hold the store thread) while a bridge removed from

@@ -358,14 +358,17 @@ static struct {
 	int      n;
 	char     cid[8][32];
 	uint64_t rows[8];
+	uint32_t ids[8], filters[8];
 } L;
 
-static void on_list(void *arg, const char *cid, uint64_t rows)
+static void on_list(void *arg, const char *cid, uint64_t rows, uint32_t ids, uint32_t filters)
 {
 	(void)arg;
 	if (L.n < 8) {
 		snprintf(L.cid[L.n], sizeof(L.cid[0]), "%s", cid);
-		L.rows[L.n] = rows;
+		L.rows[L.n]    = rows;
+		L.ids[L.n]     = ids;
+		L.filters[L.n] = filters;
 	}
 	L.n++;
 }
@@ -430,6 +433,41 @@ static void test_expired_at_open_and_list(void **state)
 	assert_string_equal(L.cid[0], "$bridge/a");
 	store_stats_get(s, &st);
 	assert_int_equal(st.queued_rows, 2);
+	// A bridge with inbound QoS 2 ids or mirrored filters only is listed
+	// too (and a's ids counted with its rows); its session delete drops
+	// them; a session's rows are not a bridge's.
+	store_sub sub = { .client_id = "$bridge/c", .filter = "x/#", .options = 1 };
+	assert_int_equal(store_sub_put(s, &sub, NULL, NULL), NMQ_OK);
+	sub.filter = "y/#";
+	assert_int_equal(store_sub_put(s, &sub, NULL, NULL), NMQ_OK);
+	assert_int_equal(store_rel_put(s, "$bridge/c", 7, NULL, NULL), NMQ_OK);
+	assert_int_equal(store_rel_put(s, "$bridge/d", 9, NULL, NULL), NMQ_OK);
+	assert_int_equal(store_rel_put(s, "$bridge/a", 9, NULL, NULL), NMQ_OK);
+	sub.client_id = "sess";
+	assert_int_equal(store_sub_put(s, &sub, NULL, NULL), NMQ_OK);
+	assert_int_equal(store_rel_put(s, "sess", 3, NULL, NULL), NMQ_OK);
+	list_all(s);
+	assert_int_equal(L.n, 3);
+	assert_string_equal(L.cid[0], "$bridge/a");
+	assert_int_equal(L.rows[0], 2);
+	assert_int_equal(L.ids[0], 1);
+	assert_int_equal(L.filters[0], 0);
+	assert_string_equal(L.cid[1], "$bridge/c");
+	assert_int_equal(L.rows[1], 0);
+	assert_int_equal(L.ids[1], 1);
+	assert_int_equal(L.filters[1], 2);
+	assert_string_equal(L.cid[2], "$bridge/d");
+	assert_int_equal(L.rows[2], 0);
+	assert_int_equal(L.ids[2], 1);
+	assert_int_equal(store_session_del(s, "$bridge/c", NULL, NULL), NMQ_OK);
+	assert_int_equal(store_session_del(s, "$bridge/d", NULL, NULL), NMQ_OK);
+	list_all(s);
+	assert_int_equal(L.n, 1);
+	assert_string_equal(L.cid[0], "$bridge/a");
+	sync_store(s);
+	assert_int_equal(query_int("SELECT COUNT(*) FROM subs WHERE cid LIKE '$bridge/%'"), 0);
+	assert_int_equal(
+	    query_int("SELECT COUNT(*) FROM rel WHERE cid != 'sess' AND cid != '$bridge/a'"), 0);
 	store_close(s);
 	nmq_msg_release(keep);
 	nmq_msg_release(exp);
