@@ -322,6 +322,9 @@ struct nmq_bridges {
 };
 
 static _Atomic(nmq_bridges *) g_set; // for the store's eviction callback
+#ifdef NMQ_HAVE_STORE
+static bool bridges_store_row_gone(void *arg, const char *client_id, uint64_t seq);
+#endif
 
 static void bridge_release(bridge *b);
 static void pump_locked(bridge *b);
@@ -3406,6 +3409,7 @@ nmq_bridges *bridges_start(const nmq_conf *conf, const bridge_env *env)
 	bridges_reconfigure(set, conf);
 #ifdef NMQ_HAVE_STORE
 	if (env->store != NULL) {
+		store_bcache_set_gone(env->store, bridges_store_row_gone, NULL);
 		orphan_scan_start(set, conf, env->store);
 	}
 #endif
@@ -3555,6 +3559,44 @@ void bridges_store_evicted(void *arg, const char *client_id, uint64_t seq)
 	}
 	pthread_mutex_unlock(&set->mtx);
 }
+
+#ifdef NMQ_HAVE_STORE
+// The cache's question before an eviction (store_bcache_set_gone, store
+// thread): whether the row seq of client_id is done with. A cached row
+// older than the newest one in memory (mem_last_seq) whose entry is no
+// longer in memory was acked, refused or dropped: its delete is batched
+// (note_delete_locked) or queued, and evicting it loses nothing.
+static bool bridges_store_row_gone(void *arg, const char *client_id, uint64_t seq)
+{
+	(void)arg;
+	nmq_bridges *set  = atomic_load(&g_set);
+	bool         gone = false;
+	if (set == NULL || strncmp(client_id, "$bridge/", 8) != 0) {
+		return false;
+	}
+	pthread_mutex_lock(&set->mtx);
+	for (bridge *b = set->head; b != NULL; b = b->next) {
+		if (strcmp(b->store_id, client_id) != 0) {
+			continue;
+		}
+		pthread_mutex_lock(&b->mtx);
+		if (seq <= b->mem_last_seq) {
+			gone = true;
+			// In seq order (memory-only entries, seq 0, in between).
+			for (bentry *e = b->head; e != NULL && e->seq <= seq; e = e->next) {
+				if (e->seq == seq) {
+					gone = false;
+					break;
+				}
+			}
+		}
+		pthread_mutex_unlock(&b->mtx);
+		break;
+	}
+	pthread_mutex_unlock(&set->mtx);
+	return gone;
+}
+#endif
 
 size_t bridges_health_json(nmq_bridges *set, const char *name, char *buf, size_t cap)
 {

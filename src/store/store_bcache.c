@@ -442,18 +442,52 @@ int store_bcache_read(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 	return ret;
 }
 
+void store_bcache_set_gone(nmq_store *s, store_bcache_gone_fn fn, void *arg)
+{
+	atomic_store(&s->bgone_arg, arg);
+	atomic_store(&s->bgone, fn);
+}
+
+// Evicts n rows, oldest first (bridge by bridge, lowest seq first), not in
+// flight (state 0). A row the bridge is done with (acked, its delete not
+// applied yet: the bridge deletes in batches, within a second) is deleted
+// as the delete would, not counted nor reported as evicted: it frees the
+// room without losing a forward.
 int64_t store_bcache_evict(nmq_store *s, uint64_t n)
 {
 	if (n == 0 || s->bcache_rows == 0) {
 		return 0;
 	}
-	size_t        first = s->evict_len;
-	sqlite3_stmt *st    = bs(s, BS_OLDEST);
+	store_bcache_gone_fn gone     = atomic_load(&s->bgone);
+	void                *gone_arg = atomic_load(&s->bgone_arg);
+	size_t               first    = s->evict_len;
+	sqlite3_stmt        *st       = bs(s, BS_OLDEST);
 	sqlite3_bind_int64(st, 1, (sqlite3_int64)n);
 	int      rc;
 	int64_t *bids = NULL;
-	size_t   nb = 0, cap = 0;
+	struct {
+		int64_t  bid;
+		uint64_t seq;
+	} *done   = NULL; // rows done with
+	size_t nb = 0, cap = 0, nd = 0, dcap = 0;
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		const char *cid = (const char *)sqlite3_column_text(st, 2);
+		uint64_t    seq = (uint64_t)sqlite3_column_int64(st, 1);
+		int64_t     bid = sqlite3_column_int64(st, 0);
+		if (gone != NULL && cid != NULL && gone(gone_arg, cid, seq)) {
+			if (nd == dcap) {
+				size_t c = dcap ? dcap * 2 : 16;
+				void  *v = realloc(done, c * sizeof(*done));
+				if (v == NULL) {
+					break;
+				}
+				done = v;
+				dcap = c;
+			}
+			done[nd].bid   = bid;
+			done[nd++].seq = seq;
+			continue;
+		}
 		if (s->evict_len == s->evict_cap) {
 			size_t       c = s->evict_cap ? s->evict_cap * 2 : 16;
 			store_evict *v = realloc(s->evicts, c * sizeof(*v));
@@ -471,12 +505,11 @@ int64_t store_bcache_evict(nmq_store *s, uint64_t n)
 			}
 			bids = nv;
 		}
-		bids[nb++]       = sqlite3_column_int64(st, 0);
-		store_evict *e   = &s->evicts[s->evict_len++];
-		const char  *cid = (const char *)sqlite3_column_text(st, 2);
-		e->row           = 0;
-		e->msg_id        = 0;
-		e->seq           = (uint64_t)sqlite3_column_int64(st, 1);
+		bids[nb++]     = bid;
+		store_evict *e = &s->evicts[s->evict_len++];
+		e->row         = 0;
+		e->msg_id      = 0;
+		e->seq         = seq;
 		snprintf(e->cid, sizeof(e->cid), "%s", cid ? cid : "");
 		e->cid_full = (size_t)sqlite3_column_bytes(st, 2) < sizeof(e->cid) || cid == NULL
 		    ? NULL
@@ -484,6 +517,13 @@ int64_t store_bcache_evict(nmq_store *s, uint64_t n)
 	}
 	sqlite3_reset(st);
 	int64_t ret = rc == SQLITE_DONE || rc == SQLITE_ROW ? 0 : -1;
+	for (size_t i = 0; ret >= 0 && i < nd; i++) {
+		if (del_range_bid(s, done[i].bid, done[i].seq, done[i].seq) != 0) {
+			ret = -1;
+		} else {
+			ret++;
+		}
+	}
 	for (size_t i = 0; ret >= 0 && i < nb; i++) {
 		uint64_t seq = s->evicts[first + i].seq;
 		if (del_range_bid(s, bids[i], seq, seq) != 0) {
@@ -493,6 +533,7 @@ int64_t store_bcache_evict(nmq_store *s, uint64_t n)
 		}
 	}
 	free(bids);
+	free(done);
 	return ret;
 }
 

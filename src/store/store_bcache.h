@@ -17,4 +17,15 @@ nmq_err store_bcache_list(nmq_store *s,
     void (*fn)(void *arg, const char *client_id, uint64_t rows, uint32_t ids, uint32_t filters),
     store_done_fn done, void *arg);
 
+// Whether the cached row (client_id, seq) is done with: its forward was
+// acknowledged (or dropped) and its delete is on its way to the store.
+// Called on the store thread; must not block.
+typedef bool (*store_bcache_gone_fn)(void *arg, const char *client_id, uint64_t seq);
+
+// Sets the function eviction (disk_cache_size) asks about each row it
+// would take: a row done with is deleted without being counted or
+// reported as evicted (it was going anyway; taking it loses nothing).
+// fn may be NULL (every row counts). Any thread.
+void store_bcache_set_gone(nmq_store *s, store_bcache_gone_fn fn, void *arg);
+
 #endif

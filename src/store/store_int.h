@@ -9,6 +9,7 @@
 
 #include "nng/protocol/timer_wheel.h"
 #include "src/store/store.h"
+#include "src/store/store_bcache.h"
 
 // PRAGMA application_id of our files ("NMQS") and the schema version
 // (PRAGMA user_version) this code reads and writes. A migration from an
@@ -231,6 +232,9 @@ struct nmq_store {
 	struct store_bid *bids;
 	size_t            bids_len, bids_cap;
 	uint64_t          bcache_rows;
+	// store_bcache_set_gone: which rows eviction finds already done with.
+	_Atomic(store_bcache_gone_fn) bgone;
+	void *_Atomic                 bgone_arg;
 
 	_Atomic uint64_t commits, ops, failed, coalesced, evicted, expired, queued_rows_pub;
 	_Atomic unsigned test_group_oom; // store_test_group_oom

@@ -359,3 +359,154 @@ class FakeRemote:
                 pass
             if self.close_after_connack:
                 c.close()
+
+
+def _read_raw_packet(c):
+    first = c.recv(1)
+    if not first:
+        return None, None
+    n, mult = 0, 1
+    while True:
+        b = c.recv(1)
+        if not b:
+            return None, None
+        n += (b[0] & 0x7F) * mult
+        mult *= 128
+        if not b[0] & 0x80:
+            break
+    body = b""
+    while len(body) < n:
+        chunk = c.recv(n - len(body))
+        if not chunk:
+            return None, None
+        body += chunk
+    return first[0], body
+
+
+class RawRemote:
+    """A remote broker on a raw socket (3.1.1 or 5, as the bridge connects)
+    that keeps the session across connections (CONNACK session present
+    after the first) and records every PUBLISH it gets. It delivers a QoS 2
+    message when its PUBLISH comes (the spec's "method A": a PUBLISH whose
+    packet id awaits PUBREL is not delivered again) and answers PUBREC and
+    PUBCOMP. With receive_max its v5 CONNACK carries that Receive Maximum.
+    With hold_puback it keeps its PUBACKs until release(n) sends the n
+    oldest (release() all of them, and stops holding)."""
+
+    def __init__(self, receive_max=0, hold_puback=False):
+        self.receive_max = receive_max
+        self.hold_puback = hold_puback
+        self.held = []  # (connection, packet id) of PUBACKs not sent yet
+        self.srv = socket.socket()
+        self.srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.srv.bind((HOST, 0))
+        self.srv.listen(4)
+        self.port = self.srv.getsockname()[1]
+        self.lock = threading.Lock()
+        self.delivered = []  # payloads, in delivery order
+        self.publishes = 0  # every PUBLISH received
+        self.completed = 0  # PUBRELs answered
+        self.awaiting = set()  # packet ids awaiting PUBREL (the session's)
+        self.sessions = 0
+        self.conns = []
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def close(self):
+        for c in [self.srv] + self.conns:
+            try:
+                c.close()
+            except OSError:
+                pass
+
+    def release(self, n=None):
+        with self.lock:
+            if n is None:
+                self.hold_puback = False
+                n = len(self.held)
+            out, self.held = self.held[:n], self.held[n:]
+        for c, pid in out:
+            try:
+                c.sendall(bytes([0x40, 2, pid >> 8, pid & 0xFF]))
+            except OSError:
+                pass
+
+    def serve(self):
+        while True:
+            try:
+                c, _ = self.srv.accept()
+            except OSError:
+                return
+            self.conns.append(c)
+            threading.Thread(target=self.conn, args=(c,), daemon=True).start()
+
+    def conn(self, c):
+        v5 = False
+        try:
+            while True:
+                first, body = _read_raw_packet(c)
+                if first is None:
+                    break
+                t = first >> 4
+                if t == 1:  # CONNECT
+                    nl = (body[0] << 8) | body[1]
+                    v5 = body[2 + nl] & 0x7F == 5
+                    sp = 1 if self.sessions > 0 else 0
+                    self.sessions += 1
+                    if not v5:
+                        c.sendall(bytes([0x20, 2, sp, 0]))
+                    elif self.receive_max:
+                        rm = self.receive_max
+                        c.sendall(bytes([0x20, 6, sp, 0, 3, 0x21, rm >> 8, rm & 0xFF]))
+                    else:
+                        c.sendall(bytes([0x20, 3, sp, 0, 0]))
+                elif t == 3:  # PUBLISH
+                    qos = (first >> 1) & 3
+                    tl = (body[0] << 8) | body[1]
+                    i = 2 + tl
+                    pid = 0
+                    if qos > 0:
+                        pid = (body[i] << 8) | body[i + 1]
+                        i += 2
+                    if v5:
+                        n, mult = 0, 1
+                        while True:
+                            b = body[i]
+                            i += 1
+                            n += (b & 0x7F) * mult
+                            mult *= 128
+                            if not b & 0x80:
+                                break
+                        i += n
+                    payload = body[i:]
+                    hold = False
+                    with self.lock:
+                        self.publishes += 1
+                        if qos < 2 or pid not in self.awaiting:
+                            self.delivered.append(payload)
+                        if qos == 2:
+                            self.awaiting.add(pid)
+                        if qos == 1 and self.hold_puback:
+                            self.held.append((c, pid))
+                            hold = True
+                    if qos == 1 and not hold:
+                        c.sendall(bytes([0x40, 2, pid >> 8, pid & 0xFF]))
+                    elif qos == 2:
+                        c.sendall(bytes([0x50, 2, pid >> 8, pid & 0xFF]))
+                elif t == 6:  # PUBREL
+                    pid = (body[0] << 8) | body[1]
+                    with self.lock:
+                        self.awaiting.discard(pid)
+                        self.completed += 1
+                    c.sendall(bytes([0x70, 2, pid >> 8, pid & 0xFF]))
+                elif t == 8:  # SUBSCRIBE: granted as asked (v3: QoS 0)
+                    c.sendall(bytes([0x90, 3, body[0], body[1], 0]))
+                elif t == 12:  # PINGREQ
+                    c.sendall(b"\xd0\x00")
+                elif t == 14:  # DISCONNECT
+                    break
+        except (OSError, IndexError):
+            pass
+        try:
+            c.close()
+        except OSError:
+            pass

@@ -11,7 +11,10 @@ Debian's mosquitto is the remote, behind a fault-injecting proxy
   * At start, the cached forwards of a bridge no longer in the
     configuration are dropped and logged at error with their count; those
     of a bridge present but disabled are kept; a bridge added again later
-    finds its cache empty.
+    finds its cache empty. A removed bridge that left only inbound QoS 2
+    ids and mirrored filters has those dropped too.
+  * A full cache takes the rows of forwards already acked (their delete
+    still batched) first, and counts none of them as evicted.
   * A link that was up for a while and drops is tried again within half a
     second; one that drops soon after it came up does not start the
     backoff over: a remote that takes the link and drops it at once is
@@ -28,7 +31,8 @@ import unittest
 
 import nmq
 import nmq_ops
-from bridge_util import FakeRemote, FaultProxy, Mosquitto, bridge_conf, first_order, health
+from bridge_util import (FakeRemote, FaultProxy, Mosquitto, RawRemote, bridge_conf, first_order,
+                         health)
 from nmq import free_port
 from nmq_ops import OpsTestCase, wait_for
 
@@ -192,6 +196,47 @@ class TestBridgeCacheLeftovers(OpsTestCase):
         self.assertNotRegex(inst.output(), r"bridge=f event=cache_dropped")
         self.assert_stops(inst)
         self.assertEqual((rows("rel"), rows("subs")), (0, 0))
+
+    # A full cache evicts rows the remote has acked but whose delete is
+    # still batched in the bridge (up to a second) before the forwards it
+    # would send, and counts none of them as evicted. The remote (a raw
+    # socket, Receive Maximum 20) holds its PUBACKs: 25 forwards are cached
+    # (disk_cache_size 30), 20 sent; it acks 10 (the bridge sends the 5
+    # others, so the acks were taken), and 15 more come at once: the cache
+    # must lose 10 rows, and those are the 10 acked ones (they were evicted
+    # and counted, 10 "evicted" forwards that all arrived).
+    def test_acked_rows_not_counted_as_evicted(self):
+        inst = self.instance()
+        r = RawRemote(receive_max=20, hold_puback=True)
+        self.addCleanup(r.close)
+        port = free_port()
+        conf = inst.conf(port, extra=bridge_conf(
+            "f", "mqtt-tcp://127.0.0.1:%d" % r.port, 5, 5,
+            '{ local_topic = "q1/#", remote_topic = "" }') + cache_conf(inst, size=30))
+        self.start_broker(inst, ["start", "--conf", conf], port=port)
+        self.assertTrue(inst.wait_output(r"event=link_up", timeout=10), inst.output()[-2000:])
+        mon = self.client(port, "mon")
+        mon.connect()
+        mon.subscribe("$SYS/brokers/bridges/#", 0)
+        pub = self.client(port, "pub")
+        pub.connect()
+        for i in range(25):
+            pub.publish("q1/s", b"%d" % i, qos=1, wait=False)
+        pub.publish("other", b"sync", qos=1)  # every one above committed
+        self.assertTrue(wait_for(lambda: r.publishes >= 20, 5), r.publishes)
+        r.release(10)
+        self.assertTrue(wait_for(lambda: r.publishes >= 25, 5), r.publishes)
+        for i in range(25, 40):
+            pub.publish("q1/s", b"%d" % i, qos=1, wait=False)
+        pub.publish("other", b"sync", qos=1)
+        r.release()  # everything from now on
+        want = [b"%d" % i for i in range(40)]
+        wait_for(lambda: len(set(r.delivered)) >= 40, 10)
+        h = health(mon, "f", timeout=12, pred=lambda h: h["forwarded"] >= 40)
+        self.assertEqual(first_order(list(r.delivered)), want)
+        self.assertEqual((h["forwarded"], h["evicted"], h["dropped"]), (40, 0, 0), h)
+        self.assertNotIn("event=evicted", inst.output())
+        self.assert_stops(inst)
 
     # The listing at start runs on the store thread after what was queued
     # before it. Here another process holds the database's write lock (as

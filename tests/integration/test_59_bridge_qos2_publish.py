@@ -16,18 +16,15 @@ sent them again under other packet ids: the remote delivered them twice
 lost it). Now nothing goes before its state commits, and every message is
 delivered exactly once."""
 
-import shutil
 import signal
-import socket
 import sqlite3
-import threading
 import time
 import unittest
 
 import nmq
 import nmq_ops
-from bridge_util import FaultProxy, bridge_conf
-from nmq import HOST, free_port
+from bridge_util import FaultProxy, RawRemote, bridge_conf
+from nmq import free_port
 from nmq_ops import OpsTestCase, wait_for
 
 
@@ -37,117 +34,11 @@ def setUpModule():
     nmq_ops.nanomq_bin()
 
 
-def _read_packet(c):
-    first = c.recv(1)
-    if not first:
-        return None, None
-    n, mult = 0, 1
-    while True:
-        b = c.recv(1)
-        if not b:
-            return None, None
-        n += (b[0] & 0x7F) * mult
-        mult *= 128
-        if not b[0] & 0x80:
-            break
-    body = b""
-    while len(body) < n:
-        chunk = c.recv(n - len(body))
-        if not chunk:
-            return None, None
-        body += chunk
-    return first[0], body
-
-
-class MethodARemote:
-    """A 3.1.1 remote that delivers QoS 2 on PUBLISH (method A)."""
-
-    def __init__(self):
-        self.srv = socket.socket()
-        self.srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.srv.bind((HOST, 0))
-        self.srv.listen(4)
-        self.port = self.srv.getsockname()[1]
-        self.lock = threading.Lock()
-        self.delivered = []  # payloads, in delivery order
-        self.publishes = 0  # every PUBLISH received
-        self.completed = 0  # PUBRELs answered
-        self.awaiting = set()  # packet ids awaiting PUBREL (the session's)
-        self.sessions = 0
-        self.conns = []
-        threading.Thread(target=self.serve, daemon=True).start()
-
-    def close(self):
-        for c in [self.srv] + self.conns:
-            try:
-                c.close()
-            except OSError:
-                pass
-
-    def serve(self):
-        while True:
-            try:
-                c, _ = self.srv.accept()
-            except OSError:
-                return
-            self.conns.append(c)
-            threading.Thread(target=self.conn, args=(c,), daemon=True).start()
-
-    def conn(self, c):
-        try:
-            while True:
-                first, body = _read_packet(c)
-                if first is None:
-                    break
-                t = first >> 4
-                if t == 1:  # CONNECT: the session is kept (clean_start = false)
-                    sp = 1 if self.sessions > 0 else 0
-                    self.sessions += 1
-                    c.sendall(bytes([0x20, 2, sp, 0]))
-                elif t == 3:  # PUBLISH
-                    qos = (first >> 1) & 3
-                    tl = (body[0] << 8) | body[1]
-                    i = 2 + tl
-                    pid = 0
-                    if qos > 0:
-                        pid = (body[i] << 8) | body[i + 1]
-                        i += 2
-                    payload = body[i:]
-                    with self.lock:
-                        self.publishes += 1
-                        if qos < 2 or pid not in self.awaiting:
-                            self.delivered.append(payload)
-                        if qos == 2:
-                            self.awaiting.add(pid)
-                    if qos == 1:
-                        c.sendall(bytes([0x40, 2, pid >> 8, pid & 0xFF]))
-                    elif qos == 2:
-                        c.sendall(bytes([0x50, 2, pid >> 8, pid & 0xFF]))
-                elif t == 6:  # PUBREL
-                    pid = (body[0] << 8) | body[1]
-                    with self.lock:
-                        self.awaiting.discard(pid)
-                        self.completed += 1
-                    c.sendall(bytes([0x70, 2, pid >> 8, pid & 0xFF]))
-                elif t == 8:  # SUBSCRIBE: none expected; granted anyway
-                    c.sendall(bytes([0x90, 3, body[0], body[1], 0]))
-                elif t == 12:  # PINGREQ
-                    c.sendall(b"\xd0\x00")
-                elif t == 14:  # DISCONNECT
-                    break
-        except (OSError, IndexError):
-            pass
-        try:
-            c.close()
-        except OSError:
-            pass
-
-
 class TestBridgeQos2Publish(OpsTestCase):
 
     def test_kill9_qos2_publish_waits_for_its_state(self):
         inst = self.instance()
-        r = MethodARemote()
+        r = RawRemote()
         self.addCleanup(r.close)
         px = FaultProxy(r.port)
         self.addCleanup(px.close)
