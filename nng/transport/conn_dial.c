@@ -1,4 +1,10 @@
 // Outbound TCP and TLS connects; see conn_dial.h.
+//
+// A TLS connect is a TCP connect, then the client handshake on the
+// calling thread (mbed TLS's state machine over the non-blocking socket,
+// poll() between its steps), so that the connection then runs on the
+// workers' loops exactly as an accepted one does after the handshake
+// thread (docs/decisions/0041-bridge-tls-on-own-event-loops.md).
 #include "nng/transport/conn_dial.h"
 
 #include <errno.h>
@@ -8,12 +14,13 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "nng/transport/transport_err.h"
+#include "nng/core/log.h"
 
 static int64_t now_ms(void)
 {
@@ -131,52 +138,81 @@ nmq_err conn_dial_tcp(const char *host, int port, const conn_dial_opts *o, int t
 	return last == ETIMEDOUT ? NMQ_ETIMEDOUT : last == ECANCELED ? NMQ_ECLOSED : NMQ_EIO;
 }
 
-// The dial's completion (an NNG task thread): only a flag for the waiter.
-static void dial_done(void *arg)
+// Waits until fd is ready for events, the deadline passes or *cancel
+// turns true (checked every 100 ms). Returns 0, ETIMEDOUT, ECANCELED or an
+// errno.
+static int wait_ready(int fd, short events, int64_t deadline, const _Atomic bool *cancel)
 {
-	atomic_store((_Atomic bool *)arg, true);
+	for (;;) {
+		int64_t left = deadline - now_ms();
+		if (left <= 0) {
+			return ETIMEDOUT;
+		}
+		if (cancel != NULL) {
+			if (atomic_load(cancel)) {
+				return ECANCELED;
+			}
+			left = left > 100 ? 100 : left;
+		}
+		struct pollfd p = { .fd = fd, .events = events };
+		int           r = poll(&p, 1, (int)left);
+		if (r < 0 && errno != EINTR) {
+			return errno;
+		}
+		if (r > 0) {
+			return 0; // ready, or an error the next read or write reports
+		}
+	}
 }
 
-nmq_err conn_dial_tls(const char *host, int port, nng_tls_config *cfg, int timeout_ms,
-    const _Atomic bool *cancel, nng_stream **sp, char *err, size_t errlen)
+nmq_err conn_dial_tls(const char *host, int port, const conn_dial_opts *o, tls_engine_direct *cfg,
+    int timeout_ms, int *fdp, conn_tls **tp, char *err, size_t errlen)
 {
-	char               url[300];
-	nng_stream_dialer *d    = NULL;
-	nng_aio           *aio  = NULL;
-	_Atomic bool       done = false;
-	int                rv;
-	if (strchr(host, ':') != NULL) {
-		snprintf(url, sizeof(url), "tls+tcp://[%s]:%d", host, port);
-	} else {
-		snprintf(url, sizeof(url), "tls+tcp://%s:%d", host, port);
+	int64_t             deadline = now_ms() + timeout_ms;
+	const _Atomic bool *cancel   = o != NULL ? o->cancel : NULL;
+	int                 fd       = -1;
+	nmq_err             e = conn_dial_tcp(host, port, o, timeout_ms, &fd, err, errlen);
+	if (e != NMQ_OK) {
+		return e;
 	}
-	if ((rv = nng_stream_dialer_alloc(&d, url)) != 0
-	    || (rv = nng_stream_dialer_set_ptr(d, NNG_OPT_TLS_CONFIG, cfg)) != 0
-	    || (rv = nng_aio_alloc(&aio, dial_done, &done)) != 0) {
-		snprintf(err, errlen, "%s: %s", url, nng_strerror(rv));
-		goto out;
+	// The read-ahead room of the handshake (conn_tls_handshake).
+	uint8_t  *buf = malloc(CONN_TLS_RA_MIN);
+	conn_tls *t   = buf != NULL ? conn_tls_new_client(fd, cfg, host) : NULL;
+	if (t == NULL) {
+		free(buf);
+		close(fd);
+		snprintf(err, errlen, "TLS to %s:%d: out of memory", host, port);
+		return NMQ_ENOMEM;
 	}
-	nng_aio_set_timeout(aio, timeout_ms);
-	nng_stream_dialer_dial(d, aio);
-	while (cancel != NULL && !atomic_load(&done)) {
-		if (atomic_load(cancel)) {
-			nng_aio_cancel(aio);
+	char why[320] = "";
+	int  r;
+	while ((r = conn_tls_handshake(t, buf, CONN_TLS_RA_MIN, why, sizeof(why)))
+	    != CONN_TLS_DONE) {
+		if (r == CONN_TLS_FAILED) {
+			e = NMQ_ETLS;
 			break;
 		}
-		usleep(50 * 1000);
+		int w = wait_ready(fd, r == CONN_TLS_WANT_WRITE ? POLLOUT : POLLIN, deadline, cancel);
+		if (w != 0) {
+			snprintf(why, sizeof(why), "%s",
+			    w == ETIMEDOUT       ? "handshake timed out"
+			        : w == ECANCELED ? "cancelled"
+			                         : strerror(w));
+			e = w == ETIMEDOUT ? NMQ_ETIMEDOUT : w == ECANCELED ? NMQ_ECLOSED : NMQ_EIO;
+			break;
+		}
 	}
-	nng_aio_wait(aio);
-	if ((rv = nng_aio_result(aio)) != 0) {
-		snprintf(err, errlen, "connect to %s:%d: %s", host, port, nng_strerror(rv));
-		goto out;
+	free(buf);
+	if (r != CONN_TLS_DONE) {
+		if (e == NMQ_ETLS) {
+			log_warn_rl("tls", "server=%s event=handshake_failed reason=\"%s\"", host, why);
+		}
+		conn_tls_free(t);
+		close(fd);
+		snprintf(err, errlen, "TLS handshake with %s:%d: %s", host, port, why);
+		return e;
 	}
-	*sp = nng_aio_get_output(aio, 0);
-out:
-	if (aio != NULL) {
-		nng_aio_free(aio);
-	}
-	if (d != NULL) {
-		nng_stream_dialer_free(d);
-	}
-	return rv == 0 ? NMQ_OK : transport_err_from_nng(rv);
+	*fdp = fd;
+	*tp  = t;
+	return NMQ_OK;
 }

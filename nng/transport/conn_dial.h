@@ -1,8 +1,8 @@
 // Outbound connections, for the broker acting as a client of another
-// broker (the MQTT bridge). The connect itself runs on the calling thread
-// with a deadline; once connected, the socket (conn_alloc_fd) or the TLS
-// stream (conn_alloc) is served by the workers' event loops like any
-// accepted connection.
+// broker (the MQTT bridge). The connect, and for TLS the handshake, runs
+// on the calling thread with a deadline; once connected, the socket
+// (conn_alloc_fd) or the socket with its TLS state (conn_alloc_tls) is
+// served by the workers' event loops like any accepted connection.
 //
 // Threads: the calling thread may block up to the deadline (name
 // resolution, TCP and TLS handshakes): never call from a worker or an NNG
@@ -15,10 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <nng/nng.h>
-#include <nng/supplemental/tls/tls.h>
-
 #include "nng/core/nmq_err.h"
+#include "nng/transport/conn_tls.h"
 
 typedef struct conn_dial_opts {
 	bool        nodelay; // TCP_NODELAY
@@ -40,11 +38,18 @@ typedef struct conn_dial_opts {
 nmq_err conn_dial_tcp(const char *host, int port, const conn_dial_opts *o, int timeout_ms, int *fdp,
     char *err, size_t errlen);
 
-// Connects over TLS with cfg (a client configuration: server verification
-// and SNI as set in it), within timeout_ms; gives up within about 50 ms of
-// *cancel turning true (cancel may be NULL). Returns NMQ_OK with the
-// stream in *sp (the caller owns it), or an error with the reason in err.
-nmq_err conn_dial_tls(const char *host, int port, nng_tls_config *cfg, int timeout_ms,
-    const _Atomic bool *cancel, nng_stream **sp, char *err, size_t errlen);
+// Connects over TLS: conn_dial_tcp with o, then the client handshake on
+// cfg (a client configuration, tls_pem_client_build), sending host as SNI
+// and checking it against the server's certificate when cfg verifies the
+// server; all within timeout_ms, and given up within 100 ms of *o->cancel
+// turning true. Runs on the calling thread (the handshake's public-key
+// operations included). Returns NMQ_OK with the socket in *fdp and its
+// established TLS state in *tp (the caller owns both: conn_alloc_tls), or
+// an error with the reason in err: those of conn_dial_tcp, NMQ_ETLS for a
+// failed handshake ("certificate verify failed: ...", "the peer refused
+// the handshake: alert 40 (handshake failure)"; also logged at warn),
+// NMQ_ETIMEDOUT, NMQ_ECLOSED (cancelled), NMQ_ENOMEM.
+nmq_err conn_dial_tls(const char *host, int port, const conn_dial_opts *o, tls_engine_direct *cfg,
+    int timeout_ms, int *fdp, conn_tls **tp, char *err, size_t errlen);
 
 #endif // NMQ_CONN_DIAL_H

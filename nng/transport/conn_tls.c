@@ -54,6 +54,7 @@ struct conn_tls {
 	bool           failed; // a fatal error was seen: no more I/O
 	size_t         max_out; // largest record payload
 	tls_peer       peer;
+	tls_engine_ip  ip; // a client's: the server address to find in its certificate
 };
 
 // The calling thread's staging buffer for gathering records, freed when
@@ -195,6 +196,16 @@ conn_tls *conn_tls_new(int fd, tls_engine_direct *cfg)
 	return t;
 }
 
+conn_tls *conn_tls_new_client(int fd, tls_engine_direct *cfg, const char *server_name)
+{
+	conn_tls *t = conn_tls_new(fd, cfg);
+	if (t != NULL && tls_engine_client_name(&t->ssl, server_name, &t->ip) != 0) {
+		conn_tls_free(t);
+		return NULL;
+	}
+	return t;
+}
+
 void conn_tls_free(conn_tls *t)
 {
 	if (t == NULL) {
@@ -223,12 +234,8 @@ int conn_tls_handshake(conn_tls *t, uint8_t *buf, size_t bufsz, char *why, size_
 	if (rv == MBEDTLS_ERR_SSL_WANT_WRITE) {
 		return CONN_TLS_WANT_WRITE;
 	}
-	if (rv == MBEDTLS_ERR_SSL_CONN_EOF) {
-		snprintf(why, whylen, "peer closed");
-	} else if (rv == MBEDTLS_ERR_NET_RECV_FAILED || rv == MBEDTLS_ERR_NET_SEND_FAILED) {
-		snprintf(why, whylen, "socket error");
-	} else if (rv != 0) {
-		mbedtls_strerror(rv, why, whylen);
+	if (rv != 0) {
+		tls_engine_handshake_why(&t->ssl, &t->ip, rv, why, whylen);
 	} else {
 		snprintf(why, whylen, "out of memory");
 	}

@@ -5,9 +5,13 @@
 // conn_alloc_tls hands socket and state to a plain-socket connection
 // (conn_sock.c) on a worker's epoll loop, which then reads decrypted and
 // writes encrypted bytes itself (conn_int.h has the functions it uses).
+// An outbound connection (the bridge) is the same from the client side:
+// conn_dial_tls (conn_dial.h) connects, runs the handshake on the calling
+// thread, and the caller wraps the result with conn_alloc_tls.
 //
 // Threads: a conn_tls is used by one thread at a time: the handshake
-// thread until conn_alloc_tls, then under the connection's mutex.
+// thread (or the dialling thread) until conn_alloc_tls, then under the
+// connection's mutex.
 #ifndef NMQ_CONN_TLS_H
 #define NMQ_CONN_TLS_H
 
@@ -24,6 +28,11 @@ typedef struct conn_tls conn_tls;
 // reference is taken). Returns NULL when out of memory; fd stays the
 // caller's either way.
 conn_tls *conn_tls_new(int fd, tls_engine_direct *cfg);
+// The same for a client's socket, connected to server_name (a host
+// name, sent as SNI, or an address; NULL: none), which the server's
+// certificate must name when cfg verifies the server
+// (tls_engine_client_name). Returns NULL when out of memory.
+conn_tls *conn_tls_new_client(int fd, tls_engine_direct *cfg, const char *server_name);
 // Frees the state (not the socket).
 void conn_tls_free(conn_tls *t);
 

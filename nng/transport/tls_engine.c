@@ -10,6 +10,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -28,6 +29,7 @@
 #include <mbedtls/asn1.h>
 #include <mbedtls/ctr_drbg.h>
 #include <mbedtls/entropy.h>
+#include <mbedtls/error.h>
 #include <mbedtls/net_sockets.h>
 #include <mbedtls/oid.h>
 #include <mbedtls/pk.h>
@@ -83,11 +85,9 @@ struct nng_tls_engine_conn {
 	int                    io_err; // NNG error of the last failed bio call
 	bool                   checked; // OPTIONAL-mode client cert checked
 	tls_peer               peer; // filled when the handshake completes
-	// Client to an IP address: the address the server's certificate must
-	// name in an iPAddress subjectAltName (ip_len 4 or 16; 0: a host name,
-	// checked by mbed TLS).
-	uint8_t ip[16];
-	size_t  ip_len;
+	// Client: the address the server's certificate must name, if the
+	// name dialled is one (tls_engine_client_name).
+	tls_engine_ip ip;
 };
 
 // The process-wide random generator. mbed TLS may or may not be built
@@ -720,18 +720,122 @@ void tls_engine_record_peer(const mbedtls_ssl_context *ssl, tls_peer *peer)
 // subjectAltName (RFC 6125), as OpenSSL-based clients require.
 static int verify_ip(void *arg, mbedtls_x509_crt *crt, int depth, uint32_t *flags)
 {
-	const nng_tls_engine_conn *ec = arg;
+	const tls_engine_ip *ip = arg;
 	if (depth != 0) {
 		return 0;
 	}
 	for (const mbedtls_x509_sequence *n = &crt->subject_alt_names; n != NULL; n = n->next) {
-		if (n->buf.tag == (MBEDTLS_ASN1_CONTEXT_SPECIFIC | 7) && n->buf.len == ec->ip_len
-		    && memcmp(n->buf.p, ec->ip, ec->ip_len) == 0) {
+		if (n->buf.tag == (MBEDTLS_ASN1_CONTEXT_SPECIFIC | 7) && n->buf.len == ip->len
+		    && memcmp(n->buf.p, ip->a, ip->len) == 0) {
 			return 0;
 		}
 	}
 	*flags |= MBEDTLS_X509_BADCERT_CN_MISMATCH;
 	return 0;
+}
+
+// Sets the name a client expects; see tls_engine.h.
+int tls_engine_client_name(mbedtls_ssl_context *ssl, const char *name, tls_engine_ip *ip)
+{
+	char   v6[64];
+	size_t n;
+	memset(ip, 0, sizeof(*ip));
+	if (name == NULL) {
+		return 0;
+	}
+	n = strlen(name);
+	// "[::1]" is an IPv6 literal too.
+	if (n >= 2 && n < sizeof(v6) && name[0] == '[' && name[n - 1] == ']') {
+		memcpy(v6, name + 1, n - 2);
+		v6[n - 2] = '\0';
+		name      = v6;
+	}
+	if (inet_pton(AF_INET, name, ip->a) == 1) {
+		ip->len = 4;
+	} else if (inet_pton(AF_INET6, name, ip->a) == 1) {
+		ip->len = 16;
+	}
+	if (ip->len > 0) {
+		// No SNI for an address (RFC 6066 3); the name check is
+		// verify_ip's.
+		mbedtls_ssl_set_verify(ssl, verify_ip, ip);
+		return 0;
+	}
+	return mbedtls_ssl_set_hostname(ssl, name) == 0 ? 0 : NNG_ENOMEM;
+}
+
+// The name of a TLS alert (RFC 5246 7.2), or NULL.
+static const char *alert_name(int a)
+{
+	switch (a) {
+	case MBEDTLS_SSL_ALERT_MSG_HANDSHAKE_FAILURE:
+		return "handshake failure";
+	case MBEDTLS_SSL_ALERT_MSG_BAD_CERT:
+		return "bad certificate";
+	case MBEDTLS_SSL_ALERT_MSG_UNSUPPORTED_CERT:
+		return "unsupported certificate";
+	case MBEDTLS_SSL_ALERT_MSG_CERT_REVOKED:
+		return "certificate revoked";
+	case MBEDTLS_SSL_ALERT_MSG_CERT_EXPIRED:
+		return "certificate expired";
+	case MBEDTLS_SSL_ALERT_MSG_CERT_UNKNOWN:
+		return "certificate unknown";
+	case MBEDTLS_SSL_ALERT_MSG_UNKNOWN_CA:
+		return "unknown CA";
+	case MBEDTLS_SSL_ALERT_MSG_ACCESS_DENIED:
+		return "access denied";
+	case MBEDTLS_SSL_ALERT_MSG_PROTOCOL_VERSION:
+		return "protocol version";
+	case MBEDTLS_SSL_ALERT_MSG_INSUFFICIENT_SECURITY:
+		return "insufficient security";
+	case MBEDTLS_SSL_ALERT_MSG_UNRECOGNIZED_NAME:
+		return "unrecognized name";
+	case 116: // certificate_required (TLS 1.3)
+		return "certificate required";
+	default:
+		return NULL;
+	}
+}
+
+// Says why a handshake failed; see tls_engine.h.
+void tls_engine_handshake_why(
+    const mbedtls_ssl_context *ssl, const tls_engine_ip *ip, int rv, char *why, size_t len)
+{
+	uint32_t vr = mbedtls_ssl_get_verify_result(ssl);
+	if (rv == MBEDTLS_ERR_X509_CERT_VERIFY_FAILED && vr != 0 && vr != (uint32_t)-1) {
+		char info[256];
+		int  n = mbedtls_x509_crt_verify_info(info, sizeof(info), "", vr);
+		for (int i = 0; i < n && info[i] != '\0'; i++) {
+			if (info[i] == '\n') {
+				info[i] = i + 1 < n && info[i + 1] != '\0' ? ';' : '\0';
+			}
+		}
+		// For an address, a name mismatch is verify_ip's: the CN is not
+		// looked at, so mbed TLS's wording would mislead.
+		bool by_ip = ip != NULL && ip->len > 0 && (vr & MBEDTLS_X509_BADCERT_CN_MISMATCH);
+		snprintf(why, len, "certificate verify failed: %s%s",
+		    by_ip ? "no iPAddress subjectAltName matches the address (the CN is not "
+		            "checked for addresses); "
+		          : "",
+		    n > 0 ? info : "unknown");
+		return;
+	}
+	if (rv == MBEDTLS_ERR_SSL_FATAL_ALERT_MESSAGE && ssl->in_msg != NULL) {
+		int         a    = ssl->in_msg[1];
+		const char *name = alert_name(a);
+		snprintf(why, len, "the peer refused the handshake: alert %d (%s)", a,
+		    name != NULL ? name : "fatal");
+		return;
+	}
+	if (rv == MBEDTLS_ERR_SSL_CONN_EOF) {
+		snprintf(why, len, "peer closed");
+	} else if (rv == MBEDTLS_ERR_NET_RECV_FAILED || rv == MBEDTLS_ERR_NET_SEND_FAILED) {
+		snprintf(why, len, "socket error");
+	} else if (rv == MBEDTLS_ERR_SSL_NO_CLIENT_CERTIFICATE) {
+		snprintf(why, len, "no client certificate");
+	} else {
+		mbedtls_strerror(rv, why, len);
+	}
 }
 
 // Sets up the TLS state of one connection. Returns 0, or NNG_ENOMEM.
@@ -744,28 +848,9 @@ static int conn_init(nng_tls_engine_conn *ec, void *tls, nng_tls_engine_config *
 	if (mbedtls_ssl_setup(&ec->ssl, &cfg->conf) != 0) {
 		return NNG_ENOMEM;
 	}
-	if (cfg->mode == NNG_TLS_MODE_CLIENT && cfg->server_name != NULL) {
-		const char *sn = cfg->server_name;
-		char        v6[64];
-		size_t      n = strlen(sn);
-		// "[::1]" is an IPv6 literal too.
-		if (n >= 2 && n < sizeof(v6) && sn[0] == '[' && sn[n - 1] == ']') {
-			memcpy(v6, sn + 1, n - 2);
-			v6[n - 2] = '\0';
-			sn        = v6;
-		}
-		if (inet_pton(AF_INET, sn, ec->ip) == 1) {
-			ec->ip_len = 4;
-		} else if (inet_pton(AF_INET6, sn, ec->ip) == 1) {
-			ec->ip_len = 16;
-		}
-		if (ec->ip_len > 0) {
-			// No SNI for an address (RFC 6066 3); the name check is
-			// verify_ip's.
-			mbedtls_ssl_set_verify(&ec->ssl, verify_ip, ec);
-		} else if (mbedtls_ssl_set_hostname(&ec->ssl, cfg->server_name) != 0) {
-			return NNG_ENOMEM;
-		}
+	if (cfg->mode == NNG_TLS_MODE_CLIENT
+	    && tls_engine_client_name(&ec->ssl, cfg->server_name, &ec->ip) != 0) {
+		return NNG_ENOMEM;
 	}
 	mbedtls_ssl_set_bio(&ec->ssl, ec, bio_send, bio_recv, NULL);
 	return 0;
@@ -830,25 +915,10 @@ static int conn_handshake(nng_tls_engine_conn *ec)
 	int rv = handshake_run(&ec->ssl, ec->cfg, &ec->checked, &ec->peer);
 	if (rv == MBEDTLS_ERR_X509_CERT_VERIFY_FAILED && ec->cfg->mode == NNG_TLS_MODE_CLIENT) {
 		// Else the dialler only sees its connection end.
-		char why[256];
-		int  n = mbedtls_x509_crt_verify_info(
-		     why, sizeof(why), "", mbedtls_ssl_get_verify_result(&ec->ssl));
-		for (int i = 0; i < n && why[i] != '\0'; i++) {
-			if (why[i] == '\n') {
-				why[i] = i + 1 < n && why[i + 1] != '\0' ? ';' : '\0';
-			}
-		}
-		// For an address, a name mismatch is verify_ip's: the CN is not
-		// looked at, so mbed TLS's wording would mislead.
-		bool by_ip = ec->ip_len > 0
-		    && (mbedtls_ssl_get_verify_result(&ec->ssl) & MBEDTLS_X509_BADCERT_CN_MISMATCH);
-		log_warn_rl("tls",
-		    "server=%s event=handshake_failed reason=\"certificate not verified: %s%s\"",
-		    ec->cfg->server_name != NULL ? ec->cfg->server_name : "",
-		    by_ip ? "no iPAddress subjectAltName matches the address (the CN is not "
-		            "checked for addresses); "
-		          : "",
-		    n > 0 ? why : "unknown");
+		char why[320];
+		tls_engine_handshake_why(&ec->ssl, &ec->ip, rv, why, sizeof(why));
+		log_warn_rl("tls", "server=%s event=handshake_failed reason=\"%s\"",
+		    ec->cfg->server_name != NULL ? ec->cfg->server_name : "", why);
 	}
 	return rv == 0 ? 0 : map_error(ec, rv);
 }

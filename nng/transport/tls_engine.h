@@ -28,6 +28,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <mbedtls/ssl.h>
 #include <nng/nng.h>
@@ -154,5 +155,30 @@ int tls_engine_handshake(
     mbedtls_ssl_context *ssl, const tls_engine_direct *d, bool *checked, tls_peer *peer);
 // Fills *peer from a finished handshake.
 void tls_engine_record_peer(const mbedtls_ssl_context *ssl, tls_peer *peer);
+
+// What a client expects the server's certificate to name, when the name
+// it dialled is an address: the certificate must carry it as an iPAddress
+// subjectAltName (mbed TLS 2.28 checks DNS names and the CN only).
+typedef struct tls_engine_ip {
+	uint8_t a[16];
+	size_t  len; // 4 or 16; 0: the name is a host name, mbed TLS checks it
+} tls_engine_ip;
+
+// Sets, on a client's ssl (set up, handshake not started), the server
+// name: a host name is sent as SNI and checked by mbed TLS against the
+// certificate's DNS names (else its CN); an address (IPv4, IPv6, "[v6]")
+// is not sent (RFC 6066 3) and is checked against the certificate's
+// iPAddress names through *ip, which must live as long as ssl. NULL: no
+// name. The check only refuses when the configuration verifies the
+// server. Returns 0 or NNG_ENOMEM.
+int tls_engine_client_name(mbedtls_ssl_context *ssl, const char *name, tls_engine_ip *ip);
+
+// Writes into why a readable reason for a handshake of ssl that failed
+// with mbed TLS error rv: "certificate verify failed: <mbed TLS's
+// verification flags, ';'-separated>" (naming the iPAddress check when ip
+// says the name was an address), "the peer refused the handshake: alert
+// 40 (handshake failure)", "peer closed", or mbed TLS's text.
+void tls_engine_handshake_why(
+    const mbedtls_ssl_context *ssl, const tls_engine_ip *ip, int rv, char *why, size_t len);
 
 #endif // NMQ_TLS_ENGINE_H

@@ -300,13 +300,14 @@ nmq_err tls_pem_check(const tls_pem_spec *s, char *err, size_t errlen)
 
 // Builds a client configuration; see tls_pem.h.
 nmq_err tls_pem_client_build(
-    const tls_pem_spec *o, const char *server_name, nng_tls_config **cfgp, char *err, size_t errlen)
+    const tls_pem_spec *o, tls_engine_direct **dp, char *err, size_t errlen)
 {
-	const char     *name = o->name != NULL ? o->name : "tls";
-	tls_pem_spec    s    = *o;
-	nng_tls_config *cfg  = NULL;
-	nmq_err         e;
-	int             rv;
+	const char        *name = o->name != NULL ? o->name : "tls";
+	tls_pem_spec       s    = *o;
+	tls_engine_direct *d    = NULL;
+	tls_files          f;
+	nmq_err            e;
+	int                rv;
 	if (s.verify_peer && (s.cacertfile == NULL || s.cacertfile[0] == '\0')
 	    && access(TLS_PEM_SYSTEM_CA, R_OK) == 0) {
 		s.cacertfile = TLS_PEM_SYSTEM_CA;
@@ -315,59 +316,45 @@ nmq_err tls_pem_client_build(
 	// would let the handshake go on).
 	s.fail_if_no_peer_cert = true;
 	if (s.certfile != NULL && s.certfile[0] != '\0') {
-		if ((e = tls_pem_config_build(&s, NNG_TLS_MODE_CLIENT, &cfg, err, errlen))
-		    != NMQ_OK) {
-			return e;
-		}
-	} else {
-		tls_files f;
-		memset(&f, 0, sizeof(f));
-		if ((rv = tls_engine_init()) != 0) {
-			snprintf(
-			    err, errlen, "%s: TLS is not available: %s", name, nng_strerror(rv));
-			return NMQ_ENOTSUP;
-		}
-		if (s.verify_peer && (s.cacertfile == NULL || s.cacertfile[0] == '\0')) {
-			snprintf(err, errlen, "%s: verify_peer needs cacertfile", name);
-			return NMQ_EINVAL;
-		}
-		if (s.cacertfile != NULL && s.cacertfile[0] != '\0'
-		    && (e = pem_read(
-		            name, "cacertfile", s.cacertfile, &f.ca, &f.ca_len, err, errlen))
-		        != NMQ_OK) {
-			return e;
-		}
-		tls_engine_params params = { .groups = s.groups, .ciphers = s.ciphers };
-		if ((rv = tls_engine_config_alloc(&cfg, NNG_TLS_MODE_CLIENT, &params)) != 0) {
-			snprintf(err, errlen, "%s: cannot create TLS configuration: %s", name,
-			    nng_strerror(rv));
-			tls_files_free(&f);
-			return transport_err_from_nng(rv);
-		}
-		if (f.ca != NULL && (rv = nng_tls_config_ca_chain(cfg, f.ca, NULL)) != 0) {
-			snprintf(err, errlen, "%s: cacertfile %s: %s", name, s.cacertfile,
-			    nng_strerror(rv));
-			tls_files_free(&f);
-			nng_tls_config_free(cfg);
-			return NMQ_ETLS;
-		}
-		tls_files_free(&f);
-		rv = nng_tls_config_auth_mode(
-		    cfg, s.verify_peer ? NNG_TLS_AUTH_MODE_REQUIRED : NNG_TLS_AUTH_MODE_NONE);
-		if (rv != 0) {
-			snprintf(err, errlen, "%s: TLS auth mode: %s", name, nng_strerror(rv));
-			nng_tls_config_free(cfg);
-			return NMQ_ETLS;
-		}
+		// A client certificate: the same files and checks as a server's.
+		return tls_pem_direct_build(&s, NNG_TLS_MODE_CLIENT, dp, err, errlen);
 	}
-	if (server_name != NULL && (rv = nng_tls_config_server_name(cfg, server_name)) != 0) {
+	memset(&f, 0, sizeof(f));
+	if (s.verify_peer && (s.cacertfile == NULL || s.cacertfile[0] == '\0')) {
+		snprintf(err, errlen, "%s: verify_peer needs cacertfile", name);
+		return NMQ_EINVAL;
+	}
+	if (s.cacertfile != NULL && s.cacertfile[0] != '\0'
+	    && (e = pem_read(name, "cacertfile", s.cacertfile, &f.ca, &f.ca_len, err, errlen))
+	        != NMQ_OK) {
+		return e;
+	}
+	tls_engine_params params = { .groups = s.groups, .ciphers = s.ciphers };
+	e                        = NMQ_ETLS;
+	if ((rv = tls_engine_direct_alloc(&d, NNG_TLS_MODE_CLIENT, &params)) != 0) {
 		snprintf(
-		    err, errlen, "%s: server name %s: %s", name, server_name, nng_strerror(rv));
-		nng_tls_config_free(cfg);
-		return NMQ_ETLS;
+		    err, errlen, "%s: cannot create TLS configuration: %s", name, nng_strerror(rv));
+		e = transport_err_from_nng(rv);
+		goto fail;
 	}
-	*cfgp = cfg;
+	if (f.ca != NULL && (rv = tls_engine_direct_ca_chain(d, f.ca)) != 0) {
+		snprintf(
+		    err, errlen, "%s: cacertfile %s: %s", name, s.cacertfile, nng_strerror(rv));
+		goto fail;
+	}
+	rv = tls_engine_direct_auth_mode(
+	    d, s.verify_peer ? NNG_TLS_AUTH_MODE_REQUIRED : NNG_TLS_AUTH_MODE_NONE);
+	if (rv != 0) {
+		snprintf(err, errlen, "%s: TLS auth mode: %s", name, nng_strerror(rv));
+		goto fail;
+	}
+	tls_files_free(&f);
+	*dp = d;
 	return NMQ_OK;
+fail:
+	tls_engine_direct_free(d);
+	tls_files_free(&f);
+	return e;
 }
 
 // Builds a configuration for code that drives mbed TLS itself; see

@@ -49,14 +49,17 @@ nmq_err tls_pem_config_build(
 // names no cacertfile.
 #define TLS_PEM_SYSTEM_CA "/etc/ssl/certs/ca-certificates.crt"
 
-// Builds a client configuration (an outbound link): the server's
-// certificate is verified when s->verify_peer (against s->cacertfile, else
-// the system bundle above), and the handshake fails if it does not verify;
-// certfile and keyfile are optional (a client certificate); server_name
-// (may be NULL) is sent as SNI and checked against the certificate.
-// Returns as tls_pem_config_build.
-nmq_err tls_pem_client_build(const tls_pem_spec *s, const char *server_name, nng_tls_config **cfgp,
-    char *err, size_t errlen);
+// Builds a client configuration (an outbound link, tls_engine_direct,
+// for conn_dial_tls): the server's certificate is verified when
+// s->verify_peer (against s->cacertfile, else the system bundle above),
+// and the handshake fails if it does not verify; certfile and keyfile are
+// optional (a client certificate, its key opened with key_password). The
+// server name (SNI, and the name the certificate must carry) is the
+// connection's (conn_tls_new_client). Returns NMQ_OK with *dp set
+// (tls_engine_direct_free), or the errors of tls_pem_config_build.
+struct tls_engine_direct;
+nmq_err tls_pem_client_build(
+    const tls_pem_spec *s, struct tls_engine_direct **dp, char *err, size_t errlen);
 
 // Builds a configuration on our engine for code that runs mbed TLS over its
 // own sockets (tls_engine_direct, the REST API's HTTPS) from the files of s,
@@ -64,7 +67,6 @@ nmq_err tls_pem_client_build(const tls_pem_spec *s, const char *server_name, nng
 // side; a server verifies clients as s asks (verify_peer: OPTIONAL, plus
 // fail_if_no_peer_cert: REQUIRED). Returns NMQ_OK with *dp set
 // (tls_engine_direct_free), or the errors of tls_pem_config_build.
-struct tls_engine_direct;
 nmq_err tls_pem_direct_build(const tls_pem_spec *s, nng_tls_mode mode,
     struct tls_engine_direct **dp, char *err, size_t errlen);
 

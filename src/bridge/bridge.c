@@ -2759,11 +2759,11 @@ static bool dial_locked(bridge *b, const char *url)
 	nmq_conn *c = NULL;
 	char      err[256];
 	nmq_err   e;
+	conn_dial_opts o  = { cfg_copy.tcp_nodelay, cfg_copy.tcp_keepalive,
+		 (int)cfg_copy.tcp_keepidle, (int)cfg_copy.tcp_keepintvl, (int)cfg_copy.tcp_keepcnt,
+		 cfg_copy.bind_interface, &b->cancel };
+	int            fd = -1;
 	if (!tls) {
-		conn_dial_opts o  = { cfg_copy.tcp_nodelay, cfg_copy.tcp_keepalive,
-			 (int)cfg_copy.tcp_keepidle, (int)cfg_copy.tcp_keepintvl,
-			 (int)cfg_copy.tcp_keepcnt, cfg_copy.bind_interface, &b->cancel };
-		int            fd = -1;
 		e = conn_dial_tcp(host, port, &o, CONNECT_TIMEOUT_MS, &fd, err, sizeof(err));
 		if (e == NMQ_OK && (c = conn_alloc_fd(fd, b->set->env.cenv)) == NULL) {
 			close(fd);
@@ -2771,26 +2771,30 @@ static bool dial_locked(bridge *b, const char *url)
 			snprintf(err, sizeof(err), "out of memory");
 		}
 	} else {
+		// TCP, then the TLS handshake on this thread; the link then runs
+		// on the workers' loops like an accepted TLS connection
+		// (decisions/0041).
 		tls_pem_spec s;
 		memset(&s, 0, sizeof(s));
 		char name[300];
 		snprintf(name, sizeof(name), "bridges.mqtt.%s.ssl", b->name);
-		s.name             = name;
-		s.certfile         = cfg_copy.certfile;
-		s.keyfile          = cfg_copy.keyfile;
-		s.cacertfile       = cfg_copy.cacertfile;
-		s.key_password     = cfg_copy.key_password;
-		s.verify_peer      = cfg_copy.verify_peer;
-		nng_tls_config *tc = NULL;
-		e                  = tls_pem_client_build(&s, host, &tc, err, sizeof(err));
-		nng_stream *st     = NULL;
+		s.name                = name;
+		s.certfile            = cfg_copy.certfile;
+		s.keyfile             = cfg_copy.keyfile;
+		s.cacertfile          = cfg_copy.cacertfile;
+		s.key_password        = cfg_copy.key_password;
+		s.verify_peer         = cfg_copy.verify_peer;
+		tls_engine_direct *tc = NULL;
+		conn_tls          *t  = NULL;
+		e                     = tls_pem_client_build(&s, &tc, err, sizeof(err));
 		if (e == NMQ_OK) {
 			e = conn_dial_tls(
-			    host, port, tc, CONNECT_TIMEOUT_MS, &b->cancel, &st, err, sizeof(err));
-			nng_tls_config_free(tc);
+			    host, port, &o, tc, CONNECT_TIMEOUT_MS, &fd, &t, err, sizeof(err));
+			tls_engine_direct_free(tc); // t holds its own reference
 		}
-		if (e == NMQ_OK && (c = conn_alloc(st, b->set->env.cenv)) == NULL) {
-			nng_stream_free(st);
+		if (e == NMQ_OK && (c = conn_alloc_tls(fd, t, b->set->env.cenv)) == NULL) {
+			conn_tls_free(t);
+			close(fd);
 			e = NMQ_ENOMEM;
 			snprintf(err, sizeof(err), "out of memory");
 		}
