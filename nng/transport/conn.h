@@ -1,17 +1,13 @@
 // One client connection: the receive buffer that cuts MQTT frames out of
 // arbitrary chunks, and the outbound queue flushed with gather sends that
-// survive short counts. Two byte backends (conn_sock.c, conn_stream.c;
-// the interface is in conn_int.h) and an optional WebSocket layer
-// (conn_ws.c) over either:
-// - a TCP socket (every listener; TLS on it for tls+tcp and wss,
-//   conn_tls.h) owned by one worker's event loop (workq.h): the worker
-//   reads (and decrypts) and dispatches frames when the socket is
-//   readable, and output is written (encrypted) by whichever thread
-//   flushes it; only a full socket arms EPOLLOUT on the owner;
-// - an nng_stream (the bridge's outbound TLS): the recv callback (an NNG
-//   task thread) only records the result and posts the connection's job
-//   to a worker, which hands the frames up and re-arms the receive; sends
-//   are NNG aios whose completions continue the output.
+// survive short counts. One byte backend (conn_sock.c; the interface is
+// in conn_int.h) and an optional WebSocket layer (conn_ws.c) over it:
+// a TCP socket (every listener and the bridges' outbound links; TLS on it
+// for tls+tcp, wss and a bridge's TLS, conn_tls.h) owned by one worker's
+// event loop (workq.h): the worker reads (and decrypts) and dispatches
+// frames when the socket is readable, and output is written (encrypted)
+// by whichever thread flushes it; only a full socket arms EPOLLOUT on the
+// owner.
 //
 // Threads and ownership:
 // - At most one thread processes a connection's input at a time, in order,
@@ -64,9 +60,6 @@ typedef struct conn_env {
 	size_t   tx_high_water; // stop pulling queued messages above this
 } conn_env;
 
-// Wraps an accepted stream. Returns NULL on allocation failure (the caller
-// still owns the stream). ref = 1 for the caller.
-nmq_conn *conn_alloc(nng_stream *s, const conn_env *env);
 // Wraps an accepted plain TCP socket (non-blocking, TCP_NODELAY set): the
 // connection is served by one worker's event loop, and writes go straight
 // to the socket. Returns NULL on allocation failure (the caller still owns
@@ -116,9 +109,8 @@ void *conn_tag(nmq_conn *c);
 
 // Peer address as "a.b.c.d:port" or "[v6]:port".
 const char *conn_peer(nmq_conn *c);
-nng_stream *conn_stream(nmq_conn *c);
 // The worker that owns the connection (a socket's: the one that reads and
-// flushes it), or -1 when none does (an NNG stream).
+// flushes it).
 int conn_owner(const nmq_conn *c);
 
 // Outbound queue; every call below needs conn_tx_lock held.

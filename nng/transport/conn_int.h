@@ -6,8 +6,7 @@
 // A connection is the common object of conn.c (reference count, frame
 // cutting, the outbound queue, close and drain) over one byte backend:
 // - conn_sock.c: a plain TCP socket on its owner worker's epoll loop,
-//   optionally carrying TLS (conn_tls.c: mbed TLS on the same loop);
-// - conn_stream.c: an nng_stream (TLS) with NNG aios.
+//   optionally carrying TLS (conn_tls.c: mbed TLS on the same loop).
 // A layer may sit between the backend's bytes and the MQTT frames:
 // - conn_ws.c: WebSocket (RFC 6455), over either backend.
 // The common code calls the backend through c->be (one indirect call per
@@ -250,7 +249,6 @@ typedef struct conn_backend {
 } conn_backend;
 
 extern const conn_backend conn_sock_backend;
-extern const conn_backend conn_stream_backend;
 
 // ---------------------------------------------------------------------------
 // Layers between the backend's bytes and the MQTT frames.
@@ -282,8 +280,8 @@ struct conn_layer {
 struct nmq_conn {
 	const conn_backend *be;
 	conn_layer         *layer; // NULL for plain MQTT
-	// The backend's own state: conn_stream.c's stream and aios, or
-	// conn_sock.c's lingering close; NULL when none.
+	// The backend's own state: conn_sock.c's TLS state and lingering
+	// close; NULL when none.
 	void           *be_state;
 	const conn_env *env;
 	const conn_ops *ops;
@@ -299,7 +297,6 @@ struct nmq_conn {
 	uint8_t *rx;
 	uint32_t rx_len;
 	uint32_t rx_cap;
-	int      rx_result; // NNG stream: the last receive's result
 
 	int      fd; // plain socket, else -1
 	uint32_t ep_events; // events registered (mtx)
@@ -316,7 +313,6 @@ struct nmq_conn {
 	uint32_t tx_sending; // bytes taken from fill by a running backend send
 	bool     ep_added; // fd is in the epoll set
 	bool     rx_paused; // the upper layer asked to stop reading for now
-	bool     rx_parked; // NNG stream: no receive posted because of the pause
 	bool     closing;
 	bool     draining;
 	bool     reading_done;

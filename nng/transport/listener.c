@@ -263,7 +263,7 @@ bool listener_conn_authorized(nmq_conn *c, char *cn, size_t cnlen)
 	}
 	bool verify = atomic_load(&l->verify_peer);
 	bool demand = atomic_load(&l->fail_if_no_peer_cert);
-	if ((!conn_tls_peer(c, &p) && !tls_engine_peer(conn_stream(c), &p)) || !p.handshake_done) {
+	if (!conn_tls_peer(c, &p) || !p.handshake_done) {
 		return !verify;
 	}
 	if (verify && p.cert_present && !p.verified) {
@@ -281,17 +281,13 @@ bool listener_conn_authorized(nmq_conn *c, char *cn, size_t cnlen)
 // Reads the TLS peer record of a connection; see listener.h.
 bool listener_conn_peer(nmq_conn *c, tls_peer *p)
 {
-	return conn_tls_peer(c, p) || tls_engine_peer(conn_stream(c), p);
+	return conn_tls_peer(c, p);
 }
 
 const tls_peer *listener_conn_peer_ref(nmq_conn *c, tls_peer *tmp)
 {
-	const tls_peer *p = conn_tls_peer_ref(c);
-	if (p != NULL) {
-		return p;
-	}
-	nng_stream *s = conn_stream(c);
-	return s != NULL && tls_engine_peer(s, tmp) ? tmp : NULL;
+	(void)tmp;
+	return conn_tls_peer_ref(c);
 }
 
 // Says whether c's listener is over its connection limit; see listener.h.

@@ -116,10 +116,9 @@ bool listener_conn_over_limit(nmq_conn *c);
 // %C / %d in HTTP auth, and logs). Returns false, with *p zeroed, for a
 // connection without TLS from our engine. Never blocks.
 bool listener_conn_peer(nmq_conn *c, tls_peer *p);
-// The same record without copying it where the connection keeps one (a
-// TLS socket: its handshake's record, valid while c is held); an NNG TLS
-// stream's is read into *tmp. NULL for a connection without TLS (a plain
-// socket answers at once). Never blocks.
+// The same record without copying it (its handshake's record, valid while
+// c is held; tmp is not used). NULL for a connection without TLS. Never
+// blocks.
 const tls_peer *listener_conn_peer_ref(nmq_conn *c, tls_peer *tmp);
 
 #endif // NMQ_LISTENER_H
