@@ -33,7 +33,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 
 scenarios_all=(fanout_q0 fanout_q1 fanout_q0_20 fanout_q1_20 four_q0 four_q1 pairs_q1 pairs_q1_1hz
 	shared_q1 idle_10k startup tls_storm tls_storm_ec tls_resume tls_fanout_q0 tls_fanout_q1
-	tls_pairs_q1_1hz bridge_fwd_q1 bridge_drain_100k bridge_drain_100k_mem
+	tls_pairs_q1_1hz bridge_fwd_q1 bridge_fwd_q1_tls bridge_drain_100k bridge_drain_100k_mem
 	bridge_drain_100k_nocache four_q1_scraped fanout_q1_scraped
 	four_q1_webhook four_q1_4k four_q1_4k_webhook store_fanout_q1 offline_q1 store_offline_q1)
 duration=10
@@ -80,6 +80,7 @@ scenario_args() {
 	idle_10k) echo "conn -c 10000" ;;
 	startup) echo "startup" ;; # scripts/startup-rss.sh, not the generator
 	bridge_fwd_q1) echo "bridge fwd" ;; # scripts/bench_bridge.py
+	bridge_fwd_q1_tls) echo "bridge fwd_tls" ;;
 	bridge_drain_100k) echo "bridge drain" ;;
 	bridge_drain_100k_mem) echo "bridge drain_mem" ;;
 	bridge_drain_100k_nocache) echo "bridge drain_nocache" ;;
@@ -91,6 +92,7 @@ scenario_args() {
 scenario_doc() {
 	case "$1" in
 	bridge_fwd_q1) echo "bridge: QoS 1 messages forwarded through a live link to a remote mosquitto (BENCH_BRIDGE_N, 200,000)" ;;
+	bridge_fwd_q1_tls) echo "bridge: as bridge_fwd_q1, the link over TLS (the remote's RSA 2048 certificate of scripts/gen-certs.sh, verified)" ;;
 	bridge_drain_100k) echo "bridge: 100,000 QoS 1 messages queued during an outage, then drained (ours: 1,024 in memory, the rest read back from its cache)" ;;
 	bridge_drain_100k_mem) echo "bridge: as bridge_drain_100k, ours allowed as many in memory as Mosquitto (max_send_queue_len 200,000; still written through to its cache)" ;;
 	bridge_drain_100k_nocache) echo "bridge: as bridge_drain_100k_mem, ours without its cache (memory only, like Mosquitto)" ;;
@@ -359,8 +361,8 @@ run_one() {
 		run_startup "$b" "$rep"
 		return 0
 	fi
-	if [ "$s" = bridge_fwd_q1 ]; then
-		run_bridge fwd "${BENCH_BRIDGE_N:-200000}" "$b" "$rep" "$s"
+	if [ "$s" = bridge_fwd_q1 ] || [ "$s" = bridge_fwd_q1_tls ]; then
+		run_bridge "fwd${s#bridge_fwd_q1}" "${BENCH_BRIDGE_N:-200000}" "$b" "$rep" "$s"
 		return 0
 	fi
 	if [ "$s" = bridge_drain_100k ]; then

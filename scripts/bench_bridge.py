@@ -7,6 +7,9 @@ mosquitto on another loopback port), measured with `nanomq_cli bench`.
          window allows, forwarded through a live link; the rate at which
          they reach a subscriber on the remote, and the local broker's CPU
          per forwarded message.
+  fwd_tls  as fwd, the link over TLS: the remote's TLS listener has the
+         RSA 2048 server certificate of scripts/gen-certs.sh, which both
+         bridges verify (CA file, address 127.0.0.1 in its names).
   drain  N QoS 1 messages published while the link is down (a proxy in
          front of the remote refuses connections), then the link comes up:
          seconds until the last one reaches the remote subscriber, and the
@@ -21,12 +24,13 @@ mosquitto on another loopback port), measured with `nanomq_cli bench`.
   drain_nocache  as drain_mem, ours without the cache (memory only, like
          Mosquitto's): what the cache costs.
 
-Usage: bench_bridge.py fwd|drain|drain_mem|drain_nocache nanomq|mosquitto N CLI NANOMQ_BIN WORKDIR [PIN...]
+Usage: bench_bridge.py fwd|fwd_tls|drain|drain_mem|drain_nocache nanomq|mosquitto N CLI NANOMQ_BIN WORKDIR [PIN...]
 Prints one JSON object. PIN is a prefix for the local broker (taskset -c 0).
 """
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -86,7 +90,7 @@ def thread_cpu_s(pid):
 
 def main():
     mode, broker, n, cli, ours, work = sys.argv[1:7]
-    if mode not in ("fwd", "drain", "drain_mem", "drain_nocache"):
+    if mode not in ("fwd", "fwd_tls", "drain", "drain_mem", "drain_nocache"):
         sys.exit("bench_bridge.py: unknown mode " + mode)
     pin = sys.argv[7:]
     n = int(n)
@@ -95,6 +99,16 @@ def main():
     cache = mode in ("drain", "drain_mem")
     if mode in ("drain_mem", "drain_nocache"):
         mode = "drain"
+    tls = mode == "fwd_tls"
+    if tls:
+        mode = "fwd"
+        # Readable by mosquitto, which drops root (WORKDIR may be 0700).
+        certs = tempfile.mkdtemp(prefix="nmq-bench-certs-")
+        subprocess.run(["bash", os.path.join(HERE, "gen-certs.sh"), certs], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        os.chmod(certs, 0o755)
+        for f in os.listdir(certs):
+            os.chmod(os.path.join(certs, f), 0o644)  # mosquitto drops root
     procs = []
 
     def start(args, log, pre=()):
@@ -108,12 +122,18 @@ def main():
         with open(os.path.join(work, "remote.conf"), "w") as f:
             f.write("listener %d 127.0.0.1\nallow_anonymous true\npersistence false\n"
                     "max_queued_messages %d\nlog_dest none\n" % (rport, n * 2))
+            if tls:
+                tport = free_port()
+                f.write("listener %d 127.0.0.1\ncertfile %s/server.crt\nkeyfile %s/server.key\n"
+                        % (tport, certs, certs))
         start(["mosquitto", "-c", os.path.join(work, "remote.conf")], os.path.join(work, "r.log"))
         wait_port(rport)
+        if tls:
+            wait_port(tport)
         # The drain's outage: a proxy in front of the remote, refusing until
         # the backlog is in. The live link goes straight to the remote.
         px = FaultProxy(rport)
-        bport = rport
+        bport = tport if tls else rport
         if mode == "drain":
             px.cut()
             bport = px.port
@@ -127,6 +147,8 @@ def main():
                         "cleansession false\nclientid b1-bench\nrestart_timeout 1 2\n"
                         "bridge_protocol_version mqttv311\nkeepalive_interval 10\n"
                         % (lport, n * 2, bport))
+                if tls:
+                    f.write("bridge_cafile %s/ca.crt\n" % certs)
             local = start(["mosquitto", "-c", conf], os.path.join(work, "l.log"), pin)
         else:
             conf = os.path.join(work, "local-nanomq.conf")
@@ -134,11 +156,12 @@ def main():
                 f.write("listeners.tcp.bind = \"127.0.0.1:%d\"\nlog.level = warn\n"
                         "system.enable_ipc_internal = false\n"
                         "mqtt.max_mqueue_len = %d\n"
-                        "bridges.mqtt.b1 {\n server = \"mqtt-tcp://127.0.0.1:%d\"\n"
+                        "bridges.mqtt.b1 {\n server = \"%s://127.0.0.1:%d\"\n"
                         " proto_ver = 4\n clientid = \"b1-bench\"\n keepalive = 10s\n"
                         " backoff_max = 2s\n max_send_queue_len = %d\n"
                         " forwards = [{ local_topic = \"bench/#\", remote_topic = \"\", qos = 1 }]\n"
-                        "}\n" % (lport, n * 2, bport, memq))
+                        "%s}\n" % (lport, n * 2, "tls+mqtt-tcp" if tls else "mqtt-tcp", bport,
+                                    memq, ' ssl { cacertfile = "%s/ca.crt" }\n' % certs if tls else ""))
                 if cache:
                     f.write("bridges.mqtt.cache { disk_cache_size = %d\n mounted_file_path = \"%s\" }\n"
                             % (n * 2, work))
@@ -205,6 +228,8 @@ def main():
         print(json.dumps(out))
         px.close()
     finally:
+        if tls:
+            shutil.rmtree(certs, ignore_errors=True)
         for p in procs:
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)

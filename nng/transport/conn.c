@@ -1,6 +1,6 @@
 // The common connection object; see conn.h and conn_int.h. This file knows
-// no socket, stream or WebSocket: the backend (conn_sock.c,
-// conn_stream.c) moves the bytes, and a layer (conn_ws.c) may stand
+// no socket, TLS or WebSocket: the backend (conn_sock.c) moves the
+// bytes, and a layer (conn_ws.c) may stand
 // between those bytes and the MQTT frames cut here.
 #include "nng/transport/conn.h"
 

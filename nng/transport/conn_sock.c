@@ -1,5 +1,6 @@
 // The plain-socket backend of nmq_conn (tcp://, ws://, and tls+tcp://,
-// wss:// with TLS on the socket); see conn_int.h.
+// wss:// with TLS on the socket; a bridge's outbound link, plain or TLS);
+// see conn_int.h.
 //
 // The socket sits in its owner worker's epoll set (workq.h): the owner
 // reads and dispatches frames when it is readable, a bounded number of
