@@ -171,7 +171,7 @@ nmq_err conn_dial_tls(const char *host, int port, const conn_dial_opts *o, tls_e
 	int64_t             deadline = now_ms() + timeout_ms;
 	const _Atomic bool *cancel   = o != NULL ? o->cancel : NULL;
 	int                 fd       = -1;
-	nmq_err             e = conn_dial_tcp(host, port, o, timeout_ms, &fd, err, errlen);
+	nmq_err             e        = conn_dial_tcp(host, port, o, timeout_ms, &fd, err, errlen);
 	if (e != NMQ_OK) {
 		return e;
 	}
@@ -186,13 +186,14 @@ nmq_err conn_dial_tls(const char *host, int port, const conn_dial_opts *o, tls_e
 	}
 	char why[320] = "";
 	int  r;
-	while ((r = conn_tls_handshake(t, buf, CONN_TLS_RA_MIN, why, sizeof(why)))
-	    != CONN_TLS_DONE) {
+	while (
+	    (r = conn_tls_handshake(t, buf, CONN_TLS_RA_MIN, why, sizeof(why))) != CONN_TLS_DONE) {
 		if (r == CONN_TLS_FAILED) {
 			e = NMQ_ETLS;
 			break;
 		}
-		int w = wait_ready(fd, r == CONN_TLS_WANT_WRITE ? POLLOUT : POLLIN, deadline, cancel);
+		int w
+		    = wait_ready(fd, r == CONN_TLS_WANT_WRITE ? POLLOUT : POLLIN, deadline, cancel);
 		if (w != 0) {
 			snprintf(why, sizeof(why), "%s",
 			    w == ETIMEDOUT       ? "handshake timed out"
@@ -205,7 +206,8 @@ nmq_err conn_dial_tls(const char *host, int port, const conn_dial_opts *o, tls_e
 	free(buf);
 	if (r != CONN_TLS_DONE) {
 		if (e == NMQ_ETLS) {
-			log_warn_rl("tls", "server=%s event=handshake_failed reason=\"%s\"", host, why);
+			log_warn_rl(
+			    "tls", "server=%s event=handshake_failed reason=\"%s\"", host, why);
 		}
 		conn_tls_free(t);
 		close(fd);

@@ -2756,9 +2756,9 @@ static bool dial_locked(bridge *b, const char *url)
 		return false;
 	}
 	pthread_mutex_unlock(&b->mtx);
-	nmq_conn *c = NULL;
-	char      err[256];
-	nmq_err   e;
+	nmq_conn      *c = NULL;
+	char           err[256];
+	nmq_err        e;
 	conn_dial_opts o  = { cfg_copy.tcp_nodelay, cfg_copy.tcp_keepalive,
 		 (int)cfg_copy.tcp_keepidle, (int)cfg_copy.tcp_keepintvl, (int)cfg_copy.tcp_keepcnt,
 		 cfg_copy.bind_interface, &b->cancel };
