@@ -4,7 +4,7 @@
 // calling thread (mbed TLS's state machine over the non-blocking socket,
 // poll() between its steps), so that the connection then runs on the
 // workers' loops exactly as an accepted one does after the handshake
-// thread (docs/decisions/0041-bridge-tls-on-own-event-loops.md).
+// thread (docs/decisions/0042-bridge-tls-on-own-event-loops.md).
 #include "nng/transport/conn_dial.h"
 
 #include <errno.h>

@@ -2773,7 +2773,7 @@ static bool dial_locked(bridge *b, const char *url)
 	} else {
 		// TCP, then the TLS handshake on this thread; the link then runs
 		// on the workers' loops like an accepted TLS connection
-		// (decisions/0041).
+		// (decisions/0042).
 		tls_pem_spec s;
 		memset(&s, 0, sizeof(s));
 		char name[300];

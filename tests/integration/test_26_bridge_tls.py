@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""59: a bridge's TLS link to Debian's mosquitto (docs/bridge.md "TLS",
-docs/decisions/0041): the link dials TCP, runs the mbed TLS client
+"""26: a bridge's TLS link to Debian's mosquitto (docs/bridge.md "TLS",
+docs/decisions/0042): the link dials TCP, runs the mbed TLS client
 handshake on the bridge's thread and is then carried on our own event
 loops like an accepted TLS connection.
 
