@@ -50,6 +50,7 @@
 #define DRAIN_TIMEOUT_MS 5000
 #define WILL_DRAIN_MS    2000 // wait for connections with a will to close
 #define WILL_FLUSH_MS    100 // then for their wills to reach subscribers
+#define STOP_ACK_WAIT_MS 5000 // for the acks waiting for the store (a slow disk)
 // `nanomq reload`: how long to wait for the broker to answer "pid", and for
 // the outcome of the reload itself.
 #define RELOAD_PROBE_TIMEOUT_MS 5000
@@ -847,6 +848,15 @@ static int run(const cli_args *args, nmq_conf *conf, const char *argv0, int read
 	}
 	sys_stats_stop(srv.sys);
 	srv.sys = NULL;
+	// What clients send is no longer handled; the acks already waiting
+	// for the store's commit go out before the DISCONNECTs (a slow disk
+	// gets STOP_ACK_WAIT_MS).
+	uint64_t t0   = nmq_clock_ms();
+	size_t   left = proto_quiesce(srv.proto, STOP_ACK_WAIT_MS);
+	if (left > 0) {
+		log_warn("main", "event=stop_acks_not_sent acks=%zu waited_ms=%llu", left,
+		    (unsigned long long)(nmq_clock_ms() - t0));
+	}
 	proto_shutdown_wills(srv.proto);
 	for (int waited = 0; waited < WILL_DRAIN_MS && proto_links_with_will(srv.proto) > 0;
 	     waited += 10) {

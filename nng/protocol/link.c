@@ -209,6 +209,13 @@ static void link_timer_cb(tw_timer *t)
 		return;
 	}
 	uint64_t span = (uint64_t)(l->keepalive * 1000.0 * proto_lim(l->p)->keepalive_multiplier);
+	if (atomic_load(&l->connack_wait)) {
+		// The broker keeps the client waiting for its CONNACK (a clean
+		// start whose delete commits first): the client's keepalive
+		// counts from the CONNACK (session_connack_sent restarts it).
+		timer_wheel_schedule(l->p->tw, &l->timer, now + span);
+		return;
+	}
 	uint64_t last = atomic_load(&l->last_rx_ms);
 	if (now >= last + span) {
 		log_info("conn", "peer=%s reason=keepalive_timeout keepalive=%u",
@@ -408,17 +415,17 @@ bool link_reply(nmq_link *l, const mqtt_packet *pkt)
 // store; see link.h.
 bool link_send_attached(nmq_link *l, const mqtt_packet *pkt)
 {
+	if (link_may_send(l)) {
+		return link_send_packet(l, pkt);
+	}
 	if (l->tx_ended) {
 		return false; // nothing after a DISCONNECT [MQTT-3.14.4-1]
 	}
-	if (atomic_load(&l->connack_wait)) {
-		// The CONNACK is the first waiting ack of the link: acks go in
-		// order, so this one goes after it (or at once if it went
-		// meanwhile).
-		link_ack(l, pkt, false);
-		return !conn_is_closing(l->conn);
-	}
-	return link_send_packet(l, pkt);
+	// The CONNACK waits: it is the first waiting ack of the link, and acks
+	// go in order, so this one goes after it (or at once if it went
+	// meanwhile).
+	link_ack(l, pkt, false);
+	return !conn_is_closing(l->conn);
 }
 
 // The session was taken over from l; see link.h.
@@ -437,7 +444,7 @@ nmq_conn *link_take_over_locked(nmq_link *l, bool *v5)
 // CONNACK waits).
 void link_send_disconnect(nmq_link *l, uint8_t reason)
 {
-	if (l->ver != MQTT_PROTO_V5 || atomic_load(&l->connack_wait) || l->tx_ended) {
+	if (l->ver != MQTT_PROTO_V5 || !link_may_send(l)) {
 		// 3.1.1 has no server DISCONNECT; nothing goes before the
 		// CONNACK [MQTT-3.2.0-1] (the connection is closed without it).
 		return;
@@ -620,6 +627,11 @@ static int link_frame(void *upper, const uint8_t *frame, size_t len)
 // Hands one frame to its handler; see link.h.
 int link_dispatch(nmq_link *l, const uint8_t *frame, size_t len)
 {
+	if (atomic_load_explicit(&l->p->rx_stopped, memory_order_relaxed)) {
+		// A clean stop (proto_quiesce): not handled, hence not acked;
+		// the client sends it again after reconnecting.
+		return 0;
+	}
 	if (!l->connected) {
 		return handle_connect(l, frame, len);
 	}

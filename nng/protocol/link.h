@@ -81,6 +81,17 @@ struct nmq_link {
 	_Atomic bool connack_wait;
 };
 
+// Whether anything may go on l now (caller holds the session lock): not
+// while its CONNACK waits for the store (connack_wait: PUBLISHes stay
+// queued, control packets go behind the CONNACK through link_ack), nor
+// once it ended (tx_ended: nothing follows a DISCONNECT). The one test of
+// the session's pump and resend, link_send_attached and
+// link_send_disconnect.
+static inline bool link_may_send(nmq_link *l)
+{
+	return !l->tx_ended && !atomic_load(&l->connack_wait);
+}
+
 // Writing control packets (caller holds the session lock if attached, or
 // is on the receive path before attachment). Return false if closing or
 // out of memory.

@@ -2,6 +2,7 @@
 // metrics and lifecycle.
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "nng/core/log.h"
 #include "nng/protocol/link.h"
@@ -271,6 +272,98 @@ static void close_links(nmq_proto *p, bool wills_only)
 		conn_release(l->conn);
 	}
 	pthread_mutex_unlock(&p->links_mtx);
+}
+
+// proto_quiesce's round of the workers: one job each, and the count of
+// those that ran; freed by the last of them and the caller to let go.
+typedef struct quiesce_round quiesce_round;
+typedef struct quiesce_slot {
+	workq_job      job; // first: the job is the slot
+	quiesce_round *r;
+} quiesce_slot;
+struct quiesce_round {
+	atomic_int   ran;
+	atomic_int   refs;
+	quiesce_slot slots[];
+};
+
+static void quiesce_round_release(quiesce_round *r)
+{
+	if (atomic_fetch_sub(&r->refs, 1) == 1) {
+		free(r);
+	}
+}
+
+static void quiesce_job(workq_job *job)
+{
+	quiesce_round *r = ((quiesce_slot *)job)->r;
+	atomic_fetch_add(&r->ran, 1);
+	quiesce_round_release(r);
+}
+
+static void quiesce_sleep(void)
+{
+	struct timespec ts = { 0, 5 * 1000 * 1000 };
+	nanosleep(&ts, NULL);
+}
+
+// Posts a job to every worker and waits (until deadline_ms at most) for
+// all of them to run it: what each worker was doing before (a frame being
+// handled, its job batch and the flushes after it) is done. Returns false
+// at the deadline or out of memory.
+static bool quiesce_workers(nmq_proto *p, uint64_t deadline_ms)
+{
+	int            n = workq_size(p->wq);
+	quiesce_round *r = calloc(1, sizeof(*r) + (size_t)n * sizeof(quiesce_slot));
+	if (r == NULL) {
+		return false;
+	}
+	atomic_init(&r->ran, 0);
+	atomic_init(&r->refs, n + 1);
+	for (int i = 0; i < n; i++) {
+		r->slots[i].r      = r;
+		r->slots[i].job.fn = quiesce_job;
+		workq_post_to(p->wq, i, &r->slots[i].job);
+	}
+	bool done;
+	while (!(done = atomic_load(&r->ran) == n) && nmq_clock_ms() < deadline_ms) {
+		quiesce_sleep();
+	}
+	quiesce_round_release(r);
+	return done;
+}
+
+// The acks waiting for the store on the live links.
+static size_t acks_waiting(nmq_proto *p)
+{
+	size_t n = 0;
+	pthread_mutex_lock(&p->links_mtx);
+	for (size_t i = 0; i < p->links_len; i++) {
+		n += atomic_load(&p->links[i]->acks_waiting);
+	}
+	pthread_mutex_unlock(&p->links_mtx);
+	return n;
+}
+
+size_t proto_quiesce(nmq_proto *p, unsigned max_wait_ms)
+{
+	atomic_store(&p->rx_stopped, true);
+	if (p->wq == NULL) {
+		return 0;
+	}
+	uint64_t deadline = nmq_clock_ms() + max_wait_ms;
+	// No frame is being handled any more: every ack it asked for is
+	// counted on its link.
+	(void)quiesce_workers(p, deadline);
+	size_t n;
+	while ((n = acks_waiting(p)) > 0 && nmq_clock_ms() < deadline) {
+		quiesce_sleep();
+	}
+	// The last acks were sent by jobs whose batch flushes the connections
+	// after them: two rounds, so that one runs in a later batch.
+	(void)quiesce_workers(p, deadline);
+	(void)quiesce_workers(p, deadline);
+	return n;
 }
 
 void proto_shutdown_wills(nmq_proto *p)

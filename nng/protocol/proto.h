@@ -370,6 +370,17 @@ nmq_proto *proto_alloc(
 // Ends every connection (wills are sent as for an abnormal close when
 // `send_wills`), then frees everything. Call after listeners stopped.
 void proto_free(nmq_proto *p);
+// The first step of a clean stop, before proto_shutdown_*: stops handling
+// what the clients send (frames read from then on are dropped: neither
+// routed nor acknowledged, so the clients send them again after
+// reconnecting), waits for every worker to finish the frame it handles,
+// then waits at most max_wait_ms for the acks that wait for the store's
+// commit (decisions/0016) to be sent, so that what the store commits is
+// acknowledged before the DISCONNECT 0x8B that follows (a publisher does
+// not send again what the store already holds). Returns how many acks
+// still wait (0: all sent). Main thread, with the workers and the store
+// running.
+size_t proto_quiesce(nmq_proto *p, unsigned max_wait_ms);
 // Closes every connection, sending v5 clients DISCONNECT 0x8B; new
 // connections are refused from then on.
 void proto_shutdown_all(nmq_proto *p);

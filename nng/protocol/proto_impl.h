@@ -52,6 +52,8 @@ struct nmq_proto {
 	size_t          links_len;
 	size_t          links_cap;
 	bool            stopping;
+	// proto_quiesce: what clients send is no longer handled.
+	_Atomic bool rx_stopped;
 };
 
 // The current limits (any thread).

@@ -915,7 +915,7 @@ static bool session_flush_locked(nmq_session *s, nmq_link *l, uint64_t *now, boo
 static void session_pump_locked(nmq_session *s)
 {
 	nmq_link *l = s->link;
-	if (l == NULL || !l->connected || atomic_load(&l->connack_wait) || l->tx_ended) {
+	if (l == NULL || !l->connected || !link_may_send(l)) {
 		// Nothing before the CONNACK (session_connack_sent pumps), nor
 		// after a DISCONNECT.
 		return;
@@ -1496,7 +1496,7 @@ uint32_t session_queue_len(nmq_session *s, bool *online)
 static void session_resend_locked(nmq_session *s, bool only_old)
 {
 	nmq_link *l = s->link;
-	if (l == NULL || !l->connected || atomic_load(&l->connack_wait) || l->tx_ended) {
+	if (l == NULL || !l->connected || !link_may_send(l)) {
 		return;
 	}
 	uint64_t now   = nmq_clock_ms();
@@ -1803,6 +1803,12 @@ void session_connack_sent(nmq_session *s, const nmq_conn *conn)
 	if (l != NULL && l->conn == conn && atomic_load(&l->connack_wait)
 	    && !conn_is_closing(l->conn)) {
 		atomic_store(&l->connack_wait, false);
+		// The client's keepalive counts from its CONNACK (the timer
+		// waited meanwhile, link_timer_cb).
+		uint64_t now = nmq_clock_ms();
+		if (atomic_load(&l->last_rx_ms) < now) {
+			atomic_store(&l->last_rx_ms, now);
+		}
 		session_resend_locked(s, false);
 		session_pump_locked(s);
 	}

@@ -4,8 +4,11 @@
 // fdatasync of a file below $NMQ_SLOWSYNC_DIR (all files when unset) take
 // $NMQ_SLOWSYNC_MS milliseconds longer (default 20): the store's group
 // commits become slow, so that writes pile up in its queue as they would
-// on a slow SD card. While the file $NMQ_FAILSYNC_FILE exists, those
-// calls fail with EIO instead (a disk that fails under the store's commits).
+// on a slow SD card. While the file $NMQ_SLOWSYNC_MS_FILE exists, the
+// number of milliseconds it holds replaces $NMQ_SLOWSYNC_MS (a disk that
+// turns slow after the start). While the file $NMQ_FAILSYNC_FILE exists,
+// those calls fail with EIO instead (a disk that fails under the store's
+// commits).
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -51,6 +54,17 @@ static int delay(int fd)
 	}
 	const char *v  = getenv("NMQ_SLOWSYNC_MS");
 	long        ms = v != NULL ? strtol(v, NULL, 10) : 20;
+	const char *mf = getenv("NMQ_SLOWSYNC_MS_FILE");
+	if (mf != NULL && mf[0] != '\0') {
+		FILE *f = fopen(mf, "r");
+		if (f != NULL) {
+			long fm = 0;
+			if (fscanf(f, "%ld", &fm) == 1) {
+				ms = fm;
+			}
+			fclose(f);
+		}
+	}
 	if (ms > 0) {
 		struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
 		nanosleep(&ts, NULL);
