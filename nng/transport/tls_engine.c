@@ -1,9 +1,4 @@
-// Our mbed TLS engine for NNG; see tls_engine.h for why it exists.
-//
-// NNG owns the memory of both objects below (it allocates `size` bytes,
-// zeroed, and calls init/fini). A connection object lives inside NNG's
-// tls+tcp stream and holds a pointer to the configuration, which NNG keeps
-// alive (the stream holds a reference on its nng_tls_config).
+// Our mbed TLS configurations and handshake checks; see tls_engine.h.
 #include "nng/transport/tls_engine.h"
 
 #include <ctype.h>
@@ -15,7 +10,6 @@
 #include <string.h>
 #include <strings.h>
 
-#include <nng/supplemental/tls/engine.h>
 #include <nng/supplemental/tls/tls.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -56,7 +50,7 @@ typedef struct own_cert {
 #define MAX_SUITES 200
 #define MAX_GROUPS 16
 
-struct nng_tls_engine_config {
+typedef struct tls_cfg {
 	mbedtls_ssl_config   conf;
 	int                  suites[MAX_SUITES + 1]; // 0-terminated
 	mbedtls_ecp_group_id groups[MAX_GROUPS + 1]; // NONE-terminated
@@ -74,21 +68,7 @@ struct nng_tls_engine_config {
 	own_cert                  *certs;
 	nng_tls_mode               mode;
 	nng_tls_auth_mode          auth;
-	char                      *server_name; // client: expected peer name (and SNI)
-};
-
-struct nng_tls_engine_conn {
-	void                  *tls; // NNG's handle for nng_tls_engine_send/recv
-	nng_tls_engine_config *cfg;
-	mbedtls_ssl_context    ssl;
-	bool                   ready; // init has run: ssl may be used and freed
-	int                    io_err; // NNG error of the last failed bio call
-	bool                   checked; // OPTIONAL-mode client cert checked
-	tls_peer               peer; // filled when the handshake completes
-	// Client: the address the server's certificate must name, if the
-	// name dialled is one (tls_engine_client_name).
-	tls_engine_ip ip;
-};
+} tls_cfg;
 
 // The process-wide random generator. mbed TLS may or may not be built
 // with its own locking, so calls go through rng_lock.
@@ -96,16 +76,8 @@ static mbedtls_entropy_context  rng_entropy;
 static mbedtls_ctr_drbg_context rng_drbg;
 static pthread_mutex_t          rng_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static pthread_once_t engine_once = PTHREAD_ONCE_INIT;
-static int            engine_rv   = NNG_ENOTSUP;
-static pthread_once_t rng_once    = PTHREAD_ONCE_INIT;
-static int            rng_rv      = NNG_ECRYPTO;
-
-// Set by tls_engine_peer around one synchronous option read, so that the
-// engine's verified() callback (run on the same thread) can copy the
-// connection's identity out.
-static _Thread_local tls_peer *probe_out;
-static _Thread_local bool      probe_found;
+static pthread_once_t rng_once = PTHREAD_ONCE_INIT;
+static int            rng_rv   = NNG_ECRYPTO;
 
 // Random bytes for mbed TLS. Returns 0 or an mbed TLS error.
 static int rng_random(void *arg, unsigned char *buf, size_t len)
@@ -117,28 +89,8 @@ static int rng_random(void *arg, unsigned char *buf, size_t len)
 	return rv;
 }
 
-// Maps an NNG TLS version to mbed TLS's minor version number (TLS 1.x is
-// major 3, minor x+1). Returns -1 for a version mbed TLS 2.28 cannot do.
-static int minor_version(nng_tls_version v)
-{
-	switch (v) {
-	case NNG_TLS_1_0:
-		return MBEDTLS_SSL_MINOR_VERSION_1;
-	case NNG_TLS_1_1:
-		return MBEDTLS_SSL_MINOR_VERSION_2;
-	case NNG_TLS_1_2:
-		return MBEDTLS_SSL_MINOR_VERSION_3;
-	default:
-		return -1;
-	}
-}
-
 // ---------------------------------------------------------------------------
 // Groups, cipher suites, CPU
-
-// Params for the nng_tls_config_alloc call running on this thread (set by
-// tls_engine_config_alloc, read by cfg_init, which NNG runs synchronously).
-static _Thread_local const tls_engine_params *pending_params;
 
 // Aliases for group names that mbed TLS does not know by itself.
 static const struct {
@@ -396,15 +348,14 @@ int tls_engine_params_check(const tls_engine_params *p, char *err, size_t errlen
 // ---------------------------------------------------------------------------
 // Configuration objects
 
-// Prepares a configuration for a server or a client, with the params of
-// tls_engine_config_alloc if it is the caller. A server gets session
-// tickets and a session cache. Returns 0, NNG_EINVAL for bad params, or
-// NNG_ENOMEM/NNG_ECRYPTO if mbed TLS cannot set up its defaults.
-static int cfg_init(nng_tls_engine_config *cfg, nng_tls_mode mode)
+// Prepares a configuration for a server or a client with params p (NULL:
+// defaults). A server gets session tickets and a session cache. Returns 0,
+// NNG_EINVAL for bad params, or NNG_ENOMEM/NNG_ECRYPTO if mbed TLS cannot
+// set up its defaults.
+static int cfg_init(tls_cfg *cfg, nng_tls_mode mode, const tls_engine_params *p)
 {
 	int  endpoint = mode == NNG_TLS_MODE_SERVER ? MBEDTLS_SSL_IS_SERVER : MBEDTLS_SSL_IS_CLIENT;
 	char err[128];
-	const tls_engine_params *p = pending_params;
 
 	cfg->mode = mode;
 	cfg->auth
@@ -439,7 +390,6 @@ static int cfg_init(nng_tls_engine_config *cfg, nng_tls_mode mode)
 		if (mbedtls_ssl_ticket_setup(&cfg->ticket, rng_random, NULL,
 		        MBEDTLS_CIPHER_AES_256_GCM, TLS_ENGINE_TICKET_LIFETIME_S)
 		    != 0) {
-			// NNG does not call fini after a failed init.
 			mbedtls_ssl_ticket_free(&cfg->ticket);
 			mbedtls_ssl_config_free(&cfg->conf);
 			return NNG_ECRYPTO;
@@ -455,22 +405,9 @@ static int cfg_init(nng_tls_engine_config *cfg, nng_tls_mode mode)
 	return 0;
 }
 
-// Allocates a configuration with params; see tls_engine.h.
-int tls_engine_config_alloc(nng_tls_config **cfgp, nng_tls_mode mode, const tls_engine_params *p)
-{
-	char err[128];
-	if (tls_engine_params_check(p, err, sizeof(err)) != 0) {
-		return NNG_EINVAL;
-	}
-	pending_params = p;
-	int rv         = nng_tls_config_alloc(cfgp, mode);
-	pending_params = NULL;
-	return rv;
-}
-
 // Frees everything a configuration owns; it is not used by any connection
-// any more (NNG guarantees it by reference counting).
-static void cfg_fini(nng_tls_engine_config *cfg)
+// any more (tls_engine_direct's reference count guarantees it).
+static void cfg_fini(tls_cfg *cfg)
 {
 	own_cert *oc;
 	while ((oc = cfg->certs) != NULL) {
@@ -484,27 +421,12 @@ static void cfg_fini(nng_tls_engine_config *cfg)
 	mbedtls_ssl_cache_free(&cfg->cache);
 	mbedtls_x509_crt_free(&cfg->ca);
 	mbedtls_x509_crl_free(&cfg->crl);
-	free(cfg->server_name);
-	cfg->server_name = NULL;
-}
-
-// Sets the name a client expects in the server certificate (and sends as
-// SNI). Returns 0 or NNG_ENOMEM.
-static int cfg_server(nng_tls_engine_config *cfg, const char *name)
-{
-	char *dup = NULL;
-	if (name != NULL && (dup = strdup(name)) == NULL) {
-		return NNG_ENOMEM;
-	}
-	free(cfg->server_name);
-	cfg->server_name = dup;
-	return 0;
 }
 
 // Sets who must prove an identity. For a server, OPTIONAL means "a client
 // may send no certificate, but one that it sends must verify"; that last
-// part is enforced in conn_handshake. Returns 0 or NNG_EINVAL.
-static int cfg_auth(nng_tls_engine_config *cfg, nng_tls_auth_mode mode)
+// part is enforced in handshake_run. Returns 0 or NNG_EINVAL.
+static int cfg_auth(tls_cfg *cfg, nng_tls_auth_mode mode)
 {
 	int m;
 	switch (mode) {
@@ -529,7 +451,7 @@ static int cfg_auth(nng_tls_engine_config *cfg, nng_tls_auth_mode mode)
 // anchors. Returns 0, or NNG_EINVAL if nothing usable could be parsed.
 // A bundle in which some certificates are not understood is accepted as
 // long as one is.
-static int cfg_ca_chain(nng_tls_engine_config *cfg, const char *ca, const char *crl)
+static int cfg_ca_chain(tls_cfg *cfg, const char *ca, const char *crl)
 {
 	int rv = mbedtls_x509_crt_parse(&cfg->ca, (const unsigned char *)ca, strlen(ca) + 1);
 	if (rv < 0 || cfg->ca.version == 0) {
@@ -551,8 +473,7 @@ static int cfg_ca_chain(nng_tls_engine_config *cfg, const char *ca, const char *
 // encrypted with pass). Returns 0; NNG_EINVAL if the certificate or the
 // key cannot be parsed or do not belong together; NNG_EPERM if the key
 // needs a password that is missing or wrong; NNG_ENOMEM.
-static int cfg_own_cert(
-    nng_tls_engine_config *cfg, const char *cert, const char *key, const char *pass)
+static int cfg_own_cert(tls_cfg *cfg, const char *cert, const char *key, const char *pass)
 {
 	own_cert *oc = calloc(1, sizeof(*oc));
 	int       rv;
@@ -588,86 +509,6 @@ fail:
 	mbedtls_pk_free(&oc->key);
 	free(oc);
 	return rv;
-}
-
-// Restricts the protocol versions. mbed TLS 2.28 stops at TLS 1.2, so a
-// range that needs more is clamped. Returns 0, or NNG_ENOTSUP if no
-// version of the range is available.
-static int cfg_version(nng_tls_engine_config *cfg, nng_tls_version lo, nng_tls_version hi)
-{
-	int min = minor_version(lo);
-	int max = minor_version(hi);
-	if (lo > hi || min < 0) {
-		return NNG_ENOTSUP;
-	}
-	if (max < 0) {
-		max = MBEDTLS_SSL_MINOR_VERSION_3;
-	}
-	mbedtls_ssl_conf_min_version(&cfg->conf, MBEDTLS_SSL_MAJOR_VERSION_3, min);
-	mbedtls_ssl_conf_max_version(&cfg->conf, MBEDTLS_SSL_MAJOR_VERSION_3, max);
-	return 0;
-}
-
-// ---------------------------------------------------------------------------
-// Connection objects
-
-// Writes ciphertext to NNG's transport buffer. Returns the count written,
-// MBEDTLS_ERR_SSL_WANT_WRITE when the buffer is full, or
-// MBEDTLS_ERR_NET_SEND_FAILED (the NNG error is kept in io_err).
-static int bio_send(void *arg, const unsigned char *buf, size_t len)
-{
-	nng_tls_engine_conn *ec = arg;
-	size_t               n  = len > INT_MAX ? INT_MAX : len;
-	int                  rv = nng_tls_engine_send(ec->tls, buf, &n);
-	if (rv == 0) {
-		return (int)n;
-	}
-	if (rv == NNG_EAGAIN) {
-		return MBEDTLS_ERR_SSL_WANT_WRITE;
-	}
-	ec->io_err = rv;
-	return MBEDTLS_ERR_NET_SEND_FAILED;
-}
-
-// Reads ciphertext from NNG's transport buffer. Returns the count read,
-// MBEDTLS_ERR_SSL_WANT_READ when nothing is buffered yet, or
-// MBEDTLS_ERR_NET_RECV_FAILED (the NNG error is kept in io_err).
-static int bio_recv(void *arg, unsigned char *buf, size_t len)
-{
-	nng_tls_engine_conn *ec = arg;
-	size_t               n  = len > INT_MAX ? INT_MAX : len;
-	int                  rv = nng_tls_engine_recv(ec->tls, buf, &n);
-	if (rv == 0) {
-		return (int)n;
-	}
-	if (rv == NNG_EAGAIN) {
-		return MBEDTLS_ERR_SSL_WANT_READ;
-	}
-	ec->io_err = rv;
-	return MBEDTLS_ERR_NET_RECV_FAILED;
-}
-
-// Translates an mbed TLS failure into the NNG error the stream reports.
-static int map_error(nng_tls_engine_conn *ec, int rv)
-{
-	switch (rv) {
-	case MBEDTLS_ERR_SSL_WANT_READ:
-	case MBEDTLS_ERR_SSL_WANT_WRITE:
-		return NNG_EAGAIN;
-	case MBEDTLS_ERR_NET_SEND_FAILED:
-	case MBEDTLS_ERR_NET_RECV_FAILED:
-		return ec->io_err != 0 ? ec->io_err : NNG_ECONNSHUT;
-	case MBEDTLS_ERR_SSL_PEER_CLOSE_NOTIFY:
-		return NNG_ECONNSHUT;
-	case MBEDTLS_ERR_X509_CERT_VERIFY_FAILED:
-	case MBEDTLS_ERR_SSL_NO_CLIENT_CERTIFICATE:
-	case MBEDTLS_ERR_SSL_PEER_VERIFY_FAILED:
-		return NNG_EPEERAUTH;
-	case MBEDTLS_ERR_SSL_ALLOC_FAILED:
-		return NNG_ENOMEM;
-	default:
-		return NNG_ECRYPTO;
-	}
 }
 
 // Copies the first common name of a certificate subject into out, if it is
@@ -838,46 +679,9 @@ void tls_engine_handshake_why(
 	}
 }
 
-// Sets up the TLS state of one connection. Returns 0, or NNG_ENOMEM.
-static int conn_init(nng_tls_engine_conn *ec, void *tls, nng_tls_engine_config *cfg)
-{
-	ec->tls = tls;
-	ec->cfg = cfg;
-	mbedtls_ssl_init(&ec->ssl);
-	ec->ready = true;
-	if (mbedtls_ssl_setup(&ec->ssl, &cfg->conf) != 0) {
-		return NNG_ENOMEM;
-	}
-	if (cfg->mode == NNG_TLS_MODE_CLIENT
-	    && tls_engine_client_name(&ec->ssl, cfg->server_name, &ec->ip) != 0) {
-		return NNG_ENOMEM;
-	}
-	mbedtls_ssl_set_bio(&ec->ssl, ec, bio_send, bio_recv, NULL);
-	return 0;
-}
-
-// Frees the TLS state of a connection nobody uses any more. NNG also calls
-// this for a connection whose accept failed before init ran.
-static void conn_fini(nng_tls_engine_conn *ec)
-{
-	if (ec->ready) {
-		mbedtls_ssl_free(&ec->ssl);
-		ec->ready = false;
-	}
-}
-
-// Queues a close-notify alert (best effort; the stream closes anyway).
-static void conn_close(nng_tls_engine_conn *ec)
-{
-	if (ec->ready) {
-		(void)mbedtls_ssl_close_notify(&ec->ssl);
-	}
-}
-
-// Runs a handshake as far as the buffered data allows (tls_engine_handshake
-// for either kind of configuration).
+// Runs a handshake as far as the socket allows (tls_engine_handshake).
 static int handshake_run(
-    mbedtls_ssl_context *ssl, const nng_tls_engine_config *cfg, bool *checked, tls_peer *peer)
+    mbedtls_ssl_context *ssl, const tls_cfg *cfg, bool *checked, tls_peer *peer)
 {
 	bool optional_server
 	    = cfg->mode == NNG_TLS_MODE_SERVER && cfg->auth == NNG_TLS_AUTH_MODE_OPTIONAL;
@@ -907,91 +711,6 @@ static int handshake_run(
 	return 0;
 }
 
-// Runs the handshake of an NNG stream. Returns 0 when it is complete,
-// NNG_EAGAIN when it needs I/O, NNG_EPEERAUTH when the peer's certificate
-// is missing (REQUIRED) or does not verify, or another NNG error.
-static int conn_handshake(nng_tls_engine_conn *ec)
-{
-	int rv = handshake_run(&ec->ssl, ec->cfg, &ec->checked, &ec->peer);
-	if (rv == MBEDTLS_ERR_X509_CERT_VERIFY_FAILED && ec->cfg->mode == NNG_TLS_MODE_CLIENT) {
-		// Else the dialler only sees its connection end.
-		char why[320];
-		tls_engine_handshake_why(&ec->ssl, &ec->ip, rv, why, sizeof(why));
-		log_warn_rl("tls", "server=%s event=handshake_failed reason=\"%s\"",
-		    ec->cfg->server_name != NULL ? ec->cfg->server_name : "", why);
-	}
-	return rv == 0 ? 0 : map_error(ec, rv);
-}
-
-// Decrypts up to *lenp bytes into buf. Returns 0 with *lenp set, NNG_EAGAIN
-// when more ciphertext is needed, NNG_ECONNSHUT at the peer's close, or
-// another NNG error.
-static int conn_recv(nng_tls_engine_conn *ec, uint8_t *buf, size_t *lenp)
-{
-	int rv = mbedtls_ssl_read(&ec->ssl, buf, *lenp);
-	if (rv > 0) {
-		*lenp = (size_t)rv;
-		return 0;
-	}
-	return rv == 0 ? NNG_ECONNSHUT : map_error(ec, rv);
-}
-
-// Encrypts up to *lenp bytes from buf. Returns 0 with *lenp set to what was
-// taken, NNG_EAGAIN when the transport buffer is full (NNG calls again
-// with the same data, as mbed TLS requires), or another NNG error.
-static int conn_send(nng_tls_engine_conn *ec, const uint8_t *buf, size_t *lenp)
-{
-	int rv = mbedtls_ssl_write(&ec->ssl, buf, *lenp);
-	if (rv > 0) {
-		*lenp = (size_t)rv;
-		return 0;
-	}
-	return rv == 0 ? NNG_EAGAIN : map_error(ec, rv);
-}
-
-// Returns true when the handshake is over and the peer presented a
-// certificate that verified. When tls_engine_peer is probing on this
-// thread, also copies the peer record out.
-static bool conn_verified(nng_tls_engine_conn *ec)
-{
-	if (probe_out != NULL) {
-		*probe_out  = ec->peer;
-		probe_found = true;
-	}
-	return ec->peer.handshake_done && ec->peer.verified;
-}
-
-static nng_tls_engine_config_ops config_ops = {
-	.size     = sizeof(nng_tls_engine_config),
-	.init     = cfg_init,
-	.fini     = cfg_fini,
-	.server   = cfg_server,
-	.auth     = cfg_auth,
-	.ca_chain = cfg_ca_chain,
-	.own_cert = cfg_own_cert,
-	.version  = cfg_version,
-};
-
-static nng_tls_engine_conn_ops conn_ops = {
-	.size      = sizeof(nng_tls_engine_conn),
-	.init      = conn_init,
-	.fini      = conn_fini,
-	.close     = conn_close,
-	.handshake = conn_handshake,
-	.recv      = conn_recv,
-	.send      = conn_send,
-	.verified  = conn_verified,
-};
-
-static const nng_tls_engine engine = {
-	.version     = NNG_TLS_ENGINE_VERSION,
-	.config_ops  = &config_ops,
-	.conn_ops    = &conn_ops,
-	.name        = "nmq-mbed",
-	.description = "nanomq engine over mbed TLS " MBEDTLS_VERSION_STRING,
-	.fips_mode   = false,
-};
-
 // Seeds the generator; run once.
 static void rng_setup(void)
 {
@@ -1005,64 +724,12 @@ static void rng_setup(void)
 	    : NNG_ECRYPTO;
 }
 
-// Seeds the generator and registers the engine; run once.
-static void engine_setup(void)
-{
-	pthread_once(&rng_once, rng_setup);
-	if (rng_rv != 0) {
-		engine_rv = rng_rv;
-		return;
-	}
-	// NNG's engine lock is only initialised with the library itself, so
-	// make sure NNG is up before registering.
-	if (strcmp(nng_tls_engine_name(), "none") == 0) {
-		engine_rv = NNG_ENOTSUP;
-		return;
-	}
-	engine_rv = nng_tls_engine_register(&engine);
-}
-
-// Registers the engine; see tls_engine.h.
-int tls_engine_init(void)
-{
-	pthread_once(&engine_once, engine_setup);
-	return engine_rv;
-}
-
-// Returns whether the engine is registered; see tls_engine.h.
-bool tls_engine_ready(void)
-{
-	return engine_rv == 0;
-}
-
-// Reads the peer record of a stream through NNG's "verified" option; see
-// tls_engine.h.
-bool tls_engine_peer(nng_stream *s, tls_peer *p)
-{
-	bool v = false;
-	memset(p, 0, sizeof(*p));
-	if (s == NULL || !tls_engine_ready()) {
-		return false;
-	}
-	probe_out   = p;
-	probe_found = false;
-	int rv      = nng_stream_get_bool(s, NNG_OPT_TLS_VERIFIED, &v);
-	probe_out   = NULL;
-	if (rv != 0 || !probe_found) {
-		memset(p, 0, sizeof(*p));
-		return false;
-	}
-	return true;
-}
-
 // ---------------------------------------------------------------------------
-// Configurations for code that drives mbed TLS itself; see tls_engine.h.
-// They are the engine's configuration objects, allocated here rather than
-// by NNG, so they share cfg_init and the certificate code above.
+// Configurations, reference counted; see tls_engine.h.
 
 struct tls_engine_direct {
-	nng_tls_engine_config cfg;
-	atomic_int            refs;
+	tls_cfg    cfg;
+	atomic_int refs;
 };
 
 int tls_engine_direct_alloc(tls_engine_direct **dp, nng_tls_mode mode, const tls_engine_params *p)
@@ -1073,7 +740,6 @@ int tls_engine_direct_alloc(tls_engine_direct **dp, nng_tls_mode mode, const tls
 	if (tls_engine_params_check(p, err, sizeof(err)) != 0) {
 		return NNG_EINVAL;
 	}
-	// The generator only: NNG need not start for these.
 	pthread_once(&rng_once, rng_setup);
 	if (rng_rv != 0) {
 		return rng_rv;
@@ -1081,9 +747,7 @@ int tls_engine_direct_alloc(tls_engine_direct **dp, nng_tls_mode mode, const tls
 	if ((d = calloc(1, sizeof(*d))) == NULL) {
 		return NNG_ENOMEM;
 	}
-	pending_params = p;
-	rv             = cfg_init(&d->cfg, mode);
-	pending_params = NULL;
+	rv = cfg_init(&d->cfg, mode, p);
 	if (rv != 0) {
 		cfg_fini(&d->cfg); // mbed TLS's free functions may run twice
 		free(d);

@@ -1,17 +1,20 @@
-// Our TLS engine for NNG: mbed TLS 2.28 plugged in through NNG's public
-// engine interface (<nng/supplemental/tls/engine.h>), so that the broker
-// knows who the peer is. NNG 1.5.2's own engine cannot tell a client that
-// sent no certificate from one whose certificate failed verification, reads
-// "verified" as true before the handshake, and has no peer-name option
-// (docs/decisions/0001-tls-peer-identity.md).
+// Our TLS engine: mbed TLS 2.28 configurations and handshake checks for
+// every TLS endpoint of the broker, each of which runs mbed TLS over its
+// own non-blocking sockets (the listeners' connections, conn_tls.c; the
+// bridges' outbound links, conn_dial.c; the REST API's HTTPS). No TLS goes
+// through NNG any more (decisions/0019, 0042); NNG's types and error codes
+// (nng_tls_mode, NNG_EINVAL, ...) are kept in this interface.
 //
-// What it does differently from NNG's engine:
+// What it does beyond mbed TLS's defaults (NNG 1.5.2's engine, which it
+// replaced, could not: docs/decisions/0001-tls-peer-identity.md):
 // - a server in OPTIONAL mode refuses, during the handshake, a client
 //   certificate that is presented but does not verify (no certificate is
 //   still accepted);
-// - "verified" is false until the handshake is over;
 // - the peer's common name and subject are recorded when the handshake
-//   completes and can be read back with tls_engine_peer();
+//   completes (tls_peer);
+// - a client that dials an address checks it against the server
+//   certificate's iPAddress names (tls_engine_client_name), and a failed
+//   handshake gets a readable reason (tls_engine_handshake_why);
 // - cheap defaults for a server: key exchange on X25519, secp256r1 or
 //   secp384r1 (P-521 only when configured), AES-GCM first where the CPU
 //   has AES instructions that mbed TLS uses and ChaCha20-Poly1305 first
@@ -20,9 +23,8 @@
 //   returning client does no public-key operation
 //   (docs/decisions/0008-tls-handshake-cost.md).
 //
-// Threads: NNG calls the engine with the connection's lock held, from its
-// task threads or from whichever thread calls into the stream. Everything
-// here is safe to call from any thread and never blocks on I/O.
+// Threads: everything here is safe to call from any thread and never
+// blocks on I/O; an mbed TLS context is used by one thread at a time.
 #ifndef NMQ_TLS_ENGINE_H
 #define NMQ_TLS_ENGINE_H
 
@@ -44,7 +46,7 @@ typedef struct tls_peer {
 	char subject[256]; // subject DN, e.g. "CN=client1, O=Acme"
 } tls_peer;
 
-// Choices a configuration may make beyond what NNG's API carries. Each
+// Choices a configuration may make beyond certificates and keys. Each
 // string is a list separated by ':', ',' or spaces; NULL or "" keeps the
 // default. Names are case-insensitive.
 typedef struct tls_engine_params {
@@ -70,11 +72,6 @@ typedef struct tls_engine_params {
 // "p-999"`).
 int tls_engine_params_check(const tls_engine_params *p, char *err, size_t errlen);
 
-// nng_tls_config_alloc with params applied (NULL: defaults). Must be
-// called after tls_engine_init succeeded. Returns 0, NNG_EINVAL for
-// params that tls_engine_params_check refuses, or NNG's error.
-int tls_engine_config_alloc(nng_tls_config **cfgp, nng_tls_mode mode, const tls_engine_params *p);
-
 // True when the CPU has AES instructions (cpuid on x86, HWCAP on ARM) and
 // this mbed TLS uses them, which is when AES-GCM comes first by default.
 bool tls_engine_aes_fast(void);
@@ -83,30 +80,13 @@ bool tls_engine_aes_fast(void);
 // a log line (static text).
 const char *tls_engine_defaults_text(void);
 
-// Registers the engine with NNG (once per process; later calls return the
-// first result). TLS configurations allocated before the first call keep
-// NNG's built-in engine. Returns 0, or an NNG error code (NNG_ENOTSUP if
-// this NNG has no TLS, NNG_ENOMEM, NNG_ECRYPTO if the random generator
-// cannot be seeded).
-int tls_engine_init(void);
-
-// Returns true once tls_engine_init has succeeded.
-bool tls_engine_ready(void);
-
-// Fills *p for a tls+tcp:// or wss:// stream whose TLS runs on this engine.
-// Returns false, with *p zeroed, when the stream does not use this engine
-// (plain tcp or ws, a configuration made before tls_engine_init) or is
-// already closed. Never blocks; the stream stays owned by the caller.
-bool tls_engine_peer(nng_stream *s, tls_peer *p);
-
-// ---- Configurations for code that drives mbed TLS itself
+// ---- Configurations
 //
-// The REST API's HTTPS server runs mbed TLS over its own non-blocking
-// sockets instead of NNG streams. It gets its configuration here, so that it
-// has this engine's defaults (groups, cipher suites, TLS 1.2 only, the
-// process-wide random generator; for a server, session tickets and a
-// session cache) and the same certificate checks. tls_pem_direct_build
-// (tls_pem.h) builds one from files.
+// A configuration has this engine's defaults (groups, cipher suites, TLS
+// 1.2 only, the process-wide random generator; for a server, session
+// tickets and a session cache) and its certificate checks.
+// tls_pem_direct_build and tls_pem_client_build (tls_pem.h) build one
+// from files.
 //
 // Threads: alloc, the setters and free run on one thread at startup; the
 // mbed TLS configuration is read-only afterwards and may be used by any
@@ -115,9 +95,9 @@ bool tls_engine_peer(nng_stream *s, tls_peer *p);
 struct mbedtls_ssl_config;
 typedef struct tls_engine_direct tls_engine_direct;
 
-// Allocates a configuration for mode with params (NULL: defaults). Does
-// not need tls_engine_init (nor start NNG). Returns 0, NNG_EINVAL for params that
-// tls_engine_params_check refuses, NNG_ENOMEM or NNG_ECRYPTO.
+// Allocates a configuration for mode with params (NULL: defaults).
+// Returns 0, NNG_EINVAL for params that tls_engine_params_check refuses,
+// NNG_ENOMEM or NNG_ECRYPTO.
 int tls_engine_direct_alloc(tls_engine_direct **dp, nng_tls_mode mode, const tls_engine_params *p);
 
 // Adds a PEM certificate chain and key (pass: the key's password or NULL).
@@ -146,8 +126,8 @@ void tls_engine_direct_hold(tls_engine_direct *d);
 void tls_engine_direct_free(tls_engine_direct *d);
 
 // Runs the handshake of ssl (set up on d) as far as the socket allows,
-// with the OPTIONAL-mode check of a client certificate that the NNG engine
-// makes (*checked starts false). Returns 0 when it is over (*peer filled),
+// with the OPTIONAL-mode check of a client certificate (*checked starts
+// false). Returns 0 when it is over (*peer filled),
 // MBEDTLS_ERR_SSL_WANT_READ / _WANT_WRITE when it needs I/O,
 // MBEDTLS_ERR_X509_CERT_VERIFY_FAILED for a client certificate that is
 // presented and does not verify (an alert is sent), or mbed TLS's error.

@@ -1,7 +1,7 @@
 // PEM files for the TLS engine; see tls_pem.h.
 //
 // Files are read whole (at most PEM_MAX bytes) into heap buffers and
-// parsed with mbed TLS before NNG sees them, so that every failure names
+// parsed with mbed TLS before the engine sees them, so that every failure names
 // its file; key material is wiped before it is freed.
 #include "nng/transport/tls_pem.h"
 
@@ -232,57 +232,6 @@ static nmq_err tls_spec_prepare(const tls_pem_spec *o, tls_files *f, nng_tls_aut
 		return NMQ_EINVAL;
 	}
 	return NMQ_OK;
-}
-
-// Builds a TLS configuration; see tls_pem.h.
-nmq_err tls_pem_config_build(
-    const tls_pem_spec *o, nng_tls_mode tmode, nng_tls_config **cfgp, char *err, size_t errlen)
-{
-	const char     *name = o->name != NULL ? o->name : "tls";
-	nng_tls_config *cfg  = NULL;
-	tls_files       f;
-	nmq_err         e;
-	int             rv;
-
-	if ((rv = tls_engine_init()) != 0) {
-		snprintf(err, errlen, "%s: TLS is not available: %s", name, nng_strerror(rv));
-		return NMQ_ENOTSUP;
-	}
-	nng_tls_auth_mode mode;
-	tls_engine_params params;
-	if ((e = tls_spec_prepare(o, &f, &mode, &params, err, errlen)) != NMQ_OK) {
-		return e;
-	}
-	e = NMQ_ETLS;
-	if ((rv = tls_engine_config_alloc(&cfg, tmode, &params)) != 0) {
-		snprintf(
-		    err, errlen, "%s: cannot create TLS configuration: %s", name, nng_strerror(rv));
-		e = transport_err_from_nng(rv);
-		goto fail;
-	}
-	if ((rv = nng_tls_config_own_cert(cfg, f.cert, f.key, o->key_password)) != 0) {
-		snprintf(err, errlen, "%s: certfile %s / keyfile %s: %s", name, o->certfile,
-		    o->keyfile, nng_strerror(rv));
-		goto fail;
-	}
-	if (f.ca != NULL && (rv = nng_tls_config_ca_chain(cfg, f.ca, NULL)) != 0) {
-		snprintf(
-		    err, errlen, "%s: cacertfile %s: %s", name, o->cacertfile, nng_strerror(rv));
-		goto fail;
-	}
-	if ((rv = nng_tls_config_auth_mode(cfg, mode)) != 0) {
-		snprintf(err, errlen, "%s: TLS auth mode: %s", name, nng_strerror(rv));
-		goto fail;
-	}
-	tls_files_free(&f);
-	*cfgp = cfg;
-	return NMQ_OK;
-fail:
-	if (cfg != NULL) {
-		nng_tls_config_free(cfg);
-	}
-	tls_files_free(&f);
-	return e;
 }
 
 // Checks the files of a TLS endpoint; see tls_pem.h.

@@ -1,12 +1,12 @@
 // Certificate and key files for our TLS engine: reads PEM files (bounded,
 // checked), verifies that the key opens with its password and matches the
-// certificate, and builds an nng_tls_config from them. Every failure names
+// certificate, and builds a tls_engine_direct from them. Every failure names
 // the owner, the key and the file ("ssl: keyfile /etc/k.pem: wrong
 // key_password") so that a bad configuration is refused with a message a
 // user can act on.
 //
 // Threads: any thread that may block on file I/O (the main thread at
-// start-up, --test and reload); never an NNG callback or a worker.
+// start-up, --test and reload, a bridge's link thread); never a worker.
 #ifndef NMQ_TLS_PEM_H
 #define NMQ_TLS_PEM_H
 
@@ -37,14 +37,6 @@ typedef struct tls_pem_spec {
 // a key that does not match the certificate; NMQ_ENOMEM. err says which.
 nmq_err tls_pem_check(const tls_pem_spec *s, char *err, size_t errlen);
 
-// Builds a TLS configuration in mode (server or client) on our engine from
-// the files of s, with the peer verification s asks for. Returns NMQ_OK
-// with *cfgp holding one reference (nng_tls_config_free), the errors of
-// tls_pem_check, NMQ_ENOTSUP if the TLS engine cannot be registered, or
-// NMQ_ETLS if the engine refused the material; err says which.
-nmq_err tls_pem_config_build(
-    const tls_pem_spec *s, nng_tls_mode mode, nng_tls_config **cfgp, char *err, size_t errlen);
-
 // The CA bundle a client falls back on when it verifies the server and
 // names no cacertfile.
 #define TLS_PEM_SYSTEM_CA "/etc/ssl/certs/ca-certificates.crt"
@@ -56,17 +48,17 @@ nmq_err tls_pem_config_build(
 // optional (a client certificate, its key opened with key_password). The
 // server name (SNI, and the name the certificate must carry) is the
 // connection's (conn_tls_new_client). Returns NMQ_OK with *dp set
-// (tls_engine_direct_free), or the errors of tls_pem_config_build.
+// (tls_engine_direct_free), or the errors of tls_pem_direct_build.
 struct tls_engine_direct;
 nmq_err tls_pem_client_build(
     const tls_pem_spec *s, struct tls_engine_direct **dp, char *err, size_t errlen);
 
-// Builds a configuration on our engine for code that runs mbed TLS over its
-// own sockets (tls_engine_direct, the REST API's HTTPS) from the files of s,
-// with the same checks and messages as tls_pem_config_build. mode is the
-// side; a server verifies clients as s asks (verify_peer: OPTIONAL, plus
+// Builds a configuration on our engine (tls_engine_direct: the listeners,
+// the REST API's HTTPS) from the files of s. mode is the side; a server
+// verifies clients as s asks (verify_peer: OPTIONAL, plus
 // fail_if_no_peer_cert: REQUIRED). Returns NMQ_OK with *dp set
-// (tls_engine_direct_free), or the errors of tls_pem_config_build.
+// (tls_engine_direct_free), the errors of tls_pem_check, or NMQ_ETLS if
+// the engine refused the material (NMQ_ENOMEM); err says which.
 nmq_err tls_pem_direct_build(const tls_pem_spec *s, nng_tls_mode mode,
     struct tls_engine_direct **dp, char *err, size_t errlen);
 
