@@ -627,10 +627,17 @@ static int link_frame(void *upper, const uint8_t *frame, size_t len)
 // Hands one frame to its handler; see link.h.
 int link_dispatch(nmq_link *l, const uint8_t *frame, size_t len)
 {
-	if (atomic_load_explicit(&l->p->rx_stopped, memory_order_relaxed)) {
-		// A clean stop (proto_quiesce): not handled, hence not acked;
-		// the client sends it again after reconnecting.
-		return 0;
+	if (atomic_load_explicit(&l->p->rx_stopped, memory_order_relaxed) && len > 0) {
+		// A clean stop (proto_quiesce): no new work (a message, a
+		// subscription change, a session) is taken: not handled, hence
+		// not acked; the client sends it again after reconnecting. Acks
+		// of the broker's own sends and a DISCONNECT still count (a
+		// client leaving normally has no will published).
+		uint8_t type = frame[0] >> 4;
+		if (!l->connected || type == MQTT_PUBLISH || type == MQTT_SUBSCRIBE
+		    || type == MQTT_UNSUBSCRIBE) {
+			return 0;
+		}
 	}
 	if (!l->connected) {
 		return handle_connect(l, frame, len);

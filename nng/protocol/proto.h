@@ -370,10 +370,11 @@ nmq_proto *proto_alloc(
 // Ends every connection (wills are sent as for an abnormal close when
 // `send_wills`), then frees everything. Call after listeners stopped.
 void proto_free(nmq_proto *p);
-// The first step of a clean stop, before proto_shutdown_*: stops handling
-// what the clients send (frames read from then on are dropped: neither
-// routed nor acknowledged, so the clients send them again after
-// reconnecting), waits for every worker to finish the frame it handles,
+// The first step of a clean stop, before proto_shutdown_*: stops taking
+// new work from the clients (PUBLISH, SUBSCRIBE, UNSUBSCRIBE and CONNECT
+// frames read from then on are dropped: neither handled nor acknowledged,
+// so the clients send them again after reconnecting; acks and DISCONNECT
+// are still handled), waits for every worker to finish the frame it handles,
 // then waits at most max_wait_ms for the acks that wait for the store's
 // commit (decisions/0016) to be sent, so that what the store commits is
 // acknowledged before the DISCONNECT 0x8B that follows (a publisher does
