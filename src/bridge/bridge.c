@@ -324,6 +324,7 @@ struct nmq_bridges {
 static _Atomic(nmq_bridges *) g_set; // for the store's eviction callback
 #ifdef NMQ_HAVE_STORE
 static bool bridges_store_row_gone(void *arg, const char *client_id, uint64_t seq);
+static void bridges_store_expired(void *arg, const char *client_id, uint64_t seq);
 #endif
 
 static void bridge_release(bridge *b);
@@ -3414,6 +3415,7 @@ nmq_bridges *bridges_start(const nmq_conf *conf, const bridge_env *env)
 #ifdef NMQ_HAVE_STORE
 	if (env->store != NULL) {
 		store_bcache_set_gone(env->store, bridges_store_row_gone, NULL);
+		store_bcache_set_expired(env->store, bridges_store_expired, NULL);
 		orphan_scan_start(set, conf, env->store);
 	}
 #endif
@@ -3599,6 +3601,60 @@ static bool bridges_store_row_gone(void *arg, const char *client_id, uint64_t se
 	}
 	pthread_mutex_unlock(&set->mtx);
 	return gone;
+}
+#endif
+
+#ifdef NMQ_HAVE_STORE
+// A cached row the store dropped because its message expired (its sweep of
+// the rows that expire while the broker runs, or a read that reached it;
+// store thread, after the commit): the forward leaves the backlog, counted
+// in expired (and dropped) as one that expires in the queue. A row whose
+// entry is on the wire (QoS 1 sent, awaiting its PUBACK) or already gone is
+// not counted: the remote has it, or it was counted when it went.
+static void bridges_store_expired(void *arg, const char *client_id, uint64_t seq)
+{
+	(void)arg;
+	nmq_bridges *set = atomic_load(&g_set);
+	if (set == NULL || strncmp(client_id, "$bridge/", 8) != 0) {
+		return;
+	}
+	pthread_mutex_lock(&set->mtx);
+	for (bridge *b = set->head; b != NULL; b = b->next) {
+		if (strcmp(b->store_id, client_id) != 0) {
+			continue;
+		}
+		pthread_mutex_lock(&b->mtx);
+		bool counted = false;
+		if (seq > b->mem_last_seq) {
+			// On disk only (or not yet counted by the first read).
+			if (b->disk_only != DISK_UNKNOWN && b->disk_only > 0) {
+				b->disk_only--;
+				if (b->disk_only == 0) {
+					b->oldest_disk_ms = 0;
+				}
+			}
+			counted = true;
+		} else {
+			for (bentry *e = b->head; e != NULL && e->seq <= seq; e = e->next) {
+				if (e->seq == seq) {
+					if (e->state == Q_QUEUED
+					    && (e->pid == 0 || b->by_pid[e->pid] != e)) {
+						entry_remove(b, e, false);
+						counted = true;
+					}
+					break;
+				}
+			}
+		}
+		if (counted) {
+			b->expired++;
+			b->dropped++;
+			refill_locked(b); // room in memory for what waits on disk
+		}
+		pthread_mutex_unlock(&b->mtx);
+		break;
+	}
+	pthread_mutex_unlock(&set->mtx);
 }
 #endif
 

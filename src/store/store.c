@@ -101,6 +101,10 @@ static const char index_sql[]
     = "CREATE INDEX IF NOT EXISTS queue_inflight ON queue(cid, seq) WHERE state != 0;"
       "CREATE INDEX IF NOT EXISTS msgs_expiry ON msgs(expiry_wall_ms)"
       " WHERE expiry_wall_ms != 0;"
+      // The bridges' cached forwards that can expire, for the sweep of
+      // those that do while the broker runs (store_bcache_expire).
+      "CREATE INDEX IF NOT EXISTS bcache_expiry ON bcache(expiry_wall_ms)"
+      " WHERE expiry_wall_ms != 0;"
       // The time the broker was last known alive (store_alive.c), and
       // the sessions stored online, which make the idle store write it.
       // Added to older files; a build without them ignores both.
@@ -1799,6 +1803,11 @@ static void run_batch(nmq_store *s, store_op *batch, size_t nb, bool marks)
 	bool     ok    = rc == SQLITE_DONE;
 	size_t   n     = 0;
 	uint64_t nskip = 0;
+	// The cache's rows that expired, first: a read in this group does not
+	// see them (store_bcache_expire_due: at most once a second).
+	if (ok && store_bcache_expire_due(s, NULL)) {
+		ok = store_bcache_expire(s, wall) == 0;
+	}
 	for (store_op *op = batch; ok && op != NULL; op = op->next, n++) {
 		int r = op_apply(s, op, wall, mono);
 		if (r < 0) {
@@ -1845,6 +1854,7 @@ static void run_batch(nmq_store *s, store_op *batch, size_t nb, bool marks)
 	s->in_group       = false;
 	s->batch_msgs_len = 0;
 	evicts_clear(s, ok);
+	store_bcache_expired_report(s, ok);
 	atomic_store(&s->queued_rows_pub, s->queued_rows);
 	// Counters first: a completion may be what a reader of them waits for.
 	if (ok) {
@@ -1905,7 +1915,14 @@ static void *store_thread(void *arg)
 	pthread_mutex_lock(&s->mtx);
 	for (;;) {
 		while (s->head == NULL && !s->stopping) {
-			if (store_alive_wait(s)) {
+			uint64_t exp_wake = 0;
+			if (store_bcache_expire_due(s, &exp_wake)) {
+				pthread_mutex_unlock(&s->mtx);
+				store_bcache_expire_idle(s);
+				pthread_mutex_lock(&s->mtx);
+				continue;
+			}
+			if (store_alive_wait(s, exp_wake)) {
 				pthread_mutex_unlock(&s->mtx);
 				store_alive_idle(s);
 				pthread_mutex_lock(&s->mtx);

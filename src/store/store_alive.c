@@ -97,16 +97,22 @@ void store_alive_after_group(nmq_store *s)
 	sqlite3_reset(s->alive_online_q);
 }
 
-bool store_alive_wait(nmq_store *s)
+bool store_alive_wait(nmq_store *s, uint64_t also_due)
 {
-	if (s->alive_idle_ms == 0) {
+	uint64_t due = 0;
+	if (s->alive_idle_ms != 0) {
+		due = s->alive_mono
+		    + (s->opts.alive_idle_ms ? s->opts.alive_idle_ms : s->alive_idle_ms);
+		if (store_mono_ms() >= due) {
+			return true;
+		}
+	}
+	if (also_due != 0 && (due == 0 || also_due < due)) {
+		due = also_due;
+	}
+	if (due == 0) {
 		pthread_cond_wait(&s->cv, &s->mtx);
 		return false;
-	}
-	uint64_t due
-	    = s->alive_mono + (s->opts.alive_idle_ms ? s->opts.alive_idle_ms : s->alive_idle_ms);
-	if (store_mono_ms() >= due) {
-		return true;
 	}
 	// The condition variable runs on CLOCK_MONOTONIC (store_open).
 	struct timespec ts

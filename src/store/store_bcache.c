@@ -35,6 +35,8 @@ enum {
 	BS_READ,
 	BS_PURGE,
 	BS_OLDEST,
+	BS_EXP_DUE,
+	BS_EXP_NEXT,
 	BS_COUNT_
 };
 
@@ -52,6 +54,12 @@ static const char *const bs_sql[BS_COUNT_] = {
 	[BS_PURGE]     = "DELETE FROM bcache WHERE bid = ?1",
 	[BS_OLDEST] = "SELECT b.bid, b.seq, i.cid FROM bcache b JOIN bcache_ids i ON i.bid = b.bid"
 	              " WHERE b.state = 0 ORDER BY b.bid, b.seq LIMIT ?1",
+	// (Both answered by the partial index bcache_expiry.)
+	[BS_EXP_DUE] = "SELECT b.bid, b.seq, i.cid FROM bcache b JOIN bcache_ids i ON i.bid = b.bid"
+	               " WHERE b.expiry_wall_ms != 0 AND b.expiry_wall_ms <= ?1 AND b.state = 0"
+	               " LIMIT ?2",
+	[BS_EXP_NEXT] = "SELECT expiry_wall_ms FROM bcache WHERE expiry_wall_ms != 0 AND state = 0"
+	                " ORDER BY expiry_wall_ms LIMIT 1",
 };
 
 _Static_assert(BS_COUNT_ <= sizeof(((nmq_store *)0)->bstmts) / sizeof(sqlite3_stmt *),
@@ -123,6 +131,18 @@ static long long expire_at_open(nmq_store *s)
 	return rows;
 }
 
+// The earliest expiry of a cached row not in flight, into s->bexp_next
+// (0: none, or unknown after an error: the next put with an expiry sets it).
+static void next_expiry(nmq_store *s)
+{
+	sqlite3_stmt *st = store_stmt_fresh(s->bstmts[BS_EXP_NEXT]);
+	s->bexp_next     = 0;
+	if (sqlite3_step(st) == SQLITE_ROW) {
+		s->bexp_next = (uint64_t)sqlite3_column_int64(st, 0);
+	}
+	sqlite3_reset(st);
+}
+
 int store_bcache_prepare(nmq_store *s)
 {
 	for (int i = 0; i < BS_COUNT_; i++) {
@@ -134,6 +154,7 @@ int store_bcache_prepare(nmq_store *s)
 	}
 	long long n    = expire_at_open(s);
 	s->bcache_rows = n > 0 ? (uint64_t)n : 0;
+	next_expiry(s);
 	return 0;
 }
 
@@ -147,6 +168,10 @@ void store_bcache_finalize(nmq_store *s)
 	free(s->bids);
 	s->bids     = NULL;
 	s->bids_cap = 0;
+	store_bcache_expired_report(s, false);
+	free(s->bexps);
+	s->bexps    = NULL;
+	s->bexp_cap = 0;
 }
 
 void store_bcache_forget(nmq_store *s)
@@ -240,6 +265,9 @@ int store_bcache_put(nmq_store *s, const char *cid, uint64_t seq, const nmq_msg 
 	if (rc == SQLITE_DONE) {
 		s->queued_rows++;
 		s->bcache_rows++;
+		if (expiry_wall != 0 && (s->bexp_next == 0 || expiry_wall < s->bexp_next)) {
+			s->bexp_next = expiry_wall;
+		}
 		return 0;
 	}
 	// A seq stored twice keeps the first.
@@ -380,6 +408,27 @@ nmq_err store_bcache_list(nmq_store *s,
 	return e;
 }
 
+// Records a row dropped as expired in the running group, for
+// store_bcache_expired_report. 0, or -1 when out of memory.
+static int note_expired(nmq_store *s, const char *cid, uint64_t seq)
+{
+	if (s->bexp_len == s->bexp_cap) {
+		size_t       c = s->bexp_cap ? s->bexp_cap * 2 : 16;
+		store_evict *v = realloc(s->bexps, c * sizeof(*v));
+		if (v == NULL) {
+			return -1;
+		}
+		s->bexps    = v;
+		s->bexp_cap = c;
+	}
+	store_evict *e = &s->bexps[s->bexp_len++];
+	memset(e, 0, sizeof(*e));
+	e->seq = seq;
+	snprintf(e->cid, sizeof(e->cid), "%s", cid);
+	e->cid_full = strlen(cid) < sizeof(e->cid) ? NULL : strdup(cid);
+	return 0;
+}
+
 int store_bcache_read(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 {
 	if (strcmp(op->s1, LIST_CID) == 0) {
@@ -436,7 +485,9 @@ int store_bcache_read(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 	int ret = rc == SQLITE_DONE ? 0 : -1;
 	for (size_t i = 0; ret == 0 && i < ngone; i++) {
 		ret = del_range_bid(s, bid, gone[i], gone[i]);
-		atomic_fetch_add(&s->expired, 1);
+		if (ret == 0 && note_expired(s, op->s1, gone[i]) != 0) {
+			atomic_fetch_add(&s->expired, 1); // counted, not reported
+		}
 	}
 	free(gone);
 	return ret;
@@ -446,6 +497,129 @@ void store_bcache_set_gone(nmq_store *s, store_bcache_gone_fn fn, void *arg)
 {
 	atomic_store(&s->bgone_arg, arg);
 	atomic_store(&s->bgone, fn);
+}
+
+void store_bcache_set_expired(nmq_store *s, store_bcache_expired_fn fn, void *arg)
+{
+	atomic_store(&s->bexpired_arg, arg);
+	atomic_store(&s->bexpired, fn);
+}
+
+// Rows that expire while the broker runs (decisions/0034): without this
+// they stayed until a read or an eviction reached them, counting in the
+// bridges' backlog and in disk_cache_size. The store thread knows the
+// earliest expiry of a row not in flight (s->bexp_next: from the index at
+// open and after each sweep, lowered by every put); from then on, at most
+// once a second (inside a group that runs anyway, or in a transaction of
+// its own when idle), it deletes up to STORE_BCACHE_EXPIRE_MAX of the
+// expired rows through the partial index bcache_expiry. Rows in flight
+// (QoS 2 SENT or RELEASED) are left to their flow.
+bool store_bcache_expire_due(nmq_store *s, uint64_t *wake)
+{
+	if (wake != NULL) {
+		*wake = 0;
+	}
+	if (s->bexp_next == 0) {
+		return false;
+	}
+	uint64_t mono = store_mono_ms(), wall = store_wall_ms();
+	uint64_t tick = s->bexp_mono != 0 ? s->bexp_mono + STORE_BCACHE_EXPIRE_TICK_MS : 0;
+	if (wall >= s->bexp_next && mono >= tick) {
+		return true;
+	}
+	if (wake != NULL) {
+		uint64_t at = wall >= s->bexp_next ? mono : mono + (s->bexp_next - wall);
+		*wake       = at > tick ? at : tick;
+		if (*wake == 0) {
+			*wake = 1;
+		}
+	}
+	return false;
+}
+
+int store_bcache_expire(nmq_store *s, uint64_t wall)
+{
+	s->bexp_mono     = store_mono_ms();
+	sqlite3_stmt *st = bs(s, BS_EXP_DUE);
+	sqlite3_bind_int64(st, 1, (sqlite3_int64)wall);
+	sqlite3_bind_int64(st, 2, STORE_BCACHE_EXPIRE_MAX);
+	int      rc;
+	size_t   first = s->bexp_len, nb = 0, cap = 0;
+	int64_t *bids = NULL;
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		const char *cid = (const char *)sqlite3_column_text(st, 2);
+		if (nb == cap) {
+			cap         = cap ? cap * 2 : 64;
+			int64_t *nv = realloc(bids, cap * sizeof(*nv));
+			if (nv == NULL) {
+				break;
+			}
+			bids = nv;
+		}
+		if (note_expired(s, cid != NULL ? cid : "", (uint64_t)sqlite3_column_int64(st, 1))
+		    != 0) {
+			break;
+		}
+		bids[nb++] = sqlite3_column_int64(st, 0);
+	}
+	sqlite3_reset(st);
+	int ret = rc == SQLITE_DONE || rc == SQLITE_ROW ? 0 : -1;
+	for (size_t i = 0; ret == 0 && i < nb; i++) {
+		uint64_t seq = s->bexps[first + i].seq;
+		ret          = del_range_bid(s, bids[i], seq, seq);
+	}
+	free(bids);
+	if (ret == 0) {
+		next_expiry(s);
+	}
+	return ret;
+}
+
+void store_bcache_expire_idle(nmq_store *s)
+{
+	uint64_t rows = s->queued_rows, brows = s->bcache_rows;
+	bool     ok = sqlite3_exec(s->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK;
+	ok          = ok && store_bcache_expire(s, store_wall_ms()) == 0;
+	ok          = ok && sqlite3_exec(s->db, "COMMIT", NULL, NULL, NULL) == SQLITE_OK;
+	if (!ok) {
+		log_warn_rl("store", "path=%s event=cache_expiry_failed error=\"%s\"", s->path,
+		    sqlite3_errmsg(s->db));
+		if (!sqlite3_get_autocommit(s->db)) {
+			sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+		}
+		s->queued_rows = rows;
+		s->bcache_rows = brows;
+		s->bexp_mono   = store_mono_ms(); // not again before the next tick
+	}
+	atomic_store(&s->queued_rows_pub, s->queued_rows);
+	store_bcache_expired_report(s, ok);
+}
+
+void store_bcache_expired_report(nmq_store *s, bool ok)
+{
+	if (s->bexp_len == 0) {
+		return;
+	}
+	uint64_t now = store_wall_ms();
+	if (!ok && (s->bexp_next == 0 || s->bexp_next > now)) {
+		s->bexp_next = now; // rolled back: the rows are there again
+	}
+	store_bcache_expired_fn fn  = atomic_load(&s->bexpired);
+	void                   *arg = atomic_load(&s->bexpired_arg);
+	for (size_t i = 0; i < s->bexp_len; i++) {
+		store_evict *e = &s->bexps[i];
+		if (ok) {
+			atomic_fetch_add(&s->expired, 1);
+			if (fn != NULL) {
+				fn(arg, e->cid_full ? e->cid_full : e->cid, e->seq);
+			}
+		}
+		free(e->cid_full);
+	}
+	if (ok) {
+		log_info_rl("store", "path=%s event=cache_expired rows=%zu", s->path, s->bexp_len);
+	}
+	s->bexp_len = 0;
 }
 
 // Evicts n rows, oldest first (bridge by bridge, lowest seq first), not in

@@ -28,4 +28,14 @@ typedef bool (*store_bcache_gone_fn)(void *arg, const char *client_id, uint64_t 
 // fn may be NULL (every row counts). Any thread.
 void store_bcache_set_gone(nmq_store *s, store_bcache_gone_fn fn, void *arg);
 
+// A cached row (client_id, seq) deleted because its message expired: by
+// the store's sweep (the rows that expire while the broker runs, every
+// second) or by a read that reached it. Called on the store thread after
+// the commit; must not block.
+typedef void (*store_bcache_expired_fn)(void *arg, const char *client_id, uint64_t seq);
+
+// Sets the function told of each cached row dropped as expired (may be
+// NULL). Any thread.
+void store_bcache_set_expired(nmq_store *s, store_bcache_expired_fn fn, void *arg);
+
 #endif

@@ -228,13 +228,23 @@ struct nmq_store {
 
 	// The bridges' cache (store_bcache.c, store thread): its statements,
 	// the bridges' numbers it looked up, and its rows (in queued_rows too).
-	sqlite3_stmt     *bstmts[8];
+	sqlite3_stmt     *bstmts[12];
 	struct store_bid *bids;
 	size_t            bids_len, bids_cap;
 	uint64_t          bcache_rows;
 	// store_bcache_set_gone: which rows eviction finds already done with.
 	_Atomic(store_bcache_gone_fn) bgone;
 	void *_Atomic                 bgone_arg;
+	// Rows whose message expired while the broker runs
+	// (store_bcache_expire): the earliest expiry of a row not in flight
+	// (wall ms, 0: none), the last sweep (monotonic ms), the rows dropped
+	// in the running group (by a sweep or a read), reported after its
+	// commit to the function of store_bcache_set_expired.
+	uint64_t                         bexp_next, bexp_mono;
+	store_evict                     *bexps;
+	size_t                           bexp_len, bexp_cap;
+	_Atomic(store_bcache_expired_fn) bexpired;
+	void *_Atomic                    bexpired_arg;
 
 	_Atomic uint64_t commits, ops, failed, coalesced, evicted, expired, queued_rows_pub;
 	_Atomic unsigned test_group_oom; // store_test_group_oom
@@ -306,7 +316,8 @@ static inline void store_alive_session_op(nmq_store *s)
 // The store thread's wait for work, s->mtx held and the queue empty.
 // Returns true when an idle alive write is due now (caller: unlock,
 // store_alive_idle, lock).
-bool store_alive_wait(nmq_store *s);
+// Also wakes at also_due (monotonic ms, 0: none).
+bool store_alive_wait(nmq_store *s, uint64_t also_due);
 void store_alive_idle(nmq_store *s);
 // store_load (main thread, in its transaction): the sessions stored
 // online get the alive time as the time they went offline. Returns how
@@ -342,6 +353,19 @@ int store_bcache_del_range(nmq_store *s, const char *cid, uint64_t lo, uint64_t 
 int store_bcache_purge(nmq_store *s, const char *cid);
 int store_bcache_read(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono);
 int64_t store_bcache_evict(nmq_store *s, uint64_t n);
+// Expiry while the broker runs: a sweep of at most STORE_BCACHE_EXPIRE_MAX
+// rows whose message expired, at most every STORE_BCACHE_EXPIRE_TICK_MS.
+// due: whether one is due now; if not, *wake is when (monotonic ms, 0:
+// none). expire: the sweep inside the open transaction (0 or -1), if due.
+// idle: a sweep in a transaction of its own (an idle store thread).
+// report: after the group (ok: committed), counts, logs and reports the
+// rows the group dropped as expired (sweep and reads).
+#define STORE_BCACHE_EXPIRE_TICK_MS 1000
+#define STORE_BCACHE_EXPIRE_MAX     4096
+bool store_bcache_expire_due(nmq_store *s, uint64_t *wake);
+int  store_bcache_expire(nmq_store *s, uint64_t wall);
+void store_bcache_expire_idle(nmq_store *s);
+void store_bcache_expired_report(nmq_store *s, bool ok);
 // Moves the bridges' rows of a version STORE_SCHEMA_BCACHE - 1 file to
 // the cache table and sets the version to to_version, in one transaction.
 int store_bcache_migrate(sqlite3 *db, int to_version);

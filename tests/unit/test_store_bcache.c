@@ -402,6 +402,67 @@ static void test_eviction_skips_rows_done_with(void **state)
 	nmq_msg_release(m);
 }
 
+// Rows whose expiry passes while the store runs are deleted by its sweep,
+// the idle store too, counted and reported; rows in flight and rows
+// without expiry stay.
+static uint64_t        exp_seqs[16];
+static int             n_exp;
+static pthread_mutex_t exp_mtx = PTHREAD_MUTEX_INITIALIZER;
+
+static void on_expired(void *arg, const char *cid, uint64_t seq)
+{
+	(void)arg;
+	assert_string_equal(cid, "$bridge/x");
+	pthread_mutex_lock(&exp_mtx);
+	if (n_exp < 16) {
+		exp_seqs[n_exp] = seq;
+	}
+	n_exp++;
+	pthread_mutex_unlock(&exp_mtx);
+}
+
+static void test_expired_while_running(void **state)
+{
+	(void)state;
+	nmq_store *s = open_store(0);
+	store_bcache_set_expired(s, on_expired, NULL);
+	n_exp                 = 0;
+	nmq_msg *keep         = mk_msg("t", "keep");
+	nmq_msg *soon         = mk_msg("t", "soon");
+	soon->expiry_interval = 1;
+	soon->expiry_at_ms    = nmq_clock_ms() + 200;
+	store_queue_put(s, "$bridge/x", 1, soon, 1, false, NULL, 0, NULL, NULL);
+	store_queue_put(s, "$bridge/x", 2, keep, 1, false, NULL, 0, NULL, NULL);
+	store_queue_put(s, "$bridge/x", 3, soon, 2, false, NULL, 0, NULL, NULL);
+	store_queue_put(s, "$bridge/x", 4, soon, 1, false, NULL, 0, NULL, NULL);
+	store_queue_state(s, "$bridge/x", 3, STORE_Q_SENT, 7, NULL, NULL); // in flight
+	sync_store(s);
+	// Nothing else happens: the idle store wakes for it.
+	for (int i = 0; i < 300; i++) {
+		pthread_mutex_lock(&exp_mtx);
+		int n = n_exp;
+		pthread_mutex_unlock(&exp_mtx);
+		if (n >= 2) {
+			break;
+		}
+		usleep(10000);
+	}
+	usleep(50000);
+	pthread_mutex_lock(&exp_mtx);
+	assert_int_equal(n_exp, 2);
+	assert_int_equal(exp_seqs[0] + exp_seqs[1], 5); // 1 and 4
+	pthread_mutex_unlock(&exp_mtx);
+	store_stats st;
+	store_stats_get(s, &st);
+	assert_int_equal(st.expired, 2);
+	assert_int_equal(st.queued_rows, 2);
+	assert_int_equal(query_int("SELECT COUNT(*) FROM bcache"), 2);
+	assert_int_equal(query_int("SELECT SUM(seq) FROM bcache"), 5); // 2 and 3
+	store_close(s);
+	nmq_msg_release(keep);
+	nmq_msg_release(soon);
+}
+
 static struct {
 	int      n;
 	char     cid[8][32];
@@ -442,11 +503,12 @@ static void list_all(nmq_store *s)
 static void test_expired_at_open_and_list(void **state)
 {
 	(void)state;
-	nmq_store *s           = open_store(0);
-	nmq_msg   *keep        = mk_msg("t", "keep");
-	nmq_msg   *exp         = mk_msg("t", "gone");
-	exp->expiry_interval   = 1;
-	exp->expiry_at_ms      = 1; // long past: stored as expiring now
+	nmq_store *s         = open_store(0);
+	nmq_msg   *keep      = mk_msg("t", "keep");
+	nmq_msg   *exp       = mk_msg("t", "gone");
+	exp->expiry_interval = 1;
+	// Expires once the store is closed (a running store sweeps it).
+	exp->expiry_at_ms      = nmq_clock_ms() + 500;
 	nmq_msg *later         = mk_msg("t", "later");
 	later->expiry_interval = 3600;
 	later->expiry_at_ms    = nmq_clock_ms() + 3600 * 1000;
@@ -458,7 +520,7 @@ static void test_expired_at_open_and_list(void **state)
 	store_queue_put(s, "$bridge/b", 2, keep, 1, false, NULL, 0, NULL, NULL);
 	sync_store(s);
 	store_close(s);
-	usleep(5000); // the expiry time is in the past by now
+	usleep(600000); // the expiry time is in the past by now
 	s = open_store(0);
 	store_stats st;
 	store_stats_get(s, &st);
@@ -684,6 +746,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_eviction, setup, teardown),
 		cmocka_unit_test_setup_teardown(
 		    test_eviction_skips_rows_done_with, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_expired_while_running, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_expired_at_open_and_list, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_crash_before_commit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_migration_v1, setup, teardown),
