@@ -281,6 +281,12 @@ typedef struct proto_store_ops {
 	uint32_t (*sid_new)(void *st);
 	nmq_err (*queue_put)(void *st, const char *client_id, uint32_t sid, uint64_t seq,
 	    nmq_msg *msg, uint8_t qos, bool retain, const uint32_t *sub_ids, uint32_t n_sub_ids);
+	// As queue_put, for a session whose client is connected and is sent
+	// the message now (its ack likely follows soon): the store may hold
+	// the row back and not write it if the ack comes first. NULL: use
+	// queue_put.
+	nmq_err (*queue_put_live)(void *st, const char *client_id, uint32_t sid, uint64_t seq,
+	    nmq_msg *msg, uint8_t qos, bool retain, const uint32_t *sub_ids, uint32_t n_sub_ids);
 	nmq_err (*queue_state)(void *st, const char *client_id, uint32_t sid, uint64_t seq,
 	    uint8_t state, uint16_t packet_id);
 	nmq_err (*queue_del)(void *st, const char *client_id, uint32_t sid, uint64_t seq);

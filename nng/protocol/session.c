@@ -1441,9 +1441,13 @@ void nmq_session_deliver(nmq_session *s, nmq_msg *msg, uint8_t qos, bool retain,
 	}
 	nmq_msg_hold(msg);
 	if (qos > 0 && persist(s) && !persist_skip) {
-		nmq_err se
-		    = p->store->queue_put(p->store_arg, s->client_id, session_store_sid(s), e.seq,
-		        msg, qos, retain, sub_ids, n_sub_ids < SUBIDS_MAX ? n_sub_ids : SUBIDS_MAX);
+		// Connected: sent now (or after the ones ahead of it in memory).
+		nmq_err (*put)(void *, const char *, uint32_t, uint64_t, nmq_msg *, uint8_t, bool,
+		    const uint32_t *, uint32_t)
+		    = s->link != NULL && p->store->queue_put_live != NULL ? p->store->queue_put_live
+		                                                          : p->store->queue_put;
+		nmq_err se = put(p->store_arg, s->client_id, session_store_sid(s), e.seq, msg, qos,
+		    retain, sub_ids, n_sub_ids < SUBIDS_MAX ? n_sub_ids : SUBIDS_MAX);
 		if (se == NMQ_OK) {
 			proto_store_noted();
 			if (qos == 2) {

@@ -393,6 +393,9 @@ static sqlite3 *open_db(nmq_store *s, char *err, size_t errlen, bool *unwritable
 				rc = sqlite3_exec(db, index_sql, NULL, NULL, NULL);
 			}
 			if (rc == SQLITE_OK) {
+				rc = sqlite3_exec(db, store_hold_schema_sql, NULL, NULL, NULL);
+			}
+			if (rc == SQLITE_OK) {
 				return db;
 			}
 			if (bad == NULL) {
@@ -997,7 +1000,7 @@ static uint32_t arena_add(store_op *op, const void *p, size_t n)
 // Adds a queue row to op (an OP_QUEUE_PUTM). Returns false when out of
 // memory (op unchanged).
 static bool putm_add(store_op *op, const char *client_id, uint32_t sid, uint64_t seq, uint8_t qos,
-    bool retain, const uint32_t *sub_ids, uint32_t n_sub_ids)
+    bool retain, const uint32_t *sub_ids, uint32_t n_sub_ids, bool live)
 {
 	if (op->u32 == op->ents_cap) {
 		uint32_t    cap = op->ents_cap ? op->ents_cap * 2 : 16;
@@ -1023,6 +1026,7 @@ static bool putm_add(store_op *op, const char *client_id, uint32_t sid, uint64_t
 		.n_ids   = (uint16_t)n_sub_ids,
 		.qos     = qos,
 		.retain  = retain,
+		.live    = live,
 	};
 	return true;
 }
@@ -1033,7 +1037,7 @@ static bool putm_add(store_op *op, const char *client_id, uint32_t sid, uint64_t
 // row is admitted as an operation of its own. Returns NMQ_OK, an error,
 // or NMQ_EBUSY when the put is to be an operation of its own.
 static nmq_err put_batched(nmq_store *s, const char *client_id, uint32_t sid, uint64_t seq,
-    nmq_msg *msg, uint8_t qos, bool retain, const uint32_t *sub_ids, uint32_t n_sub_ids)
+    nmq_msg *msg, uint8_t qos, bool retain, const uint32_t *sub_ids, uint32_t n_sub_ids, bool live)
 {
 	store_op *t = tl_batch.tail;
 	if (t == NULL || t->msg != msg || (t->kind != OP_QUEUE_PUTM && t->kind != OP_QUEUE_PUT)
@@ -1050,8 +1054,8 @@ static nmq_err put_batched(nmq_store *s, const char *client_id, uint32_t sid, ui
 	}
 	if (t->kind == OP_QUEUE_PUT) {
 		// The second row of this message: the put becomes a multi-put.
-		if (!putm_add(
-		        t, t->s1, t->sid, t->u64, t->qos, t->retain, t->sub_ids, t->n_sub_ids)) {
+		if (!putm_add(t, t->s1, t->sid, t->u64, t->qos, t->retain, t->sub_ids, t->n_sub_ids,
+		        t->live)) {
 			free(t->ents);
 			free(t->arena);
 			t->ents = NULL, t->arena = NULL, t->u32 = 0, t->ents_cap = 0;
@@ -1060,20 +1064,20 @@ static nmq_err put_batched(nmq_store *s, const char *client_id, uint32_t sid, ui
 		}
 		t->kind = OP_QUEUE_PUTM;
 	}
-	if (!putm_add(t, client_id, sid, seq, qos, retain, sub_ids, n_sub_ids)) {
+	if (!putm_add(t, client_id, sid, seq, qos, retain, sub_ids, n_sub_ids, live)) {
 		return NMQ_EBUSY;
 	}
 	tl_batch.n++;
 	return NMQ_OK;
 }
 
-nmq_err store_queue_put_sid(nmq_store *s, const char *client_id, uint32_t sid, uint64_t seq,
+static nmq_err queue_put(nmq_store *s, const char *client_id, uint32_t sid, uint64_t seq,
     nmq_msg *msg, uint8_t qos, bool retain, const uint32_t *sub_ids, uint32_t n_sub_ids,
-    store_done_fn done, void *arg)
+    store_done_fn done, void *arg, bool live)
 {
 	if (tl_batch.s == s && done == NULL) {
-		nmq_err e
-		    = put_batched(s, client_id, sid, seq, msg, qos, retain, sub_ids, n_sub_ids);
+		nmq_err e = put_batched(
+		    s, client_id, sid, seq, msg, qos, retain, sub_ids, n_sub_ids, live);
 		if (e != NMQ_EBUSY) {
 			return e;
 		}
@@ -1086,8 +1090,24 @@ nmq_err store_queue_put_sid(nmq_store *s, const char *client_id, uint32_t sid, u
 		op->u64    = seq;
 		op->qos    = qos;
 		op->retain = retain;
+		op->live   = live;
 	}
 	return op_submit(s, op, done, arg);
+}
+
+nmq_err store_queue_put_sid(nmq_store *s, const char *client_id, uint32_t sid, uint64_t seq,
+    nmq_msg *msg, uint8_t qos, bool retain, const uint32_t *sub_ids, uint32_t n_sub_ids,
+    store_done_fn done, void *arg)
+{
+	return queue_put(
+	    s, client_id, sid, seq, msg, qos, retain, sub_ids, n_sub_ids, done, arg, false);
+}
+
+nmq_err store_queue_put_live(nmq_store *s, const char *client_id, uint32_t sid, uint64_t seq,
+    nmq_msg *msg, uint8_t qos, bool retain, const uint32_t *sub_ids, uint32_t n_sub_ids)
+{
+	return queue_put(
+	    s, client_id, sid, seq, msg, qos, retain, sub_ids, n_sub_ids, NULL, NULL, true);
 }
 
 nmq_err store_queue_put(nmq_store *s, const char *client_id, uint64_t seq, nmq_msg *msg,
@@ -1464,6 +1484,37 @@ static int retain_set(nmq_store *s, const char *topic, nmq_msg *msg, uint64_t wa
 	return store_step_done(st) == SQLITE_DONE ? 0 : -1;
 }
 
+int store_hold_row(nmq_store *s, const char *cid, uint32_t sid, uint64_t seq, int64_t msg_id,
+    uint8_t qos, bool retain, const uint32_t *ids, uint16_t n_ids)
+{
+	store_group_note_row(s, sid, seq, true);
+	sqlite3_stmt *st = store_stmt(s, STMT_QUEUE_PUT);
+	sqlite3_bind_text(st, 1, cid, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 2, (sqlite3_int64)seq);
+	sqlite3_bind_int64(st, 3, msg_id);
+	sqlite3_bind_int(st, 4, qos);
+	sqlite3_bind_int(st, 5, retain);
+	if (n_ids) {
+		sqlite3_bind_blob(st, 6, ids, (int)(n_ids * sizeof(uint32_t)), SQLITE_STATIC);
+	}
+	sqlite3_bind_int(st, 7, 0);
+	sqlite3_bind_int(st, 8, 0);
+	int rc = store_step_done(st);
+	if (rc == SQLITE_DONE) {
+		s->queued_rows++;
+		return 0;
+	}
+	if ((rc & 0xff) == SQLITE_CONSTRAINT) {
+		return msg_unref(s, msg_id) == 0 ? 0 : -1; // a seq stored twice keeps the first
+	}
+	return -1;
+}
+
+int store_hold_unref(nmq_store *s, int64_t msg_id)
+{
+	return msg_unref(s, msg_id);
+}
+
 // Applies one operation inside the open transaction. Returns 0, 1 if only
 // this operation failed (a constraint: it is answered NMQ_EINVAL and the
 // batch goes on), or -1 if the transaction must be rolled back.
@@ -1473,6 +1524,22 @@ static int op_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 	int           rc;
 	if (op->skip) {
 		return 0;
+	}
+	switch (op->kind) {
+	case OP_QUEUE_STATE:
+	case OP_QUEUE_DEL:
+	case OP_QUEUE_DEL_MANY:
+	case OP_QUEUE_DEL_RANGES:
+	case OP_QUEUE_READ:
+	case OP_SESSION_DEL:
+		// They read or delete rows by SQL: the rows held back so far in
+		// this group are written first (store_hold.c).
+		if (store_hold_flush_all(s) != 0) {
+			return -1;
+		}
+		break;
+	default:
+		break;
 	}
 	switch (op->kind) {
 	case OP_SESSION_PUT: {
@@ -1551,6 +1618,14 @@ static int op_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 		if (id == 0) {
 			return -1;
 		}
+		if (store_hold_eligible(op->live, op->sid, op->qos, op->state, op->s1)
+		    && op->n_sub_ids <= UINT16_MAX
+		    && store_hold_add(s, op->s1, op->sid, op->u64, id, op->qos, op->retain,
+		           op->sub_ids, (uint16_t)op->n_sub_ids)
+		        == 0) {
+			return 0; // written by the next group unless acked by then
+		}
+		store_group_note_row(s, op->sid, op->u64, true);
 		st = store_stmt(s, STMT_QUEUE_PUT);
 		sqlite3_bind_text(st, 1, op->s1, -1, SQLITE_STATIC);
 		sqlite3_bind_int64(st, 2, (sqlite3_int64)op->u64);
@@ -1596,6 +1671,15 @@ static int op_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 			if (id == 0) {
 				return -1;
 			}
+			if (store_hold_eligible(
+			        q->live, q->sid, q->qos, q->state, op->arena + q->cid_off)
+			    && store_hold_add(s, op->arena + q->cid_off, q->sid, q->seq, id, q->qos,
+			           q->retain, (const uint32_t *)(void *)(op->arena + q->ids_off),
+			           q->n_ids)
+			        == 0) {
+				continue; // written by the next group unless acked by then
+			}
+			store_group_note_row(s, q->sid, q->seq, true);
 			st = store_stmt(s, STMT_QUEUE_PUT);
 			sqlite3_bind_text(st, 1, op->arena + q->cid_off, -1, SQLITE_STATIC);
 			sqlite3_bind_int64(st, 2, (sqlite3_int64)q->seq);
@@ -1645,6 +1729,10 @@ static int op_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 		}
 		return 0;
 	case OP_QUEUE_DONE:
+		store_hold_note_done(s, op->s1, op->u64b);
+		if (store_group_range_empty(s, op->sid, op->u64)) {
+			return 0; // no row of it can be there (only held ones, dropped)
+		}
 		return queue_del_range(s, op->s1, op->u64, op->u64b);
 	case OP_QUEUE_DEL_MANY:
 		// Runs of consecutive seqs (a bridge's acks come in order) go in
@@ -1808,6 +1896,11 @@ static void run_batch(nmq_store *s, store_op *batch, size_t nb, bool marks)
 	if (ok && store_bcache_expire_due(s, NULL)) {
 		ok = store_bcache_expire(s, wall) == 0;
 	}
+	// The rows held back by earlier groups: dropped once acked, written
+	// when too old (store_hold.c).
+	if (ok) {
+		ok = store_hold_group_start(s) == 0;
+	}
 	for (store_op *op = batch; ok && op != NULL; op = op->next, n++) {
 		int r = op_apply(s, op, wall, mono);
 		if (r < 0) {
@@ -1828,6 +1921,9 @@ static void run_batch(nmq_store *s, store_op *batch, size_t nb, bool marks)
 	}
 	if (ok) {
 		ok = store_group_flush_refs(s) == 0;
+	}
+	if (ok) {
+		ok = store_hold_end_group(s) == 0;
 	}
 	if (ok) {
 		ok = store_alive_in_group(s, wall) == 0;
@@ -1853,6 +1949,7 @@ static void run_batch(nmq_store *s, store_op *batch, size_t nb, bool marks)
 	}
 	s->in_group       = false;
 	s->batch_msgs_len = 0;
+	store_hold_after_group(s, ok);
 	evicts_clear(s, ok);
 	store_bcache_expired_report(s, ok);
 	atomic_store(&s->queued_rows_pub, s->queued_rows);
@@ -1922,6 +2019,16 @@ static void *store_thread(void *arg)
 				pthread_mutex_lock(&s->mtx);
 				continue;
 			}
+			if (store_hold_pending(s)) {
+				// Rows held back: retired by a group of their own once
+				// old enough, if no work comes first (store_hold.c).
+				if (store_hold_wait(s)) {
+					pthread_mutex_unlock(&s->mtx);
+					run_batch(s, NULL, 0, false);
+					pthread_mutex_lock(&s->mtx);
+				}
+				continue;
+			}
 			if (store_alive_wait(s, exp_wake)) {
 				pthread_mutex_unlock(&s->mtx);
 				store_alive_idle(s);
@@ -1929,6 +2036,14 @@ static void *store_thread(void *arg)
 			}
 		}
 		if (s->head == NULL) {
+			// Stopping: every row held back is written now (an older
+			// build would not read the held rows).
+			if (store_hold_pending(s)) {
+				s->hold_final = true;
+				pthread_mutex_unlock(&s->mtx);
+				run_batch(s, NULL, 0, false);
+				pthread_mutex_lock(&s->mtx);
+			}
 			break;
 		}
 		// Everything waiting, up to flush_max: one transaction, one sync.
@@ -2014,8 +2129,16 @@ nmq_err store_open(nmq_store **sp, const store_opts *opts, char *err, size_t err
 			return NMQ_EIO;
 		}
 	}
-	if (store_bcache_prepare(s) != 0) {
+	if (store_bcache_prepare(s) != 0 || store_hold_prepare(s) != 0) {
 		snprintf(err, errlen, "store: %s: %s", s->path, sqlite3_errmsg(s->db));
+		store_db_close(s);
+		free(s);
+		return NMQ_EIO;
+	}
+	// Rows held back by the last group before a crash (store_hold.c).
+	if (store_hold_expand(s->db, s->path) < 0) {
+		snprintf(err, errlen, "store: %s: restoring held rows: %s", s->path,
+		    sqlite3_errmsg(s->db));
 		store_db_close(s);
 		free(s);
 		return NMQ_EIO;
@@ -2054,6 +2177,7 @@ void store_db_close(nmq_store *s)
 	s->alive_put      = NULL;
 	s->alive_online_q = NULL;
 	store_bcache_finalize(s);
+	store_hold_finalize(s);
 	for (int i = 0; i < STMT_COUNT_; i++) {
 		sqlite3_finalize(s->stmts[i]);
 		s->stmts[i] = NULL;
@@ -2073,6 +2197,10 @@ void store_close(nmq_store *s)
 	pthread_cond_signal(&s->cv);
 	pthread_mutex_unlock(&s->mtx);
 	pthread_join(s->thread, NULL);
+	log_info("store",
+	    "path=%s event=closed commits=%llu held_rows_written=%llu held_rows_dropped=%llu",
+	    s->path, (unsigned long long)atomic_load(&s->commits),
+	    (unsigned long long)s->held_written, (unsigned long long)s->held_dropped);
 	store_db_close(s);
 	pthread_mutex_destroy(&s->mtx);
 	pthread_cond_destroy(&s->cv);

@@ -164,10 +164,17 @@ uint32_t store_sid_new(nmq_store *s);
 nmq_err  store_queue_put_sid(nmq_store *s, const char *client_id, uint32_t sid, uint64_t seq,
      nmq_msg *msg, uint8_t qos, bool retain, const uint32_t *sub_ids, uint32_t n_sub_ids,
      store_done_fn done, void *arg);
-nmq_err  store_queue_state_sid(nmq_store *s, const char *client_id, uint32_t sid, uint64_t seq,
-     uint8_t state, uint16_t packet_id, store_done_fn done, void *arg);
-nmq_err  store_queue_del_sid(
-     nmq_store *s, const char *client_id, uint32_t sid, uint64_t seq, store_done_fn done, void *arg);
+// As store_queue_put_sid (no callback), for a session whose client is
+// connected and gets the message now: a QoS 1 row may be held back for
+// one group commit, and not written at all if acknowledged by then (the
+// message is as durable when the put's group commits; see
+// docs/decisions/0041-store-held-rows.md).
+nmq_err store_queue_put_live(nmq_store *s, const char *client_id, uint32_t sid, uint64_t seq,
+    nmq_msg *msg, uint8_t qos, bool retain, const uint32_t *sub_ids, uint32_t n_sub_ids);
+nmq_err store_queue_state_sid(nmq_store *s, const char *client_id, uint32_t sid, uint64_t seq,
+    uint8_t state, uint16_t packet_id, store_done_fn done, void *arg);
+nmq_err store_queue_del_sid(
+    nmq_store *s, const char *client_id, uint32_t sid, uint64_t seq, store_done_fn done, void *arg);
 // Every stored message of session sid (client_id) with a seq in [lo, hi]
 // is done with (acknowledged, or otherwise gone from the session): the
 // rows are deleted and a put of such a seq not yet written is dropped.

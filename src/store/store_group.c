@@ -232,9 +232,13 @@ static void pair_one(nmq_store *s, store_op *op, uint32_t idx, uint8_t kind, con
 
 // The highest seq of session sid done with (OP_QUEUE_DONE), kept across
 // groups: open addressing by sid, deleted with backward shifts.
+// With it, what the store thread wrote of sid this run (see
+// store_group_note_row): the lowest seq of it written or held (floor, 0:
+// none) and the highest written as a queue row (row_hi).
 struct store_done {
 	uint32_t sid; // 0: free
 	uint64_t hi;
+	uint64_t floor, row_hi;
 };
 
 static size_t done_home(const nmq_store *s, uint32_t sid)
@@ -261,13 +265,14 @@ static uint64_t done_hi(const nmq_store *s, uint32_t sid)
 	return s->dones[done_slot(s, sid)].hi;
 }
 
-static void done_set(nmq_store *s, uint32_t sid, uint64_t hi)
+// sid's entry, added if missing (NULL when out of memory).
+static struct store_done *done_get(nmq_store *s, uint32_t sid)
 {
 	if ((s->dones_len + 1) * 2 > s->dones_cap) {
 		size_t             cap = s->dones_cap ? s->dones_cap * 2 : 256;
 		struct store_done *old = s->dones, *v = calloc(cap, sizeof(*v));
 		if (v == NULL) {
-			return; // later puts of the range are then written, and stay
+			return NULL; // later puts of the range are then written, and stay
 		}
 		size_t n     = s->dones_cap;
 		s->dones     = v;
@@ -281,13 +286,44 @@ static void done_set(nmq_store *s, uint32_t sid, uint64_t hi)
 	}
 	struct store_done *d = &s->dones[done_slot(s, sid)];
 	if (d->sid == 0) {
-		d->sid = sid;
-		d->hi  = 0;
+		*d = (struct store_done) { .sid = sid };
 		s->dones_len++;
 	}
-	if (hi > d->hi) {
+	return d;
+}
+
+static void done_set(nmq_store *s, uint32_t sid, uint64_t hi)
+{
+	struct store_done *d = done_get(s, sid);
+	if (d != NULL && hi > d->hi) {
 		d->hi = hi;
 	}
+}
+
+void store_group_note_row(nmq_store *s, uint32_t sid, uint64_t seq, bool written)
+{
+	if (sid == 0) {
+		return;
+	}
+	struct store_done *d = done_get(s, sid);
+	if (d == NULL) {
+		return;
+	}
+	if (d->floor == 0 || seq < d->floor) {
+		d->floor = seq;
+	}
+	if (written && seq > d->row_hi) {
+		d->row_hi = seq;
+	}
+}
+
+bool store_group_range_empty(const nmq_store *s, uint32_t sid, uint64_t lo)
+{
+	if (sid == 0 || s->dones_len == 0) {
+		return false;
+	}
+	const struct store_done *d = &s->dones[done_slot(s, sid)];
+	return d->sid == sid && d->floor != 0 && lo >= d->floor && lo > d->row_hi;
 }
 
 static void done_forget(nmq_store *s, uint32_t sid)

@@ -65,6 +65,7 @@ typedef struct store_qent {
 	uint8_t  state;
 	bool     retain;
 	bool     skip; // cancelled out inside its group
+	bool     live; // queued for a connected client (store_hold.c)
 } store_qent;
 
 // A done range waiting in the queue (see nmq_store.pdone).
@@ -113,6 +114,7 @@ typedef struct store_op {
 	bool     skip; // cancelled out inside its group: nothing to write
 	bool     more; // not the last op of a store_batch: same group as the next
 	bool     pooled; // from the pool (else allocated for itself)
+	bool     live; // OP_QUEUE_PUT for a connected client (store_hold.c)
 	uint64_t data[]; // aligned storage for sub ids, then strings
 } store_op;
 
@@ -154,6 +156,60 @@ enum store_stmt {
 	STMT_ROLLBACK,
 	STMT_COUNT_
 };
+
+// The running group's held entries (store_hold.c): their encoding (ents,
+// cids: the client id table), n of them, the table's client ids by index
+// (sids, cid_at: offset in cids, cid_len) and its hash by sid (slots:
+// index + 1), the last entry's message row id.
+typedef struct store_hcur {
+	uint8_t  *ents, *cids;
+	size_t    ents_len, ents_cap, cids_len, cids_cap;
+	uint32_t  n, n_cids;
+	uint32_t *sids, *cid_at, *slots;
+	uint16_t *cid_len;
+	size_t    slots_cap;
+	int64_t   last_msg;
+} store_hcur;
+
+// A committed group's held entries (nmq_store.hold_gens, oldest first):
+// its blob p (the held row's, entries from ents_off), n entries, the
+// client id table by index (sids, cid_at: offset in p, cid_len), the held
+// row, when it was committed, the first entry not known to be done with
+// (cursor, and the message row id before it), whether the running group
+// retired it.
+typedef struct store_hgen {
+	uint8_t           *p;
+	size_t             len, ents_off, cursor;
+	uint32_t           n, n_cids;
+	uint32_t          *sids, *cid_at;
+	uint16_t          *cid_len;
+	int64_t            row, cursor_msg;
+	uint64_t           born, groupno;
+	bool               retired;
+	struct store_hgen *next;
+} store_hgen;
+
+// A committed group's done records (store_hold.c): its held row and the
+// number of the group.
+typedef struct store_hdgen {
+	int64_t             row;
+	uint64_t            groupno;
+	bool                retired;
+	struct store_hdgen *next;
+} store_hdgen;
+
+// One entry of a held row, as store_hold_parse gives it (cid not
+// terminated).
+typedef struct store_hent {
+	int64_t         msg_id;
+	uint64_t        seq;
+	uint8_t         qos;
+	bool            retain;
+	uint16_t        n_ids;
+	uint16_t        cid_len;
+	const char     *cid;
+	const uint32_t *ids;
+} store_hent;
 
 // A queued message evicted in the running batch, reported after commit.
 typedef struct store_evict {
@@ -246,6 +302,23 @@ struct nmq_store {
 	_Atomic(store_bcache_expired_fn) bexpired;
 	void *_Atomic                    bexpired_arg;
 
+	// Rows held back for one group (store_hold.c, store thread): the
+	// running group's entries and the previous group's, with counts of
+	// the held entries later written as rows or dropped as done with.
+	sqlite3_stmt *hstmts[2];
+	store_hcur    hold_cur; // the running group's
+	store_hgen   *hold_gens; // committed, oldest first
+	store_hgen   *hold_pending; // the running group's, once its row is written
+	uint64_t      hold_total; // entries in hold_gens not retired
+	// The running group's done records (client id, highest seq done
+	// with) while entries are held, and the committed ones.
+	uint8_t     *hold_dp;
+	size_t       hold_dlen, hold_dcap;
+	store_hdgen *hold_dgens, *hold_dpending;
+	uint64_t     hold_groupno; // committed groups
+	bool         hold_final; // stopping: the next group writes them all
+	uint64_t     held_written, held_dropped;
+
 	_Atomic uint64_t commits, ops, failed, coalesced, evicted, expired, queued_rows_pub;
 	_Atomic unsigned test_group_oom; // store_test_group_oom
 	_Atomic unsigned test_after_oom; // store_test_after_oom
@@ -292,6 +365,14 @@ void store_group_dones_only(nmq_store *s, store_op *batch, bool marks);
 void store_group_peek(nmq_store *s);
 // Whether seq of session sid is done with (covered by a done range).
 bool store_group_is_done(const nmq_store *s, uint32_t sid, uint64_t seq);
+// A queue row of session sid at seq was written (or, !written, held back:
+// store_hold.c) by this run's store thread. Rows of sid at seqs from the
+// lowest so noted are only ever written by this run (a session's seqs
+// grow; the file's rows are older), so a done range of sid starting
+// above the highest row written finds nothing (store_group_range_empty),
+// and its DELETE is not run.
+void store_group_note_row(nmq_store *s, uint32_t sid, uint64_t seq, bool written);
+bool store_group_range_empty(const nmq_store *s, uint32_t sid, uint64_t lo);
 int  store_group_ref(nmq_store *s, int64_t id, int64_t delta);
 int  store_group_flush_refs(nmq_store *s);
 void store_group_forget(nmq_store *s); // after a rollback
@@ -372,5 +453,63 @@ int store_bcache_migrate(sqlite3 *db, int to_version);
 // store_group.c: pairs the seqs of an OP_QUEUE_DEL_RANGES with the
 // group's earlier puts and state updates (those are then not written).
 void store_group_pair_ranges(nmq_store *s, store_op *op);
+
+// store_hold.c: QoS 1 rows for connected clients held back one group
+// (see there). Store thread, inside the group's transaction unless said.
+extern const char store_hold_schema_sql[];
+int               store_hold_prepare(nmq_store *s);
+void              store_hold_finalize(nmq_store *s); // also frees the buffers
+// Whether a row may be held back rather than written.
+static inline bool store_hold_eligible(
+    bool live, uint32_t sid, uint8_t qos, uint8_t state, const char *cid)
+{
+	return live && sid != 0 && qos == 1 && state == 0 && !store_is_bcache(cid);
+}
+// Adds an entry to the running group's held row (msg_id referenced for
+// it). 0, or -1 when out of memory (the caller writes the row instead).
+int store_hold_add(nmq_store *s, const char *cid, uint32_t sid, uint64_t seq, int64_t msg_id,
+    uint8_t qos, bool retain, const uint32_t *ids, uint16_t n_ids);
+// A generation is held at most this long (then its rows not done with
+// are written), and no more than this many entries in all.
+#define STORE_HOLD_AGE_MS 500
+#define STORE_HOLD_MAX    262144
+// At the start of a group: the generations whose entries are all done
+// with are dropped, those too old (or past STORE_HOLD_MAX) written as
+// rows. 0 or -1.
+int store_hold_group_start(nmq_store *s);
+// Before an operation that reads or deletes rows by SQL, and when
+// stopping: every entry held (the running group's too) becomes a queue
+// row unless done with. 0 or -1.
+int store_hold_flush_all(nmq_store *s);
+// Before the commit: writes the running group's held row. 0 or -1.
+int store_hold_end_group(nmq_store *s);
+// After the commit (ok) or the rollback.
+void store_hold_after_group(nmq_store *s, bool ok);
+// The store thread's wait (s->mtx held, queue empty) while generations
+// are held: returns true when the oldest is due (run an empty group).
+bool store_hold_wait(nmq_store *s);
+// A done range of client id cid up to hi was applied: recorded with the
+// group while entries are held, so that entries it covers do not come
+// back after a crash (best effort: without memory they may, at least once).
+void store_hold_note_done(nmq_store *s, const char *cid, uint64_t hi);
+// Parses a held row of done records: fn for each (stops when it returns
+// non zero). Returns the records, or -1 if malformed or fn stopped.
+long store_hold_parse_dones(const uint8_t *p, size_t                            len,
+    int (*fn)(void *arg, const char *cid, uint16_t cid_len, uint64_t hi), void *arg);
+// Whether committed held rows wait for a later group.
+bool store_hold_pending(const nmq_store *s);
+// At open, in a transaction of its own: held rows left by a crash become
+// queue rows. Returns the rows written, or -1 (logged).
+long store_hold_expand(sqlite3 *db, const char *path);
+// Parses a held row: calls fn for each entry (stops when it returns non
+// zero). Returns the entries, or -1 if the blob is malformed or fn
+// stopped. Checks every length (the blob comes from a file).
+long store_hold_parse(
+    const uint8_t *p, size_t len, int (*fn)(void *arg, const store_hent *e), void *arg);
+// store.c, for store_hold.c: writes one queue row (a seq stored already
+// keeps its row and gives back the reference), or drops a reference.
+int store_hold_row(nmq_store *s, const char *cid, uint32_t sid, uint64_t seq, int64_t msg_id,
+    uint8_t qos, bool retain, const uint32_t *ids, uint16_t n_ids);
+int store_hold_unref(nmq_store *s, int64_t msg_id);
 
 #endif // NMQ_STORE_INT_H

@@ -37,6 +37,12 @@ static nmq_err sp_queue_put(void *st, const char *client_id, uint32_t sid, uint6
 	    st, client_id, sid, seq, msg, qos, retain, sub_ids, n_sub_ids, NULL, NULL);
 }
 
+static nmq_err sp_queue_put_live(void *st, const char *client_id, uint32_t sid, uint64_t seq,
+    nmq_msg *msg, uint8_t qos, bool retain, const uint32_t *sub_ids, uint32_t n_sub_ids)
+{
+	return store_queue_put_live(st, client_id, sid, seq, msg, qos, retain, sub_ids, n_sub_ids);
+}
+
 static nmq_err sp_queue_state(
     void *st, const char *client_id, uint32_t sid, uint64_t seq, uint8_t state, uint16_t packet_id)
 {
@@ -144,18 +150,19 @@ static int sp_after_batch(void *st, void (*fn)(void *arg), void *arg)
 }
 
 const proto_store_ops store_proto_ops = {
-	.session_put = sp_session_put,
-	.session_del = sp_session_del,
-	.sid_new     = sp_sid_new,
-	.queue_put   = sp_queue_put,
-	.queue_state = sp_queue_state,
-	.queue_del   = sp_queue_del,
-	.queue_done  = sp_queue_done,
-	.rel_put     = sp_rel_put,
-	.rel_del     = sp_rel_del,
-	.sync        = sp_sync,
-	.queue_read  = sp_queue_read,
-	.backlog     = sp_backlog,
-	.batch       = sp_batch,
-	.after_batch = sp_after_batch,
+	.session_put    = sp_session_put,
+	.session_del    = sp_session_del,
+	.sid_new        = sp_sid_new,
+	.queue_put      = sp_queue_put,
+	.queue_put_live = sp_queue_put_live,
+	.queue_state    = sp_queue_state,
+	.queue_del      = sp_queue_del,
+	.queue_done     = sp_queue_done,
+	.rel_put        = sp_rel_put,
+	.rel_del        = sp_rel_del,
+	.sync           = sp_sync,
+	.queue_read     = sp_queue_read,
+	.backlog        = sp_backlog,
+	.batch          = sp_batch,
+	.after_batch    = sp_after_batch,
 };

@@ -158,7 +158,11 @@ class TestSurvives(StoreCase):
             rows = db.execute("SELECT seq, state, packet_id FROM queue ORDER BY seq").fetchall()
         finally:
             db.close()
-        self.assertEqual([(r[1], r[2]) for r in rows], [(0, 0)] * 4)  # no state written
+        # No state written. (The rows may still be held back in one blob,
+        # decisions/0041: then they are queue rows again at the next
+        # start, and the acknowledged ones are not.)
+        self.assertEqual([(r[1], r[2]) for r in rows], [(0, 0)] * len(rows))
+        self.assertIn(len(rows), (0, 4))
 
         b2 = self.start()
         sub2 = nmq.RawClient(b2.port, version=4)

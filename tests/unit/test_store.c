@@ -1933,6 +1933,261 @@ static void test_alive_idle_writes(void **state)
 	store_close(s);
 }
 
+// Rows held back (store_hold.c, decisions/0041): a QoS 1 row for a
+// connected client is kept in a held row by its group; acked before it
+// is old enough, it is never written as a queue row.
+static void test_held_rows_acked(void **state)
+{
+	(void)state;
+	nmq_store *s        = open_store(0);
+	nmq_msg   *m        = mk_msg("t", "h", 1, NULL);
+	uint32_t   a        = store_sid_new(s);
+	void      *slot_op  = NULL;
+	uint64_t   slot_gen = 0;
+	for (uint64_t q = 1; q <= 3; q++) {
+		assert_int_equal(store_queue_put_live(s, "a", a, q, m, 1, false, NULL, 0), NMQ_OK);
+	}
+	sync_store(s);
+	assert_int_equal(count_rows("queue"), 0);
+	assert_int_equal(count_rows("held"), 1);
+	assert_int_equal(query_int("SELECT refs FROM msgs"), 3);
+	// Acked: the next group drops the held row and the message.
+	assert_int_equal(store_queue_done_sid(s, "a", a, 1, 3, &slot_op, &slot_gen), NMQ_OK);
+	sync_store(s);
+	sync_store(s);
+	assert_int_equal(count_rows("held"), 0);
+	assert_int_equal(count_rows("queue"), 0);
+	assert_int_equal(count_rows("msgs"), 0);
+	// Not connected (store_queue_put_sid), QoS 2, or without a session
+	// number: written as rows at once.
+	store_queue_put_sid(s, "a", a, 4, m, 1, false, NULL, 0, NULL, NULL);
+	store_queue_put_live(s, "a", a, 5, m, 2, false, NULL, 0);
+	store_queue_put_live(s, "b", 0, 1, m, 1, false, NULL, 0);
+	sync_store(s);
+	assert_int_equal(count_rows("queue"), 3);
+	assert_int_equal(count_rows("held"), 0);
+	store_close(s);
+	nmq_msg_release(m);
+}
+
+// Not acked within STORE_HOLD_AGE_MS: written as queue rows (by a group
+// of its own when nothing else comes), with their subscription ids, in
+// the same transaction that deletes the held row; the acked ones of the
+// same generation are not.
+static void test_held_rows_aged(void **state)
+{
+	(void)state;
+	nmq_store *s        = open_store(0);
+	nmq_msg   *m        = mk_msg("t", "h", 1, NULL);
+	uint32_t   a        = store_sid_new(s);
+	uint32_t   b        = store_sid_new(s);
+	uint32_t   ids[2]   = { 7, 300000 };
+	void      *slot_op  = NULL;
+	uint64_t   slot_gen = 0;
+	for (uint64_t q = 1; q <= 3; q++) {
+		store_queue_put_live(s, "a", a, q, m, 1, false, NULL, 0);
+	}
+	store_queue_put_live(s, "b", b, 1, m, 1, true, ids, 2);
+	sync_store(s);
+	store_queue_done_sid(s, "a", a, 1, 2, &slot_op, &slot_gen);
+	sync_store(s);
+	// The generation, and the done records of the group that acked a/1-2.
+	assert_int_equal(count_rows("held"), 2);
+	for (int i = 0; i < 300 && count_rows("held") != 0; i++) {
+		usleep(10 * 1000);
+	}
+	assert_int_equal(count_rows("held"), 0);
+	assert_int_equal(query_int("SELECT group_concat(seq) FROM queue WHERE cid = 'a'"), 3);
+	assert_int_equal(query_int("SELECT retain FROM queue WHERE cid = 'b'"), 1);
+	assert_int_equal(query_int("SELECT length(sub_ids) FROM queue WHERE cid = 'b'"), 8);
+	assert_int_equal(query_int("SELECT refs FROM msgs"), 2);
+	store_close(s);
+	nmq_msg_release(m);
+	// Read back as stored.
+	s        = open_store(0);
+	loaded l = { 0 };
+	assert_int_equal(store_load(s, (uint64_t)time(NULL) * 1000, &load_all, &l), NMQ_OK);
+	assert_int_equal(l.qmsgs, 2);
+	for (int i = 0; i < l.qmsgs; i++) {
+		if (strcmp(l.q_cid[i], "b") == 0) {
+			assert_int_equal(l.q_nsub[i], 2);
+			assert_int_equal(l.q_subs[i][0], 7);
+			assert_int_equal(l.q_subs[i][1], 300000);
+		} else {
+			assert_int_equal(l.q_seq[i], 3);
+		}
+	}
+	loaded_free(&l);
+	store_close(s);
+}
+
+// An operation that reads or deletes rows by SQL sees the rows held so
+// far, its own group's too; a deleted session leaves nothing held behind.
+static void test_held_rows_before_sql(void **state)
+{
+	(void)state;
+	nmq_store *s = open_store(0);
+	nmq_msg   *m = mk_msg("t", "h", 1, NULL);
+	uint32_t   a = store_sid_new(s);
+	uint32_t   c = store_sid_new(s);
+	store_queue_put_live(s, "a", a, 1, m, 1, false, NULL, 0);
+	store_queue_put_live(s, "c", c, 1, m, 1, false, NULL, 0);
+	sync_store(s);
+	sem_init(&gate, 0, 0);
+	block_store_thread(s);
+	// One group: a put held, then a read of the session.
+	store_queue_put_live(s, "a", a, 2, m, 1, false, NULL, 0);
+	read_rows = 0;
+	waiter_reset();
+	assert_int_equal(store_queue_read(s, "a", 0, 0, on_read_row, on_done, NULL), NMQ_OK);
+	sem_post(&gate);
+	wait_calls(1);
+	assert_int_equal(W.errors, 0);
+	assert_int_equal(read_rows, 2);
+	assert_int_equal(count_rows("held"), 0);
+	// Deleting the session: no row comes back at the next start.
+	store_queue_put_live(s, "c", c, 2, m, 1, false, NULL, 0);
+	store_session_del_sid(s, "c", c, NULL, NULL);
+	sync_store(s);
+	store_close(s);
+	sem_destroy(&gate);
+	assert_int_equal(count_rows("held"), 0);
+	assert_int_equal(query_int("SELECT COUNT(*) FROM queue WHERE cid = 'c'"), 0);
+	assert_int_equal(
+	    query_int("SELECT COUNT(*) FROM queue WHERE cid = 'a' AND seq IN (1, 2)"), 2);
+	nmq_msg_release(m);
+}
+
+// A stop writes what is held as rows (a file an older build reads whole).
+static void test_held_rows_close(void **state)
+{
+	(void)state;
+	nmq_store *s = open_store(0);
+	nmq_msg   *m = mk_msg("t", "h", 1, NULL);
+	uint32_t   a = store_sid_new(s);
+	for (uint64_t q = 1; q <= 4; q++) {
+		store_queue_put_live(s, "a", a, q, m, 1, false, NULL, 0);
+	}
+	sync_store(s);
+	assert_int_equal(count_rows("held"), 1);
+	store_close(s);
+	assert_int_equal(count_rows("held"), 0);
+	assert_int_equal(count_rows("queue"), 4);
+	assert_int_equal(query_int("SELECT refs FROM msgs"), 4);
+	nmq_msg_release(m);
+}
+
+// kill -9 while rows are held: at the next open they are queue rows
+// again, except those acked (their done records), every message
+// reference accounted for.
+static void test_held_rows_crash(void **state)
+{
+	(void)state;
+	int fds[2];
+	assert_int_equal(pipe(fds), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		close(fds[0]);
+		store_opts o
+		    = { .dir = tmpdir, .durability = STORE_DURABLE_FSYNC, .flush_max = 100 };
+		nmq_store *s = NULL;
+		char       err[256];
+		if (store_open(&s, &o, err, sizeof(err)) != NMQ_OK) {
+			_exit(2);
+		}
+		nmq_msg *m1       = mk_msg("t", "one", 1, NULL);
+		nmq_msg *m2       = mk_msg("t", "two", 1, NULL);
+		uint32_t a        = store_sid_new(s);
+		uint32_t b        = store_sid_new(s);
+		uint32_t id       = 42;
+		void    *slot_op  = NULL;
+		uint64_t slot_gen = 0;
+		store_batch_begin(s);
+		for (uint64_t q = 1; q <= 5; q++) {
+			store_queue_put_live(s, "a", a, q, q < 3 ? m1 : m2, 1, false, NULL, 0);
+		}
+		store_queue_put_live(s, "b", b, 9, m1, 1, false, &id, 1);
+		store_batch_end(s);
+		sync_store(s);
+		store_queue_done_sid(s, "a", a, 1, 2, &slot_op, &slot_gen);
+		sync_store(s);
+		char c = 'x';
+		if (write(fds[1], &c, 1) != 1) {
+			_exit(3);
+		}
+		for (;;) {
+			pause();
+		}
+	}
+	close(fds[1]);
+	char c;
+	assert_int_equal(read(fds[0], &c, 1), 1);
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	close(fds[0]);
+	nmq_store *s = open_store(0);
+	assert_int_equal(count_rows("held"), 0);
+	// a/3..5 and b/9; a/1..2, acked (the done records written with the
+	// group that applied the range), not.
+	assert_int_equal(query_int("SELECT COUNT(*) FROM queue WHERE cid = 'a' AND seq >= 3"), 3);
+	long long a12 = query_int("SELECT COUNT(*) FROM queue WHERE cid = 'a' AND seq < 3");
+	assert_int_equal(a12, 0);
+	assert_int_equal(query_int("SELECT COUNT(*) FROM queue WHERE cid = 'b' AND seq = 9"), 1);
+	assert_int_equal(query_int("SELECT length(sub_ids) FROM queue WHERE cid = 'b'"), 4);
+	// Each message row counts the queue rows that point at it.
+	assert_int_equal(query_int("SELECT COUNT(*) FROM msgs m WHERE refs !="
+	                           " (SELECT COUNT(*) FROM queue q WHERE q.msg_id = m.id)"),
+	    0);
+	loaded l = { 0 };
+	assert_int_equal(store_load(s, (uint64_t)time(NULL) * 1000, &load_all, &l), NMQ_OK);
+	assert_int_equal(l.qmsgs, 4 + (int)a12);
+	loaded_free(&l);
+	store_close(s);
+}
+
+// A damaged held row does not stop the store from opening: it is logged
+// and dropped, the entries before the damage restored.
+static void test_held_rows_damaged(void **state)
+{
+	(void)state;
+	nmq_store *s = open_store(0);
+	nmq_msg   *m = mk_msg("t", "h", 1, NULL);
+	store_queue_put_sid(s, "a", 0, 1, m, 1, false, NULL, 0, NULL, NULL);
+	sync_store(s);
+	store_close(s);
+	nmq_msg_release(m);
+	long long msg = query_int("SELECT id FROM msgs");
+	char      path[512];
+	snprintf(path, sizeof(path), "%s/nanomq.db", tmpdir);
+	sqlite3 *db = NULL;
+	assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+	// A valid entry (client "z", seq 5, the message, QoS 1), then one
+	// whose client index is out of range; a blob of garbage; an empty one.
+	uint8_t good[] = { 'H', 'L', 'D', '2', 1, 1, 'z', 0, 5, (uint8_t)(msg * 2), 1, 3, 7, 0, 1 };
+	assert_true(msg > 0 && msg < 64);
+	sqlite3_stmt *st = NULL;
+	assert_int_equal(
+	    sqlite3_prepare_v2(db, "INSERT INTO held(ents) VALUES (?1)", -1, &st, NULL), SQLITE_OK);
+	sqlite3_bind_blob(st, 1, good, sizeof(good), SQLITE_STATIC);
+	assert_int_equal(sqlite3_step(st), SQLITE_DONE);
+	sqlite3_reset(st);
+	sqlite3_bind_blob(st, 1, "garbage!", 8, SQLITE_STATIC);
+	assert_int_equal(sqlite3_step(st), SQLITE_DONE);
+	sqlite3_reset(st);
+	sqlite3_bind_zeroblob(st, 1, 0);
+	assert_int_equal(sqlite3_step(st), SQLITE_DONE);
+	sqlite3_finalize(st);
+	assert_int_equal(
+	    sqlite3_exec(db, "UPDATE msgs SET refs = refs + 1", NULL, NULL, NULL), SQLITE_OK);
+	sqlite3_close(db);
+	s = open_store(0);
+	store_close(s);
+	assert_int_equal(count_rows("held"), 0);
+	assert_int_equal(query_int("SELECT COUNT(*) FROM queue WHERE cid = 'z' AND seq = 5"), 1);
+	assert_int_equal(query_int("SELECT refs FROM msgs"), 2);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1964,6 +2219,12 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_done_ranges_peek, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_subs_read, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_rels_read, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_held_rows_acked, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_held_rows_aged, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_held_rows_before_sql, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_held_rows_close, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_held_rows_crash, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_held_rows_damaged, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
