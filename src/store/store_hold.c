@@ -1015,8 +1015,25 @@ long store_hold_expand(sqlite3 *db, const char *path)
 	expand_run    r   = { .db = db };
 	sqlite3_stmt *sel = NULL;
 	long          bad = 0, blobs = 0;
-	int           rc   = sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
-	bool          open = rc == SQLITE_OK;
+	// Most opens find none (a clean stop leaves none): nothing to lock.
+	int any = 0;
+	if (sqlite3_prepare_v2(db, "SELECT EXISTS (SELECT 1 FROM held)", -1, &sel, NULL)
+	    == SQLITE_OK) {
+		if (sqlite3_step(sel) == SQLITE_ROW) {
+			any = sqlite3_column_int(sel, 0);
+		} else {
+			any = -1;
+		}
+	} else {
+		any = -1;
+	}
+	sqlite3_finalize(sel);
+	sel = NULL;
+	if (any == 0) {
+		return 0;
+	}
+	int  rc   = sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+	bool open = rc == SQLITE_OK;
 	if (rc == SQLITE_OK) {
 		rc = sqlite3_prepare_v2(
 		    db, "SELECT id, ents FROM held ORDER BY id", -1, &sel, NULL);
