@@ -168,7 +168,7 @@ nmq_err  store_queue_put_sid(nmq_store *s, const char *client_id, uint32_t sid, 
 // connected and gets the message now: a QoS 1 row may be held back for
 // one group commit, and not written at all if acknowledged by then (the
 // message is as durable when the put's group commits; see
-// docs/decisions/0041-store-held-rows.md).
+// docs/decisions/0045-store-held-rows.md).
 nmq_err store_queue_put_live(nmq_store *s, const char *client_id, uint32_t sid, uint64_t seq,
     nmq_msg *msg, uint8_t qos, bool retain, const uint32_t *sub_ids, uint32_t n_sub_ids);
 nmq_err store_queue_state_sid(nmq_store *s, const char *client_id, uint32_t sid, uint64_t seq,

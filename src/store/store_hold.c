@@ -1,5 +1,5 @@
 // Queue rows held back (store thread): see
-// docs/decisions/0041-store-held-rows.md.
+// docs/decisions/0045-store-held-rows.md.
 //
 // A QoS 1 message queued for a persistent session whose client is
 // connected goes out at once, and its ack usually comes back one or two

@@ -1,5 +1,5 @@
 // libFuzzer target for the store's held rows (store_hold.c): the blobs a
-// store reads back from its file at open, after a crash (decisions/0041).
+// store reads back from its file at open, after a crash (decisions/0045).
 // A file is hostile input: any bytes must parse or be refused, never read
 // out of bounds.
 //

@@ -159,7 +159,7 @@ class TestSurvives(StoreCase):
         finally:
             db.close()
         # No state written. (The rows may still be held back in one blob,
-        # decisions/0041: then they are queue rows again at the next
+        # decisions/0045: then they are queue rows again at the next
         # start, and the acknowledged ones are not.)
         self.assertEqual([(r[1], r[2]) for r in rows], [(0, 0)] * len(rows))
         self.assertIn(len(rows), (0, 4))

@@ -1933,7 +1933,7 @@ static void test_alive_idle_writes(void **state)
 	store_close(s);
 }
 
-// Rows held back (store_hold.c, decisions/0041): a QoS 1 row for a
+// Rows held back (store_hold.c, decisions/0045): a QoS 1 row for a
 // connected client is kept in a held row by its group; acked before it
 // is old enough, it is never written as a queue row.
 static void test_held_rows_acked(void **state)
