@@ -18,7 +18,7 @@
 #define CHECK(cond)                                                                                \
 	do {                                                                                       \
 		if (!(cond)) {                                                                     \
-			fprintf(stderr, "fuzz_store_held: check failed: %s (%s:%d)\n", #cond,       \
+			fprintf(stderr, "fuzz_store_held: check failed: %s (%s:%d)\n", #cond,      \
 			    __FILE__, __LINE__);                                                   \
 			abort();                                                                   \
 		}                                                                                  \
