@@ -35,7 +35,7 @@ scenarios_all=(fanout_q0 fanout_q1 fanout_q0_20 fanout_q1_20 four_q0 four_q1 pai
 	shared_q1 idle_10k startup tls_storm tls_storm_ec tls_resume tls_fanout_q0 tls_fanout_q1
 	tls_pairs_q1_1hz bridge_fwd_q1 bridge_fwd_q1_tls bridge_drain_100k bridge_drain_100k_mem
 	bridge_drain_100k_nocache four_q1_scraped fanout_q1_scraped
-	four_q1_webhook four_q1_4k four_q1_4k_webhook store_fanout_q1 offline_q1 store_offline_q1)
+	four_q1_webhook four_q1_4k four_q1_4k_webhook store_fanout_q1 store_pairs_q1 offline_q1 store_offline_q1)
 duration=10
 repeat=1
 brokers=nanomq,mosquitto
@@ -74,6 +74,7 @@ scenario_args() {
 	# persistence true); OFFLINE first leaves 1,000 persistent sessions
 	# subscribed to bench/off/%i and disconnected.
 	store_fanout_q1) echo "STORE pubsub --pubs 1 --subs 1000 -t bench/fan -q 1 -I 0 -C false" ;;
+	store_pairs_q1) echo "STORE pubsub --pubs 1000 --subs 1000 -t bench/pair/%i -q 1 -I 0 -C false" ;;
 	offline_q1) echo "OFFLINE pub -c 1000 -t bench/off/%i -q 1 -I 0" ;;
 	store_offline_q1) echo "STORE OFFLINE pub -c 1000 -t bench/off/%i -q 1 -I 0" ;;
 	fanout_q1_scraped) echo "SCRAPE pubsub --pubs 1 --subs 1000 -t bench/fan -q 1 -I 0" ;;
@@ -119,6 +120,7 @@ scenario_doc() {
 	idle_10k) echo "10,000 idle connections: connections/s and broker memory per connection" ;;
 	startup) echo "memory 2 s after start on the default configuration (scripts/startup-rss.sh)" ;;
 	store_fanout_q1) echo "store on: 1 publisher -> 1,000 persistent subscribers, QoS 1, flat out" ;;
+	store_pairs_q1) echo "store on: 1,000 publisher/subscriber pairs (own topic each), persistent subscribers, QoS 1, flat out" ;;
 	offline_q1) echo "1,000 publishers -> 1,000 offline persistent sessions, QoS 1, flat out (no store)" ;;
 	store_offline_q1) echo "store on: 1,000 publishers -> 1,000 offline persistent sessions, QoS 1" ;;
 	esac

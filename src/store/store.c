@@ -1618,13 +1618,6 @@ static int op_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 		if (id == 0) {
 			return -1;
 		}
-		if (store_hold_eligible(op->live, op->sid, op->qos, op->state, op->s1)
-		    && op->n_sub_ids <= UINT16_MAX
-		    && store_hold_add(s, op->s1, op->sid, op->u64, id, op->qos, op->retain,
-		           op->sub_ids, (uint16_t)op->n_sub_ids)
-		        == 0) {
-			return 0; // written by the next group unless acked by then
-		}
 		store_group_note_row(s, op->sid, op->u64, true);
 		st = store_stmt(s, STMT_QUEUE_PUT);
 		sqlite3_bind_text(st, 1, op->s1, -1, SQLITE_STATIC);
@@ -1671,7 +1664,8 @@ static int op_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 			if (id == 0) {
 				return -1;
 			}
-			if (store_hold_eligible(
+			if (op->u32 >= STORE_HOLD_MIN_ROWS
+			    && store_hold_eligible(
 			        q->live, q->sid, q->qos, q->state, op->arena + q->cid_off)
 			    && store_hold_add(s, op->arena + q->cid_off, q->sid, q->seq, id, q->qos,
 			           q->retain, (const uint32_t *)(void *)(op->arena + q->ids_off),

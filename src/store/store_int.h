@@ -469,6 +469,11 @@ static inline bool store_hold_eligible(
 // it). 0, or -1 when out of memory (the caller writes the row instead).
 int store_hold_add(nmq_store *s, const char *cid, uint32_t sid, uint64_t seq, int64_t msg_id,
     uint8_t qos, bool retain, const uint32_t *ids, uint16_t n_ids);
+// Only the rows of a message queued for this many sessions or more are
+// held: the message row of one with fewer lives longer when held (until
+// its generation is done with), which costs more writes than the few
+// queue rows saved (store_pairs_q1, decisions/0045).
+#define STORE_HOLD_MIN_ROWS 4
 // A generation is held at most this long (then its rows not done with
 // are written), and no more than this many entries in all.
 #define STORE_HOLD_AGE_MS 500
