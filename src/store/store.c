@@ -227,6 +227,85 @@ static int exec_int(sqlite3 *db, const char *sql, long long *out)
 	return rc;
 }
 
+// The columns of table t in db ("name type notnull pk;" each, in order),
+// and its kind ("table", "view", ...; empty when there is no such name).
+// False when they cannot be read.
+static bool table_shape(sqlite3 *db, const char *t, char *kind, size_t kl, char *cols, size_t cl)
+{
+	sqlite3_stmt *st = NULL;
+	size_t        n  = 0;
+	kind[0] = cols[0] = '\0';
+	if (sqlite3_prepare_v2(db, "SELECT type FROM sqlite_schema WHERE name = ?1", -1, &st, NULL)
+	    != SQLITE_OK) {
+		return false;
+	}
+	sqlite3_bind_text(st, 1, t, -1, SQLITE_STATIC);
+	int rc = sqlite3_step(st);
+	if (rc == SQLITE_ROW) {
+		snprintf(kind, kl, "%s", (const char *)sqlite3_column_text(st, 0));
+	}
+	sqlite3_finalize(st);
+	if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
+		return false;
+	}
+	if (sqlite3_prepare_v2(db,
+	        "SELECT name, upper(type), \"notnull\", pk FROM pragma_table_info(?1) ORDER BY cid",
+	        -1, &st, NULL)
+	    != SQLITE_OK) {
+		return false;
+	}
+	sqlite3_bind_text(st, 1, t, -1, SQLITE_STATIC);
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW && n < cl) {
+		n += (size_t)snprintf(cols + n, cl - n, "%s %s %d %d;",
+		    (const char *)sqlite3_column_text(st, 0),
+		    (const char *)sqlite3_column_text(st, 1), sqlite3_column_int(st, 2),
+		    sqlite3_column_int(st, 3));
+	}
+	sqlite3_finalize(st);
+	return rc == SQLITE_DONE && n < cl;
+}
+
+// Whether every table of ours that db has is a table with the columns
+// this code writes (a file whose tables were changed by hand, or by
+// another program that took the same names, cannot have its statements
+// prepared: it would stop the broker from starting). Tables added to
+// older files at open (alive, held; the bridges' cache when migrating)
+// may be missing; the others were checked to be there.
+static bool shape_ok(sqlite3 *db)
+{
+	sqlite3      *ref = NULL;
+	sqlite3_stmt *st  = NULL;
+	bool          ok  = false;
+	if (sqlite3_open_v2(":memory:", &ref, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL)
+	        != SQLITE_OK
+	    || sqlite3_exec(ref, schema_sql, NULL, NULL, NULL) != SQLITE_OK
+	    || sqlite3_exec(ref, store_bcache_schema_sql, NULL, NULL, NULL) != SQLITE_OK
+	    || sqlite3_exec(ref, index_sql, NULL, NULL, NULL) != SQLITE_OK
+	    || sqlite3_exec(ref, store_hold_schema_sql, NULL, NULL, NULL) != SQLITE_OK
+	    || sqlite3_prepare_v2(
+	           ref, "SELECT name FROM sqlite_schema WHERE type = 'table'", -1, &st, NULL)
+	        != SQLITE_OK) {
+		goto out;
+	}
+	int rc;
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		const char *t = (const char *)sqlite3_column_text(st, 0);
+		char        k1[16], k2[16], c1[1024], c2[1024];
+		if (!table_shape(ref, t, k1, sizeof(k1), c1, sizeof(c1))
+		    || !table_shape(db, t, k2, sizeof(k2), c2, sizeof(c2))) {
+			goto out;
+		}
+		if (k2[0] != '\0' && (strcmp(k2, "table") != 0 || strcmp(c1, c2) != 0)) {
+			goto out;
+		}
+	}
+	ok = rc == SQLITE_DONE;
+out:
+	sqlite3_finalize(st);
+	sqlite3_close(ref);
+	return ok;
+}
+
 // Checks that db is a store this code can use. Returns NULL if it is (or
 // if it is a new, empty file), otherwise why not.
 static const char *check_db(sqlite3 *db, bool *fresh, bool *migrate)
@@ -265,6 +344,9 @@ static const char *check_db(sqlite3 *db, bool *fresh, bool *migrate)
 		if (exec_int(db, sql, &n) != SQLITE_OK || n != 1) {
 			return "missing tables";
 		}
+	}
+	if (!shape_ok(db)) {
+		return "tables of another shape";
 	}
 	// Truncated and partly overwritten files pass the header checks.
 	sqlite3_stmt *st  = NULL;

@@ -464,6 +464,33 @@ class TestDamagedFile(StoreCase):
             db.close()
         self.bad_file_starts(make)
 
+    def test_tables_changed_by_hand(self):
+        # Our tables under the same names but of another shape (a table of
+        # held rows made a view, one without the columns we write): the
+        # statements could not be prepared and the broker did not start.
+        for i, change in enumerate([
+                ["drop table held", "create view held as select 1 as id, x'00' as ents"],
+                ["drop table held", "create table held(a, b)", "insert into held values (1, 2)"],
+                ["drop table retained", "create table retained(topic, payload)"]]):
+            with self.subTest(change=change[:2]):
+                for f in os.listdir(self.db_dir):
+                    os.unlink(os.path.join(self.db_dir, f))
+
+                def make(path):
+                    b = self.start()
+                    c = self.client(b, "lost-session-%d" % i)
+                    c.connect()
+                    c.subscribe("l/#", qos=1)
+                    c.disconnect()
+                    self.assertEqual(b.stop(), [])
+                    db = sqlite3.connect(path)
+                    for sql in change:
+                        db.execute(sql)
+                    db.commit()
+                    db.close()
+                text = self.bad_file_starts(make)
+                self.assertIn("another shape", text)
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
