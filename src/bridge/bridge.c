@@ -47,8 +47,9 @@
 #endif
 
 #define CONNECT_TIMEOUT_MS 10000
-// After a link that was up at least FAST_RETRY_AFTER_UP_MS drops, the
-// first attempt comes within FAST_RETRY_MS (a random 50-100 % of it).
+// After a link that was up at least FAST_RETRY_AFTER_UP_MS, or on which
+// the remote acked a forward, drops, the first attempt comes within
+// FAST_RETRY_MS (a random 50-100 % of it).
 #define FAST_RETRY_AFTER_UP_MS 5000
 #define FAST_RETRY_MS          500
 #define SUB_PID                65535 // the SUBSCRIBE of each connect; never a PUBLISH's
@@ -3014,6 +3015,10 @@ static void *bridge_main(void *arg)
 		}
 		bool     had_up = b->state == BS_UP;
 		uint64_t up_ms  = had_up ? now_ms() - b->state_since_ms : 0;
+		// A link on which the remote acked a forward made progress: its
+		// drop is a cut or a restart, not a remote refusing us, however
+		// soon it came (a flapping uplink).
+		bool fast = had_up && (up_ms >= FAST_RETRY_AFTER_UP_MS || b->link_acked);
 		if (b->stop) {
 			break;
 		}
@@ -3024,20 +3029,21 @@ static void *bridge_main(void *arg)
 		if (had_up) {
 			was_up = true;
 		}
-		if (had_up && up_ms >= FAST_RETRY_AFTER_UP_MS) {
+		if (fast) {
 			attempt = 0;
 		}
 		// Exponential backoff with jitter: 1 s, 2 s, 4 s ... backoff_max,
 		// each between half and all of it. A link that was up for a while
-		// and dropped is tried again at once, within FAST_RETRY_MS (a
-		// remote restarting or a connection reset by the network), and
-		// backs off from 1 s after that; one that dropped soon after it
-		// came up (a remote that takes the connection and then closes it)
-		// does not start the backoff over: such a remote is tried ever
-		// less often, up to backoff_max, not every second.
+		// and dropped, or on which an ack came, is tried again at once,
+		// within FAST_RETRY_MS (a remote restarting or a connection reset
+		// by the network), and backs off from 1 s after that; one that
+		// dropped soon after it came up with no ack (a remote that takes
+		// the connection and then closes it) does not start the backoff
+		// over: such a remote is tried ever less often, up to
+		// backoff_max, not every second.
 		uint64_t cap   = (uint64_t)b->cfg->backoff_max_s * 1000;
 		uint64_t delay = attempt >= 20 ? cap : (uint64_t)1000 << attempt;
-		if (had_up && up_ms >= FAST_RETRY_AFTER_UP_MS) {
+		if (fast) {
 			delay = FAST_RETRY_MS;
 		} else if (delay > cap) {
 			delay = cap;

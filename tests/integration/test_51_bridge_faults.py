@@ -34,7 +34,7 @@ def setUpModule():
 
 class TestBridgeFaults(OpsTestCase):
 
-    def setup_link(self, ver, extra_conf="", keepalive=2, queue_len=1024):
+    def setup_link(self, ver, extra_conf="", keepalive=2, queue_len=1024, bridge_extra=""):
         inst = self.instance()
         m = Mosquitto(inst.tmp)
         self.addCleanup(m.stop)
@@ -51,7 +51,7 @@ class TestBridgeFaults(OpsTestCase):
             "f", "mqtt-tcp://127.0.0.1:%d" % px.port, ver, keepalive,
             '{ local_topic = "q1/#", remote_topic = "" },'
             '{ local_topic = "q2/#", remote_topic = "" }',
-            extra="max_send_queue_len = %d" % queue_len) + extra_conf)
+            extra="max_send_queue_len = %d\n%s" % (queue_len, bridge_extra)) + extra_conf)
         self.start_broker(inst, ["start", "--conf", conf], port=port)
         self.assertTrue(inst.wait_output(r"event=link_up", timeout=10), inst.output()[-2000:])
         return inst, px, col, port, conf
@@ -135,6 +135,47 @@ class TestBridgeFaults(OpsTestCase):
                 downs = out.count("event=link_down")
                 self.assertTrue(ups - downs in (0, 1), out[-3000:])
                 self.assert_stops(inst)
+
+    # A link cut again and again soon after each reconnect while acks are
+    # flowing (a flapping uplink) is tried again at once each time, like a
+    # link that was up for a while: it made progress, so it is not a remote
+    # that takes the connection and closes it, whose attempts back off.
+    # With the default backoff_max (60 s), backing off after such flaps
+    # left a healthy link unused for up to a minute after it came back.
+    def test_flapping_link_with_acks_reconnects_at_once(self):
+        inst, px, col, port, _ = self.setup_link(4, keepalive=10, bridge_extra="backoff_max = 60s")
+        pub = self.client(port, "pub")
+        pub.connect()
+        stop = threading.Event()
+
+        def publish():
+            i = 0
+            while not stop.is_set():
+                pub.publish("q1/s", b"%d" % i, qos=1)
+                i += 1
+                time.sleep(0.02)
+            return i
+        result = []
+        t = threading.Thread(target=lambda: result.append(publish()), daemon=True)
+        t.start()
+        ups = lambda: inst.output().count("event=link_up")
+        arrived = lambda: len(col.received)
+        for flap in range(6):
+            n_up, n_got = ups(), arrived()
+            # acks flow on this link: what it sends reaches the remote
+            self.assertTrue(wait_for(lambda: arrived() > n_got + 3, 5),
+                            "flap %d: nothing forwarded\n%s" % (flap, inst.output()[-2000:]))
+            px.cut()
+            time.sleep(0.1)
+            px.up()
+            # back within a second (250-500 ms); backing off, the fourth
+            # attempt would wait 4-8 s and the fifth 8-16 s
+            self.assertTrue(wait_for(lambda: ups() > n_up, 4),
+                            "flap %d: no reconnect within 4 s\n%s" % (flap, inst.output()[-2000:]))
+        stop.set()
+        t.join(5)
+        self.check_streams(col, result[0], 0, timeout=15)
+        self.assert_stops(inst)
 
     # With the offline cache: an outage, a backlog beyond the memory queue
     # (so on disk), kill -9 of our broker, a restart still in the outage,
