@@ -48,6 +48,15 @@ struct timer_wheel {
 	tw_timer *slots[TW_SLOTS];
 };
 
+int nmq_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mtx, uint64_t deadline_ms)
+{
+	struct timespec ts = {
+		.tv_sec  = (time_t)(deadline_ms / 1000u),
+		.tv_nsec = (long)(deadline_ms % 1000u) * 1000000L,
+	};
+	return pthread_cond_timedwait(cv, mtx, &ts);
+}
+
 uint64_t nmq_clock_ms(void)
 {
 	struct timespec ts;
@@ -232,12 +241,8 @@ static void *tw_main(void *arg)
 		if (wake == TW_IDLE) {
 			pthread_cond_wait(&tw->wake, &tw->mtx);
 		} else {
-			uint64_t        at = tw->base_ms + wake * tw->tick_ms;
-			struct timespec ts = {
-				.tv_sec  = (time_t)(at / 1000u),
-				.tv_nsec = (long)(at % 1000u) * 1000000L,
-			};
-			(void)pthread_cond_timedwait(&tw->wake, &tw->mtx, &ts);
+			(void)nmq_cond_wait_until(
+			    &tw->wake, &tw->mtx, tw->base_ms + wake * tw->tick_ms);
 		}
 		tw->wake_tick = TW_AWAKE;
 	}

@@ -30,6 +30,7 @@
 #ifndef NMQ_TIMER_WHEEL_H
 #define NMQ_TIMER_WHEEL_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -50,6 +51,10 @@ typedef struct timer_wheel timer_wheel;
 
 // Milliseconds of CLOCK_MONOTONIC.
 uint64_t nmq_clock_ms(void);
+// pthread_cond_timedwait until deadline_ms (nmq_clock_ms), for a
+// condition variable created with CLOCK_MONOTONIC; mtx held. Returns its
+// result (ETIMEDOUT once the deadline passed).
+int nmq_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mtx, uint64_t deadline_ms);
 
 // Starts a wheel ticking every tick_ms (>= 1). Returns NULL on failure
 // (tick_ms == 0, memory, or the thread could not be created).

@@ -14,6 +14,7 @@
 
 #include "nng/core/log.h"
 #include "nng/core/msg.h"
+#include "nng/protocol/timer_wheel.h"
 #include "nng/transport/conn.h"
 #include "src/topic/retain.h"
 #include "src/topic/topic_tree.h"
@@ -43,9 +44,7 @@ struct sys_stats {
 
 static uint64_t mono_ms(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+	return nmq_clock_ms();
 }
 
 // e^-x for x >= 0, to about 1e-9 relative, without libm: exp() was the
@@ -200,16 +199,7 @@ static void *sys_main(void *arg)
 		}
 		uint64_t now = mono_ms();
 		if (now < next) {
-			struct timespec ts;
-			clock_gettime(CLOCK_MONOTONIC, &ts);
-			uint64_t wait_ms = next - now;
-			ts.tv_sec += (time_t)(wait_ms / 1000);
-			ts.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
-			if (ts.tv_nsec >= 1000000000L) {
-				ts.tv_sec++;
-				ts.tv_nsec -= 1000000000L;
-			}
-			(void)pthread_cond_timedwait(&s->cv, &s->mtx, &ts);
+			(void)nmq_cond_wait_until(&s->cv, &s->mtx, next);
 			continue;
 		}
 		next += (uint64_t)s->interval_s * 1000;

@@ -115,9 +115,7 @@ bool store_alive_wait(nmq_store *s, uint64_t also_due)
 		return false;
 	}
 	// The condition variable runs on CLOCK_MONOTONIC (store_open).
-	struct timespec ts
-	    = { .tv_sec = (time_t)(due / 1000), .tv_nsec = (long)(due % 1000) * 1000000L };
-	(void)pthread_cond_timedwait(&s->cv, &s->mtx, &ts);
+	(void)nmq_cond_wait_until(&s->cv, &s->mtx, due);
 	return false;
 }
 

@@ -679,6 +679,21 @@ int store_hold_flush_all(nmq_store *s)
 	return 0;
 }
 
+// Inserts a held row of blob p; *row its id. 0 or -1.
+static int held_put(nmq_store *s, const uint8_t *p, size_t len, int64_t *row)
+{
+	sqlite3_stmt *st = s->hstmts[HS_PUT];
+	sqlite3_bind_blob(st, 1, p, (int)len, SQLITE_STATIC);
+	int rc = sqlite3_step(st);
+	sqlite3_reset(st);
+	sqlite3_clear_bindings(st);
+	if (rc != SQLITE_DONE) {
+		return -1;
+	}
+	*row = sqlite3_last_insert_rowid(s->db);
+	return 0;
+}
+
 // Writes the running group's done records, if a generation may need
 // them. 0 or -1.
 static int dones_end_group(nmq_store *s)
@@ -694,16 +709,10 @@ static int dones_end_group(nmq_store *s)
 	if (d == NULL) {
 		return 0; // (best effort: acked entries may come back after a crash)
 	}
-	sqlite3_stmt *st = s->hstmts[HS_PUT];
-	sqlite3_bind_blob(st, 1, s->hold_dp, (int)s->hold_dlen, SQLITE_STATIC);
-	int rc = sqlite3_step(st);
-	sqlite3_reset(st);
-	sqlite3_clear_bindings(st);
-	if (rc != SQLITE_DONE) {
+	if (held_put(s, s->hold_dp, s->hold_dlen, &d->row) != 0) {
 		free(d);
 		return -1;
 	}
-	d->row           = sqlite3_last_insert_rowid(s->db);
 	s->hold_dpending = d;
 	return 0;
 }
@@ -747,21 +756,15 @@ int store_hold_end_group(nmq_store *s)
 	for (uint32_t i = 0; i < c->n_cids; i++) {
 		g->cid_at[i] = c->cid_at[i] + (uint32_t)hl;
 	}
-	g->len           = len;
-	g->ents_off      = hl + c->cids_len;
-	g->n             = c->n;
-	g->n_cids        = c->n_cids;
-	g->cursor        = g->ents_off;
-	sqlite3_stmt *st = s->hstmts[HS_PUT];
-	sqlite3_bind_blob(st, 1, g->p, (int)g->len, SQLITE_STATIC);
-	int rc = sqlite3_step(st);
-	sqlite3_reset(st);
-	sqlite3_clear_bindings(st);
-	if (rc != SQLITE_DONE) {
+	g->len      = len;
+	g->ents_off = hl + c->cids_len;
+	g->n        = c->n;
+	g->n_cids   = c->n_cids;
+	g->cursor   = g->ents_off;
+	if (held_put(s, g->p, g->len, &g->row) != 0) {
 		gen_free(g);
 		return -1;
 	}
-	g->row          = sqlite3_last_insert_rowid(s->db);
 	s->hold_pending = g;
 	return 0;
 }
@@ -845,16 +848,7 @@ bool store_hold_wait(nmq_store *s)
 	if (now >= due) {
 		return true;
 	}
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	uint64_t d = due - now;
-	ts.tv_sec += (time_t)(d / 1000);
-	ts.tv_nsec += (long)(d % 1000) * 1000000L;
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
-	pthread_cond_timedwait(&s->cv, &s->mtx, &ts);
+	(void)nmq_cond_wait_until(&s->cv, &s->mtx, due);
 	return s->head == NULL && !s->stopping && store_mono_ms() >= due;
 }
 
