@@ -1194,7 +1194,23 @@ static void on_done_forever(void *arg, nmq_err err)
 	}
 }
 
-static void test_crash_before_group_commit(void **state)
+// Parks the store thread for good in a completion (after its group
+// committed): nothing queued later is ever applied.
+static void stall_store_thread(nmq_store *s)
+{
+	store_sync(s, on_done_forever, NULL);
+	store_stats st;
+	do {
+		usleep(1000);
+		store_stats_get(s, &st);
+	} while (st.pending != 0);
+}
+
+// Runs work(s) in a child process on a store of its own (fsync), then
+// kills it with SIGKILL once work has returned: what work queued after
+// its last completed sync never commits, or only in part of the cases
+// (the store thread may be anywhere).
+static void kill9_after(void (*work)(nmq_store *s))
 {
 	int fds[2];
 	assert_int_equal(pipe(fds), 0);
@@ -1209,24 +1225,7 @@ static void test_crash_before_group_commit(void **state)
 		if (store_open(&s, &o, err, sizeof(err)) != NMQ_OK) {
 			_exit(2);
 		}
-		nmq_msg      *m = mk_msg("t", "kept", 1, NULL);
-		store_session a = { .client_id = "a", .expiry_s = 60 };
-		store_session_put(s, &a, NULL, NULL);
-		store_queue_put(s, "a", 1, m, 1, false, NULL, 0, NULL, NULL);
-		// Acked by the publisher once this group committed.
-		sync_store(s);
-		store_sync(s, on_done_forever, NULL);
-		store_stats st;
-		do {
-			usleep(1000);
-			store_stats_get(s, &st);
-		} while (st.pending != 0);
-		// Sent and acked by the subscriber, a new message queued and
-		// sent: this group never commits.
-		store_queue_state(s, "a", 1, STORE_Q_SENT, 1, NULL, NULL);
-		store_queue_del(s, "a", 1, NULL, NULL);
-		store_queue_put(s, "a", 2, m, 1, false, NULL, 0, NULL, NULL);
-		store_queue_state(s, "a", 2, STORE_Q_SENT, 2, NULL, NULL);
+		work(s);
 		char c = 'x';
 		if (write(fds[1], &c, 1) != 1) {
 			_exit(3);
@@ -1241,6 +1240,28 @@ static void test_crash_before_group_commit(void **state)
 	kill(pid, SIGKILL);
 	waitpid(pid, NULL, 0);
 	close(fds[0]);
+}
+
+static void test_crash_before_group_commit_work(nmq_store *s)
+{
+	nmq_msg      *m = mk_msg("t", "kept", 1, NULL);
+	store_session a = { .client_id = "a", .expiry_s = 60 };
+	store_session_put(s, &a, NULL, NULL);
+	store_queue_put(s, "a", 1, m, 1, false, NULL, 0, NULL, NULL);
+	// Acked by the publisher once this group committed.
+	sync_store(s);
+	stall_store_thread(s);
+	// Sent and acked by the subscriber, a new message queued and
+	// sent: this group never commits.
+	store_queue_state(s, "a", 1, STORE_Q_SENT, 1, NULL, NULL);
+	store_queue_del(s, "a", 1, NULL, NULL);
+	store_queue_put(s, "a", 2, m, 1, false, NULL, 0, NULL, NULL);
+	store_queue_state(s, "a", 2, STORE_Q_SENT, 2, NULL, NULL);
+}
+
+static void test_crash_before_group_commit(void **state)
+{
+	kill9_after(test_crash_before_group_commit_work);
 	nmq_store *s = open_store(0);
 	loaded     l = { 0 };
 	assert_int_equal(store_load(s, (uint64_t)time(NULL) * 1000, &load_all, &l), NMQ_OK);
@@ -1704,53 +1725,26 @@ static void test_done_ranges_group_oom(void **state)
 
 // A crash before the group holding a done range commits: the rows it
 // covers are all still there, with their states.
+static void test_done_crash_before_commit_work(nmq_store *s)
+{
+	nmq_msg *m        = mk_msg("t", "kept", 1, NULL);
+	uint32_t a        = store_sid_new(s);
+	void    *slot_op  = NULL;
+	uint64_t slot_gen = 0;
+	store_queue_put_sid(s, "a", a, 1, m, 1, false, NULL, 0, NULL, NULL);
+	store_queue_put_sid(s, "a", a, 2, m, 2, false, NULL, 0, NULL, NULL);
+	store_queue_state_sid(s, "a", a, 2, STORE_Q_RELEASED, 5, NULL, NULL);
+	sync_store(s);
+	stall_store_thread(s);
+	// Both acked, a third queued and acked: never committed.
+	store_queue_done_sid(s, "a", a, 1, 2, &slot_op, &slot_gen);
+	store_queue_put_sid(s, "a", a, 3, m, 1, false, NULL, 0, NULL, NULL);
+	store_queue_done_sid(s, "a", a, 3, 3, &slot_op, &slot_gen);
+}
+
 static void test_done_crash_before_commit(void **state)
 {
-	int fds[2];
-	assert_int_equal(pipe(fds), 0);
-	pid_t pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		close(fds[0]);
-		store_opts o
-		    = { .dir = tmpdir, .durability = STORE_DURABLE_FSYNC, .flush_max = 100 };
-		nmq_store *s = NULL;
-		char       err[256];
-		if (store_open(&s, &o, err, sizeof(err)) != NMQ_OK) {
-			_exit(2);
-		}
-		nmq_msg *m        = mk_msg("t", "kept", 1, NULL);
-		uint32_t a        = store_sid_new(s);
-		void    *slot_op  = NULL;
-		uint64_t slot_gen = 0;
-		store_queue_put_sid(s, "a", a, 1, m, 1, false, NULL, 0, NULL, NULL);
-		store_queue_put_sid(s, "a", a, 2, m, 2, false, NULL, 0, NULL, NULL);
-		store_queue_state_sid(s, "a", a, 2, STORE_Q_RELEASED, 5, NULL, NULL);
-		sync_store(s);
-		store_sync(s, on_done_forever, NULL);
-		store_stats st;
-		do {
-			usleep(1000);
-			store_stats_get(s, &st);
-		} while (st.pending != 0);
-		// Both acked, a third queued and acked: never committed.
-		store_queue_done_sid(s, "a", a, 1, 2, &slot_op, &slot_gen);
-		store_queue_put_sid(s, "a", a, 3, m, 1, false, NULL, 0, NULL, NULL);
-		store_queue_done_sid(s, "a", a, 3, 3, &slot_op, &slot_gen);
-		char c = 'x';
-		if (write(fds[1], &c, 1) != 1) {
-			_exit(3);
-		}
-		for (;;) {
-			pause();
-		}
-	}
-	close(fds[1]);
-	char c;
-	assert_int_equal(read(fds[0], &c, 1), 1);
-	kill(pid, SIGKILL);
-	waitpid(pid, NULL, 0);
-	close(fds[0]);
+	kill9_after(test_done_crash_before_commit_work);
 	nmq_store *s = open_store(0);
 	loaded     l = { 0 };
 	assert_int_equal(store_load(s, (uint64_t)time(NULL) * 1000, &load_all, &l), NMQ_OK);
@@ -2145,52 +2139,30 @@ static void test_held_rows_close(void **state)
 // kill -9 while rows are held: at the next open they are queue rows
 // again, except those acked (their done records), every message
 // reference accounted for.
+static void test_held_rows_crash_work(nmq_store *s)
+{
+	nmq_msg *m1       = mk_msg("t", "one", 1, NULL);
+	nmq_msg *m2       = mk_msg("t", "two", 1, NULL);
+	uint32_t a        = store_sid_new(s);
+	uint32_t b        = store_sid_new(s);
+	uint32_t id       = 42;
+	void    *slot_op  = NULL;
+	uint64_t slot_gen = 0;
+	fillers_init(s);
+	for (uint64_t q = 1; q <= 5; q++) {
+		put_fanout(s, q < 3 ? m1 : m2, "a", a, q, 1, false, NULL, 0);
+	}
+	put_fanout(s, m1, "b", b, 9, 1, false, &id, 1);
+	sync_store(s);
+	store_queue_done_sid(s, "a", a, 1, 2, &slot_op, &slot_gen);
+	fillers_ack(s);
+	sync_store(s);
+}
+
 static void test_held_rows_crash(void **state)
 {
 	(void)state;
-	int fds[2];
-	assert_int_equal(pipe(fds), 0);
-	pid_t pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		close(fds[0]);
-		store_opts o
-		    = { .dir = tmpdir, .durability = STORE_DURABLE_FSYNC, .flush_max = 100 };
-		nmq_store *s = NULL;
-		char       err[256];
-		if (store_open(&s, &o, err, sizeof(err)) != NMQ_OK) {
-			_exit(2);
-		}
-		nmq_msg *m1       = mk_msg("t", "one", 1, NULL);
-		nmq_msg *m2       = mk_msg("t", "two", 1, NULL);
-		uint32_t a        = store_sid_new(s);
-		uint32_t b        = store_sid_new(s);
-		uint32_t id       = 42;
-		void    *slot_op  = NULL;
-		uint64_t slot_gen = 0;
-		fillers_init(s);
-		for (uint64_t q = 1; q <= 5; q++) {
-			put_fanout(s, q < 3 ? m1 : m2, "a", a, q, 1, false, NULL, 0);
-		}
-		put_fanout(s, m1, "b", b, 9, 1, false, &id, 1);
-		sync_store(s);
-		store_queue_done_sid(s, "a", a, 1, 2, &slot_op, &slot_gen);
-		fillers_ack(s);
-		sync_store(s);
-		char c = 'x';
-		if (write(fds[1], &c, 1) != 1) {
-			_exit(3);
-		}
-		for (;;) {
-			pause();
-		}
-	}
-	close(fds[1]);
-	char c;
-	assert_int_equal(read(fds[0], &c, 1), 1);
-	kill(pid, SIGKILL);
-	waitpid(pid, NULL, 0);
-	close(fds[0]);
+	kill9_after(test_held_rows_crash_work);
 	nmq_store *s = open_store(0);
 	assert_int_equal(count_rows("held"), 0);
 	// a/3..5 and b/9; a/1..2, acked (the done records written with the
