@@ -4,20 +4,65 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nng/codec/mqtt_codec.h"
 #include "src/log/log.h"
 #include "src/store/store_int.h"
 
+// Whether props (plen bytes, the body of a v5 PUBLISH property block, as
+// the broker stores it) is one a client can be sent: the bytes come from a
+// file, which may have been damaged in a way SQLite does not see (a byte
+// changed inside a row). Checked as the decoder checks a received PUBLISH.
+static bool props_ok(const uint8_t *props, size_t plen)
+{
+	if (plen > (size_t)MQTT_VBI_MAX - 16) {
+		return false;
+	}
+	uint8_t  local[512];
+	size_t   len = 1 + 4 + 3 + 4 + plen;
+	uint8_t *f   = len <= sizeof(local) ? local : malloc(len);
+	if (f == NULL) {
+		return true; // (not checked: the message goes as it is)
+	}
+	// A QoS 0 PUBLISH on topic "t" with these properties and no payload.
+	uint8_t body[8];
+	size_t  bl = 0;
+	body[bl++] = 0;
+	body[bl++] = 1;
+	body[bl++] = 't';
+	bl += mqtt_vbi_encode(body + bl, (uint32_t)plen);
+	size_t n = 0;
+	f[n++]   = (uint8_t)(MQTT_PUBLISH << 4);
+	n += mqtt_vbi_encode(f + n, (uint32_t)(bl + plen));
+	memcpy(f + n, body, bl);
+	memcpy(f + n + bl, props, plen);
+	n += bl + plen;
+	mqtt_packet pkt;
+	bool        ok = mqtt_decode(f, n, MQTT_PROTO_V5, &pkt) == 0;
+	if (f != local) {
+		free(f);
+	}
+	return ok;
+}
+
 // Builds a message from the columns topic, qos, retain, expiry_interval,
 // expiry_wall_ms, props, payload starting at col. Returns NULL when out of
-// memory.
+// memory. Properties that a client could not parse (a damaged row) are
+// left out, logged at error.
 nmq_msg *store_msg_from_row(sqlite3_stmt *st, int col, int64_t id, uint64_t wall, uint64_t mono)
 {
 	const char *topic = (const char *)sqlite3_column_text(st, col);
 	int         tlen  = sqlite3_column_bytes(st, col);
 	const void *props = sqlite3_column_blob(st, col + 5);
 	int         plen  = sqlite3_column_bytes(st, col + 5);
-	const void *pay   = sqlite3_column_blob(st, col + 6);
-	int         len   = sqlite3_column_bytes(st, col + 6);
+	if (plen > 0 && !props_ok(props, (size_t)plen)) {
+		log_error("store",
+		    "event=message_properties_damaged msg_id=%lld bytes=%d "
+		    "action=dropped_properties",
+		    (long long)id, plen);
+		plen = 0;
+	}
+	const void *pay = sqlite3_column_blob(st, col + 6);
+	int         len = sqlite3_column_bytes(st, col + 6);
 	nmq_msg    *m = nmq_msg_alloc(topic ? topic : "", (size_t)tlen, (size_t)plen, (size_t)len);
 	if (m == NULL) {
 		return NULL;
