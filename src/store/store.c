@@ -1926,6 +1926,47 @@ static int evict(nmq_store *s)
 	return 0;
 }
 
+// A statement of a group found the file damaged (SQLITE_CORRUPT). The
+// usual cause that passes the quick_check at open is an index that no
+// longer matches its table (a byte changed in an index page): every
+// group that touches those rows would fail again, for the rest of the
+// run and the next ones. The indexes are rebuilt from the tables
+// (REINDEX); when a damaged table holds two queue rows of one session and
+// seq, which its unique index cannot take, the later of them goes
+// first. At most once a minute (a damaged table b-tree is not repaired
+// so, and each try reads every table). The failed group's operations
+// were answered as failed, as with any failed commit: its clients send
+// again.
+static void store_repair_indexes(nmq_store *s)
+{
+	uint64_t now = store_mono_ms();
+	if (s->reindexed_mono_ms != 0 && now - s->reindexed_mono_ms < 60000) {
+		return;
+	}
+	s->reindexed_mono_ms = now;
+	long long dups       = 0;
+	int       rc         = sqlite3_exec(s->db, "REINDEX", NULL, NULL, NULL);
+	if ((rc & 0xff) == SQLITE_CONSTRAINT) {
+		rc = sqlite3_exec(s->db,
+		    "DELETE FROM queue WHERE id IN (SELECT id FROM queue NOT INDEXED WHERE id NOT "
+		    "IN"
+		    " (SELECT MIN(id) FROM queue NOT INDEXED GROUP BY cid, seq))",
+		    NULL, NULL, NULL);
+		if (rc == SQLITE_OK) {
+			dups = sqlite3_changes(s->db);
+			rc   = sqlite3_exec(s->db, "REINDEX", NULL, NULL, NULL);
+		}
+	}
+	if (rc == SQLITE_OK) {
+		log_error("store",
+		    "path=%s event=indexes_rebuilt reason=damaged duplicate_rows_deleted=%lld",
+		    s->path, dups);
+	} else {
+		log_error("store", "path=%s event=indexes_rebuild_failed error=\"%s\"", s->path,
+		    sqlite3_errmsg(s->db));
+	}
+}
+
 static void evicts_clear(nmq_store *s, bool report)
 {
 	for (size_t i = 0; i < s->evict_len; i++) {
@@ -2007,7 +2048,9 @@ static void run_batch(nmq_store *s, store_op *batch, size_t nb, bool marks)
 	if (ok) {
 		ok = store_step_done(store_stmt(s, STMT_COMMIT)) == SQLITE_DONE;
 	}
+	bool corrupt = false;
 	if (!ok) {
+		corrupt = (sqlite3_extended_errcode(s->db) & 0xff) == SQLITE_CORRUPT;
 		log_error("store", "path=%s event=commit_failed ops=%zu error=\"%s\"", s->path, n,
 		    sqlite3_errmsg(s->db));
 		if (!sqlite3_get_autocommit(s->db)) {
@@ -2026,6 +2069,9 @@ static void run_batch(nmq_store *s, store_op *batch, size_t nb, bool marks)
 	s->in_group       = false;
 	s->batch_msgs_len = 0;
 	store_hold_after_group(s, ok);
+	if (corrupt) {
+		store_repair_indexes(s);
+	}
 	evicts_clear(s, ok);
 	store_bcache_expired_report(s, ok);
 	atomic_store(&s->queued_rows_pub, s->queued_rows);

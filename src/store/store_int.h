@@ -227,6 +227,9 @@ struct nmq_store {
 	sqlite3_stmt *stmts[STMT_COUNT_];
 	pthread_t     thread;
 	bool          recovered;
+	// When the store thread last rebuilt the indexes after a commit found
+	// the file damaged (store_repair_indexes; 0: never).
+	uint64_t reindexed_mono_ms;
 
 	pthread_mutex_t mtx; // guards the queue and the pool below
 	pthread_cond_t  cv;

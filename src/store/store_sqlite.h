@@ -34,6 +34,7 @@
 	X(column_type)                                                                             \
 	X(errmsg)                                                                                  \
 	X(exec)                                                                                    \
+	X(extended_errcode)                                                                        \
 	X(extended_result_codes)                                                                   \
 	X(finalize)                                                                                \
 	X(get_autocommit)                                                                          \
@@ -73,6 +74,7 @@ nmq_err store_sqlite_load(char *err, size_t errlen);
 #define sqlite3_column_type           store_sqlite.column_type
 #define sqlite3_errmsg                store_sqlite.errmsg
 #define sqlite3_exec                  store_sqlite.exec
+#define sqlite3_extended_errcode      store_sqlite.extended_errcode
 #define sqlite3_extended_result_codes store_sqlite.extended_result_codes
 #define sqlite3_finalize              store_sqlite.finalize
 #define sqlite3_get_autocommit        store_sqlite.get_autocommit
