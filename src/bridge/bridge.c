@@ -322,7 +322,25 @@ struct nmq_bridges {
 	bool orphan_pending;
 };
 
-static _Atomic(nmq_bridges *) g_set; // for the store's eviction callback
+static _Atomic(nmq_bridges *) g_set; // for the store's callbacks
+// The store's callbacks using g_set now: bridges_stop frees the set only
+// once none is (a callback may have loaded it just before it was cleared).
+static atomic_int g_set_users;
+
+static nmq_bridges *set_enter(void)
+{
+	atomic_fetch_add(&g_set_users, 1);
+	nmq_bridges *set = atomic_load(&g_set);
+	if (set == NULL) {
+		atomic_fetch_sub(&g_set_users, 1);
+	}
+	return set;
+}
+
+static void set_leave(void)
+{
+	atomic_fetch_sub(&g_set_users, 1);
+}
 #ifdef NMQ_HAVE_STORE
 static bool bridges_store_row_gone(void *arg, const char *client_id, uint64_t seq);
 static void bridges_store_expired(void *arg, const char *client_id, uint64_t seq);
@@ -3503,6 +3521,11 @@ void bridges_stop(nmq_bridges *set)
 		return;
 	}
 	atomic_store(&g_set, NULL);
+	// A store callback that took the set before it was cleared ends
+	// before the set goes (it holds no lock this waits for).
+	while (atomic_load(&g_set_users) > 0) {
+		usleep(100);
+	}
 	// No watcher call runs or starts once this returns.
 	if (set->env.broker != NULL) {
 		broker_watch_filters(set->env.broker, NULL, NULL);
@@ -3540,8 +3563,11 @@ void bridges_stop(nmq_bridges *set)
 void bridges_store_evicted(void *arg, const char *client_id, uint64_t seq)
 {
 	(void)arg;
-	nmq_bridges *set = atomic_load(&g_set);
-	if (set == NULL || strncmp(client_id, "$bridge/", 8) != 0) {
+	if (strncmp(client_id, "$bridge/", 8) != 0) {
+		return;
+	}
+	nmq_bridges *set = set_enter();
+	if (set == NULL) {
 		return;
 	}
 	pthread_mutex_lock(&set->mtx);
@@ -3570,6 +3596,7 @@ void bridges_store_evicted(void *arg, const char *client_id, uint64_t seq)
 		break;
 	}
 	pthread_mutex_unlock(&set->mtx);
+	set_leave();
 }
 
 #ifdef NMQ_HAVE_STORE
@@ -3581,9 +3608,12 @@ void bridges_store_evicted(void *arg, const char *client_id, uint64_t seq)
 static bool bridges_store_row_gone(void *arg, const char *client_id, uint64_t seq)
 {
 	(void)arg;
-	nmq_bridges *set  = atomic_load(&g_set);
-	bool         gone = false;
-	if (set == NULL || strncmp(client_id, "$bridge/", 8) != 0) {
+	bool gone = false;
+	if (strncmp(client_id, "$bridge/", 8) != 0) {
+		return false;
+	}
+	nmq_bridges *set = set_enter();
+	if (set == NULL) {
 		return false;
 	}
 	pthread_mutex_lock(&set->mtx);
@@ -3606,6 +3636,7 @@ static bool bridges_store_row_gone(void *arg, const char *client_id, uint64_t se
 		break;
 	}
 	pthread_mutex_unlock(&set->mtx);
+	set_leave();
 	return gone;
 }
 #endif
@@ -3620,8 +3651,11 @@ static bool bridges_store_row_gone(void *arg, const char *client_id, uint64_t se
 static void bridges_store_expired(void *arg, const char *client_id, uint64_t seq)
 {
 	(void)arg;
-	nmq_bridges *set = atomic_load(&g_set);
-	if (set == NULL || strncmp(client_id, "$bridge/", 8) != 0) {
+	if (strncmp(client_id, "$bridge/", 8) != 0) {
+		return;
+	}
+	nmq_bridges *set = set_enter();
+	if (set == NULL) {
 		return;
 	}
 	pthread_mutex_lock(&set->mtx);
@@ -3661,6 +3695,7 @@ static void bridges_store_expired(void *arg, const char *client_id, uint64_t seq
 		break;
 	}
 	pthread_mutex_unlock(&set->mtx);
+	set_leave();
 }
 #endif
 
