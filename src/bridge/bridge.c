@@ -2746,20 +2746,9 @@ static void clear_health(bridge *b)
 // Waits on b->cv until deadline (nmq_clock_ms) or a signal. mtx held.
 static void wait_until_locked(bridge *b, uint64_t deadline)
 {
-	uint64_t now = now_ms();
-	if (deadline <= now) {
-		return;
+	if (deadline > now_ms()) {
+		(void)nmq_cond_wait_until(&b->cv, &b->mtx, deadline); // cv: CLOCK_MONOTONIC
 	}
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	uint64_t d = deadline - now;
-	ts.tv_sec += (time_t)(d / 1000);
-	ts.tv_nsec += (long)(d % 1000) * 1000000L;
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
-	pthread_cond_timedwait(&b->cv, &b->mtx, &ts);
 }
 
 // Connects to url; on success sets b->link (mtx held on return, released
