@@ -420,6 +420,35 @@ static bool dir_unwritable(const char *path)
 	return access(dir, W_OK) != 0 && (errno == EROFS || errno == EACCES || errno == EPERM);
 }
 
+// Restores the held rows a crash left in db (store_hold_expand). When
+// that fails (an index that no longer matches its table, which the
+// quick_check does not see, is the likely cause) the indexes are rebuilt
+// and it is tried again; when it fails still, the held rows are dropped,
+// logged at error with how many, so that the rest of the store is kept.
+// False only if even that fails (the file is then moved aside).
+static bool held_restored(sqlite3 *db, const char *path)
+{
+	if (store_hold_expand(db, path) >= 0) {
+		return true;
+	}
+	int rc = sqlite3_exec(db, "REINDEX", NULL, NULL, NULL);
+	log_error("store", "path=%s event=indexes_rebuilt reason=held_restore_failed result=%s",
+	    path, rc == SQLITE_OK ? "ok" : sqlite3_errmsg(db));
+	if (rc == SQLITE_OK && store_hold_expand(db, path) >= 0) {
+		return true;
+	}
+	long long n = 0;
+	exec_int(db, "SELECT COUNT(*) FROM held", &n);
+	if (sqlite3_exec(db, "DELETE FROM held", NULL, NULL, NULL) != SQLITE_OK) {
+		return false;
+	}
+	log_error("store",
+	    "path=%s event=held_rows_dropped rows=%lld reason=damaged: the QoS 1 deliveries they "
+	    "held for connected persistent sessions at the crash are lost",
+	    path, n);
+	return true;
+}
+
 // Opens path, moving a bad file aside once. Returns the handle or NULL
 // with err filled (*unwritable: because its directory cannot be written).
 static sqlite3 *open_db(nmq_store *s, char *err, size_t errlen, bool *unwritable)
@@ -476,6 +505,12 @@ static sqlite3 *open_db(nmq_store *s, char *err, size_t errlen, bool *unwritable
 			}
 			if (rc == SQLITE_OK) {
 				rc = sqlite3_exec(db, store_hold_schema_sql, NULL, NULL, NULL);
+			}
+			// Rows held back by the last group before a crash
+			// (store_hold.c) become queue rows before anything reads.
+			if (rc == SQLITE_OK && !fresh && !held_restored(db, s->path)) {
+				bad = "damaged";
+				rc  = SQLITE_CORRUPT;
 			}
 			if (rc == SQLITE_OK) {
 				return db;
@@ -2253,14 +2288,6 @@ nmq_err store_open(nmq_store **sp, const store_opts *opts, char *err, size_t err
 	}
 	if (store_bcache_prepare(s) != 0 || store_hold_prepare(s) != 0) {
 		snprintf(err, errlen, "store: %s: %s", s->path, sqlite3_errmsg(s->db));
-		store_db_close(s);
-		free(s);
-		return NMQ_EIO;
-	}
-	// Rows held back by the last group before a crash (store_hold.c).
-	if (store_hold_expand(s->db, s->path) < 0) {
-		snprintf(err, errlen, "store: %s: restoring held rows: %s", s->path,
-		    sqlite3_errmsg(s->db));
 		store_db_close(s);
 		free(s);
 		return NMQ_EIO;

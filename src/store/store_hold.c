@@ -31,6 +31,7 @@
 //   then n varints. Done records: u32 HOLD_DMAGIC, then (varint len,
 //   client id, varint highest seq) each.
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -1106,6 +1107,11 @@ long store_hold_expand(sqlite3 *db, const char *path)
 		sqlite3_reset(sel);
 		rc = sqlite3_exec(db, "DELETE FROM held", NULL, NULL, NULL);
 	}
+	// (The message before the finalizing below resets it.)
+	char why[256] = "";
+	if (rc != SQLITE_OK) {
+		snprintf(why, sizeof(why), "%s", sqlite3_errmsg(db));
+	}
 	sqlite3_finalize(sel);
 	sqlite3_finalize(r.ins);
 	sqlite3_finalize(r.unref);
@@ -1115,10 +1121,12 @@ long store_hold_expand(sqlite3 *db, const char *path)
 	free(r.done_buf);
 	if (rc == SQLITE_OK) {
 		rc = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
+		if (rc != SQLITE_OK) {
+			snprintf(why, sizeof(why), "%s", sqlite3_errmsg(db));
+		}
 	}
 	if (rc != SQLITE_OK) {
-		log_error("store", "path=%s event=held_restore_failed error=\"%s\"", path,
-		    sqlite3_errmsg(db));
+		log_error("store", "path=%s event=held_restore_failed error=\"%s\"", path, why);
 		if (open) {
 			sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
 		}
