@@ -111,7 +111,11 @@ typedef struct bentry {
 	uint8_t        qos;
 	bool           retain;
 	uint8_t        state;
-	bool           dup; // sent before on an earlier link
+	bool           dup; // to go again on the next link (pump_locked)
+	// Its PUBLISH went on a link (or may have: in flight at a restart),
+	// so a resend carries DUP; a held one (below) that never left does
+	// not.
+	bool wire;
 	// A QoS 2 forward whose PUBLISH waits for the commit of its SENT state
 	// (decisions/0041): counted in flight, not yet on the wire.
 	bool     held;
@@ -723,6 +727,7 @@ static void take_row_locked(bridge *b, const staged *q)
 				e->state          = q->state;
 				e->pid            = q->pid;
 				e->dup            = true;
+				e->wire           = true;
 				b->by_pid[q->pid] = e;
 			}
 			list_append(b, e);
@@ -894,7 +899,7 @@ static int send_publish_locked(bridge *b, bentry *e, bool dup)
 	memset(&h, 0, sizeof(h));
 	h.proto       = b->ver == MQTT_PROTO_V5 ? MQTT_PROTO_V5 : MQTT_PROTO_V311;
 	h.qos         = e->qos;
-	h.dup         = dup && e->qos > 0;
+	h.dup         = dup && e->wire && e->qos > 0;
 	h.retain      = e->retain;
 	h.topic       = (const uint8_t *)m->topic;
 	h.topic_len   = m->topic_len;
@@ -936,6 +941,9 @@ static int send_publish_locked(bridge *b, bentry *e, bool dup)
 		}
 	}
 	conn_tx_unlock(c);
+	if (rc > 0) {
+		e->wire = true;
+	}
 	return rc;
 }
 

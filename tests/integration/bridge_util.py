@@ -405,6 +405,7 @@ class RawRemote:
         self.lock = threading.Lock()
         self.delivered = []  # payloads, in delivery order
         self.publishes = 0  # every PUBLISH received
+        self.dup_flags = []  # (payload, DUP) of every PUBLISH, in order
         self.completed = 0  # PUBRELs answered
         self.awaiting = set()  # packet ids awaiting PUBREL (the session's)
         self.sessions = 0
@@ -481,6 +482,7 @@ class RawRemote:
                     hold = False
                     with self.lock:
                         self.publishes += 1
+                        self.dup_flags.append((payload, bool(first & 0x08)))
                         if qos < 2 or pid not in self.awaiting:
                             self.delivered.append(payload)
                         if qos == 2:

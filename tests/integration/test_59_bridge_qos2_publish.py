@@ -97,6 +97,59 @@ class TestBridgeQos2Publish(OpsTestCase):
         self.assertEqual(before, 0, "PUBLISHes sent before their state committed")
         self.assert_stops(inst)
 
+    def test_held_publish_never_sent_has_no_dup(self):
+        # A QoS 2 forward held for its state's commit when its link drops
+        # was never on the wire: on the next link its PUBLISH goes without
+        # DUP ([MQTT-3.3.1-1]: DUP marks a redelivery). One that was sent
+        # before the drop goes again with DUP.
+        inst = self.instance()
+        r = RawRemote()
+        self.addCleanup(r.close)
+        px = FaultProxy(r.port)
+        self.addCleanup(px.close)
+        port = free_port()
+        cache = ("bridges.mqtt.cache {\n disk_cache_size = 100000\n"
+                 " mounted_file_path = \"%s\"\n}\n" % inst.tmp)
+        conf = inst.conf(port, extra=bridge_conf(
+            "f", "mqtt-tcp://127.0.0.1:%d" % px.port, 4, 5,
+            '{ local_topic = "q2/#", remote_topic = "", qos = 2 }',
+            extra="clean_start = false") + cache)
+        self.start_broker(inst, ["start", "--conf", conf], port=port)
+        self.assertTrue(inst.wait_output(r"event=link_up", timeout=10), inst.output()[-2000:])
+        pub = self.client(port, "pub")
+        pub.connect()
+        pub.publish("q2/sent", b"sent", qos=1)
+        wait_for(lambda: r.completed >= 1, 10)
+        px.cut()
+        self.assertTrue(inst.wait_output(r"event=link_down", timeout=5))
+        n = 20
+        for i in range(n):
+            pub.publish("q2/s", b"h%d" % i, qos=1, wait=False)
+        pub.publish("other", b"sync", qos=1)  # every one above committed
+        pub.close()
+        lock = sqlite3.connect(inst.path("nanomq.db"), isolation_level=None, timeout=10)
+        self.addCleanup(lock.close)
+        lock.execute("BEGIN IMMEDIATE")
+        px.up()
+        self.assertTrue(inst.wait_output(r"event=link_up", timeout=10, count=2))
+        time.sleep(1.0)
+        with r.lock:
+            self.assertEqual(r.publishes, 1, "a PUBLISH went before its state committed")
+        px.cut()  # while they are held
+        self.assertTrue(inst.wait_output(r"event=link_down", timeout=5, count=2))
+        lock.execute("COMMIT")
+        time.sleep(0.5)
+        px.up()
+        self.assertTrue(inst.wait_output(r"event=link_up", timeout=10, count=3))
+        want = [b"h%d" % i for i in range(n)]
+        wait_for(lambda: r.completed >= 1 + n, 20, step=0.1)
+        with r.lock:
+            flags = list(r.dup_flags)
+            got = list(r.delivered)
+        self.assertEqual(got, [b"sent"] + want)
+        self.assertEqual([(p, d) for p, d in flags if p != b"sent"], [(p, False) for p in want])
+        self.assert_stops(inst)
+
 
 if __name__ == "__main__":
     nmq.main()
