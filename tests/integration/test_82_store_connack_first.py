@@ -238,7 +238,7 @@ class ConnackCommitFails(StoreCase):
                        + nmq.subscribe_bytes([("cf/#", nmq.sub_opts(0))], pid=1,
                                              version=version)
                        + nmq.packet(nmq.PINGREQ, 0, b""))
-                got = c.expect_closed(timeout=10, msg="CONNACK whose commit failed")
+                got = c.expect_closed(timeout=25, msg="CONNACK whose commit failed")
             finally:
                 flood.stop()
                 os.unlink(self.flag)
