@@ -47,7 +47,8 @@ static bool props_ok(const uint8_t *props, size_t plen)
 // Builds a message from the columns topic, qos, retain, expiry_interval,
 // expiry_wall_ms, props, payload starting at col. Returns NULL when out of
 // memory. Properties that a client could not parse (a damaged row) are
-// left out, logged at error.
+// left out, logged at error; a message whose topic is not a valid topic
+// name is returned expired.
 nmq_msg *store_msg_from_row(sqlite3_stmt *st, int col, int64_t id, uint64_t wall, uint64_t mono)
 {
 	const char *topic = (const char *)sqlite3_column_text(st, col);
@@ -81,6 +82,15 @@ nmq_msg *store_msg_from_row(sqlite3_stmt *st, int col, int64_t id, uint64_t wall
 		m->expiry_at_ms = mono + (exp_wall > wall ? exp_wall - wall : 0);
 	}
 	m->store_id = (uint64_t)id;
+	if (tlen <= 0 || !mqtt_topic_name_valid((const uint8_t *)topic, (size_t)tlen)) {
+		// Not a topic a client may be sent (a damaged row): expired long
+		// ago, so that every path drops it as it drops an expired message
+		// (its stored row deleted with it) instead of sending it.
+		log_error("store",
+		    "event=message_topic_damaged msg_id=%lld bytes=%d action=dropped",
+		    (long long)id, tlen);
+		m->expiry_at_ms = 1;
+	}
 	return m;
 }
 

@@ -56,6 +56,46 @@ class TestDamagedMessageRow(StoreCase):
                          % mid)
 
 
+    def test_topic_not_valid_any_more(self):
+        # A topic no longer valid UTF-8, or with a wildcard: the message is
+        # dropped as an expired one would be (its row deleted), instead of
+        # a PUBLISH that closes the subscriber's connection at each resend.
+        for bad in (b"dmg/\xc5", b"dmg/#"):
+            with self.subTest(topic=bad):
+                for f in os.listdir(self.db_dir):
+                    os.unlink(os.path.join(self.db_dir, f))
+                b = self.start()
+                sub = self.client(b, "dmgt-sub", version=4)
+                sub.connect()
+                sub.subscribe("dmg/#", qos=1)
+                sub.disconnect()
+                pub = self.client(b, "dmgt-pub", version=4, clean=True, expiry=0)
+                pub.connect()
+                for i in range(3):
+                    pub.publish("dmg/%d" % i, b"m%d" % i, qos=1)
+                pub.disconnect()
+                self.assertEqual(b.stop(), [])
+                path = os.path.join(self.db_dir, "nanomq.db")
+                db = sqlite3.connect(path)
+                db.execute("update msgs set topic = cast(? as text) where topic = 'dmg/1'", (bad,))
+                db.commit()
+                db.close()
+
+                b2 = self.start()
+                raw = nmq.RawClient(b2.port, version=4)
+                self.clients.append(raw)
+                self.assertTrue(raw.connect("dmgt-sub", clean=False).session_present)
+                got = raw.expect_publishes(2, ack=True)
+                self.assertEqual([p.payload for p in got], [b"m0", b"m2"])
+                raw.expect_nothing(types=[nmq.PUBLISH])
+                raw.disconnect()
+                self.assertRegex(b2.log_text(), r"error .*event=message_topic_damaged")
+                self.assertEqual(b2.stop(), [])
+                db = sqlite3.connect(path)
+                self.assertEqual(db.execute("select count(*) from queue").fetchone()[0], 0)
+                db.close()
+
+
 class TestIndexNotMatchingItsTable(StoreCase):
     """Index entries missing for rows of their table: quick_check passes,
     and the first delete of those rows fails its whole group commit. The
