@@ -32,6 +32,7 @@ class Sub:
         self.version = version
         self.acks = acks
         self.got = []  # payloads in arrival order
+        self.pkts = []  # the PUBLISH packets, in arrival order
         self.acked = set()  # payloads acked on the connection before the kill
         self.stop = threading.Event()
         self.thread = None
@@ -56,6 +57,7 @@ class Sub:
                 return
             if p.type == nmq.PUBLISH:
                 self.got.append(p.payload)
+                self.pkts.append(p)
                 if self.acks:
                     try:
                         r.ack(p)
