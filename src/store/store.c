@@ -425,28 +425,39 @@ static bool dir_unwritable(const char *path)
 // quick_check does not see, is the likely cause) the indexes are rebuilt
 // and it is tried again; when it fails still, the held rows are dropped,
 // logged at error with how many, so that the rest of the store is kept.
-// False only if even that fails (the file is then moved aside).
-static bool held_restored(sqlite3 *db, const char *path)
+// Returns 0, -1 if even that fails (the file is then moved aside), or -2
+// when another process holds the file locked past the busy timeout:
+// nothing was changed, and the broker does not start (the lock is
+// likely passing; the file is good).
+static int held_restored(sqlite3 *db, const char *path)
 {
-	if (store_hold_expand(db, path) >= 0) {
-		return true;
+	long r = store_hold_expand(db, path);
+	if (r >= 0 || r == -2) {
+		return r >= 0 ? 0 : -2;
 	}
 	int rc = sqlite3_exec(db, "REINDEX", NULL, NULL, NULL);
 	log_error("store", "path=%s event=indexes_rebuilt reason=held_restore_failed result=%s",
 	    path, rc == SQLITE_OK ? "ok" : sqlite3_errmsg(db));
-	if (rc == SQLITE_OK && store_hold_expand(db, path) >= 0) {
-		return true;
+	if ((rc & 0xff) == SQLITE_BUSY || (rc & 0xff) == SQLITE_LOCKED) {
+		return -2;
+	}
+	if (rc == SQLITE_OK && (r = store_hold_expand(db, path)) >= 0) {
+		return 0;
+	}
+	if (r == -2) {
+		return -2;
 	}
 	long long n = 0;
 	exec_int(db, "SELECT COUNT(*) FROM held", &n);
-	if (sqlite3_exec(db, "DELETE FROM held", NULL, NULL, NULL) != SQLITE_OK) {
-		return false;
+	rc = sqlite3_exec(db, "DELETE FROM held", NULL, NULL, NULL);
+	if (rc != SQLITE_OK) {
+		return (rc & 0xff) == SQLITE_BUSY || (rc & 0xff) == SQLITE_LOCKED ? -2 : -1;
 	}
 	log_error("store",
 	    "path=%s event=held_rows_dropped rows=%lld reason=damaged: the QoS 1 deliveries they "
 	    "held for connected persistent sessions at the crash are lost",
 	    path, n);
-	return true;
+	return 0;
 }
 
 // Opens path, moving a bad file aside once. Returns the handle or NULL
@@ -508,7 +519,18 @@ static sqlite3 *open_db(nmq_store *s, char *err, size_t errlen, bool *unwritable
 			}
 			// Rows held back by the last group before a crash
 			// (store_hold.c) become queue rows before anything reads.
-			if (rc == SQLITE_OK && !fresh && !held_restored(db, s->path)) {
+			int held = rc == SQLITE_OK && !fresh ? held_restored(db, s->path) : 0;
+			if (held == -2) {
+				snprintf(err, errlen,
+				    "store: %s: another process holds the file locked; the rows "
+				    "held "
+				    "back before a crash could not be restored (it is left "
+				    "unchanged)",
+				    s->path);
+				sqlite3_close(db);
+				return NULL;
+			}
+			if (held == -1) {
 				bad = "damaged";
 				rc  = SQLITE_CORRUPT;
 			}

@@ -1109,8 +1109,12 @@ long store_hold_expand(sqlite3 *db, const char *path)
 	}
 	// (The message before the finalizing below resets it.)
 	char why[256] = "";
+	bool busy     = false;
 	if (rc != SQLITE_OK) {
 		snprintf(why, sizeof(why), "%s", sqlite3_errmsg(db));
+		int code = sqlite3_extended_errcode(db) & 0xff;
+		busy     = (rc & 0xff) == SQLITE_BUSY || (rc & 0xff) == SQLITE_LOCKED
+		    || code == SQLITE_BUSY || code == SQLITE_LOCKED;
 	}
 	sqlite3_finalize(sel);
 	sqlite3_finalize(r.ins);
@@ -1123,6 +1127,7 @@ long store_hold_expand(sqlite3 *db, const char *path)
 		rc = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
 		if (rc != SQLITE_OK) {
 			snprintf(why, sizeof(why), "%s", sqlite3_errmsg(db));
+			busy = (rc & 0xff) == SQLITE_BUSY || (rc & 0xff) == SQLITE_LOCKED;
 		}
 	}
 	if (rc != SQLITE_OK) {
@@ -1130,7 +1135,7 @@ long store_hold_expand(sqlite3 *db, const char *path)
 		if (open) {
 			sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
 		}
-		return -1;
+		return busy ? -2 : -1;
 	}
 	if (blobs > 0) {
 		log_info("store",

@@ -507,7 +507,8 @@ long store_hold_parse_dones(const uint8_t *p, size_t                            
 // Whether committed held rows wait for a later group.
 bool store_hold_pending(const nmq_store *s);
 // At open, in a transaction of its own: held rows left by a crash become
-// queue rows. Returns the rows written, or -1 (logged).
+// queue rows. Returns the rows written, -2 when the file is locked by
+// another connection (nothing changed), or -1 (logged).
 long store_hold_expand(sqlite3 *db, const char *path);
 // Parses a held row: calls fn for each entry (stops when it returns non
 // zero). Returns the entries, or -1 if the blob is malformed or fn

@@ -2184,6 +2184,41 @@ static void test_held_rows_crash(void **state)
 	store_close(s);
 }
 
+// Held rows left by a crash while another process holds the file locked
+// (past the busy timeout): the store does not open, and the file is left
+// as it is (not moved aside as damaged); once the lock goes, it opens and
+// restores them.
+static void test_held_rows_locked_at_open(void **state)
+{
+	(void)state;
+	kill9_after(test_held_rows_crash_work);
+	assert_true(count_rows("held") >= 1);
+	char path[512];
+	snprintf(path, sizeof(path), "%s/nanomq.db", tmpdir);
+	sqlite3 *lock = NULL;
+	assert_int_equal(sqlite3_open(path, &lock), SQLITE_OK);
+	assert_int_equal(sqlite3_exec(lock, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
+	store_opts o = { .dir = tmpdir, .durability = STORE_DURABLE_OS, .flush_max = 100 };
+	nmq_store *s = NULL;
+	char       err[256];
+	assert_int_not_equal(store_open(&s, &o, err, sizeof(err)), NMQ_OK);
+	assert_non_null(strstr(err, "locked"));
+	assert_int_equal(sqlite3_exec(lock, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
+	sqlite3_close(lock);
+	// Nothing moved aside.
+	DIR *d = opendir(tmpdir);
+	assert_non_null(d);
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL) {
+		assert_null(strstr(e->d_name, "damaged"));
+	}
+	closedir(d);
+	s = open_store(0);
+	store_close(s);
+	assert_int_equal(count_rows("held"), 0);
+	assert_int_equal(query_int("SELECT COUNT(*) FROM queue WHERE cid = 'a' AND seq >= 3"), 3);
+}
+
 // A damaged held row does not stop the store from opening: it is logged
 // and dropped, the entries before the damage restored.
 static void test_held_rows_damaged(void **state)
@@ -2263,6 +2298,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_held_rows_close, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_held_rows_crash, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_held_rows_damaged, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_held_rows_locked_at_open, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
