@@ -460,6 +460,44 @@ static int held_restored(sqlite3 *db, const char *path)
 	return 0;
 }
 
+// A write-ahead log whose header is not one (damaged by hand or by the
+// disk): SQLite would take it for an empty log and write over it, so that
+// what was committed since the last checkpoint would be gone without a
+// word. It is moved aside (path-wal.damaged-<UTC time>) and logged at
+// error with its size. A log too short for a header, or with a good
+// one, is SQLite's to check (torn frames after a power cut are dropped by
+// their checksums, as they should be: they were not acknowledged).
+static void check_wal(const char *path)
+{
+	char wal[4200];
+	snprintf(wal, sizeof(wal), "%s-wal", path);
+	FILE *f = fopen(wal, "rb");
+	if (f == NULL) {
+		return;
+	}
+	uint8_t     h[4];
+	struct stat st;
+	bool        ok = fstat(fileno(f), &st) != 0 || st.st_size < 32
+	    || (fread(h, 1, sizeof(h), f) == sizeof(h) && h[0] == 0x37 && h[1] == 0x7f
+	        && h[2] == 0x06 && (h[3] == 0x82 || h[3] == 0x83));
+	fclose(f);
+	if (ok) {
+		return;
+	}
+	time_t    t = time(NULL);
+	struct tm tm;
+	gmtime_r(&t, &tm);
+	char stamp[32], to[4300];
+	strftime(stamp, sizeof(stamp), "%Y%m%dT%H%M%SZ", &tm);
+	snprintf(to, sizeof(to), "%s.damaged-%s", wal, stamp);
+	int e = rename(wal, to) == 0 ? 0 : errno;
+	log_error("store",
+	    "path=%s event=wal_damaged bytes=%lld moved_to=%s lost=\"what was committed since the "
+	    "last checkpoint\"%s%s",
+	    path, (long long)st.st_size, e == 0 ? to : "none",
+	    e == 0 ? "" : " error=", e == 0 ? "" : strerror(e));
+}
+
 // Opens path, moving a bad file aside once. Returns the handle or NULL
 // with err filled (*unwritable: because its directory cannot be written).
 static sqlite3 *open_db(nmq_store *s, char *err, size_t errlen, bool *unwritable)
@@ -473,6 +511,7 @@ static sqlite3 *open_db(nmq_store *s, char *err, size_t errlen, bool *unwritable
 		    s->path);
 		return NULL;
 	}
+	check_wal(s->path);
 	for (int attempt = 0; attempt < 2; attempt++) {
 		sqlite3 *db = NULL;
 		// NOMUTEX: one thread at a time uses the connection (the main

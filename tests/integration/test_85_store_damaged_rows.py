@@ -255,5 +255,40 @@ class TestHeldRowsOverADamagedIndex(StoreCase):
         self.assertEqual(slow.got, want)
 
 
+class TestDamagedWal(StoreCase):
+    """The write-ahead log overwritten at its start: SQLite takes it for an
+    empty log, so what it held is gone; that is said (logged at error,
+    the log moved aside for inspection), not silent."""
+
+    def test_wal_header_overwritten(self):
+        b = self.start()
+        c = self.client(b, "wal-sub")
+        c.connect()
+        c.subscribe("w/#", qos=1)
+        c.disconnect()
+        self.kill9(b)  # (no checkpoint at a kill: the session is in the log)
+        wal = os.path.join(self.db_dir, "nanomq.db-wal")
+        size = os.path.getsize(wal)
+        self.assertGreater(size, 32)
+        with open(wal, "r+b") as f:
+            f.write(os.urandom(64))
+        b2 = self.start()
+        self.assertRegex(b2.log_text(), r"error .*event=wal_damaged bytes=%d moved_to=\S*"
+                         r"nanomq\.db-wal\.damaged-" % size)
+        moved = [f for f in os.listdir(self.db_dir) if f.startswith("nanomq.db-wal.damaged-")]
+        self.assertEqual(len(moved), 1, os.listdir(self.db_dir))
+        # The store works on.
+        c2 = self.client(b2, "wal-sub2")
+        c2.connect()
+        c2.subscribe("w/#", qos=1)
+        c2.disconnect()
+        self.assertEqual(b2.stop(), [])
+        b3 = self.start()
+        self.assertNotIn("wal_damaged", b3.log_text())
+        c3 = self.client(b3, "wal-sub2")
+        c3.connect()
+        self.assertTrue(c3.session_present)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
