@@ -138,7 +138,8 @@ static bool ent_read(
 {
 	uint64_t d, v;
 	if (!varint_get(p, len, off, &e->cid) || e->cid >= n_cids
-	    || !varint_get(p, len, off, &e->seq) || !varint_get(p, len, off, &d) || *off >= len) {
+	    || !varint_get(p, len, off, &e->seq) || e->seq > INT64_MAX
+	    || !varint_get(p, len, off, &d) || *off >= len) {
 		return false;
 	}
 	int64_t delta = unzigzag(d);

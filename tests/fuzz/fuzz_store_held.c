@@ -6,7 +6,8 @@
 // Input: one byte choosing the parser (even: entries, odd: done records),
 // then the blob. Checked: a parse that succeeds hands every entry with a
 // client id of the length it says, without a NUL, a message row id above
-// 0, QoS 1 or 2, and parsing twice gives the same count.
+// 0, QoS 1 or 2, a seq SQLite can store, and parsing twice gives the
+// same count.
 
 #include <stdint.h>
 #include <stdio.h>
@@ -29,6 +30,7 @@ static int on_entry(void *arg, const store_hent *e)
 	(void)arg;
 	CHECK(e->cid_len > 0 && memchr(e->cid, '\0', e->cid_len) == NULL);
 	CHECK(e->msg_id > 0 && (e->qos == 1 || e->qos == 2));
+	CHECK(e->seq <= INT64_MAX); // a queue row's seq is an SQLite integer
 	for (uint16_t i = 0; i < e->n_ids; i++) {
 		volatile uint32_t id = e->ids[i];
 		(void)id;
