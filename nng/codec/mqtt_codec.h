@@ -198,10 +198,11 @@ typedef struct mqtt_props {
 
 typedef struct mqtt_connect {
 	uint8_t proto_level; // 3, 4 or 5
-	// Encode only, 3.1/3.1.1: set bit 7 of the protocol level, the marker
-	// by which a bridge asks brokers that know it (Mosquitto) not to send
-	// back what the bridge itself published. Brokers that do not refuse
-	// the CONNECT (level unsupported).
+	// 3.1/3.1.1: bit 7 of the protocol level, the marker by which a
+	// bridge asks brokers that know it (Mosquitto, ours) not to send back
+	// what the bridge itself published. Brokers that do not know it
+	// refuse the CONNECT (level unsupported). Encode: set it; decode:
+	// found (proto_level is then 3 or 4, without the bit).
 	bool       bridge_marker;
 	bool       clean_start;
 	bool       will_flag;

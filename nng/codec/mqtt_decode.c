@@ -98,13 +98,16 @@ static int decode_connect(mqtt_rd *r, mqtt_connect *c)
 		return MALFORMED;
 	}
 	if (name.len == 4 && memcmp(name.p, "MQTT", 4) == 0) {
-		c->proto_level = level;
-		if (level != MQTT_PROTO_V311 && level != MQTT_PROTO_V5) {
+		// 0x84: a 3.1.1 bridge's marker (bit 7), as Mosquitto sends it.
+		c->bridge_marker = level == (MQTT_PROTO_V311 | 0x80);
+		c->proto_level   = c->bridge_marker ? MQTT_PROTO_V311 : level;
+		if (level != MQTT_PROTO_V311 && level != MQTT_PROTO_V5 && !c->bridge_marker) {
 			return MQTT_RC_UNSUPPORTED_VERSION;
 		}
 	} else if (name.len == 6 && memcmp(name.p, "MQIsdp", 6) == 0) {
-		c->proto_level = level;
-		if (level != MQTT_PROTO_V31) {
+		c->bridge_marker = level == (MQTT_PROTO_V31 | 0x80);
+		c->proto_level   = c->bridge_marker ? MQTT_PROTO_V31 : level;
+		if (level != MQTT_PROTO_V31 && !c->bridge_marker) {
 			return MQTT_RC_UNSUPPORTED_VERSION;
 		}
 	} else {

@@ -166,6 +166,7 @@ int link_connect_run(nmq_link *l, const uint8_t *frame, size_t len, int answer)
 	}
 	uint8_t ver = c->proto_level == MQTT_PROTO_V5 ? MQTT_PROTO_V5 : MQTT_PROTO_V311;
 	l->ver      = ver;
+	l->bridge   = ver != MQTT_PROTO_V5 && c->bridge_marker;
 	// The client's Maximum Packet Size bounds every packet sent from now
 	// on, a refusing CONNACK included (5.0 [MQTT-3.1.2-24]).
 	l->client_max_packet = proto_lim(p)->client_max_packet_size;

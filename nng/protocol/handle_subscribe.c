@@ -39,15 +39,23 @@ static void sub_after(nmq_session *s, void *arg, bool durable)
 	free(g);
 }
 
-// The options of one subscription as the application takes them: those
-// only MQTT 5 has are off for 3.1.1; sub_id is the SUBSCRIBE's (0: none).
-static proto_sub_opts sub_opts_of(const nmq_link *l, const mqtt_sub_opts *o, uint32_t sub_id)
+// The options of one subscription (filter f) as the application takes
+// them: those only MQTT 5 has are off for 3.1.1, except for a bridge that
+// sent the marker (link.h): No Local (not on a shared filter, as 5.0
+// forbids there) and Retain As Published, so that what it published is
+// not sent back to it and retained flags pass through, as Mosquitto does
+// for such a bridge; sub_id is the SUBSCRIBE's (0: none).
+static proto_sub_opts sub_opts_of(
+    const nmq_link *l, const mqtt_bytes *f, const mqtt_sub_opts *o, uint32_t sub_id)
 {
-	bool           v5 = l->ver == MQTT_PROTO_V5;
+	bool v5     = l->ver == MQTT_PROTO_V5;
+	bool bridge = !v5 && l->bridge;
+	bool nl
+	    = v5 ? o->no_local : bridge && mqtt_share_split(f->p, f->len, NULL) != MQTT_SHARE_OK;
 	proto_sub_opts so = {
 		.qos                 = o->qos,
-		.no_local            = v5 && o->no_local,
-		.retain_as_published = v5 && o->retain_as_published,
+		.no_local            = nl,
+		.retain_as_published = v5 ? o->retain_as_published : bridge,
 		.retain_handling     = v5 ? o->retain_handling : 0,
 		.sub_id              = sub_id,
 	};
@@ -204,7 +212,7 @@ int handle_subscribe(nmq_link *l, const mqtt_packet *pk, const int *verdicts, ui
 			link_fail(l, MQTT_RC_PROTOCOL_ERROR);
 			return -1;
 		}
-		proto_sub_opts so = sub_opts_of(l, &o, sub_id);
+		proto_sub_opts so = sub_opts_of(l, &f, &o, sub_id);
 		who.acl           = p->ops->acl_ask != NULL ? acl[i] : PROTO_ACL_NONE;
 		int rv            = p->ops->subscribe(
 		               p->app, s, &who, (const char *)f.p, f.len, &so, &existed[i]);
@@ -261,7 +269,7 @@ int handle_subscribe(nmq_link *l, const mqtt_packet *pk, const int *verdicts, ui
 				if (codes[j] >= 0x80) {
 					continue;
 				}
-				g->so[g->n++] = sub_opts_of(l, &o, sub_id);
+				g->so[g->n++] = sub_opts_of(l, &f, &o, sub_id);
 				uint32_t len  = f.len;
 				memcpy(at, &existed[j], sizeof(bool));
 				at += sizeof(bool);
@@ -301,7 +309,7 @@ int handle_subscribe(nmq_link *l, const mqtt_packet *pk, const int *verdicts, ui
 		if (codes[j] >= 0x80) {
 			continue;
 		}
-		proto_sub_opts so = sub_opts_of(l, &o, sub_id);
+		proto_sub_opts so = sub_opts_of(l, &f, &o, sub_id);
 		p->ops->subscribed(p->app, s, (const char *)f.p, f.len, &so, existed[j]);
 	}
 	free(codes);

@@ -68,6 +68,7 @@ struct nmq_link {
 	bool           username_shared; // username points into the session
 	bool           tx_too_large; // tx lock: a packet did not fit client_max_packet
 	bool           superuser; // rx: the application marked the client at CONNECT
+	bool           bridge; // rx: a 3.1/3.1.1 CONNECT with the bridge marker
 	// s: the connection ends with nothing more sent on it: a DISCONNECT
 	// was queued (nothing follows it [MQTT-3.14.4-1]: no PUBLISH from the
 	// session's pump, no ack), or a failed commit's ack ended it (no later

@@ -202,6 +202,41 @@ class FaultProxy:
         self.ls.close()
 
 
+class MarkerRefusingProxy(FaultProxy):
+    """A FaultProxy in front of a broker that answers a CONNECT carrying
+    the bridge marker (protocol level | 0x80) with CONNACK 0x01 (level
+    unsupported) and closes, as a broker that does not know the marker
+    does; plain CONNECTs pass."""
+
+    def __init__(self, target_port):
+        super().__init__(target_port, mqtt_up=True)
+        self.refused = 0
+
+    def _filter_up(self, pair, data):
+        if not pair.get("checked"):
+            buf = pair.get("first", b"") + data
+            # fixed header (<= 5 bytes), name length, name, level
+            i = 1
+            while i < len(buf) and buf[i] & 0x80:
+                i += 1
+            i += 1
+            if len(buf) < i + 2 or len(buf) < i + 2 + ((buf[i] << 8) | buf[i + 1]) + 1:
+                pair["first"] = buf
+                return b""
+            pair["checked"] = True
+            level = buf[i + 2 + ((buf[i] << 8) | buf[i + 1])]
+            if buf[0] >> 4 == 1 and level & 0x80:
+                self.refused += 1
+                try:
+                    pair["c"].sendall(bytes([0x20, 2, 0, 1]))
+                except OSError:
+                    pass
+                self._close_pair(pair)
+                return b""
+            data = buf
+        return FaultProxy._filter_up(self, pair, data)
+
+
 class Mosquitto:
     """Debian's mosquitto on a loopback port, as the remote broker. Its
     in-flight window toward subscribers is unlimited: with a full window,

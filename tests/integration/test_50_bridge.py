@@ -21,7 +21,8 @@ import unittest
 
 import nmq
 import nmq_ops
-from bridge_util import FakeRemote, FaultProxy, Mosquitto, bridge_conf, first_order, health
+from bridge_util import (FakeRemote, FaultProxy, MarkerRefusingProxy, Mosquitto, bridge_conf,
+                         first_order, health)
 from nmq import free_port
 from nmq_ops import OpsTestCase, wait_for
 
@@ -115,23 +116,29 @@ class TestBridgeBasics(BridgeCase):
 
     # A bridge that forwards and subscribes the same topics does not echo:
     # v5 (No Local at the remote, origin marking here) with our own broker as
-    # the remote; v3.1.1 with mosquitto (the bridge marker on CONNECT); and
-    # v3.1.1 with our own broker, which refuses the marker (the digests of
-    # recent forwards catch the echo).
+    # the remote; v3.1.1 with mosquitto and with our own broker (the bridge
+    # marker on CONNECT: the remote sends nothing back); and v3.1.1 with a
+    # remote that refuses the marker (our broker behind a proxy refusing
+    # it: the digests of recent forwards catch the echo).
     def test_both_ways_no_echo(self):
-        for ver, remote in ((5, "ours"), (4, "mosquitto"), (4, "ours")):
+        for ver, remote in ((5, "ours"), (4, "mosquitto"), (4, "ours"), (4, "refusing")):
             with self.subTest(proto_ver=ver, remote=remote):
                 inst = self.instance()
-                if remote == "ours":
+                if remote in ("ours", "refusing"):
                     rport = free_port()
                     rinst = self.instance()
                     self.start_broker(rinst, ["start", "--conf", rinst.conf(rport)], port=rport)
                 else:
                     rport = self.remote_mosquitto(inst).port
+                bport = rport
+                if remote == "refusing":
+                    px = MarkerRefusingProxy(rport)
+                    self.addCleanup(px.close)
+                    bport = px.port
                 both_f = '{ local_topic = "x/#", remote_topic = "", qos = 1 }'
                 both_s = '{ remote_topic = "x/#", qos = 1 }'
                 port, _, _ = self.broker(inst, bridge_conf(
-                    "loop", "mqtt-tcp://127.0.0.1:%d" % rport, ver, 10, both_f, both_s))
+                    "loop", "mqtt-tcp://127.0.0.1:%d" % bport, ver, 10, both_f, both_s))
                 self.linked(inst)
                 a = self.client(port, "a-sub", version=ver)
                 a.connect()
@@ -149,7 +156,15 @@ class TestBridgeBasics(BridgeCase):
                 a.expect_no_message(1.0)
                 b.expect_no_message(0.3)
                 if ver == 4 and remote == "ours":
-                    # Our broker refuses the bridge marker: the echo of the
+                    # Our broker takes the marker: nothing came back.
+                    self.assertNotIn("event=bridge_marker_refused", inst.output())
+                    mon = self.client(port, "mon")
+                    mon.connect()
+                    mon.subscribe("$SYS/brokers/bridges/#", 0)
+                    h = health(mon, "loop", timeout=12)
+                    self.assertEqual(h["loop_guarded"], 0, h)
+                if remote == "refusing":
+                    # The remote refused the bridge marker: the echo of the
                     # forward came back and was dropped by its digest.
                     self.assertIn("event=bridge_marker_refused", inst.output())
                     mon = self.client(port, "mon")
@@ -165,15 +180,17 @@ class TestBridgeBasics(BridgeCase):
                     a.expect_no_message(1.0)
 
     # A 3.1.1 link sends the bridge marker (protocol level | 0x80); a remote
-    # that refuses it (our own broker: CONNACK 0x01) gets a plain CONNECT
-    # at once, and the link works.
+    # that refuses it (CONNACK 0x01) gets a plain CONNECT at once, and the
+    # link works.
     def test_v311_marker_refused_falls_back(self):
         rinst = self.instance()
         rport = free_port()
         self.start_broker(rinst, ["start", "--conf", rinst.conf(rport)], port=rport)
+        px = MarkerRefusingProxy(rport)
+        self.addCleanup(px.close)
         inst = self.instance()
         port, _, _ = self.broker(inst, bridge_conf(
-            "mk", "mqtt-tcp://127.0.0.1:%d" % rport, 4, 10,
+            "mk", "mqtt-tcp://127.0.0.1:%d" % px.port, 4, 10,
             '{ local_topic = "m/#", remote_topic = "" }'))
         self.linked(inst, timeout=5)
         self.assertEqual(inst.output().count("event=bridge_marker_refused"), 1, inst.output())
@@ -184,6 +201,38 @@ class TestBridgeBasics(BridgeCase):
         pub.connect()
         pub.publish("m/1", b"plain", qos=1)
         self.assertEqual(remote.wait_message(5).payload, b"plain")
+
+    # Our broker as the remote of a Mosquitto bridge (3.1.1, its default
+    # try_private: the bridge marker on CONNECT), `topic x/# both`: the
+    # CONNECT is taken at once, and what the bridge publishes is not sent
+    # back to it (No Local, as Mosquitto does for such a bridge), so a
+    # message crosses once each way. Refusing the marker, our broker sent
+    # every message back: the gateway's subscribers got it twice.
+    def test_mosquitto_bridge_into_ours_no_echo(self):
+        rinst = self.instance()
+        rport = free_port()
+        self.start_broker(rinst, ["start", "--conf", rinst.conf(rport)], port=rport)
+        inst = self.instance()
+        m = Mosquitto(inst.tmp, extra="connection gw\naddress 127.0.0.1:%d\n"
+                      "topic x/# both 1\nrestart_timeout 1\n" % rport)
+        self.addCleanup(m.stop)
+        self.assertTrue(wait_for(lambda: "client_id=" in rinst.output()
+                                 and "proto=4" in rinst.output(), 5), rinst.output()[-2000:])
+        gw = self.client(m.port, "gw-sub")
+        gw.connect()
+        gw.subscribe("x/#", 1)
+        cloud = self.client(rport, "cloud-sub")
+        cloud.connect()
+        cloud.subscribe("x/#", 1)
+        time.sleep(0.5)  # the bridge's SUBSCRIBE is in place
+        gw.publish("x/from-gw", b"1", qos=1)
+        self.assertEqual(cloud.wait_message(5).payload, b"1")
+        self.assertEqual(gw.wait_message(5).payload, b"1")
+        cloud.publish("x/from-cloud", b"2", qos=1)
+        self.assertEqual(gw.wait_message(5).payload, b"2")
+        self.assertEqual(cloud.wait_message(5).payload, b"2")
+        gw.expect_no_message(1.0)
+        cloud.expect_no_message(0.3)
 
     # Health on $SYS/brokers/bridges/<name>: state, counters; QoS 0 forwards
     # are dropped and counted while the link is down, QoS 1 ones kept.
