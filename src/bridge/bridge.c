@@ -48,7 +48,8 @@
 
 #define CONNECT_TIMEOUT_MS 10000
 // After a link that was up at least FAST_RETRY_AFTER_UP_MS, or on which
-// the remote acked a forward, drops, the first attempt comes within
+// the remote acked a forward or sent a PUBLISH, drops, the first attempt
+// comes within
 // FAST_RETRY_MS (a random 50-100 % of it).
 #define FAST_RETRY_AFTER_UP_MS 5000
 #define FAST_RETRY_MS          500
@@ -255,10 +256,11 @@ struct bridge {
 	// suspect_alone of them with it alone in flight). probe: links send
 	// one at a time until an ack comes or the suspect is dropped.
 	// link_acked: an ack of ours came on this link. disc_msg: the remote's
-	// DISCONNECT (v5) named a fault of a message.
+	// DISCONNECT (v5) named a fault of a message. link_rx_pub: a PUBLISH
+	// came on this link (it carried data: retried at once when it drops).
 	bentry  *suspect;
 	uint32_t suspect_closes, suspect_alone;
-	bool     probe, link_acked, disc_msg;
+	bool     probe, link_acked, disc_msg, link_rx_pub;
 
 	// inbound QoS 2 packet ids awaiting PUBREL. With a store and
 	// clean_start = false they are also rows of store_id (store_rel_put,
@@ -2358,6 +2360,7 @@ static int link_frame(void *upper, const uint8_t *frame, size_t len)
 		break;
 	}
 	case MQTT_PUBLISH: {
+		b->link_rx_pub         = true;
 		mqtt_publish      *p   = &pk.u.publish;
 		const conf_bridge *cfg = b->cfg;
 		uint16_t           pid = p->packet_id;
@@ -2833,6 +2836,7 @@ static bool dial_locked(bridge *b, const char *url)
 	b->link          = l;
 	b->link_gen++;
 	b->link_acked   = false;
+	b->link_rx_pub  = false;
 	b->disc_msg     = false;
 	b->up           = false;
 	b->ver          = (uint8_t)b->cfg->proto_ver;
@@ -3030,10 +3034,11 @@ static void *bridge_main(void *arg)
 		}
 		bool     had_up = b->state == BS_UP;
 		uint64_t up_ms  = had_up ? now_ms() - b->state_since_ms : 0;
-		// A link on which the remote acked a forward made progress: its
-		// drop is a cut or a restart, not a remote refusing us, however
-		// soon it came (a flapping uplink).
-		bool fast = had_up && (up_ms >= FAST_RETRY_AFTER_UP_MS || b->link_acked);
+		// A link on which the remote acked a forward or sent a message
+		// made progress: its drop is a cut or a restart, not a remote
+		// refusing us, however soon it came (a flapping uplink).
+		bool fast = had_up
+		    && (up_ms >= FAST_RETRY_AFTER_UP_MS || b->link_acked || b->link_rx_pub);
 		if (b->stop) {
 			break;
 		}

@@ -177,6 +177,53 @@ class TestBridgeFaults(OpsTestCase):
         self.check_streams(col, result[0], 0, timeout=15)
         self.assert_stops(inst)
 
+    # The same for a bridge that only subscribes: a link on which the
+    # remote sent a message made progress too. Backing off, a flapping
+    # uplink left the remote's messages waiting up to backoff_max.
+    def test_flapping_inbound_link_reconnects_at_once(self):
+        inst = self.instance()
+        m = Mosquitto(inst.tmp)
+        self.addCleanup(m.stop)
+        px = FaultProxy(m.port)
+        self.addCleanup(px.close)
+        port = free_port()
+        conf = inst.conf(port, extra=bridge_conf(
+            "in", "mqtt-tcp://127.0.0.1:%d" % px.port, 4, 10,
+            subs='{ remote_topic = "cmd/#", qos = 1 }',
+            extra="backoff_max = 60s\nclean_start = false"))
+        self.start_broker(inst, ["start", "--conf", conf], port=port)
+        self.assertTrue(inst.wait_output(r"event=link_up", timeout=10), inst.output()[-2000:])
+        local = self.client(port, "local")
+        local.connect()
+        local.subscribe("cmd/#", 1)
+        cloud = self.client(m.port, "cloud")
+        cloud.connect()
+        stop = threading.Event()
+
+        def publish():
+            i = 0
+            while not stop.is_set():
+                cloud.publish("cmd/s", b"%d" % i, qos=1)
+                i += 1
+                time.sleep(0.02)
+        t = threading.Thread(target=publish, daemon=True)
+        t.start()
+        self.addCleanup(stop.set)
+        ups = lambda: inst.output().count("event=link_up")
+        arrived = lambda: len(local.received)
+        for flap in range(6):
+            n_up, n_got = ups(), arrived()
+            self.assertTrue(wait_for(lambda: arrived() > n_got + 3, 5),
+                            "flap %d: nothing received\n%s" % (flap, inst.output()[-2000:]))
+            px.cut()
+            time.sleep(0.1)
+            px.up()
+            self.assertTrue(wait_for(lambda: ups() > n_up, 4),
+                            "flap %d: no reconnect within 4 s\n%s" % (flap, inst.output()[-2000:]))
+        stop.set()
+        t.join(5)
+        self.assert_stops(inst)
+
     # With the offline cache: an outage, a backlog beyond the memory queue
     # (so on disk), kill -9 of our broker, a restart still in the outage,
     # then the link comes back: the backlog arrives at once, complete and
