@@ -3096,6 +3096,12 @@ static void *bridge_main(void *arg)
 		}
 		attempt++;
 		set_state_locked(b, BS_BACKOFF);
+		if (delay > 0) {
+			// Subscribers of the health see the wait, as REST does.
+			pthread_mutex_unlock(&b->mtx);
+			publish_health(b);
+			pthread_mutex_lock(&b->mtx);
+		}
 		uint64_t until = now_ms() + delay;
 		while (!b->stop && !b->restart && !b->switched_off && now_ms() < until) {
 			wait_until_locked(b, until);

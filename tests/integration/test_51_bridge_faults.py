@@ -268,6 +268,9 @@ class TestBridgeFaults(OpsTestCase):
         h = health(mon, "f", timeout=8, pred=lambda h: h["backlog_disk_counted"])
         self.assertEqual(h["backlog"], (n1 - 5) + (n2 - 5), h)
         self.assertNotEqual(h["state"], "up", h)
+        # Between attempts the health says so (as REST does), not "down".
+        h = health(mon, "f", timeout=8, pred=lambda h: h["state"] == "backing_off")
+        self.assertEqual((h or {}).get("state"), "backing_off", h)
         px.up()
         self.check_streams(col, n1, n2, timeout=20)
         self.assert_stops(inst)
