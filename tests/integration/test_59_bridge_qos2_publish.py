@@ -36,7 +36,9 @@ def setUpModule():
 
 class TestBridgeQos2Publish(OpsTestCase):
 
-    def test_kill9_qos2_publish_waits_for_its_state(self):
+    def bridged(self):
+        """Our broker with a cache and a QoS 2 bridge (3.1.1, clean_start
+        false) of q2/# through a fault proxy to a RawRemote, link up."""
         inst = self.instance()
         r = RawRemote()
         self.addCleanup(r.close)
@@ -51,6 +53,10 @@ class TestBridgeQos2Publish(OpsTestCase):
             extra="clean_start = false") + cache)
         self.start_broker(inst, ["start", "--conf", conf], port=port)
         self.assertTrue(inst.wait_output(r"event=link_up", timeout=10), inst.output()[-2000:])
+        return inst, r, px, port, conf
+
+    def test_kill9_qos2_publish_waits_for_its_state(self):
+        inst, r, px, port, conf = self.bridged()
         pub = self.client(port, "pub")
         pub.connect()
         # Some forwards completed first, so that the packet ids of the
@@ -102,20 +108,7 @@ class TestBridgeQos2Publish(OpsTestCase):
         # was never on the wire: on the next link its PUBLISH goes without
         # DUP ([MQTT-3.3.1-1]: DUP marks a redelivery). One that was sent
         # before the drop goes again with DUP.
-        inst = self.instance()
-        r = RawRemote()
-        self.addCleanup(r.close)
-        px = FaultProxy(r.port)
-        self.addCleanup(px.close)
-        port = free_port()
-        cache = ("bridges.mqtt.cache {\n disk_cache_size = 100000\n"
-                 " mounted_file_path = \"%s\"\n}\n" % inst.tmp)
-        conf = inst.conf(port, extra=bridge_conf(
-            "f", "mqtt-tcp://127.0.0.1:%d" % px.port, 4, 5,
-            '{ local_topic = "q2/#", remote_topic = "", qos = 2 }',
-            extra="clean_start = false") + cache)
-        self.start_broker(inst, ["start", "--conf", conf], port=port)
-        self.assertTrue(inst.wait_output(r"event=link_up", timeout=10), inst.output()[-2000:])
+        inst, r, px, port, conf = self.bridged()
         pub = self.client(port, "pub")
         pub.connect()
         pub.publish("q2/sent", b"sent", qos=1)
