@@ -100,6 +100,21 @@ static int64_t unzigzag(uint64_t v)
 	return (int64_t)(v >> 1) ^ -(int64_t)(v & 1);
 }
 
+static void magic_put(uint8_t *p, uint32_t m)
+{
+	for (int i = 0; i < 4; i++) {
+		p[i] = (uint8_t)(m >> (8 * i));
+	}
+}
+
+// The blob's magic number (0 when too short for one).
+static uint32_t magic_of(const uint8_t *p, size_t len)
+{
+	return len < 4
+	    ? 0
+	    : (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
 // Grows a byte buffer to hold n more. False when out of memory.
 static bool grow(uint8_t **p, size_t *cap, size_t len, size_t n)
 {
@@ -184,24 +199,20 @@ static void ent_ids(const hent *e, uint32_t *ids)
 
 // Reads the header and client id table: *ents = offset of the first
 // entry, cids[i] / lens[i] (allocated, n_cids) where each id is. False if
-// malformed (or out of memory: *oom).
-static bool head_read(const uint8_t *p, size_t len, size_t *ents, uint64_t *n_cids, uint32_t **cids,
-    uint16_t **lens, bool *oom)
+// malformed or out of memory.
+static bool head_read(
+    const uint8_t *p, size_t len, size_t *ents, uint64_t *n_cids, uint32_t **cids, uint16_t **lens)
 {
 	size_t off = 4;
 	*cids      = NULL;
 	*lens      = NULL;
-	*oom       = false;
-	if (len < 4
-	    || ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24)
-	        != HOLD_MAGIC
-	    || !varint_get(p, len, &off, n_cids) || *n_cids == 0 || *n_cids > len) {
+	if (magic_of(p, len) != HOLD_MAGIC || !varint_get(p, len, &off, n_cids) || *n_cids == 0
+	    || *n_cids > len) {
 		return false;
 	}
 	*cids = malloc(*n_cids * sizeof(**cids));
 	*lens = malloc(*n_cids * sizeof(**lens));
 	if (*cids == NULL || *lens == NULL) {
-		*oom = true;
 		goto bad;
 	}
 	for (uint64_t i = 0; i < *n_cids; i++) {
@@ -231,8 +242,7 @@ long store_hold_parse(
 	uint64_t  n_cids;
 	uint32_t *cids;
 	uint16_t *lens;
-	bool      oom;
-	if (!head_read(p, len, &off, &n_cids, &cids, &lens, &oom)) {
+	if (!head_read(p, len, &off, &n_cids, &cids, &lens)) {
 		return -1;
 	}
 	long      n   = 0;
@@ -273,13 +283,6 @@ long store_hold_parse(
 	free(cids);
 	free(lens);
 	return n;
-}
-
-static uint32_t magic_of(const uint8_t *p, size_t len)
-{
-	return len < 4
-	    ? 0
-	    : (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
 long store_hold_parse_dones(const uint8_t *p, size_t                            len,
@@ -388,9 +391,7 @@ void store_hold_note_done(nmq_store *s, const char *cid, uint64_t hi)
 		return;
 	}
 	if (s->hold_dlen == 0) {
-		uint8_t *q = s->hold_dp;
-		q[0] = (uint8_t)HOLD_DMAGIC, q[1] = (uint8_t)(HOLD_DMAGIC >> 8);
-		q[2] = (uint8_t)(HOLD_DMAGIC >> 16), q[3] = (uint8_t)(HOLD_DMAGIC >> 24);
+		magic_put(s->hold_dp, HOLD_DMAGIC);
 		s->hold_dlen = 4;
 	}
 	s->hold_dlen += varint_put(s->hold_dp + s->hold_dlen, cl);
@@ -488,6 +489,29 @@ int store_hold_add(nmq_store *s, const char *cid, uint32_t sid, uint64_t seq, in
 	return 0;
 }
 
+// Inserts a held row of blob p; *row its id. 0 or -1.
+static int held_put(nmq_store *s, const uint8_t *p, size_t len, int64_t *row)
+{
+	sqlite3_stmt *st = s->hstmts[HS_PUT];
+	sqlite3_bind_blob(st, 1, p, (int)len, SQLITE_STATIC);
+	int rc = sqlite3_step(st);
+	sqlite3_reset(st);
+	sqlite3_clear_bindings(st);
+	if (rc != SQLITE_DONE) {
+		return -1;
+	}
+	*row = sqlite3_last_insert_rowid(s->db);
+	return 0;
+}
+
+// Deletes held row row. 0 or -1.
+static int held_del(nmq_store *s, int64_t row)
+{
+	sqlite3_stmt *st = s->hstmts[HS_DEL];
+	sqlite3_bind_int64(st, 1, row);
+	return store_step_done(st) == SQLITE_DONE ? 0 : -1;
+}
+
 // What a run over held entries did.
 typedef struct hold_run {
 	long written, dropped;
@@ -529,26 +553,33 @@ static int write_one(
 	return rc;
 }
 
-// Writes the rows of g's entries not done with and drops the references
-// of the others. 0 or -1.
-static int gen_flush(nmq_store *s, store_hgen *g)
+// Writes the rows of the entries in p[off..len) not done with and drops
+// the references of the others: the client id table by index is sids,
+// cid_at (offset in base), cid_len (a generation's, or the running
+// group's). 0 or -1.
+static int flush_ents(nmq_store *s, const uint8_t *p, size_t off, size_t len, uint32_t n_cids,
+    const uint32_t *sids, const uint8_t *base, const uint32_t *cid_at, const uint16_t *cid_len)
 {
 	hold_run r   = { 0, 0 };
 	int64_t  msg = 0;
-	for (size_t off = g->ents_off; off < g->len;) {
+	while (off < len) {
 		hent e;
-		if (!ent_read(g->p, g->len, &off, g->n_cids, &msg, &e)) {
-			return -1; // (our own memory: cannot happen)
-		}
-		if (write_one(s, &r, &e, g->sids[e.cid], (const char *)g->p + g->cid_at[e.cid],
-		        g->cid_len[e.cid])
-		    != 0) {
+		if (!ent_read(p, len, &off, n_cids, &msg, &e)
+		    || write_one(s, &r, &e, sids[e.cid], (const char *)base + cid_at[e.cid],
+		           cid_len[e.cid])
+		        != 0) {
 			return -1;
 		}
 	}
 	s->held_written += (uint64_t)r.written;
 	s->held_dropped += (uint64_t)r.dropped;
 	return 0;
+}
+
+static int gen_flush(nmq_store *s, store_hgen *g)
+{
+	return flush_ents(
+	    s, g->p, g->ents_off, g->len, g->n_cids, g->sids, g->p, g->cid_at, g->cid_len);
 }
 
 // Whether every entry of g is done with. g->cursor is the first entry not
@@ -589,9 +620,7 @@ static int gen_retire(nmq_store *s, store_hgen *g, bool flush)
 		}
 		s->held_dropped += g->n;
 	}
-	sqlite3_stmt *st = s->hstmts[HS_DEL];
-	sqlite3_bind_int64(st, 1, g->row);
-	if (store_step_done(st) != SQLITE_DONE) {
+	if (held_del(s, g->row) != 0) {
 		return -1;
 	}
 	g->retired = true;
@@ -613,9 +642,7 @@ static int dgens_retire(nmq_store *s)
 		if (d->retired || d->groupno > min_live) {
 			continue;
 		}
-		sqlite3_stmt *st = s->hstmts[HS_DEL];
-		sqlite3_bind_int64(st, 1, d->row);
-		if (store_step_done(st) != SQLITE_DONE) {
+		if (held_del(s, d->row) != 0) {
 			return -1;
 		}
 		d->retired = true;
@@ -663,36 +690,13 @@ int store_hold_flush_all(nmq_store *s)
 		return -1;
 	}
 	if (c->n > 0) {
-		hold_run r   = { 0, 0 };
-		int64_t  msg = 0;
-		for (size_t off = 0; off < c->ents_len;) {
-			hent e;
-			if (!ent_read(c->ents, c->ents_len, &off, c->n_cids, &msg, &e)
-			    || write_one(s, &r, &e, c->sids[e.cid],
-			           (const char *)c->cids + c->cid_at[e.cid], c->cid_len[e.cid])
-			        != 0) {
-				return -1;
-			}
+		if (flush_ents(s, c->ents, 0, c->ents_len, c->n_cids, c->sids, c->cids, c->cid_at,
+		        c->cid_len)
+		    != 0) {
+			return -1;
 		}
-		s->held_written += (uint64_t)r.written;
-		s->held_dropped += (uint64_t)r.dropped;
 		cur_reset(c);
 	}
-	return 0;
-}
-
-// Inserts a held row of blob p; *row its id. 0 or -1.
-static int held_put(nmq_store *s, const uint8_t *p, size_t len, int64_t *row)
-{
-	sqlite3_stmt *st = s->hstmts[HS_PUT];
-	sqlite3_bind_blob(st, 1, p, (int)len, SQLITE_STATIC);
-	int rc = sqlite3_step(st);
-	sqlite3_reset(st);
-	sqlite3_clear_bindings(st);
-	if (rc != SQLITE_DONE) {
-		return -1;
-	}
-	*row = sqlite3_last_insert_rowid(s->db);
 	return 0;
 }
 
@@ -733,8 +737,7 @@ int store_hold_end_group(nmq_store *s)
 	uint8_t     hdr[16];
 	size_t      hl = 4;
 	store_hgen *g  = calloc(1, sizeof(*g));
-	hdr[0] = (uint8_t)HOLD_MAGIC, hdr[1] = (uint8_t)(HOLD_MAGIC >> 8);
-	hdr[2] = (uint8_t)(HOLD_MAGIC >> 16), hdr[3] = (uint8_t)(HOLD_MAGIC >> 24);
+	magic_put(hdr, HOLD_MAGIC);
 	hl += varint_put(hdr + 4, c->n_cids);
 	size_t len = hl + c->cids_len + c->ents_len;
 	if (g != NULL) {
