@@ -1662,8 +1662,12 @@ static int retain_set(nmq_store *s, const char *topic, nmq_msg *msg, uint64_t wa
 	return store_step_done(st) == SQLITE_DONE ? 0 : -1;
 }
 
-int store_hold_row(nmq_store *s, const char *cid, uint32_t sid, uint64_t seq, int64_t msg_id,
-    uint8_t qos, bool retain, const uint32_t *ids, uint16_t n_ids)
+// Writes the queue row (cid, seq) of message msg_id, noted for the
+// coalescing of done ranges (store_group_note_row). Returns 0, 1 when the
+// seq was stored already (the first row is kept, msg_id's reference given
+// back), or -1 on error.
+static int queue_row_put(nmq_store *s, const char *cid, uint32_t sid, uint64_t seq, int64_t msg_id,
+    uint8_t qos, bool retain, const void *ids, uint32_t n_ids, uint8_t state, uint16_t pid)
 {
 	store_group_note_row(s, sid, seq, true);
 	sqlite3_stmt *st = store_stmt(s, STMT_QUEUE_PUT);
@@ -1675,17 +1679,24 @@ int store_hold_row(nmq_store *s, const char *cid, uint32_t sid, uint64_t seq, in
 	if (n_ids) {
 		sqlite3_bind_blob(st, 6, ids, (int)(n_ids * sizeof(uint32_t)), SQLITE_STATIC);
 	}
-	sqlite3_bind_int(st, 7, 0);
-	sqlite3_bind_int(st, 8, 0);
+	sqlite3_bind_int(st, 7, state);
+	sqlite3_bind_int(st, 8, pid);
 	int rc = store_step_done(st);
 	if (rc == SQLITE_DONE) {
 		s->queued_rows++;
 		return 0;
 	}
 	if ((rc & 0xff) == SQLITE_CONSTRAINT) {
-		return msg_unref(s, msg_id) == 0 ? 0 : -1; // a seq stored twice keeps the first
+		return msg_unref(s, msg_id) == 0 ? 1 : -1;
 	}
 	return -1;
+}
+
+int store_hold_row(nmq_store *s, const char *cid, uint32_t sid, uint64_t seq, int64_t msg_id,
+    uint8_t qos, bool retain, const uint32_t *ids, uint16_t n_ids)
+{
+	// (A seq stored twice keeps the first.)
+	return queue_row_put(s, cid, sid, seq, msg_id, qos, retain, ids, n_ids, 0, 0) < 0 ? -1 : 0;
 }
 
 int store_hold_unref(nmq_store *s, int64_t msg_id)
@@ -1796,30 +1807,10 @@ static int op_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 		if (id == 0) {
 			return -1;
 		}
-		store_group_note_row(s, op->sid, op->u64, true);
-		st = store_stmt(s, STMT_QUEUE_PUT);
-		sqlite3_bind_text(st, 1, op->s1, -1, SQLITE_STATIC);
-		sqlite3_bind_int64(st, 2, (sqlite3_int64)op->u64);
-		sqlite3_bind_int64(st, 3, id);
-		sqlite3_bind_int(st, 4, op->qos);
-		sqlite3_bind_int(st, 5, op->retain);
-		if (op->n_sub_ids) {
-			sqlite3_bind_blob(st, 6, op->sub_ids,
-			    (int)(op->n_sub_ids * sizeof(uint32_t)), SQLITE_STATIC);
-		}
-		// A state update of the same group folded in (store_group.c).
-		sqlite3_bind_int(st, 7, op->state);
-		sqlite3_bind_int(st, 8, op->pid);
-		rc = store_step_done(st);
-		if (rc == SQLITE_DONE) {
-			s->queued_rows++;
-			return 0;
-		}
-		if ((rc & 0xff) == SQLITE_CONSTRAINT) {
-			// A seq stored twice: keep the first, give back the reference.
-			return msg_unref(s, id) == 0 ? 1 : -1;
-		}
-		return -1;
+		// A state update of the same group folded in (store_group.c); a
+		// seq stored twice keeps the first and fails only this operation.
+		return queue_row_put(s, op->s1, op->sid, op->u64, id, op->qos, op->retain,
+		    op->sub_ids, op->n_sub_ids, op->state, op->pid);
 	}
 	case OP_QUEUE_PUTM:
 		// Rows whose subscriber acked them since the group was taken are
@@ -1851,23 +1842,9 @@ static int op_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 			        == 0) {
 				continue; // written by the next group unless acked by then
 			}
-			store_group_note_row(s, q->sid, q->seq, true);
-			st = store_stmt(s, STMT_QUEUE_PUT);
-			sqlite3_bind_text(st, 1, op->arena + q->cid_off, -1, SQLITE_STATIC);
-			sqlite3_bind_int64(st, 2, (sqlite3_int64)q->seq);
-			sqlite3_bind_int64(st, 3, id);
-			sqlite3_bind_int(st, 4, q->qos);
-			sqlite3_bind_int(st, 5, q->retain);
-			if (q->n_ids) {
-				sqlite3_bind_blob(st, 6, op->arena + q->ids_off,
-				    (int)(q->n_ids * sizeof(uint32_t)), SQLITE_STATIC);
-			}
-			sqlite3_bind_int(st, 7, q->state);
-			sqlite3_bind_int(st, 8, q->pid);
-			rc = store_step_done(st);
-			if (rc == SQLITE_DONE) {
-				s->queued_rows++;
-			} else if ((rc & 0xff) != SQLITE_CONSTRAINT || msg_unref(s, id) != 0) {
+			if (queue_row_put(s, op->arena + q->cid_off, q->sid, q->seq, id, q->qos,
+			        q->retain, op->arena + q->ids_off, q->n_ids, q->state, q->pid)
+			    < 0) {
 				return -1; // (a seq stored twice keeps the first)
 			}
 		}
