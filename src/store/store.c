@@ -777,6 +777,9 @@ static store_op *op_new(
 	return op;
 }
 
+// Most done ranges listed for the store thread's peek (store_group_peek).
+#define STORE_PDONE_MAX 8192
+
 // Room for barriers beyond 2 * max_pending (see op_submit).
 #define STORE_SYNC_EXTRA 4096
 
@@ -1094,8 +1097,13 @@ nmq_err store_queue_done_sid(nmq_store *s, const char *client_id, uint32_t sid, 
 	// Seen by the store thread while it applies the groups before this
 	// operation's (store_group_peek); without an entry (out of memory)
 	// only its own group knows the range.
+	// The list is emptied only when the store thread takes the whole
+	// queue; under a backlog longer than flush_max that does not happen,
+	// so it is bounded (the peek walks it under the lock the workers
+	// queue with): past STORE_PDONE_MAX, ranges are seen by their own
+	// group only, as without memory.
 	op->u32 = UINT32_MAX;
-	if (s->pdone_len == s->pdone_cap) {
+	if (s->pdone_len == s->pdone_cap && s->pdone_cap < STORE_PDONE_MAX) {
 		uint32_t            cap = s->pdone_cap ? s->pdone_cap * 2 : 256;
 		struct store_pdone *v   = realloc(s->pdone, (size_t)cap * sizeof(*v));
 		if (v != NULL) {
