@@ -347,6 +347,39 @@ static void set_leave(void)
 {
 	atomic_fetch_sub(&g_set_users, 1);
 }
+
+// The bridge whose cache rows belong to client_id, for the store's
+// callbacks: returned with the set's mtx and its own held (unlock with
+// store_bridge_unlock), or NULL, with nothing held, for a client id that
+// is not a bridge's or a set that is stopping.
+static bridge *store_bridge_lock(const char *client_id, nmq_bridges **setp)
+{
+	if (strncmp(client_id, "$bridge/", 8) != 0) {
+		return NULL;
+	}
+	nmq_bridges *set = set_enter();
+	if (set == NULL) {
+		return NULL;
+	}
+	pthread_mutex_lock(&set->mtx);
+	for (bridge *b = set->head; b != NULL; b = b->next) {
+		if (strcmp(b->store_id, client_id) == 0) {
+			pthread_mutex_lock(&b->mtx);
+			*setp = set;
+			return b;
+		}
+	}
+	pthread_mutex_unlock(&set->mtx);
+	set_leave();
+	return NULL;
+}
+
+static void store_bridge_unlock(nmq_bridges *set, bridge *b)
+{
+	pthread_mutex_unlock(&b->mtx);
+	pthread_mutex_unlock(&set->mtx);
+	set_leave();
+}
 #ifdef NMQ_HAVE_STORE
 static bool bridges_store_row_gone(void *arg, const char *client_id, uint64_t seq);
 static void bridges_store_expired(void *arg, const char *client_id, uint64_t seq);
@@ -3571,40 +3604,28 @@ void bridges_stop(nmq_bridges *set)
 void bridges_store_evicted(void *arg, const char *client_id, uint64_t seq)
 {
 	(void)arg;
-	if (strncmp(client_id, "$bridge/", 8) != 0) {
+	nmq_bridges *set;
+	bridge      *b = store_bridge_lock(client_id, &set);
+	if (b == NULL) {
 		return;
 	}
-	nmq_bridges *set = set_enter();
-	if (set == NULL) {
-		return;
-	}
-	pthread_mutex_lock(&set->mtx);
-	for (bridge *b = set->head; b != NULL; b = b->next) {
-		if (strcmp(b->store_id, client_id) != 0) {
-			continue;
+	b->evicted++;
+	b->dropped++;
+	if (seq > b->mem_last_seq) {
+		if (b->disk_only != DISK_UNKNOWN && b->disk_only > 0) {
+			b->disk_only--;
 		}
-		pthread_mutex_lock(&b->mtx);
-		b->evicted++;
-		b->dropped++;
-		if (seq > b->mem_last_seq) {
-			if (b->disk_only != DISK_UNKNOWN && b->disk_only > 0) {
-				b->disk_only--;
-			}
-		} else {
-			// Also in memory: gone there too unless it is on the wire.
-			for (bentry *e = b->head; e != NULL && e->seq <= seq; e = e->next) {
-				if (e->seq == seq && e->state == Q_QUEUED
-				    && (e->pid == 0 || b->by_pid[e->pid] != e)) {
-					entry_remove(b, e, false);
-					break;
-				}
+	} else {
+		// Also in memory: gone there too unless it is on the wire.
+		for (bentry *e = b->head; e != NULL && e->seq <= seq; e = e->next) {
+			if (e->seq == seq && e->state == Q_QUEUED
+			    && (e->pid == 0 || b->by_pid[e->pid] != e)) {
+				entry_remove(b, e, false);
+				break;
 			}
 		}
-		pthread_mutex_unlock(&b->mtx);
-		break;
 	}
-	pthread_mutex_unlock(&set->mtx);
-	set_leave();
+	store_bridge_unlock(set, b);
 }
 
 #ifdef NMQ_HAVE_STORE
@@ -3616,35 +3637,23 @@ void bridges_store_evicted(void *arg, const char *client_id, uint64_t seq)
 static bool bridges_store_row_gone(void *arg, const char *client_id, uint64_t seq)
 {
 	(void)arg;
+	nmq_bridges *set;
+	bridge      *b = store_bridge_lock(client_id, &set);
+	if (b == NULL) {
+		return false;
+	}
 	bool gone = false;
-	if (strncmp(client_id, "$bridge/", 8) != 0) {
-		return false;
-	}
-	nmq_bridges *set = set_enter();
-	if (set == NULL) {
-		return false;
-	}
-	pthread_mutex_lock(&set->mtx);
-	for (bridge *b = set->head; b != NULL; b = b->next) {
-		if (strcmp(b->store_id, client_id) != 0) {
-			continue;
-		}
-		pthread_mutex_lock(&b->mtx);
-		if (seq <= b->mem_last_seq) {
-			gone = true;
-			// In seq order (memory-only entries, seq 0, in between).
-			for (bentry *e = b->head; e != NULL && e->seq <= seq; e = e->next) {
-				if (e->seq == seq) {
-					gone = false;
-					break;
-				}
+	if (seq <= b->mem_last_seq) {
+		gone = true;
+		// In seq order (memory-only entries, seq 0, in between).
+		for (bentry *e = b->head; e != NULL && e->seq <= seq; e = e->next) {
+			if (e->seq == seq) {
+				gone = false;
+				break;
 			}
 		}
-		pthread_mutex_unlock(&b->mtx);
-		break;
 	}
-	pthread_mutex_unlock(&set->mtx);
-	set_leave();
+	store_bridge_unlock(set, b);
 	return gone;
 }
 #endif
@@ -3659,51 +3668,39 @@ static bool bridges_store_row_gone(void *arg, const char *client_id, uint64_t se
 static void bridges_store_expired(void *arg, const char *client_id, uint64_t seq)
 {
 	(void)arg;
-	if (strncmp(client_id, "$bridge/", 8) != 0) {
+	nmq_bridges *set;
+	bridge      *b = store_bridge_lock(client_id, &set);
+	if (b == NULL) {
 		return;
 	}
-	nmq_bridges *set = set_enter();
-	if (set == NULL) {
-		return;
-	}
-	pthread_mutex_lock(&set->mtx);
-	for (bridge *b = set->head; b != NULL; b = b->next) {
-		if (strcmp(b->store_id, client_id) != 0) {
-			continue;
-		}
-		pthread_mutex_lock(&b->mtx);
-		bool counted = false;
-		if (seq > b->mem_last_seq) {
-			// On disk only (or not yet counted by the first read).
-			if (b->disk_only != DISK_UNKNOWN && b->disk_only > 0) {
-				b->disk_only--;
-				if (b->disk_only == 0) {
-					b->oldest_disk_ms = 0;
-				}
-			}
-			counted = true;
-		} else {
-			for (bentry *e = b->head; e != NULL && e->seq <= seq; e = e->next) {
-				if (e->seq == seq) {
-					if (e->state == Q_QUEUED
-					    && (e->pid == 0 || b->by_pid[e->pid] != e)) {
-						entry_remove(b, e, false);
-						counted = true;
-					}
-					break;
-				}
+	bool counted = false;
+	if (seq > b->mem_last_seq) {
+		// On disk only (or not yet counted by the first read).
+		if (b->disk_only != DISK_UNKNOWN && b->disk_only > 0) {
+			b->disk_only--;
+			if (b->disk_only == 0) {
+				b->oldest_disk_ms = 0;
 			}
 		}
-		if (counted) {
-			b->expired++;
-			b->dropped++;
-			refill_locked(b); // room in memory for what waits on disk
+		counted = true;
+	} else {
+		for (bentry *e = b->head; e != NULL && e->seq <= seq; e = e->next) {
+			if (e->seq == seq) {
+				if (e->state == Q_QUEUED
+				    && (e->pid == 0 || b->by_pid[e->pid] != e)) {
+					entry_remove(b, e, false);
+					counted = true;
+				}
+				break;
+			}
 		}
-		pthread_mutex_unlock(&b->mtx);
-		break;
 	}
-	pthread_mutex_unlock(&set->mtx);
-	set_leave();
+	if (counted) {
+		b->expired++;
+		b->dropped++;
+		refill_locked(b); // room in memory for what waits on disk
+	}
+	store_bridge_unlock(set, b);
 }
 #endif
 
