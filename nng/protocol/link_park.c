@@ -380,12 +380,11 @@ void proto_who_tls_peer(
 {
 	// The handshake's record of the connection, read in place (no copy
 	// of it per ask; a plain socket answers at once).
-	tls_peer        tmp;
 	const tls_peer *p = NULL;
 	cn[0]             = '\0';
 	subject[0]        = '\0';
 	if (who == NULL || who != tl_ask_who || tl_ask_link == NULL
-	    || (p = listener_conn_peer_ref(tl_ask_link->conn, &tmp)) == NULL || !p->handshake_done
+	    || (p = listener_conn_peer_ref(tl_ask_link->conn)) == NULL || !p->handshake_done
 	    || !p->verified) {
 		return;
 	}

@@ -284,9 +284,8 @@ bool listener_conn_peer(nmq_conn *c, tls_peer *p)
 	return conn_tls_peer(c, p);
 }
 
-const tls_peer *listener_conn_peer_ref(nmq_conn *c, tls_peer *tmp)
+const tls_peer *listener_conn_peer_ref(nmq_conn *c)
 {
-	(void)tmp;
 	return conn_tls_peer_ref(c);
 }
 

@@ -117,8 +117,7 @@ bool listener_conn_over_limit(nmq_conn *c);
 // connection without TLS from our engine. Never blocks.
 bool listener_conn_peer(nmq_conn *c, tls_peer *p);
 // The same record without copying it (its handshake's record, valid while
-// c is held; tmp is not used). NULL for a connection without TLS. Never
-// blocks.
-const tls_peer *listener_conn_peer_ref(nmq_conn *c, tls_peer *tmp);
+// c is held). NULL for a connection without TLS. Never blocks.
+const tls_peer *listener_conn_peer_ref(nmq_conn *c);
 
 #endif // NMQ_LISTENER_H
