@@ -749,6 +749,10 @@ static int run(const cli_args *args, nmq_conf *conf, const char *argv0, int read
 	// the main thread alone takes these signals.
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
+	// A write past RLIMIT_FSIZE (ulimit -f) fails with EFBIG instead of
+	// killing the broker: the store's commit fails like one on a full
+	// disk, and what it held is not acknowledged.
+	signal(SIGXFSZ, SIG_IGN);
 	raise_nofile_limit();
 
 	// The ring of recent drops and refusals, before anything can record.
