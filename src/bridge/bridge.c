@@ -2393,6 +2393,21 @@ static int link_frame(void *upper, const uint8_t *frame, size_t len)
 		break;
 	}
 	case MQTT_PUBLISH: {
+		if (pk.u.publish.props.present & MQTT_PBIT(MQTT_PROP_TOPIC_ALIAS)) {
+			// The CONNECT allowed no topic alias (Topic Alias Maximum 0):
+			// a Protocol Error (MQTT 5.0 3.3.2.3.4), not a message to ack
+			// and drop. The link is reset; the remote sends it again.
+			mqtt_packet d;
+			memset(&d, 0, sizeof(d));
+			d.type                = MQTT_DISCONNECT;
+			d.u.disconnect.reason = MQTT_RC_TOPIC_ALIAS_INVALID;
+			(void)send_packet_locked(b, &d);
+			set_error_locked(
+			    b, "PUBLISH with a topic alias from the remote (none allowed)");
+			conn_shutdown(l->c); // after the DISCONNECT
+			pthread_mutex_unlock(&b->mtx);
+			return -1;
+		}
 		b->link_rx_pub         = true;
 		mqtt_publish      *p   = &pk.u.publish;
 		const conf_bridge *cfg = b->cfg;
