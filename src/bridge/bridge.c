@@ -3339,13 +3339,35 @@ static void bridge_halt(bridge *b)
 	log_info("bridge", "bridge=%s event=stopped", b->name);
 }
 
+// Whether cfg's forwards have the local filters of b's, in the same order.
+static bool fwds_same_filters(const bridge *b, const conf_bridge *cfg)
+{
+	if (cfg->n_fwds != b->n_fwds) {
+		return false;
+	}
+	for (int i = 0; i < cfg->n_fwds; i++) {
+		if (strcmp(cfg->fwds[i].local_topic, b->fwds[i].cfg->local_topic) != 0) {
+			return false;
+		}
+	}
+	return true;
+}
+
 // Applies a changed configuration to a running bridge, keeping its queue.
+// A local message must not fall between the old forwards and the new ones
+// (its publisher has its ack): when the filters are the same (a change of
+// server, credentials, topic rewrite...), the forwards stay in the topic
+// tree and only take the new settings; otherwise the new ones are put in
+// the tree, not yet taking messages, before the old ones stop taking them
+// and leave it. A message routed across that switch to an old and a new
+// forward of the same filter may be queued twice (at least once).
 static void bridge_update(bridge *b, const conf_bridge *cb)
 {
 	conf_bridge *ncfg = conf_bridge_dup(cb);
-	bfwd        *nfw  = ncfg != NULL ? fwds_alloc(b, ncfg) : NULL;
+	bool         same = ncfg != NULL && fwds_same_filters(b, ncfg);
+	bfwd        *nfw  = ncfg != NULL && !same ? fwds_alloc(b, ncfg) : NULL;
 	retired     *r    = calloc(1, sizeof(*r));
-	if (ncfg == NULL || nfw == NULL || r == NULL) {
+	if (ncfg == NULL || (nfw == NULL && !same) || r == NULL) {
 		log_error("bridge", "bridge=%s event=reload_failed reason=out_of_memory", b->name);
 		if (ncfg != NULL) {
 			conf_bridge_free(ncfg);
@@ -3354,18 +3376,34 @@ static void bridge_update(bridge *b, const conf_bridge *cb)
 		free(r);
 		return;
 	}
-	fwds_unsubscribe(b, b->fwds, b->n_fwds);
-	pthread_mutex_lock(&b->mtx);
-	for (int i = 0; i < b->n_fwds; i++) {
-		b->fwds[i].dead = true;
+	if (!same) {
+		for (int i = 0; i < ncfg->n_fwds; i++) {
+			nfw[i].dead = true; // until the old ones stop, below
+		}
+		fwds_subscribe(b, nfw, ncfg->n_fwds);
 	}
-	r->cfg      = b->cfg;
-	r->fwds     = b->fwds;
-	r->next     = b->retired;
-	b->retired  = r;
-	b->cfg      = ncfg;
-	b->fwds     = nfw;
-	b->n_fwds   = ncfg->n_fwds;
+	pthread_mutex_lock(&b->mtx);
+	r->cfg     = b->cfg;
+	r->next    = b->retired;
+	b->retired = r;
+	b->cfg     = ncfg;
+	bfwd *old  = b->fwds;
+	int   nold = b->n_fwds;
+	if (same) {
+		for (int i = 0; i < ncfg->n_fwds; i++) {
+			b->fwds[i].cfg = &ncfg->fwds[i];
+		}
+	} else {
+		for (int i = 0; i < nold; i++) {
+			old[i].dead = true;
+		}
+		for (int i = 0; i < ncfg->n_fwds; i++) {
+			nfw[i].dead = false;
+		}
+		r->fwds   = old;
+		b->fwds   = nfw;
+		b->n_fwds = ncfg->n_fwds;
+	}
 	b->restart  = true;
 	b->tp_dirty = true; // transparent switched off: unsubscribed on the next link
 	if (b->link != NULL) {
@@ -3374,7 +3412,9 @@ static void bridge_update(bridge *b, const conf_bridge *cb)
 	}
 	pthread_cond_broadcast(&b->cv);
 	pthread_mutex_unlock(&b->mtx);
-	fwds_subscribe(b, b->fwds, b->n_fwds);
+	if (!same) {
+		fwds_unsubscribe(b, old, nold);
+	}
 	if (ncfg->transparent) {
 		broker_watch_filters(b->set->env.broker, tp_changed, b->set);
 	}
