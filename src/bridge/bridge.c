@@ -210,12 +210,16 @@ struct bridge {
 	uint64_t pump_at;
 	uint32_t window_full; // the window of this link outside a probe
 	uint32_t remote_max_packet;
-	bool     logged_up; // link up was logged (once per change)
-	bool     marker_sent; // this CONNECT carried the v3 bridge marker
-	bool     marker_refused; // the remote refused it: plain CONNECT from now on
-	bool     marker_retry; // reconnect at once, without it
-	char     last_error[200];
-	char     server_now[256];
+	// A v5 remote's CONNACK Maximum QoS and Retain Available (2 and true
+	// otherwise): what is sent is kept within them (pump_locked).
+	uint8_t remote_max_qos;
+	bool    remote_retain;
+	bool    logged_up; // link up was logged (once per change)
+	bool    marker_sent; // this CONNECT carried the v3 bridge marker
+	bool    marker_refused; // the remote refused it: plain CONNECT from now on
+	bool    marker_retry; // reconnect at once, without it
+	char    last_error[200];
+	char    server_now[256];
 
 	// the send queue
 	bentry  *head, *tail, *next_unsent;
@@ -935,7 +939,7 @@ static int send_publish_locked(bridge *b, bentry *e, bool dup)
 	h.proto       = b->ver == MQTT_PROTO_V5 ? MQTT_PROTO_V5 : MQTT_PROTO_V311;
 	h.qos         = e->qos;
 	h.dup         = dup && e->wire && e->qos > 0;
-	h.retain      = e->retain;
+	h.retain      = e->retain && b->remote_retain;
 	h.topic       = (const uint8_t *)m->topic;
 	h.topic_len   = m->topic_len;
 	h.packet_id   = e->qos > 0 ? e->pid : 0;
@@ -1119,6 +1123,12 @@ static void pump_locked(bridge *b)
 			bentry *e = b->next_unsent;
 			if (e->held) {
 				break; // waits for its state's commit; what follows too
+			}
+			if (e->qos > b->remote_max_qos && e->state != Q_RELEASED) {
+				// A client must not send a QoS above the server's Maximum
+				// QoS (MQTT 5.0 3.2.2.3.4): the remote would close the
+				// link on it. Sent at that QoS (and acked as such).
+				e->qos = b->remote_max_qos;
 			}
 			bool counts = e->qos > 0 && (e->state == Q_QUEUED || e->dup);
 			if (counts && b->inflight >= b->window) {
@@ -2243,7 +2253,20 @@ static void handle_connack_locked(bridge *b, const mqtt_connack *ca)
 	b->up                = true;
 	b->window            = b->ver == MQTT_PROTO_V5 ? 65535 : V3_WINDOW;
 	b->remote_max_packet = b->cfg->remote_max_packet_size; // 0: none
+	b->remote_max_qos    = 2;
+	b->remote_retain     = true;
 	if (b->ver == MQTT_PROTO_V5) {
+		if (ca->props.present & MQTT_PBIT(MQTT_PROP_MAXIMUM_QOS)) {
+			b->remote_max_qos = ca->props.maximum_qos;
+		}
+		if (ca->props.present & MQTT_PBIT(MQTT_PROP_RETAIN_AVAILABLE)) {
+			b->remote_retain = ca->props.retain_available != 0;
+		}
+		if (b->remote_max_qos < 2 || !b->remote_retain) {
+			log_info("bridge",
+			    "bridge=%s event=remote_limits maximum_qos=%u retain_available=%d",
+			    b->name, b->remote_max_qos, b->remote_retain ? 1 : 0);
+		}
 		if (ca->props.present & MQTT_PBIT(MQTT_PROP_RECEIVE_MAXIMUM)) {
 			b->window = ca->props.receive_maximum;
 		}

@@ -7,8 +7,16 @@ CONNACK, then sends one hostile packet, and records what the bridge sends
 back. Our CONNECT allows no topic alias (Topic Alias Maximum 0), so a
 PUBLISH carrying one is a Protocol Error: the bridge sends DISCONNECT
 0x94 and closes, without acking or publishing it (before the fix it was
-acked, dropped and the link kept)."""
+acked, dropped and the link kept).
 
+A remote whose v5 CONNACK limits what it takes (Debian's mosquitto with
+max_qos 1 and retain_available false, like several cloud brokers) gets
+no PUBLISH above its Maximum QoS and none retained: QoS 2 forwards go at
+QoS 1, retained ones without the flag, all of them at once and in order.
+Before the fix the remote closed the link on each such PUBLISH, and the
+bridge dropped them one by one as forwards the remote closes the link on."""
+
+import shutil
 import socket
 import threading
 import time
@@ -16,7 +24,7 @@ import unittest
 
 import nmq
 import nmq_ops
-from bridge_util import _read_raw_packet, bridge_conf
+from bridge_util import Mosquitto, _read_raw_packet, bridge_conf
 from nmq import free_port, mstr, packet, u16
 from nmq_ops import OpsTestCase, wait_for
 
@@ -120,6 +128,33 @@ class TestBridgeHostileRemote(OpsTestCase):
         p.connect()
         p.publish("local/x", b"still", qos=1)
         self.assertIsNotNone(sub.wait_message(timeout=5, match=lambda m: m.payload == b"still"))
+
+    def test_remote_maximum_qos_and_retain_available(self):
+        if shutil.which("mosquitto") is None:
+            self.skipTest("Debian's mosquitto is needed as the remote broker")
+        inst = self.instance()
+        m = Mosquitto(inst.tmp, extra="max_qos 1\nretain_available false")
+        self.addCleanup(m.stop)
+        col = self.client(m.port, "col", version=5)
+        col.connect()
+        col.subscribe("q/#", 1)
+        port = free_port()
+        cache = 'bridges.mqtt.cache { mounted_file_path = "%s" }\n' % inst.tmp
+        conf = inst.conf(port, extra=cache + bridge_conf(
+            "f", "mqtt-tcp://127.0.0.1:%d" % m.port, 5, 5, '{ local_topic = "q/#", remote_topic = "" }'))
+        self.start_broker(inst, ["start", "--conf", conf], port=port)
+        self.assertTrue(inst.wait_output(r"event=link_up", timeout=10), inst.output()[-2000:])
+        p = self.client(port, "p")
+        p.connect()
+        want = []
+        for i in range(5):
+            for topic, qos, retain in (("q/2", 2, False), ("q/r", 1, True), ("q/1", 1, False)):
+                p.publish(topic, b"%s-%d" % (topic.encode(), i), qos=qos, retain=retain)
+                want.append(b"%s-%d" % (topic.encode(), i))
+        got = [x.payload for x in col.wait_messages(len(want), timeout=10)]
+        self.assertEqual(got, want)
+        self.assertIn("event=remote_limits maximum_qos=1 retain_available=0", inst.output())
+        self.assertNotIn("event=link_down", inst.output())
 
 
 if __name__ == "__main__":
