@@ -652,9 +652,9 @@ static void store_evicted(void *arg, const char *client_id, uint64_t seq)
 // the bridges' offline cache)
 // and restores what it holds into the broker, before any listener opens.
 // A damaged file does not stop the broker (the store moves it aside and
-// starts empty); nor does a directory that cannot be written (read-only
-// file system, no permission): the broker then runs without the store,
-// logged at error. A directory that cannot be created for another reason
+// starts empty); nor does a directory or a database file that cannot be
+// written (read-only file system, no permission): the broker then runs
+// without the store, logged at error. A directory that cannot be created for another reason
 // does stop it. Returns 0 or -1 with a message in err.
 static int open_store(server *srv, char *err, size_t errlen)
 {
@@ -668,11 +668,13 @@ static int open_store(server *srv, char *err, size_t errlen)
 	if (e == NMQ_EACCES) {
 		srv->store = NULL;
 		log_error("store",
-		    "event=store_disabled reason=\"%s\": running without the durable store; "
+		    "event=store_disabled reason=\"%s\" key=%s: running without the durable store; "
 		    "nothing is persisted (sessions, queued and retained messages, the bridges' "
-		    "cache are kept in memory only) until the directory can be written and the "
-		    "broker is restarted",
-		    why);
+		    "cache are kept in memory only) until the directory and the file can be "
+		    "written and the broker is restarted",
+		    why,
+		    srv->conf.sqlite_enable ? "sqlite.mounted_file_path"
+		                            : "bridges.mqtt.cache.mounted_file_path");
 		return 0;
 	}
 	if (e != NMQ_OK) {

@@ -420,6 +420,24 @@ static bool dir_unwritable(const char *path)
 	return access(dir, W_OK) != 0 && (errno == EROFS || errno == EACCES || errno == EPERM);
 }
 
+// The first of the database, its WAL and its shared-memory file that
+// exists and cannot be written (another user's file, a mode without
+// write permission), or NULL. SQLite would open such a database read-only
+// without a word, and the first write (at startup, restoring it) would
+// fail: the broker refused to start with "not an error".
+static const char *file_unwritable(const char *path, char *buf, size_t len)
+{
+	static const char *const sfx[] = { "", "-wal", "-shm" };
+	for (size_t i = 0; i < sizeof(sfx) / sizeof(sfx[0]); i++) {
+		snprintf(buf, len, "%s%s", path, sfx[i]);
+		if (access(buf, W_OK) != 0
+		    && (errno == EROFS || errno == EACCES || errno == EPERM)) {
+			return buf;
+		}
+	}
+	return NULL;
+}
+
 // Restores the held rows a crash left in db (store_hold_expand). When
 // that fails (an index that no longer matches its table, which the
 // quick_check does not see, is the likely cause) the indexes are rebuilt
@@ -499,7 +517,8 @@ static void check_wal(const char *path)
 }
 
 // Opens path, moving a bad file aside once. Returns the handle or NULL
-// with err filled (*unwritable: because its directory cannot be written).
+// with err filled (*unwritable: because its directory, or the file, cannot
+// be written).
 static sqlite3 *open_db(nmq_store *s, char *err, size_t errlen, bool *unwritable)
 {
 	*unwritable = false;
@@ -509,6 +528,14 @@ static sqlite3 *open_db(nmq_store *s, char *err, size_t errlen, bool *unwritable
 		    "store: %s: its directory cannot be written (read-only file system or no "
 		    "permission)",
 		    s->path);
+		return NULL;
+	}
+	char        fbuf[4200];
+	const char *f = file_unwritable(s->path, fbuf, sizeof(fbuf));
+	if (f != NULL) {
+		*unwritable = true;
+		snprintf(
+		    err, errlen, "store: %s: the file cannot be written (%s)", f, strerror(errno));
 		return NULL;
 	}
 	check_wal(s->path);

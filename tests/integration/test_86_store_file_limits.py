@@ -7,17 +7,24 @@ user sets them up.
   process, must not end the broker (it did: "File size limit exceeded").
   The commit that could not be written fails like one on a full disk: its
   messages get no success ack, the broker goes on, and after a restart
-  without the limit exactly the acknowledged messages are there."""
+  without the limit exactly the acknowledged messages are there.
+* A database file the broker's user cannot write (left by a run as
+  another user) in a directory it can: SQLite opened it read-only without
+  a word and the first write failed, so the broker refused to start with
+  "not an error". Like a directory that cannot be written, it starts
+  without the store, logs at error naming the file and the key, and
+  leaves the file as it is."""
 
 import os
 import resource
+import shutil
 import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import nmq  # noqa: E402
-from nmq import RawClient  # noqa: E402
-from test_70_store import StoreCase  # noqa: E402
+from nmq import Broker, RawClient  # noqa: E402
+from test_70_store import StoreCase, store_conf as nmq_store_conf  # noqa: E402
 
 
 def setUpModule():
@@ -71,6 +78,55 @@ class TestFileSizeLimit(StoreCase):
         got = c.wait_messages(len(acked), timeout=10)
         ids = [int(m.payload.split(b"|")[0]) for m in got]
         self.assertEqual(ids, acked)
+
+
+
+class NobodyBroker(Broker):
+    """The broker run as the user nobody (the tests run as root, to whom
+    every file is writable)."""
+
+    def command(self):
+        os.chmod(self.tmp, 0o777)  # its pid file and command socket
+        return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] + super().command()
+
+
+class TestUnwritableFile(StoreCase):
+    def test_starts_without_the_store_and_leaves_the_file(self):
+        if os.geteuid() != 0 or shutil.which("setpriv") is None:
+            self.skipTest("needs root and setpriv to run the broker as another user")
+        b = self.start()  # as root: the file is root's, 0644
+        s = self.client(b, "kept")
+        s.connect()
+        s.subscribe("perm/#", qos=1)
+        s.disconnect()
+        self.assertEqual(b.stop(), [])
+        os.chmod(self.db_dir, 0o777)  # the directory is writable by anyone
+        db = os.path.join(self.db_dir, "nanomq.db")
+        before = os.listdir(self.db_dir), os.path.getsize(db)
+
+        b2 = NobodyBroker(nmq_store_conf(self.db_dir))
+        self.brokers.append(b2)
+        b2.start()
+        self.assertTrue(b2.alive())
+        self.assertRegex(b2.log_text(), r"error store: event=store_disabled reason=\"store: "
+                         + db + r": the file cannot be written \(Permission denied\)\" "
+                         r"key=sqlite.mounted_file_path")
+        c = self.client(b2, "mem")
+        c.connect()
+        c.subscribe("perm/#", qos=1)
+        p = self.client(b2, "pub", clean=True, expiry=0)
+        p.connect()
+        p.publish("perm/1", b"in memory", qos=1)
+        m = c.wait_message(timeout=5)
+        self.assertIsNotNone(m)
+        self.assertEqual(m.payload, b"in memory")
+        self.assertEqual(b2.stop(), [])
+        self.assertEqual((os.listdir(self.db_dir), os.path.getsize(db)), before)
+
+        b3 = self.start()  # as root again: the session is there
+        k = self.client(b3, "kept")
+        k.connect()
+        self.assertTrue(k.session_present)
 
 
 if __name__ == "__main__":
