@@ -443,15 +443,16 @@ static const char *file_unwritable(const char *path, char *buf, size_t len)
 // quick_check does not see, is the likely cause) the indexes are rebuilt
 // and it is tried again; when it fails still, the held rows are dropped,
 // logged at error with how many, so that the rest of the store is kept.
-// Returns 0, -1 if even that fails (the file is then moved aside), or -2
-// when another process holds the file locked past the busy timeout:
-// nothing was changed, and the broker does not start (the lock is
-// likely passing; the file is good).
+// Returns 0, -1 if even that fails (the file is then moved aside), -2
+// when another process holds the file locked past the busy timeout, or
+// -3 when the disk has no room for the writes: in both, nothing was
+// changed, and the broker does not start (the cause is likely passing;
+// the file is good).
 static int held_restored(sqlite3 *db, const char *path)
 {
 	long r = store_hold_expand(db, path);
-	if (r >= 0 || r == -2) {
-		return r >= 0 ? 0 : -2;
+	if (r >= 0 || r == -2 || r == -3) {
+		return r >= 0 ? 0 : (int)r;
 	}
 	int rc = sqlite3_exec(db, "REINDEX", NULL, NULL, NULL);
 	log_error("store", "path=%s event=indexes_rebuilt reason=held_restore_failed result=%s",
@@ -596,6 +597,15 @@ static sqlite3 *open_db(nmq_store *s, char *err, size_t errlen, bool *unwritable
 				sqlite3_close(db);
 				return NULL;
 			}
+			if (held == -3) {
+				snprintf(err, errlen,
+				    "store: %s: the disk is full or refused a write; the rows held "
+				    "back before a crash could not be restored (the file is left "
+				    "unchanged: start again once there is room)",
+				    s->path);
+				sqlite3_close(db);
+				return NULL;
+			}
 			if (held == -1) {
 				bad = "damaged";
 				rc  = SQLITE_CORRUPT;
@@ -606,6 +616,19 @@ static sqlite3 *open_db(nmq_store *s, char *err, size_t errlen, bool *unwritable
 			if (bad == NULL) {
 				bad = "cannot be initialised";
 			}
+		}
+		// A full disk (or a write refused: a file size limit, no room
+		// for the WAL's shared memory) is not damage: the file is good,
+		// and moving it aside would lose what it holds. It is left as
+		// it is and the broker does not start until there is room.
+		int xcode = rc != SQLITE_OK ? rc : db != NULL ? sqlite3_extended_errcode(db) : 0;
+		if (db != NULL && store_no_room(xcode)) {
+			snprintf(err, errlen,
+			    "store: %s: the disk is full or refused a write (%s); the file is left "
+			    "unchanged: start again once there is room",
+			    s->path, sqlite3_errmsg(db));
+			sqlite3_close(db);
+			return NULL;
 		}
 		char loss[160];
 		describe_loss(fresh ? NULL : db, loss, sizeof(loss));

@@ -1114,11 +1114,14 @@ long store_hold_expand(sqlite3 *db, const char *path)
 	// (The message before the finalizing below resets it.)
 	char why[256] = "";
 	bool busy     = false;
+	bool no_room  = false;
 	if (rc != SQLITE_OK) {
 		snprintf(why, sizeof(why), "%s", sqlite3_errmsg(db));
-		int code = sqlite3_extended_errcode(db) & 0xff;
-		busy     = (rc & 0xff) == SQLITE_BUSY || (rc & 0xff) == SQLITE_LOCKED
+		int xcode = sqlite3_extended_errcode(db);
+		int code  = xcode & 0xff;
+		busy      = (rc & 0xff) == SQLITE_BUSY || (rc & 0xff) == SQLITE_LOCKED
 		    || code == SQLITE_BUSY || code == SQLITE_LOCKED;
+		no_room = store_no_room(rc) || store_no_room(xcode);
 	}
 	sqlite3_finalize(sel);
 	sqlite3_finalize(r.ins);
@@ -1131,7 +1134,8 @@ long store_hold_expand(sqlite3 *db, const char *path)
 		rc = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
 		if (rc != SQLITE_OK) {
 			snprintf(why, sizeof(why), "%s", sqlite3_errmsg(db));
-			busy = (rc & 0xff) == SQLITE_BUSY || (rc & 0xff) == SQLITE_LOCKED;
+			busy    = (rc & 0xff) == SQLITE_BUSY || (rc & 0xff) == SQLITE_LOCKED;
+			no_room = store_no_room(rc) || store_no_room(sqlite3_extended_errcode(db));
 		}
 	}
 	if (rc != SQLITE_OK) {
@@ -1139,7 +1143,7 @@ long store_hold_expand(sqlite3 *db, const char *path)
 		if (open) {
 			sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
 		}
-		return busy ? -2 : -1;
+		return busy ? -2 : no_room ? -3 : -1;
 	}
 	if (blobs > 0) {
 		log_info("store",

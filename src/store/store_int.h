@@ -508,7 +508,8 @@ long store_hold_parse_dones(const uint8_t *p, size_t                            
 bool store_hold_pending(const nmq_store *s);
 // At open, in a transaction of its own: held rows left by a crash become
 // queue rows. Returns the rows written, -2 when the file is locked by
-// another connection (nothing changed), or -1 (logged).
+// another connection (nothing changed), -3 when the disk has no room for
+// the writes (store_no_room; nothing changed), or -1 (logged).
 long store_hold_expand(sqlite3 *db, const char *path);
 // Parses a held row: calls fn for each entry (stops when it returns non
 // zero). Returns the entries, or -1 if the blob is malformed or fn
@@ -520,5 +521,17 @@ long store_hold_parse(
 int store_hold_row(nmq_store *s, const char *cid, uint32_t sid, uint64_t seq, int64_t msg_id,
     uint8_t qos, bool retain, const uint32_t *ids, uint16_t n_ids);
 int store_hold_unref(nmq_store *s, int64_t msg_id);
+
+// True when a SQLite error (extended code) says the disk has no room or
+// refused a write (a full disk, a file size limit, no room for the WAL's
+// shared-memory file), as opposed to a damaged file: such a file is good
+// and is left as it is.
+static inline bool store_no_room(int xcode)
+{
+	return (xcode & 0xff) == SQLITE_FULL || xcode == SQLITE_IOERR_WRITE
+	    || xcode == SQLITE_IOERR_FSYNC || xcode == SQLITE_IOERR_TRUNCATE
+	    || xcode == SQLITE_IOERR_SHMSIZE || xcode == SQLITE_IOERR_SHMOPEN
+	    || xcode == SQLITE_IOERR_SHMMAP || xcode == SQLITE_IOERR_DIR_FSYNC;
+}
 
 #endif // NMQ_STORE_INT_H

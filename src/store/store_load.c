@@ -651,21 +651,25 @@ nmq_err store_load(nmq_store *s, uint64_t now_wall_ms, const store_load_ops *ops
 		log_error("store", "store_load called after operations were queued");
 		return NMQ_EINVAL;
 	}
-	uint64_t      mono  = store_mono_ms();
-	expired_wills wills = { 0 };
-	uint64_t      alive = 0;
-	long          n_on  = 0;
+	uint64_t      mono     = store_mono_ms();
+	expired_wills wills    = { 0 };
+	uint64_t      alive    = 0;
+	long          n_on     = 0;
+	char          why[256] = "";
 	if (exec(s, "BEGIN IMMEDIATE") != 0) {
 		goto fail;
 	}
 	// Sessions whose client was connected when the broker stopped went
 	// offline then: since the last time the store knew it was alive.
+	// (The reason is kept before the ROLLBACK, whose own message would
+	// replace it: a COMMIT that failed on a full disk was rolled back.)
 	if ((n_on = store_alive_load(s, &alive)) < 0
-	    || drop_expired(s, now_wall_ms, mono, ops->expired_will != NULL ? &wills : NULL) != 0) {
-		exec(s, "ROLLBACK");
-		goto fail;
-	}
-	if (exec(s, "COMMIT") != 0) {
+	    || drop_expired(s, now_wall_ms, mono, ops->expired_will != NULL ? &wills : NULL) != 0
+	    || exec(s, "COMMIT") != 0) {
+		snprintf(why, sizeof(why), "%s%s", sqlite3_errmsg(s->db),
+		    store_no_room(sqlite3_extended_errcode(s->db))
+		        ? "; the file is left unchanged: start again once there is room"
+		        : "");
 		exec(s, "ROLLBACK");
 		goto fail;
 	}
@@ -686,8 +690,8 @@ nmq_err store_load(nmq_store *s, uint64_t now_wall_ms, const store_load_ops *ops
 	return NMQ_OK;
 fail:
 	wills_free(&wills);
-	log_error(
-	    "store", "path=%s event=load_failed error=\"%s\"", s->path, sqlite3_errmsg(s->db));
+	log_error("store", "path=%s event=load_failed error=\"%s\"", s->path,
+	    why[0] != '\0' ? why : sqlite3_errmsg(s->db));
 	return NMQ_EIO;
 }
 

@@ -13,18 +13,27 @@ user sets them up.
   a word and the first write failed, so the broker refused to start with
   "not an error". Like a directory that cannot be written, it starts
   without the store, logs at error naming the file and the key, and
-  leaves the file as it is."""
+  leaves the file as it is.
+* A full disk at startup, after a kill -9 (the rows held back for
+  connected subscribers, the sessions stored online) and after a clean
+  stop (no WAL: SQLite cannot make its shared-memory file): the good file
+  was taken for a damaged one and moved aside ("not a database",
+  "damaged"), its sessions and queued messages lost to the next start.
+  Now it is left unchanged and the broker refuses to start, saying the
+  disk is full; once there is room it starts with everything."""
 
 import os
 import resource
 import shutil
+import subprocess
 import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import nmq  # noqa: E402
-from nmq import Broker, RawClient  # noqa: E402
+from nmq import Broker, BrokerError, RawClient  # noqa: E402
 from test_70_store import StoreCase, store_conf as nmq_store_conf  # noqa: E402
+from test_77_store_audit import TmpfsCase  # noqa: E402
 
 
 def setUpModule():
@@ -127,6 +136,79 @@ class TestUnwritableFile(StoreCase):
         k = self.client(b3, "kept")
         k.connect()
         self.assertTrue(k.session_present)
+
+
+
+class TestFullDiskAtStart(TmpfsCase):
+    def setUp(self):
+        super().setUp()
+        subprocess.run(["mount", "-o", "remount,size=4m", self.mnt], check=True)
+
+    def fill(self):
+        path = os.path.join(self.mnt, "fill")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT)
+        try:
+            while True:
+                os.write(fd, b"\1" * 4096)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        return path
+
+    def refused(self):
+        b = Broker(nmq_store_conf(self.db_dir))
+        with self.assertRaises(BrokerError) as cm:
+            b.start(timeout=5)
+        b._out.close()
+        b._err.close()
+        shutil.rmtree(b.tmp, ignore_errors=True)
+        self.assertRegex(str(cm.exception), r"(the disk is full or refused a write|database "
+                         r"or disk is full).*left unchanged")
+        self.assertNotIn("damaged", str(cm.exception))
+        # (SQLite may checkpoint its WAL into the file as it closes it.)
+        left = os.listdir(self.db_dir)
+        self.assertIn("nanomq.db", left)
+        self.assertEqual([f for f in left if "damaged" in f], [], "the file was moved aside")
+
+    def check_back(self, n, cid):
+        b = self.start()
+        c = self.client(b, cid)
+        c.connect()
+        self.assertTrue(c.session_present)
+        got = c.wait_messages(n, timeout=10)
+        self.assertEqual([m.payload for m in got], [b"m%d" % i for i in range(n)])
+        return b
+
+    def test_after_kill9_and_after_a_clean_stop(self):
+        b = self.start()
+        for cid in ("off", "off2"):
+            off = self.client(b, cid)
+            off.connect()
+            off.subscribe("full/#", qos=1)
+            off.disconnect()
+        for i in range(5):  # connected: rows held back, sessions stored online
+            c = self.client(b, "on%d" % i)
+            c.connect()
+            c.subscribe("full/#", qos=1)
+        p = RawClient(b.port, 5)
+        self.addCleanup(p.close)
+        self.assertEqual(p.connect("pub").rc, 0)
+        for i in range(20):
+            self.assertEqual(p.publish("full/1", b"m%d" % i, qos=1).rc, 0)
+        p.close()
+        self.kill9(b)
+        fill = self.fill()
+        self.refused()
+        os.unlink(fill)
+        b = self.check_back(20, "off")
+        for c in self.clients:
+            c.close()
+        self.assertEqual(b.stop(), [])
+        fill = self.fill()
+        self.refused()
+        os.unlink(fill)
+        self.check_back(20, "off2")
 
 
 if __name__ == "__main__":
