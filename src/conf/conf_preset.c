@@ -141,6 +141,16 @@ static void check_session(conf_ctx *ctx, const cJSON *s, const char *key, cJSON 
 		conf_key_msg(ctx, true, cid, k, "expected a non-empty string");
 		return;
 	}
+	// The durable store keeps the bridges' caches under "$bridge/<name>"
+	// and drops at start the rows of a name no bridge has: such a preset
+	// session lost its subscriptions there (and no client may take it
+	// over, docs/persistence.md).
+	if (strncmp(cid->valuestring, "$bridge/", 8) == 0) {
+		conf_key_msg(ctx, true, cid, k,
+		    "client id \"%.64s\": client ids under $bridge/ are the bridges' own",
+		    cid->valuestring);
+		return;
+	}
 	for (const cJSON *o = out->child; o != NULL; o = o->next) {
 		const cJSON *c = cJSON_GetObjectItemCaseSensitive(o, "clientid");
 		if (strcmp(c->valuestring, cid->valuestring) == 0) {

@@ -791,7 +791,8 @@ const conf_key conf_schema[] = {
 	        "messages queue for it before its client first connects (bounded by "
 	        "`mqtt.max_mqueue_len`, or on disk with the `sqlite` section). A CONNECT with "
 	        "clean start 0 takes it over with its queue; clean start 1 discards it. "
-	        "`clientid` and `remote_topic` are required; `qos` (0 to 2), "
+	        "`clientid` (not under `$bridge/`, the bridges' own) and `remote_topic` are "
+	        "required; `qos` (0 to 2), "
 	        "`retain_as_published` and `retain_handling` (0 to 2) default to 0. With an ACL "
 	        "in force, only a client without a user name resumes it. See "
 	        "docs/persistence.md." },

@@ -185,6 +185,14 @@ BAD_FILES = [
     ("preset: client id twice",
      "preset.session = [\n  {clientid = \"c\"}\n  {clientid = \"c\"}\n]\n",
      [(3, "preset.session[1].clientid")]),
+    ("preset: a bridge's client id",
+     "preset.session.1 {\n  clientid = \"$bridge/b1\"\n  topic = [{remote_topic = \"a\"}]\n}\n",
+     [(2, "preset.session.1.clientid")]),
+    ("sqlite: bad values",
+     "sqlite {\n  enable = true\n  mounted_file_path = \"{tmp}/db\"\n  disk_cache_size = -5\n"
+     "  flush_mem_threshold = lots\n  resend_interval = -1s\n  durability = always\n}\n",
+     [(4, "sqlite.disk_cache_size"), (5, "sqlite.flush_mem_threshold"),
+      (6, "sqlite.resend_interval"), (7, "sqlite.durability")]),
     ("several errors in one file",
      "mqtt {\n  max_mqueue_len = -1\n  max_packet_size = big\n}\nlog.level = chatty\n"
      "auth.no_match = maybe\n",
