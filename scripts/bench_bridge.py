@@ -23,8 +23,15 @@ mosquitto on another loopback port), measured with `nanomq_cli bench`.
          cache, and the drain reads nothing back.
   drain_nocache  as drain_mem, ours without the cache (memory only, like
          Mosquitto's): what the cache costs.
+  drain_fastremote, drain_mem_fastremote  as drain and drain_mem, the
+         remote being our broker (NANOMQ_BIN, no bridge, no store) instead
+         of Debian's mosquitto, for both bridges: Debian's mosquitto is
+         CPU-bound during a drain, so that the time on the link measures
+         the remote; ours as the remote takes less CPU per message, so
+         that the bridge under test is more of what is measured.
 
-Usage: bench_bridge.py fwd|fwd_tls|drain|drain_mem|drain_nocache nanomq|mosquitto N CLI NANOMQ_BIN WORKDIR [PIN...]
+Usage: bench_bridge.py fwd|fwd_tls|drain|drain_mem|drain_nocache|drain_fastremote|drain_mem_fastremote
+         nanomq|mosquitto N CLI NANOMQ_BIN WORKDIR [PIN...]
 Prints one JSON object. PIN is a prefix for the local broker (taskset -c 0).
 """
 
@@ -90,12 +97,16 @@ def thread_cpu_s(pid):
 
 def main():
     mode, broker, n, cli, ours, work = sys.argv[1:7]
-    if mode not in ("fwd", "fwd_tls", "drain", "drain_mem", "drain_nocache"):
+    if mode not in ("fwd", "fwd_tls", "drain", "drain_mem", "drain_nocache", "drain_fastremote",
+                    "drain_mem_fastremote"):
         sys.exit("bench_bridge.py: unknown mode " + mode)
     pin = sys.argv[7:]
     n = int(n)
-    memq = n * 2 if mode != "drain" else 1024  # ours: messages held in memory
     label = mode
+    fastremote = mode.endswith("_fastremote")
+    if fastremote:
+        mode = mode[:-len("_fastremote")]
+    memq = n * 2 if mode != "drain" else 1024  # ours: messages held in memory
     cache = mode in ("drain", "drain_mem")
     if mode in ("drain_mem", "drain_nocache"):
         mode = "drain"
@@ -119,14 +130,29 @@ def main():
 
     try:
         rport = free_port()
-        with open(os.path.join(work, "remote.conf"), "w") as f:
-            f.write("listener %d 127.0.0.1\nallow_anonymous true\npersistence false\n"
-                    "max_queued_messages %d\nlog_dest none\n" % (rport, n * 2))
-            if tls:
-                tport = free_port()
-                f.write("listener %d 127.0.0.1\ncertfile %s/server.crt\nkeyfile %s/server.key\n"
-                        % (tport, certs, certs))
-        start(["mosquitto", "-c", os.path.join(work, "remote.conf")], os.path.join(work, "r.log"))
+        if fastremote:
+            # Our broker as the remote: not pinned (as the remote mosquitto
+            # is not), its own pid file, nothing persisted.
+            rconf = os.path.join(work, "remote-nanomq.conf")
+            with open(rconf, "w") as f:
+                f.write("listeners.tcp.bind = \"127.0.0.1:%d\"\nlog.level = warn\n"
+                        "system.enable_ipc_internal = false\nmqtt.max_mqueue_len = %d\n"
+                        % (rport, n * 2))
+            renv = dict(os.environ, NANOMQ_PID_FILE=os.path.join(work, "remote-nanomq.pid"))
+            remote = subprocess.Popen([ours, "start", "--conf", rconf],
+                                      stdout=open(os.path.join(work, "r.log"), "wb"),
+                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=renv)
+            procs.append(remote)
+        else:
+            with open(os.path.join(work, "remote.conf"), "w") as f:
+                f.write("listener %d 127.0.0.1\nallow_anonymous true\npersistence false\n"
+                        "max_queued_messages %d\nlog_dest none\n" % (rport, n * 2))
+                if tls:
+                    tport = free_port()
+                    f.write("listener %d 127.0.0.1\ncertfile %s/server.crt\nkeyfile %s/server.key\n"
+                            % (tport, certs, certs))
+            remote = start(["mosquitto", "-c", os.path.join(work, "remote.conf")],
+                           os.path.join(work, "r.log"))
         wait_port(rport)
         if tls:
             wait_port(tport)
@@ -182,6 +208,7 @@ def main():
         time.sleep(0.5)
         t0 = time.monotonic()
         c0 = cpu_s(local.pid)
+        r0 = cpu_s(remote.pid)
         th0 = thread_cpu_s(local.pid)
         pub = subprocess.run([cli, "bench", "pub", "-h", "127.0.0.1", "-p", str(lport), "-t",
                               "bench/br", "-q", "1", "-c", "1", "-i", "0", "-I", "0", "-L", str(n), "--json",
@@ -192,6 +219,8 @@ def main():
             time.sleep(1.0)  # the last group commit; the link is still down
             t0 = time.monotonic()
             c0 = cpu_s(local.pid)
+            r0 = cpu_s(remote.pid)
+            p0 = sum(os.times()[:2])  # this process: the proxy's threads
             th0 = thread_cpu_s(local.pid)
             px.passed_at = None
             px.answered_at = None
@@ -202,6 +231,8 @@ def main():
             sub.kill()
         t1 = time.monotonic()
         c1 = cpu_s(local.pid)
+        r1 = cpu_s(remote.pid)
+        p1 = sum(os.times()[:2])
         th1 = thread_cpu_s(local.pid)
         try:
             rep = json.loads(open(sub_out).read().strip().splitlines()[-1])
@@ -222,6 +253,11 @@ def main():
                "msg_per_s": round(got / (t1 - t0), 1) if t1 > t0 else 0,
                "broker_cpu_s": round(c1 - c0, 3),
                "cpu_us_per_msg": round((c1 - c0) * 1e6 / got, 2) if got else None,
+               # the remote's CPU over the same window, and (drain) the
+               # proxy's (this script's threads), both on the link's path
+               "remote": "nanomq" if fastremote else "mosquitto",
+               "remote_cpu_s": round(r1 - r0, 3),
+               "proxy_cpu_s": round(p1 - p0, 3) if mode == "drain" else None,
                # the same window by thread name (nmq:store, nmq:worker, ...)
                "cpu_s_by_thread": {k: round(v - th0.get(k, 0.0), 3) for k, v in sorted(th1.items())
                                    if v - th0.get(k, 0.0) > 0}}
