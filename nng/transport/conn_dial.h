@@ -34,7 +34,8 @@ typedef struct conn_dial_opts {
 // timeout_ms overall. Returns NMQ_OK with a connected non-blocking socket
 // in *fdp (the caller owns it), or an error with the reason in err:
 // NMQ_ENOENT (name not resolved), NMQ_ETIMEDOUT, NMQ_EIO (refused,
-// unreachable).
+// unreachable, or a local failure such as out of descriptors: no server
+// process took the connection).
 nmq_err conn_dial_tcp(const char *host, int port, const conn_dial_opts *o, int timeout_ms, int *fdp,
     char *err, size_t errlen);
 
@@ -48,7 +49,9 @@ nmq_err conn_dial_tcp(const char *host, int port, const conn_dial_opts *o, int t
 // an error with the reason in err: those of conn_dial_tcp, NMQ_ETLS for a
 // failed handshake ("certificate verify failed: ...", "the peer refused
 // the handshake: alert 40 (handshake failure)"; also logged at warn),
-// NMQ_ETIMEDOUT, NMQ_ECLOSED (cancelled), NMQ_ENOMEM.
+// NMQ_ETIMEDOUT, NMQ_ECLOSED (cancelled), NMQ_ENOMEM. NMQ_EIO comes only
+// from the TCP connect (or a local failure to wait on the socket): the
+// handshake had not started.
 nmq_err conn_dial_tls(const char *host, int port, const conn_dial_opts *o, tls_engine_direct *cfg,
     int timeout_ms, int *fdp, conn_tls **tp, char *err, size_t errlen);
 

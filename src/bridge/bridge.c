@@ -53,10 +53,17 @@
 // FAST_RETRY_MS (a random 50-100 % of it).
 #define FAST_RETRY_AFTER_UP_MS 5000
 #define FAST_RETRY_MS          500
-#define SUB_PID                65535 // the SUBSCRIBE of each connect; never a PUBLISH's
-#define RT_SUB_PID             65534 // runtime (UN)SUBSCRIBEs (REST); never a PUBLISH's
-#define TP_PID                 65533 // transparent (UN)SUBSCRIBEs; never a PUBLISH's
-#define TP_BATCH               64 // filters in one transparent (UN)SUBSCRIBE
+// A failed attempt that cost the remote no more than a TCP handshake
+// (refused, unreachable, or a plain TCP connection it closed before
+// sending anything: cheap_fail) backs off up to a CHEAP_CAP_DIV-th of
+// backoff_max (at least CHEAP_CAP_MIN_MS, at most backoff_max), instead
+// of backoff_max (decisions/0046).
+#define CHEAP_CAP_DIV    4
+#define CHEAP_CAP_MIN_MS 500
+#define SUB_PID          65535 // the SUBSCRIBE of each connect; never a PUBLISH's
+#define RT_SUB_PID       65534 // runtime (UN)SUBSCRIBEs (REST); never a PUBLISH's
+#define TP_PID           65533 // transparent (UN)SUBSCRIBEs; never a PUBLISH's
+#define TP_BATCH         64 // filters in one transparent (UN)SUBSCRIBE
 // In flight on a 3.1.1 link, which has no Receive Maximum. QoS 1: MQTT
 // 3.1.1 sets no bound and brokers ack QoS 1 as they route it (Mosquitto
 // counts an inbound QoS 1 message against its quota only until its
@@ -265,6 +272,10 @@ struct bridge {
 	bentry  *suspect;
 	uint32_t suspect_closes, suspect_alone;
 	bool     probe, link_acked, disc_msg, link_rx_pub;
+	// link_rx_any: a packet came on this link. link_tls: it is TLS.
+	// cheap_fail: the last attempt failed at no cost to the remote beyond
+	// a TCP handshake (bridge_main's backoff; decisions/0046).
+	bool link_rx_any, link_tls, cheap_fail;
 
 	// inbound QoS 2 packet ids awaiting PUBREL. With a store and
 	// clean_start = false they are also rows of store_id (store_rel_put,
@@ -2334,6 +2345,7 @@ static int link_frame(void *upper, const uint8_t *frame, size_t len)
 		pthread_mutex_unlock(&b->mtx);
 		return -1;
 	}
+	b->link_rx_any = true;
 	mqtt_packet pk;
 	uint8_t     proto = b->ver == MQTT_PROTO_V5 ? MQTT_PROTO_V5 : MQTT_PROTO_V311;
 	int         rc    = mqtt_decode(frame, len, proto, &pk);
@@ -2893,6 +2905,11 @@ static bool dial_locked(bridge *b, const char *url)
 	pthread_mutex_lock(&b->mtx);
 	if (e != NMQ_OK) {
 		set_error_locked(b, "%s", err);
+		// Refused or unreachable (NMQ_EIO): no server process took the
+		// connection. A name not resolved, a timeout (the attempt took its
+		// time already) and a TLS handshake (the remote's key operations)
+		// are not cheap.
+		b->cheap_fail = e == NMQ_EIO;
 		return false;
 	}
 	blink *l = calloc(1, sizeof(*l));
@@ -2908,6 +2925,8 @@ static bool dial_locked(bridge *b, const char *url)
 	b->link_gen++;
 	b->link_acked   = false;
 	b->link_rx_pub  = false;
+	b->link_rx_any  = false;
+	b->link_tls     = tls;
 	b->disc_msg     = false;
 	b->up           = false;
 	b->ver          = (uint8_t)b->cfg->proto_ver;
@@ -3024,6 +3043,12 @@ static void serve_locked(bridge *b)
 		}
 	}
 	bool by_remote = b->last_error[0] == '\0' || b->disc_msg;
+	// Closed by the remote before it sent a single packet, on plain TCP
+	// (over TLS the remote did the handshake's key operations): it took
+	// the connection and no more (a load balancer with no server behind
+	// it, a broker at its connection limit).
+	b->cheap_fail = !b->up && !b->link_rx_any && !b->link_tls && b->last_error[0] == '\0'
+	    && !b->stop && !b->restart && !b->switched_off;
 	if (b->last_error[0] == '\0') {
 		set_error_locked(b,
 		    b->up ? "connection closed by the remote"
@@ -3092,6 +3117,7 @@ static void *bridge_main(void *arg)
 		idx %= n; // a reload may have shortened the list
 		const char *url = idx == 0 ? cfg->server : cfg->hybrid_servers[idx - 1];
 		b->restart      = false;
+		b->cheap_fail   = false;
 		set_state_locked(b, BS_CONNECTING);
 		if (dial_locked(b, url)) {
 			serve_locked(b);
@@ -3124,7 +3150,10 @@ static void *bridge_main(void *arg)
 			attempt = 0;
 		}
 		// Exponential backoff with jitter: 1 s, 2 s, 4 s ... backoff_max,
-		// each between half and all of it. A link that was up for a while
+		// each between half and all of it; up to a quarter of backoff_max
+		// after an attempt that cost the remote no more than a TCP
+		// handshake (cheap_fail: refused, unreachable, closed before it
+		// sent anything; decisions/0046). A link that was up for a while
 		// and dropped, or on which an ack came, is tried again at once,
 		// within FAST_RETRY_MS (a remote restarting or a connection reset
 		// by the network), and backs off from 1 s after that; one that
@@ -3132,7 +3161,14 @@ static void *bridge_main(void *arg)
 		// the connection and then closes it) does not start the backoff
 		// over: such a remote is tried ever less often, up to
 		// backoff_max, not every second.
-		uint64_t cap   = (uint64_t)b->cfg->backoff_max_s * 1000;
+		uint64_t cap = (uint64_t)b->cfg->backoff_max_s * 1000;
+		if (b->cheap_fail && !had_up) {
+			uint64_t c = cap / CHEAP_CAP_DIV;
+			if (c < CHEAP_CAP_MIN_MS) {
+				c = CHEAP_CAP_MIN_MS;
+			}
+			cap = c < cap ? c : cap;
+		}
 		uint64_t delay = attempt >= 20 ? cap : (uint64_t)1000 << attempt;
 		if (fast) {
 			delay = FAST_RETRY_MS;
