@@ -34,7 +34,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 scenarios_all=(fanout_q0 fanout_q1 fanout_q0_20 fanout_q1_20 four_q0 four_q1 pairs_q1 pairs_q1_1hz
 	shared_q1 idle_10k startup tls_storm tls_storm_ec tls_resume tls_fanout_q0 tls_fanout_q1
 	tls_pairs_q1_1hz bridge_fwd_q1 bridge_fwd_q1_tls bridge_drain_100k bridge_drain_100k_mem
-	bridge_drain_100k_nocache four_q1_scraped fanout_q1_scraped
+	bridge_drain_100k_nocache bridge_drain_100k_fastremote bridge_drain_100k_mem_fastremote
+	four_q1_scraped fanout_q1_scraped
 	four_q1_webhook four_q1_4k four_q1_4k_webhook store_fanout_q1 store_pairs_q1 offline_q1 store_offline_q1)
 duration=10
 repeat=1
@@ -85,6 +86,8 @@ scenario_args() {
 	bridge_drain_100k) echo "bridge drain" ;;
 	bridge_drain_100k_mem) echo "bridge drain_mem" ;;
 	bridge_drain_100k_nocache) echo "bridge drain_nocache" ;;
+	bridge_drain_100k_fastremote) echo "bridge drain_fastremote" ;;
+	bridge_drain_100k_mem_fastremote) echo "bridge drain_mem_fastremote" ;;
 	*) return 1 ;;
 	esac
 }
@@ -97,6 +100,8 @@ scenario_doc() {
 	bridge_drain_100k) echo "bridge: 100,000 QoS 1 messages queued during an outage, then drained (ours: 1,024 in memory, the rest read back from its cache)" ;;
 	bridge_drain_100k_mem) echo "bridge: as bridge_drain_100k, ours allowed as many in memory as Mosquitto (max_send_queue_len 200,000; still written through to its cache)" ;;
 	bridge_drain_100k_nocache) echo "bridge: as bridge_drain_100k_mem, ours without its cache (memory only, like Mosquitto)" ;;
+	bridge_drain_100k_fastremote) echo "bridge: as bridge_drain_100k, the remote being our broker for both bridges (Debian's mosquitto as the remote is CPU-bound during a drain)" ;;
+	bridge_drain_100k_mem_fastremote) echo "bridge: as bridge_drain_100k_mem, the remote being our broker for both bridges" ;;
 	fanout_q0) echo "1 publisher -> 1,000 subscribers, QoS 0, flat out" ;;
 	fanout_q1) echo "1 publisher -> 1,000 subscribers, QoS 1, flat out" ;;
 	fanout_q0_20) echo "1 publisher -> 1,000 subscribers, QoS 0, 20 msg/s" ;;
@@ -371,7 +376,7 @@ run_one() {
 		run_bridge drain 100000 "$b" "$rep" "$s"
 		return 0
 	fi
-	if [ "$s" = bridge_drain_100k_mem ] || [ "$s" = bridge_drain_100k_nocache ]; then
+	if [[ "$s" == bridge_drain_100k_* ]]; then
 		run_bridge "drain_${s#bridge_drain_100k_}" 100000 "$b" "$rep" "$s"
 		return 0
 	fi
@@ -564,7 +569,7 @@ for s in scen:
                 reps = rows[(s, b)]
                 got[b] = {k: med([r[k] for r in reps if r.get(k) is not None])
                           for k in ("msg_per_s", "seconds", "broker_cpu_s", "cpu_us_per_msg")}
-                for k in ("reconnect_s", "link_s"):
+                for k in ("reconnect_s", "link_s", "remote_cpu_s"):
                     xs = [r[k] for r in reps if r.get(k) is not None]
                     got[b][k] = med(xs) if xs else None
                 # drain: seconds = the wait for the bridge's next connect
@@ -572,10 +577,12 @@ for s in scen:
                 # the link (link_s)
                 link = "" if got[b]["link_s"] is None else " (reconnect %.2f s + link %.2f s)" % (
                     got[b]["reconnect_s"], got[b]["link_s"])
+                remote = "" if got[b]["remote_cpu_s"] is None else ", remote %s CPU %.2f s" % (
+                    reps[0].get("remote", "mosquitto"), got[b]["remote_cpu_s"])
                 print("%-13s %-9s %11.0f msg/s, %.2f s%s for %d messages, broker CPU %.2f s "
-                      "(%.1f us/msg), lost %d, duplicated %d, reordered %d" % (
+                      "(%.1f us/msg)%s, lost %d, duplicated %d, reordered %d" % (
                           s, b, got[b]["msg_per_s"], got[b]["seconds"], link, reps[0]["messages"],
-                          got[b]["broker_cpu_s"], got[b]["cpu_us_per_msg"],
+                          got[b]["broker_cpu_s"], got[b]["cpu_us_per_msg"], remote,
                           max(r["lost"] or 0 for r in reps),
                           max(r["duplicated"] or 0 for r in reps),
                           max(r["reordered"] or 0 for r in reps)))

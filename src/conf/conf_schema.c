@@ -532,9 +532,10 @@ const conf_key conf_schema[] = {
 	    .reload = true, .flags = CONF_F_SECRET, .help = "Password on the remote broker." },
 	{ .path = BR "backoff_max", .type = CONF_T_DUR_S, .store = CONF_ST_U32, BF(backoff_max_s),
 	    .def = "60", .min = 1, .max = 86400, .reload = true,
-	    .help = "Reconnect delay: exponential from 1 s up to this, with jitter; it "
-	            "starts over after a link that was up 5 s or had a forward acked or a "
-	            "message received (docs/bridge.md, \"Link life\")." },
+	    .help = "Reconnect delay: exponential from 1 s up to this, with jitter (up to a "
+	            "quarter of it after a connection refused or closed before the remote "
+	            "sent anything); it starts over after a link that was up 5 s or had a "
+	            "forward acked or a message received (docs/bridge.md, \"Link life\")." },
 	{ .path = BR "transparent", .type = CONF_T_BOOL, .store = CONF_ST_BOOL, BF(transparent),
 	    .def = "false", .reload = true,
 	    .help = "Mirror the filters local clients subscribe to on the remote broker "
