@@ -162,6 +162,7 @@ def main():
         bport = tport if tls else rport
         if mode == "drain":
             px.cut()
+            t_down = time.monotonic()
             bport = px.port
         lport = free_port()
         if broker == "mosquitto":
@@ -217,6 +218,8 @@ def main():
         t_pub = time.monotonic() - t0
         if mode == "drain":
             time.sleep(1.0)  # the last group commit; the link is still down
+            down_s = time.monotonic() - t_down
+            attempts_down = px.accepted
             t0 = time.monotonic()
             c0 = cpu_s(local.pid)
             r0 = cpu_s(remote.pid)
@@ -249,6 +252,10 @@ def main():
                # until the remote's CONNACK passes the proxy), then the
                # drain on the link
                "reconnect_s": round(up_at - t0, 3) if up_at else None,
+               # drain: the bridge's connection attempts during the outage
+               # (the proxy accepts and closes each)
+               "attempts_down": attempts_down if mode == "drain" else None,
+               "down_s": round(down_s, 3) if mode == "drain" else None,
                "link_s": round(t1 - up_at, 3) if up_at else None,
                "msg_per_s": round(got / (t1 - t0), 1) if t1 > t0 else 0,
                "broker_cpu_s": round(c1 - c0, 3),
