@@ -209,6 +209,13 @@ struct bridge {
 	int      state; // enum bstate
 	uint64_t state_since_ms;
 	uint64_t last_rx_ms;
+	// When a packet was last queued on the link: the client must send
+	// one within every keepalive (MQTT 3.1.2.10), also while the remote
+	// sends us QoS 0 messages and we have nothing to answer.
+	uint64_t last_tx_ms;
+	// The keepalive of the link (s): the configured one, or a v5
+	// remote's Server Keep Alive, which the client must use instead.
+	uint32_t ka_s;
 	uint64_t ping_at_ms;
 	bool     ping_pending;
 	uint32_t window; // most in flight (the remote's Receive Maximum)
@@ -927,6 +934,9 @@ static bool send_packet_locked(bridge *b, const mqtt_packet *pk)
 	}
 	conn_tx_unlock(c);
 	conn_tx_flush_later(c);
+	if (p != NULL) {
+		b->last_tx_ms = now_ms();
+	}
 	return p != NULL;
 }
 
@@ -1228,6 +1238,7 @@ static void pump_locked(bridge *b)
 		}
 		if (sent) {
 			conn_tx_flush_later(c);
+			b->last_tx_ms = now_ms();
 		}
 #ifdef NMQ_HAVE_STORE
 		if (hold) {
@@ -2267,6 +2278,10 @@ static void handle_connack_locked(bridge *b, const mqtt_connack *ca)
 	b->remote_max_qos    = 2;
 	b->remote_retain     = true;
 	if (b->ver == MQTT_PROTO_V5) {
+		if ((ca->props.present & MQTT_PBIT(MQTT_PROP_SERVER_KEEP_ALIVE))
+		    && ca->props.server_keep_alive != 0) {
+			b->ka_s = ca->props.server_keep_alive; // MQTT 5.0 3.2.2.3.14
+		}
 		if (ca->props.present & MQTT_PBIT(MQTT_PROP_MAXIMUM_QOS)) {
 			b->remote_max_qos = ca->props.maximum_qos;
 		}
@@ -2931,6 +2946,8 @@ static bool dial_locked(bridge *b, const char *url)
 	b->up           = false;
 	b->ver          = (uint8_t)b->cfg->proto_ver;
 	b->last_rx_ms   = now_ms();
+	b->last_tx_ms   = b->last_rx_ms;
+	b->ka_s         = b->cfg->keepalive_s;
 	b->ping_pending = false;
 	// Frames may arrive as soon as it starts; they wait for mtx.
 	conn_start(c, &link_ops, l);
@@ -2955,7 +2972,7 @@ static void serve_locked(bridge *b)
 	bool     closing   = false; // closed here, the callback not yet in
 	while (!l->closed) {
 		uint64_t now = now_ms();
-		uint64_t ka  = (uint64_t)b->cfg->keepalive_s * 1000;
+		uint64_t ka  = (uint64_t)b->ka_s * 1000;
 		if (b->stop || b->restart || b->switched_off) {
 			closing = true;
 			conn_close(l->c);
@@ -2972,11 +2989,11 @@ static void serve_locked(bridge *b)
 			}
 		} else {
 			if (b->ping_pending && now - b->ping_at_ms >= ka) {
-				set_error_locked(b,
-				    "link stalled: no answer within keepalive (%u s)",
-				    b->cfg->keepalive_s);
+				set_error_locked(
+				    b, "link stalled: no answer within keepalive (%u s)", b->ka_s);
 				conn_close(l->c);
-			} else if (!b->ping_pending && now - b->last_rx_ms >= ka / 2) {
+			} else if (!b->ping_pending
+			    && (now - b->last_rx_ms >= ka / 2 || now - b->last_tx_ms >= ka / 2)) {
 				mqtt_packet pk;
 				memset(&pk, 0, sizeof(pk));
 				pk.type         = MQTT_PINGREQ;
@@ -3004,7 +3021,10 @@ static void serve_locked(bridge *b)
 			next = next_sys;
 		}
 		if (b->up) {
-			uint64_t t = b->ping_pending ? b->ping_at_ms + ka : b->last_rx_ms + ka / 2;
+			uint64_t t = b->ping_pending
+			    ? b->ping_at_ms + ka
+			    : (b->last_rx_ms < b->last_tx_ms ? b->last_rx_ms : b->last_tx_ms)
+			        + ka / 2;
 			if (t < next) {
 				next = t;
 			}
