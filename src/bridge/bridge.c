@@ -1437,8 +1437,11 @@ static const conf_bridge_sub *sub_for(const conf_bridge *cfg, const uint8_t *t, 
 {
 	for (int i = 0; i < cfg->n_subs; i++) {
 		const conf_bridge_sub *s = &cfg->subs[i];
-		if (topic_filter_match(
-		        s->remote_topic, strlen(s->remote_topic), (const char *)t, len)) {
+		// A shared subscription's messages match its inner filter.
+		mqtt_share sh;
+		if (mqtt_share_split((const uint8_t *)s->remote_topic, strlen(s->remote_topic), &sh)
+		        != MQTT_SHARE_MALFORMED
+		    && topic_filter_match((const char *)sh.filter, sh.flen, (const char *)t, len)) {
 			return s;
 		}
 	}
@@ -1859,7 +1862,12 @@ static void send_subscribe_locked(bridge *b, const conf_bridge_sub *subs, int n,
 		const conf_bridge_sub *s = &subs[i];
 		mqtt_sub_opts          o = { (uint8_t)s->qos, false, false, 0 };
 		if (proto == MQTT_PROTO_V5) {
-			o.no_local            = s->nolocal;
+			// No Local on a shared subscription is a Protocol Error
+			// (MQTT 5.0 3.8.3.1): the remote would close the link.
+			o.no_local = s->nolocal
+			    && mqtt_share_split(
+			           (const uint8_t *)s->remote_topic, strlen(s->remote_topic), NULL)
+			        == MQTT_SHARE_NONE;
 			o.retain_as_published = s->retain_as_published;
 			o.retain_handling     = (uint8_t)s->retain_handling;
 		}
