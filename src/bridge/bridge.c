@@ -319,6 +319,10 @@ struct bridge {
 	tpf     *tp_gone;
 	size_t   n_tp_gone;
 	uint32_t tp_unsub_out;
+	// `subscription` filters a reload removed: UNSUBSCRIBEd after the next
+	// CONNACK, so that a persistent remote session stops sending them.
+	char **subs_gone;
+	int    n_subs_gone;
 	// With a store, tp_sent is also kept as subscription rows of
 	// store_id (a filter's row is written when it is first subscribed or
 	// its QoS changes, deleted once its UNSUBSCRIBE is answered), and
@@ -1453,12 +1457,19 @@ static const conf_bridge_sub *sub_for(const conf_bridge *cfg, const uint8_t *t, 
 static bool publish_local(bridge *b, const conf_bridge *cfg, const mqtt_publish *p)
 {
 	const conf_bridge_sub *s = sub_for(cfg, p->topic.p, p->topic.len);
-	const char *base         = s != NULL && s->local_topic != NULL && s->local_topic[0] != '\0'
-	            ? s->local_topic
-	            : NULL;
-	const char *prefix       = s != NULL && s->prefix != NULL ? s->prefix : "";
-	const char *suffix       = s != NULL && s->suffix != NULL ? s->suffix : "";
-	size_t      bl           = base != NULL ? strlen(base) : p->topic.len;
+	if (s == NULL && !cfg->transparent) {
+		// Of no subscription (one a reload removed, still in a persistent
+		// remote session): not ours to publish, and no rewrite to give it.
+		log_info_rl(
+		    "bridge", "bridge=%s event=inbound_dropped reason=no_subscription", b->name);
+		return false;
+	}
+	const char *base   = s != NULL && s->local_topic != NULL && s->local_topic[0] != '\0'
+	      ? s->local_topic
+	      : NULL;
+	const char *prefix = s != NULL && s->prefix != NULL ? s->prefix : "";
+	const char *suffix = s != NULL && s->suffix != NULL ? s->suffix : "";
+	size_t      bl     = base != NULL ? strlen(base) : p->topic.len;
 	size_t      pl = strlen(prefix), sl = strlen(suffix);
 	char        stack[512];
 	char       *t = pl + bl + sl + 1 <= sizeof(stack) ? stack : malloc(pl + bl + sl + 1);
@@ -2258,6 +2269,57 @@ static void tp_changed(void *arg)
 	pthread_mutex_unlock(&set->tp_mtx);
 }
 
+static void subs_gone_free(bridge *b)
+{
+	for (int i = 0; i < b->n_subs_gone; i++) {
+		free(b->subs_gone[i]);
+	}
+	free(b->subs_gone);
+	b->subs_gone   = NULL;
+	b->n_subs_gone = 0;
+}
+
+// Adds the `subscription` filters of old that nc has not to b->subs_gone,
+// and takes those nc has again out of it (mtx held). Out of memory: the
+// remote keeps sending them; they are not published (publish_local).
+static void subs_gone_add_locked(bridge *b, const conf_bridge *old, const conf_bridge *nc)
+{
+	for (int i = 0; i < old->n_subs; i++) {
+		const char *f    = old->subs[i].remote_topic;
+		bool        kept = false;
+		for (int j = 0; j < nc->n_subs && !kept; j++) {
+			kept = strcmp(f, nc->subs[j].remote_topic) == 0;
+		}
+		for (int j = 0; j < b->n_subs_gone && !kept; j++) {
+			kept = strcmp(f, b->subs_gone[j]) == 0;
+		}
+		if (kept) {
+			continue;
+		}
+		char **v = realloc(b->subs_gone, (size_t)(b->n_subs_gone + 1) * sizeof(*v));
+		if (v == NULL) {
+			return;
+		}
+		b->subs_gone = v;
+		if ((v[b->n_subs_gone] = strdup(f)) == NULL) {
+			return;
+		}
+		b->n_subs_gone++;
+	}
+	for (int j = 0; j < b->n_subs_gone;) {
+		bool back = false;
+		for (int k = 0; k < nc->n_subs && !back; k++) {
+			back = strcmp(b->subs_gone[j], nc->subs[k].remote_topic) == 0;
+		}
+		if (back) {
+			free(b->subs_gone[j]);
+			b->subs_gone[j] = b->subs_gone[--b->n_subs_gone];
+		} else {
+			j++;
+		}
+	}
+}
+
 static void handle_connack_locked(bridge *b, const mqtt_connack *ca)
 {
 	if (ca->reason == MQTT_V3_BAD_PROTOCOL && b->ver != MQTT_PROTO_V5 && b->marker_sent) {
@@ -2343,6 +2405,11 @@ static void handle_connack_locked(bridge *b, const mqtt_connack *ca)
 	// thread (tp_sync_locked), every one again.
 	if (b->cfg->n_subs > 0) {
 		send_subscribe_locked(b, b->cfg->subs, b->cfg->n_subs, SUB_PID, NULL, 0);
+	}
+	if (b->n_subs_gone > 0) {
+		send_unsubscribe_locked(
+		    b, (const char *const *)b->subs_gone, b->n_subs_gone, RT_SUB_PID, NULL, 0);
+		subs_gone_free(b);
 	}
 	b->tp_dirty     = true;
 	b->tp_resync    = true;
@@ -3281,6 +3348,7 @@ static void bridge_free(bridge *b)
 	tpf_free(b->tp_sent, b->n_tp_sent);
 	tpf_free(b->tp_gone, b->n_tp_gone);
 	tpf_free(b->tp_load.v, b->tp_load.n);
+	subs_gone_free(b);
 	free(b->name);
 	free(b->store_id);
 	free(b->host_id);
@@ -3470,6 +3538,7 @@ static void bridge_update(bridge *b, const conf_bridge *cb)
 		fwds_subscribe(b, nfw, ncfg->n_fwds);
 	}
 	pthread_mutex_lock(&b->mtx);
+	subs_gone_add_locked(b, b->cfg, ncfg);
 	r->cfg     = b->cfg;
 	r->next    = b->retired;
 	b->retired = r;
