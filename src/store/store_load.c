@@ -99,77 +99,32 @@ static int exec(nmq_store *s, const char *sql)
 	return sqlite3_exec(s->db, sql, NULL, NULL, NULL) == SQLITE_OK ? 0 : -1;
 }
 
-// Deletes the queue rows with the given ids and drops their message
-// references. ids holds pairs (queue row, message row).
-static int delete_rows(nmq_store *s, const int64_t *ids, size_t pairs)
-{
-	sqlite3_stmt *del = NULL, *unref = NULL, *gc = NULL;
-	int           rc = 0;
-	if (sqlite3_prepare_v2(s->db, "DELETE FROM queue WHERE id = ?1", -1, &del, NULL)
-	        != SQLITE_OK
-	    || sqlite3_prepare_v2(
-	           s->db, "UPDATE msgs SET refs = refs - 1 WHERE id = ?1", -1, &unref, NULL)
-	        != SQLITE_OK
-	    || sqlite3_prepare_v2(
-	           s->db, "DELETE FROM msgs WHERE id = ?1 AND refs <= 0", -1, &gc, NULL)
-	        != SQLITE_OK) {
-		rc = -1;
-	}
-	for (size_t i = 0; rc == 0 && i < pairs; i++) {
-		sqlite3_bind_int64(del, 1, ids[2 * i]);
-		sqlite3_bind_int64(unref, 1, ids[2 * i + 1]);
-		sqlite3_bind_int64(gc, 1, ids[2 * i + 1]);
-		if (sqlite3_step(del) != SQLITE_DONE || sqlite3_step(unref) != SQLITE_DONE
-		    || sqlite3_step(gc) != SQLITE_DONE) {
-			rc = -1;
-		}
-		sqlite3_reset(del);
-		sqlite3_reset(unref);
-		sqlite3_reset(gc);
-		if (rc == 0) {
-			s->queued_rows--;
-		}
-	}
-	sqlite3_finalize(del);
-	sqlite3_finalize(unref);
-	sqlite3_finalize(gc);
-	return rc;
-}
-
-// Collects (queue row, message row) pairs of the rows sql selects (bound
-// with now at ?1). Returns the number of pairs, or -1.
-static long collect_pairs(nmq_store *s, const char *sql, uint64_t now, int64_t **out)
+// Runs sql with ?1 bound to v (when has_v). Returns 0 or -1.
+static int exec_bound(nmq_store *s, const char *sql, bool has_v, uint64_t v)
 {
 	sqlite3_stmt *st = NULL;
-	*out             = NULL;
 	if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK) {
 		return -1;
 	}
-	sqlite3_bind_int64(st, 1, (sqlite3_int64)now);
-	size_t   n = 0, cap = 0;
-	int64_t *v = NULL;
-	int      rc;
-	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-		if (n == cap) {
-			cap         = cap ? cap * 2 : 64;
-			int64_t *nv = realloc(v, cap * 2 * sizeof(*v));
-			if (nv == NULL) {
-				rc = SQLITE_NOMEM;
-				break;
-			}
-			v = nv;
-		}
-		v[2 * n]     = sqlite3_column_int64(st, 0);
-		v[2 * n + 1] = sqlite3_column_int64(st, 1);
-		n++;
+	if (has_v) {
+		sqlite3_bind_int64(st, 1, (sqlite3_int64)v);
 	}
+	int rc = sqlite3_step(st);
 	sqlite3_finalize(st);
-	if (rc != SQLITE_DONE) {
-		free(v);
-		return -1;
-	}
-	*out = v;
-	return (long)n;
+	return rc == SQLITE_DONE ? 0 : -1;
+}
+
+// Drops the references counted in the temporary table gone_m (msg_id,
+// n) from their messages, deleting those left without any, and empties
+// it. Set-based: a restart after a long outage may find a million queue
+// rows expired, which row by row took tens of seconds.
+static int unref_gone(nmq_store *s)
+{
+	return exec(s,
+	    "UPDATE msgs SET refs = refs - (SELECT n FROM temp.gone_m g WHERE g.msg_id = msgs.id)"
+	    " WHERE id IN (SELECT msg_id FROM temp.gone_m);"
+	    "DELETE FROM msgs WHERE refs <= 0 AND id IN (SELECT msg_id FROM temp.gone_m);"
+	    "DELETE FROM temp.gone_m;");
 }
 
 // The wills of the sessions drop_expired found expired, handed to the
@@ -320,13 +275,61 @@ static int drop_expired(nmq_store *s, uint64_t now, uint64_t mono, expired_wills
 	}
 	sqlite3_finalize(st);
 	int ret = rc == SQLITE_DONE ? 0 : -1;
-	for (size_t i = 0; i < n; i++) {
+	// What store_session_purge(_state) does for one session, for all of
+	// them at once (a gateway down for a day may find 100,000 sessions
+	// expired): their queues (with the references of their messages),
+	// subscriptions and QoS 2 state, and the rows of those whose will is
+	// not published now (with the will's reference).
+	if (ret == 0 && n > 0) {
+		ret               = exec(s,
+		                  "CREATE TEMP TABLE IF NOT EXISTS gone_s(cid TEXT PRIMARY KEY, keep INTEGER NOT "
+		                                "NULL);"
+		                                "CREATE TEMP TABLE IF NOT EXISTS gone_m(msg_id INTEGER PRIMARY KEY, n INTEGER "
+		                                "NOT "
+		                                "NULL);"
+		                                "DELETE FROM temp.gone_s; DELETE FROM temp.gone_m;");
+		sqlite3_stmt *ins = NULL;
 		if (ret == 0
-		    && (keep[i] ? store_session_purge_state(s, cids[i])
-		                : store_session_purge(s, cids[i]))
-		        != 0) {
+		    && sqlite3_prepare_v2(s->db,
+		           "INSERT OR IGNORE INTO temp.gone_s VALUES (?1, ?2)", -1, &ins, NULL)
+		        != SQLITE_OK) {
 			ret = -1;
 		}
+		for (size_t i = 0; ret == 0 && i < n; i++) {
+			sqlite3_bind_text(ins, 1, cids[i], -1, SQLITE_STATIC);
+			sqlite3_bind_int(ins, 2, keep[i] ? 1 : 0);
+			if (sqlite3_step(ins) != SQLITE_DONE) {
+				ret = -1;
+			}
+			sqlite3_reset(ins);
+		}
+		sqlite3_finalize(ins);
+		if (ret == 0) {
+			ret = exec(s,
+			    "INSERT INTO temp.gone_m SELECT msg_id, COUNT(*) FROM ("
+			    " SELECT msg_id FROM queue WHERE cid IN (SELECT cid FROM temp.gone_s)"
+			    " UNION ALL SELECT will_msg FROM sessions WHERE will_msg IS NOT NULL"
+			    " AND cid IN (SELECT cid FROM temp.gone_s WHERE keep = 0))"
+			    " GROUP BY msg_id");
+		}
+		if (ret == 0) {
+			ret = unref_gone(s);
+		}
+		if (ret == 0) {
+			ret = exec(
+			    s, "DELETE FROM queue WHERE cid IN (SELECT cid FROM temp.gone_s)");
+		}
+		if (ret == 0) {
+			s->queued_rows -= (uint64_t)sqlite3_changes(s->db);
+			ret = exec(s,
+			    "DELETE FROM subs WHERE cid IN (SELECT cid FROM temp.gone_s);"
+			    "DELETE FROM rel WHERE cid IN (SELECT cid FROM temp.gone_s);"
+			    "DELETE FROM sessions WHERE cid IN"
+			    " (SELECT cid FROM temp.gone_s WHERE keep = 0);"
+			    "DELETE FROM temp.gone_s;");
+		}
+	}
+	for (size_t i = 0; i < n; i++) {
 		if (ret == 0) {
 			log_info("store", "client_id=%s event=session_expired_offline", cids[i]);
 		}
@@ -358,16 +361,37 @@ static int drop_expired(nmq_store *s, uint64_t now, uint64_t mono, expired_wills
 		return 0;
 	}
 
-	int64_t *pairs = NULL;
-	long     np    = collect_pairs(s,
-	           "SELECT q.id, q.msg_id FROM queue q JOIN msgs m ON m.id = q.msg_id"
-	                  " WHERE m.expiry_wall_ms != 0 AND m.expiry_wall_ms <= ?1",
-	           now, &pairs);
-	if (np < 0 || delete_rows(s, pairs, (size_t)np) != 0) {
-		free(pairs);
+	// The queue rows of the expired messages, and their references.
+	if (exec(s,
+	        "CREATE TEMP TABLE IF NOT EXISTS gone_m(msg_id INTEGER PRIMARY KEY, n INTEGER NOT "
+	        "NULL);"
+	        "DELETE FROM temp.gone_m;")
+	        != 0
+	    || exec_bound(s,
+	           "INSERT INTO temp.gone_m SELECT q.msg_id, COUNT(*) FROM queue q"
+	           " JOIN msgs m ON m.id = q.msg_id"
+	           " WHERE m.expiry_wall_ms != 0 AND m.expiry_wall_ms <= ?1 GROUP BY q.msg_id",
+	           true, now)
+	        != 0) {
 		return -1;
 	}
-	free(pairs);
+	long long     np  = 0;
+	sqlite3_stmt *cnt = NULL;
+	if (sqlite3_prepare_v2(s->db, "SELECT COALESCE(SUM(n), 0) FROM temp.gone_m", -1, &cnt, NULL)
+	        != SQLITE_OK
+	    || sqlite3_step(cnt) != SQLITE_ROW) {
+		sqlite3_finalize(cnt);
+		return -1;
+	}
+	np = sqlite3_column_int64(cnt, 0);
+	sqlite3_finalize(cnt);
+	if (exec(s, "DELETE FROM queue WHERE msg_id IN (SELECT msg_id FROM temp.gone_m)") != 0) {
+		return -1;
+	}
+	s->queued_rows -= (uint64_t)sqlite3_changes(s->db);
+	if (unref_gone(s) != 0) {
+		return -1;
+	}
 	atomic_fetch_add(&s->expired, (uint64_t)np);
 
 	// Retained messages past their expiry.
