@@ -79,7 +79,15 @@ nmq_msg *store_msg_from_row(sqlite3_stmt *st, int col, int64_t id, uint64_t wall
 	m->expiry_interval = (uint32_t)sqlite3_column_int64(st, col + 3);
 	uint64_t exp_wall  = (uint64_t)sqlite3_column_int64(st, col + 4);
 	if (exp_wall != 0) {
-		m->expiry_at_ms = mono + (exp_wall > wall ? exp_wall - wall : 0);
+		uint64_t left = exp_wall > wall ? exp_wall - wall : 0;
+		// The wall clock set back since the row was written (a gateway
+		// without a battery-backed clock, started before NTP): the
+		// message does not live longer than its own interval from now,
+		// nor tell a client it has more left than that.
+		if (m->expiry_interval != 0 && left > (uint64_t)m->expiry_interval * 1000) {
+			left = (uint64_t)m->expiry_interval * 1000;
+		}
+		m->expiry_at_ms = mono + left;
 	}
 	m->store_id = (uint64_t)id;
 	if (tlen <= 0 || !mqtt_topic_name_valid((const uint8_t *)topic, (size_t)tlen)) {

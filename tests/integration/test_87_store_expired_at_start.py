@@ -11,7 +11,14 @@ while down (some sharing their messages with a session that lives, one
 whose will is published at startup), messages whose expiry passed, a
 retained message that expired; after the restart the living session gets
 exactly what did not expire, in order, the will once, and every message
-row's reference count is what the queue, retained and will rows hold."""
+row's reference count is what the queue, retained and will rows hold.
+
+The wall clock set back between two runs (a gateway without a
+battery-backed clock, started before NTP): the times stored are then in
+the future. A stored message lived on for as long as the clock had gone
+back, and was sent with a Message Expiry Interval that large; it now
+lives at most its own interval from the restart (and a session at most
+its expiry, as before)."""
 
 import os
 import re
@@ -122,6 +129,52 @@ class TestExpiredAtStart(StoreCase):
         sessions, subs = self.check_refs()
         self.assertEqual(sessions, ["keep"])
         self.assertEqual(subs, ["keep"])
+
+
+    def test_wall_clock_set_back(self):
+        b = self.start()
+        sub = self.client(b, "sub", expiry=3600)
+        sub.connect()
+        sub.subscribe("c/#", qos=1)
+        sub.disconnect()
+        short = self.client(b, "short", expiry=2)
+        short.connect()
+        short.disconnect()
+        p = RawClient(b.port, 5)
+        self.addCleanup(p.close)
+        self.assertEqual(p.connect("pub").rc, 0)
+        self.assertEqual(p.publish("c/1", b"q", qos=1, props={"MessageExpiryInterval": 30}).rc, 0)
+        self.assertEqual(p.publish("c/r", b"r", qos=1, retain=True,
+                                   props={"MessageExpiryInterval": 30}).rc, 0)
+        p.close()
+        self.kill9(b)
+        # The clock goes back a day: every time in the file is a day ahead.
+        day = 86400 * 1000
+        db = sqlite3.connect(os.path.join(self.db_dir, "nanomq.db"))
+        db.execute("UPDATE msgs SET expiry_wall_ms = expiry_wall_ms + ? WHERE expiry_wall_ms != 0",
+                   (day,))
+        db.execute("UPDATE sessions SET offline_wall_ms = offline_wall_ms + ?"
+                   " WHERE offline_wall_ms != 0", (day,))
+        db.commit()
+        db.close()
+
+        b2 = self.start()
+        c = self.client(b2, "sub", expiry=3600)
+        c.connect()
+        self.assertTrue(c.session_present)
+        got = c.wait_messages(2, timeout=5)
+        self.assertEqual(sorted(m.payload for m in got), [b"q", b"r"])
+        for m in got:
+            self.assertLessEqual(m.props.get("MessageExpiryInterval"), 30, m.payload)
+        r = self.client(b2, "reader", clean=True, expiry=0)
+        r.connect()
+        r.subscribe("c/r", qos=1)
+        m = r.wait_message(timeout=5)
+        self.assertLessEqual(m.props.get("MessageExpiryInterval"), 30)
+        time.sleep(2.5)  # the session "short" expires 2 s after the restart
+        s2 = self.client(b2, "short", expiry=0)
+        s2.connect()
+        self.assertFalse(s2.session_present)
 
 
 if __name__ == "__main__":
