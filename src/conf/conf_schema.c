@@ -752,7 +752,8 @@ const conf_key conf_schema[] = {
 	    .help = "`false` keeps the section but turns persistence off." },
 	{ .path = "sqlite.mounted_file_path", .type = CONF_T_STR, .store = CONF_ST_STR,
 	    CF(sqlite_path), .def_doc = "the working directory",
-	    .help = "Directory of the database file `nanomq.db` (WAL mode); created if missing." },
+	    .help = "Directory of the database file `nanomq.db` (WAL mode); created if missing. "
+	            "A relative path is the start directory's, also for a daemon." },
 	{ .path = "sqlite.disk_cache_size", .type = CONF_T_INT, .store = CONF_ST_U32,
 	    CF(sqlite_disk_cache_size), .def = "102400", .min = 0, .max = U32MAX,
 	    .help = "Most queued messages stored (0 = no bound). When full, the oldest queued "

@@ -20,7 +20,11 @@ user sets them up.
   was taken for a damaged one and moved aside ("not a database",
   "damaged"), its sessions and queued messages lost to the next start.
   Now it is left unchanged and the broker refuses to start, saying the
-  disk is full; once there is room it starts with everything."""
+  disk is full; once there is room it starts with everything.
+* A relative `mounted_file_path` with the broker started as a daemon
+  (`start -d`): the daemon runs in "/", and the store went there (a
+  directory under "/"), not under the directory it was started from
+  where a foreground run finds it. It is now the start directory's."""
 
 import os
 import resource
@@ -34,6 +38,8 @@ import nmq  # noqa: E402
 from nmq import Broker, BrokerError, RawClient  # noqa: E402
 from test_70_store import StoreCase, store_conf as nmq_store_conf  # noqa: E402
 from test_77_store_audit import TmpfsCase  # noqa: E402
+import nmq_ops  # noqa: E402
+from test_33_cli import kill_pid, pid_alive  # noqa: E402
 
 
 def setUpModule():
@@ -209,6 +215,34 @@ class TestFullDiskAtStart(TmpfsCase):
         self.refused()
         os.unlink(fill)
         self.check_back(20, "off2")
+
+
+
+class TestDaemonRelativePath(nmq_ops.OpsTestCase):
+    def test_relative_path_is_the_start_directory(self):
+        inst = self.instance()
+        port = nmq.free_port()
+        # A name no other run uses, so that a store left under "/" by the
+        # bug is this test's.
+        rel = "db-%d-%d" % (os.getpid(), port)
+        self.addCleanup(shutil.rmtree, os.path.join("/", rel), True)
+        conf = inst.conf(port, extra='log { to = [file], level = info, dir = "%s" }\n'
+                         'sqlite { mounted_file_path = "%s" }\n' % (inst.tmp, rel))
+        r = inst.run(["start", "-d", "--conf", conf])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        pid = inst.read_pid_file()
+        self.assertIsNotNone(pid)
+        self.addCleanup(kill_pid, pid)
+        nmq_ops.offline_subscriber(port, "keep", "rel/#")
+        nmq_ops.publish_n(port, "rel/1", 3)
+        self.assertEqual(inst.run(["stop"]).returncode, 0)
+        self.assertTrue(nmq_ops.wait_for(lambda: not pid_alive(pid), 10.0))
+        self.assertFalse(os.path.exists(os.path.join("/", rel)), "the store went under /")
+        self.assertTrue(os.path.exists(inst.path(rel, "nanomq.db")))
+        # In the foreground, from the same directory: the same store.
+        p = self.start_broker(inst, ["start", "--conf", conf], port=port)
+        self.assertEqual(nmq_ops.drain_session(port, "keep"), [b"000", b"001", b"002"])
+        self.assertEqual(inst.stop(p)[0], 0)
 
 
 if __name__ == "__main__":
