@@ -334,11 +334,11 @@ nmq_err broker_store_attach(nmq_broker *b, nmq_proto *p, nmq_store *st, bool per
 
 void broker_store_evicted(void *arg, const char *client_id, uint64_t seq)
 {
+	// Counted; the store logs each eviction (rate limited) itself.
 	(void)arg;
-	unsigned long long n = atomic_fetch_add(&evictions, 1) + 1;
-	log_warn_rl("store",
-	    "client_id=%s seq=%llu event=evicted reason=disk_cache_size evicted_total=%llu",
-	    client_id, (unsigned long long)seq, n);
+	(void)client_id;
+	(void)seq;
+	atomic_fetch_add(&evictions, 1);
 }
 
 uint64_t broker_store_evictions(void)

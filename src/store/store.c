@@ -2104,11 +2104,12 @@ static void evicts_clear(nmq_store *s, bool report)
 		store_evict *e   = &s->evicts[i];
 		const char  *cid = e->cid_full ? e->cid_full : e->cid;
 		if (report) {
-			atomic_fetch_add(&s->evicted, 1);
+			uint64_t n = atomic_fetch_add(&s->evicted, 1) + 1;
 			log_warn_rl("store",
-			    "client_id=%s seq=%llu event=evicted reason=disk_cache_size limit=%llu",
-			    cid, (unsigned long long)e->seq,
-			    (unsigned long long)s->opts.max_queued);
+			    "client_id=%s seq=%llu event=evicted reason=disk_cache_size limit=%llu "
+			    "evicted_total=%llu",
+			    cid, (unsigned long long)e->seq, (unsigned long long)s->opts.max_queued,
+			    (unsigned long long)n);
 			if (s->opts.evicted != NULL) {
 				s->opts.evicted(s->opts.evicted_arg, cid, e->seq);
 			}

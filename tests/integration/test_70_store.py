@@ -5,6 +5,7 @@ messages survive a clean restart and a kill -9; non-persistent state is
 never written; acks come only once the message is stored."""
 
 import os
+import re
 import shutil
 import signal
 import sqlite3
@@ -322,6 +323,12 @@ class TestEviction(StoreCase):
         p.disconnect()
         self.kill9(b)
         self.assertIn("event=evicted reason=disk_cache_size", b.log_text())
+        # One line per eviction (it was logged twice, by the store and by
+        # the broker), saying the bound and the count so far.
+        lines = [l for l in b.log_text().splitlines() if "event=evicted" in l]
+        seqs = [re.search(r"client_id=ev-sub seq=(\d+) ", l).group(1) for l in lines]
+        self.assertEqual(len(seqs), len(set(seqs)), "\n".join(lines))
+        self.assertRegex(lines[0], r"limit=10 evicted_total=1$")
         b2 = self.start()
         s2 = self.client(b2, "ev-sub")
         s2.connect()
