@@ -370,10 +370,13 @@ static int apply_pragmas(sqlite3 *db, store_durability d)
 	snprintf(sql, sizeof(sql),
 	    "PRAGMA journal_mode = WAL;"
 	    "PRAGMA synchronous = %s;"
-	    // Checkpoint every ~4 MB of WAL and truncate the WAL file back to
-	    // at most 4 MB after a checkpoint, so it stays bounded on flash.
+	    // SQLite's own checkpoint every ~4 MB of WAL while the file is
+	    // opened and loaded; from then on the store thread checkpoints
+	    // every STORE_CKPT_FRAMES, after a group (store_checkpoint). The
+	    // WAL file is cut back to 32 MB after a checkpoint (it is reused
+	    // rather than grown again), so it stays bounded on flash.
 	    "PRAGMA wal_autocheckpoint = 1000;"
-	    "PRAGMA journal_size_limit = 4194304;"
+	    "PRAGMA journal_size_limit = 33554432;"
 	    // A small page cache: the store is written far more than read.
 	    "PRAGMA cache_size = -1024;"
 	    "PRAGMA temp_store = MEMORY;",
@@ -2119,6 +2122,55 @@ static void evicts_clear(nmq_store *s, bool report)
 	s->evict_len = 0;
 }
 
+// The checkpoint (the WAL's pages copied into the database file, which
+// is fsynced) runs every STORE_CKPT_FRAMES pages of WAL (32 MB), not every
+// 1,000 as SQLite's automatic one would: the index leaves of every
+// session that gets a row are rewritten at each commit (decisions/0047),
+// and a checkpoint copies each page once however many commits rewrote it,
+// so it copies fewer bytes the more commits it spans. It is not run inside
+// a COMMIT either, as SQLite's is, but after the group's operations are
+// answered: the acks of the group that fills the WAL do not wait for it.
+// What a commit made durable does not depend on it (the WAL is fsynced at
+// the COMMIT). The hook, called by SQLite after each commit on the
+// store's connection, notes the WAL's length; it checkpoints at once only
+// past twice the interval (commits that no group end follows: the load,
+// the idle alive writes). opts.ckpt_frames sets the interval (tests).
+#define STORE_CKPT_FRAMES 8000
+
+static int wal_checkpoint(nmq_store *s, sqlite3 *db, const char *name)
+{
+	int log = 0, done = 0;
+	int rc = sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, &log, &done);
+	if (rc == SQLITE_OK && done == log) {
+		s->wal_frames = 0;
+	}
+	return rc;
+}
+
+static int store_wal_hook(void *arg, sqlite3 *db, const char *name, int frames)
+{
+	nmq_store *s  = arg;
+	s->wal_frames = frames;
+	if (frames >= 2 * (int)s->opts.ckpt_frames) {
+		wal_checkpoint(s, db, name);
+	}
+	return SQLITE_OK;
+}
+
+// After a group: the checkpoint, when the WAL has grown past the
+// interval. The store's connection is normally the file's only one, so
+// it copies the whole WAL and the next commit starts the WAL over (a
+// reader of another process may hold some back: then the next group
+// tries again, as SQLite's own checkpoint would).
+static void store_checkpoint(nmq_store *s)
+{
+	if (s->wal_frames >= (int)s->opts.ckpt_frames
+	    && wal_checkpoint(s, s->db, NULL) != SQLITE_OK) {
+		log_warn_rl("store", "path=%s event=checkpoint_failed error=\"%s\"", s->path,
+		    sqlite3_errmsg(s->db));
+	}
+}
+
 // Applies a batch of nb operations in one transaction and answers every
 // operation.
 static void run_batch(nmq_store *s, store_op *batch, size_t nb, bool marks)
@@ -2251,6 +2303,7 @@ static void run_batch(nmq_store *s, store_op *batch, size_t nb, bool marks)
 	}
 	pool_put_chains(s, chains, pn);
 	store_alive_after_group(s);
+	store_checkpoint(s);
 }
 
 // What op counts against max_pending and flush_max.
@@ -2358,6 +2411,9 @@ nmq_err store_open(nmq_store **sp, const store_opts *opts, char *err, size_t err
 	if (s->opts.max_pending == 0) {
 		s->opts.max_pending = 65536;
 	}
+	if (s->opts.ckpt_frames == 0 || s->opts.ckpt_frames > INT32_MAX / 2) {
+		s->opts.ckpt_frames = STORE_CKPT_FRAMES;
+	}
 	const char *dir  = opts->dir && opts->dir[0] ? opts->dir : ".";
 	const char *file = opts->file && opts->file[0] ? opts->file : "nanomq.db";
 	int         e    = mkdir_p(dir);
@@ -2373,6 +2429,8 @@ nmq_err store_open(nmq_store **sp, const store_opts *opts, char *err, size_t err
 		free(s);
 		return unwritable ? NMQ_EACCES : NMQ_EIO;
 	}
+	// In place of SQLite's automatic checkpoint (store_checkpoint).
+	sqlite3_wal_hook(s->db, store_wal_hook, s);
 	for (int i = 0; i < STMT_COUNT_; i++) {
 		if (sqlite3_prepare_v3(
 		        s->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &s->stmts[i], NULL)

@@ -75,6 +75,9 @@ typedef struct store_opts {
 	// While a stored session is online, an idle store writes its "alive
 	// at" time every alive_idle_ms (0 = 5000; see store_alive.c).
 	uint32_t alive_idle_ms;
+	// Pages of write-ahead log between two checkpoints (0 = 8000, about
+	// 32 MB; see store_checkpoint in store.c).
+	uint32_t ckpt_frames;
 } store_opts;
 
 // Runs on the store thread once the transaction holding the operation has

@@ -265,7 +265,9 @@ struct nmq_store {
 	uint32_t            pdone_seen; // store thread: pdone_gen at its last look
 
 	// Store thread only.
-	uint64_t     queued_rows;
+	uint64_t queued_rows;
+	// Frames in the write-ahead log after the last commit (store_wal_hook).
+	int          wal_frames;
 	nmq_msg    **batch_msgs; // messages given a row in the running batch
 	size_t       batch_msgs_len, batch_msgs_cap;
 	store_evict *evicts;

@@ -43,7 +43,9 @@
 	X(prepare_v2)                                                                              \
 	X(prepare_v3)                                                                              \
 	X(reset)                                                                                   \
-	X(step)
+	X(step)                                                                                    \
+	X(wal_checkpoint_v2)                                                                       \
+	X(wal_hook)
 
 typedef struct store_sqlite_api {
 #define STORE_SQLITE_PTR(n) __typeof__(sqlite3_##n) *n;
@@ -84,5 +86,7 @@ nmq_err store_sqlite_load(char *err, size_t errlen);
 #define sqlite3_prepare_v3            store_sqlite.prepare_v3
 #define sqlite3_reset                 store_sqlite.reset
 #define sqlite3_step                  store_sqlite.step
+#define sqlite3_wal_checkpoint_v2     store_sqlite.wal_checkpoint_v2
+#define sqlite3_wal_hook              store_sqlite.wal_hook
 
 #endif // NMQ_STORE_SQLITE_H

@@ -2261,6 +2261,59 @@ static void test_held_rows_damaged(void **state)
 	assert_int_equal(query_int("SELECT refs FROM msgs"), 2);
 }
 
+static long long file_size(const char *name)
+{
+	char        path[600];
+	struct stat st;
+	snprintf(path, sizeof(path), "%s/%s", tmpdir, name);
+	return stat(path, &st) == 0 ? (long long)st.st_size : 0;
+}
+
+// The store checkpoints by itself, every opts.ckpt_frames pages of WAL,
+// after the group that passes it: the WAL is started over and stays
+// about that long while the database file receives the rows; nothing is
+// lost across a close and a reopen. With SQLite's automatic checkpoint
+// off and none of ours, the WAL would hold the whole 400 messages
+// (about 1,000 pages of 4 KB) until the close.
+static void test_checkpoint_interval(void **state)
+{
+	store_opts o = {
+		.dir         = tmpdir,
+		.durability  = STORE_DURABLE_FSYNC,
+		.flush_max   = 100,
+		.ckpt_frames = 64,
+	};
+	nmq_store *s = NULL;
+	char       err[256];
+	assert_int_equal(store_open(&s, &o, err, sizeof(err)), NMQ_OK);
+	char payload[6000];
+	memset(payload, 'p', sizeof(payload) - 1);
+	payload[sizeof(payload) - 1] = '\0';
+	long long wal_max            = 0;
+	for (int g = 0; g < 40; g++) {
+		for (int i = 0; i < 10; i++) {
+			nmq_msg *m = mk_msg("t/ckpt", payload, 1, NULL);
+			assert_int_equal(store_queue_put(s, "a", (uint64_t)(g * 10 + i + 1), m, 1,
+			                     false, NULL, 0, NULL, NULL),
+			    NMQ_OK);
+			nmq_msg_release(m);
+		}
+		sync_store(s); // one group of ten messages, about 20 pages
+		long long w = file_size("nanomq.db-wal");
+		wal_max     = w > wal_max ? w : wal_max;
+	}
+	// 64 pages and the group that passed them, not the 2.4 MB written.
+	assert_true(wal_max > 0);
+	assert_true(wal_max < 130 * 4120);
+	assert_true(file_size("nanomq.db") > 1500000);
+	assert_int_equal(query_int("SELECT COUNT(*) FROM queue WHERE cid = 'a'"), 400);
+	store_close(s);
+	s = open_store(0);
+	store_close(s);
+	assert_int_equal(query_int("SELECT COUNT(*) FROM queue WHERE cid = 'a'"), 400);
+	assert_int_equal(query_int("SELECT MIN(seq) * 1000 + MAX(seq) FROM queue"), 1400);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -2299,6 +2352,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_held_rows_crash, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_held_rows_damaged, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_held_rows_locked_at_open, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_checkpoint_interval, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
