@@ -481,6 +481,14 @@ nmq_err proto_session_restore_rel(nmq_session *s, uint16_t packet_id);
 // (the table's reference; not held for the caller), or NULL when memory
 // runs out (counted and logged).
 nmq_session *proto_session_preset(nmq_proto *p, const char *client_id, bool *existed);
+// Ends the preset sessions restored from the store that no client has
+// taken over and whose client id configured(arg, id) no longer names (the
+// preset was removed from the configuration): otherwise they would queue
+// for nobody, never expiring, until disk_cache_size evicts other
+// sessions' messages for theirs. Main thread, at startup, after the
+// presets. Returns how many were ended.
+size_t proto_sessions_end_presets(
+    nmq_proto *p, bool (*configured)(void *arg, const char *client_id), void *arg);
 
 // Takes over a freshly accepted connection (the reference is consumed).
 void proto_accept(nmq_proto *p, nmq_conn *c);

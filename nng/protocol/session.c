@@ -82,7 +82,7 @@ static void store_session_locked(nmq_session *s, uint64_t offline_wall)
 	r.client_id       = s->client_id;
 	r.username        = session_owner(s);
 	r.expiry_s        = s->expiry_s;
-	r.proto_ver       = s->ver;
+	r.proto_ver       = s->preset ? 0 : s->ver; // 0: a preset no client took over
 	r.offline_wall_ms = offline_wall;
 	if (s->link != NULL && s->link->will != NULL) {
 		r.will         = s->link->will;
@@ -1825,6 +1825,7 @@ void session_attach_locked(
 {
 	s->ver          = ver;
 	s->expiry_s     = expiry_s;
+	s->preset       = false; // the client's session from now on
 	uint32_t window = proto_lim(s->p)->max_inflight_window;
 	s->infl_max     = receive_max < window ? receive_max : window;
 	if (s->infl_max == 0) {
@@ -2165,8 +2166,12 @@ nmq_session *proto_session_restore(
 	if (rec->offline_wall_ms != 0 && now_wall_ms > rec->offline_wall_ms) {
 		gone = now_wall_ms - rec->offline_wall_ms;
 	}
-	s->expiry_s         = rec->expiry_s;
-	s->ver              = rec->proto_ver;
+	s->expiry_s = rec->expiry_s;
+	s->ver      = rec->proto_ver;
+	if (rec->proto_ver == 0) { // a preset session no client took over
+		s->ver    = MQTT_PROTO_V5;
+		s->preset = true;
+	}
 	s->offline_since_ms = now > gone ? now - gone : 0;
 	s->offline_wall_ms  = rec->offline_wall_ms != 0 ? rec->offline_wall_ms : now_wall_ms;
 	s->stored           = true;
@@ -2231,6 +2236,7 @@ nmq_session *proto_session_preset(nmq_proto *p, const char *client_id, bool *exi
 	}
 	s->expiry_s         = UINT32_MAX; // until a client takes it over
 	s->ver              = MQTT_PROTO_V5; // subscription options as configured
+	s->preset           = true;
 	s->offline_since_ms = nmq_clock_ms();
 	if (proto_table_insert(p, s) != NMQ_OK) { // the table keeps this reference
 		pthread_mutex_unlock(&p->tbl_mtx);
@@ -2245,6 +2251,45 @@ nmq_session *proto_session_preset(nmq_proto *p, const char *client_id, bool *exi
 	}
 	session_unlock(s);
 	return s;
+}
+
+size_t proto_sessions_end_presets(
+    nmq_proto *p, bool (*configured)(void *arg, const char *client_id), void *arg)
+{
+	pthread_mutex_lock(&p->tbl_mtx);
+	size_t        n = 0;
+	nmq_session **v = calloc(p->tbl_len > 0 ? p->tbl_len : 1, sizeof(*v));
+	for (size_t i = 0; v != NULL && i < p->tbl_cap && n < p->tbl_len; i++) {
+		nmq_session *s = p->tbl[i];
+		if (s != NULL && s != (nmq_session *)p) {
+			nmq_session_hold(s);
+			v[n++] = s;
+		}
+	}
+	pthread_mutex_unlock(&p->tbl_mtx);
+	if (v == NULL) {
+		proto_count_alloc_failure(p, "session");
+		return 0;
+	}
+	size_t ended = 0;
+	for (size_t i = 0; i < n; i++) {
+		nmq_session *s = v[i];
+		nmq_mutex_lock(&s->mtx);
+		bool stale
+		    = s->preset && s->link == NULL && !s->ended && !configured(arg, s->client_id);
+		session_unlock(s);
+		if (stale) {
+			log_warn("session",
+			    "client_id=%s event=preset_session_ended reason=not_configured: its "
+			    "subscriptions and queued messages are dropped",
+			    s->client_id);
+			session_end(s);
+			ended++;
+		}
+		nmq_session_release(s);
+	}
+	free(v);
+	return ended;
 }
 
 nmq_err proto_session_restore_msg(nmq_session *s, uint64_t seq, nmq_msg *msg, uint8_t qos,

@@ -165,6 +165,10 @@ struct nmq_session {
 	bool     ended; // removed from the table
 	bool     stored; // (mtx) the session has a record in the durable store
 	bool     has_owner; // the creating CONNECT had a user name
+	// (mtx) A preset session no client has taken over yet: stored with
+	// protocol version 0, so that a restart knows it (and ends it once
+	// the configuration no longer presets it).
+	bool preset;
 	// The client id, NUL-terminated, then (has_owner) the user name of the
 	// CONNECT that created the session, both allocated with the struct.
 	char client_id[];

@@ -6,9 +6,28 @@
 
 #include "nng/core/log.h"
 
+// True when presets (the normal form, or NULL) names client_id.
+static bool preset_configured(void *arg, const char *client_id)
+{
+	const cJSON *presets = arg;
+	for (const cJSON *o = presets != NULL ? presets->child : NULL; o != NULL; o = o->next) {
+		const cJSON *c = cJSON_GetObjectItemCaseSensitive(o, "clientid");
+		if (cJSON_IsString(c) && strcmp(c->valuestring, client_id) == 0) {
+			return true;
+		}
+	}
+	return false;
+}
+
 nmq_err broker_preset_sessions(nmq_broker *b, nmq_proto *p, const struct cJSON *presets)
 {
+	// Those of an earlier configuration that no client took over.
+	size_t removed = proto_sessions_end_presets(p, preset_configured, (void *)presets);
 	if (presets == NULL) {
+		if (removed > 0) {
+			log_info("preset", "event=preset_sessions created=0 restored=0 removed=%zu",
+			    removed);
+		}
 		return NMQ_OK;
 	}
 	size_t created = 0, kept = 0, subs = 0, refused = 0;
@@ -56,7 +75,7 @@ nmq_err broker_preset_sessions(nmq_broker *b, nmq_proto *p, const struct cJSON *
 	}
 	log_info("preset",
 	    "event=preset_sessions created=%zu restored=%zu subscriptions=%zu "
-	    "refused=%zu",
-	    created, kept, subs, refused);
+	    "refused=%zu removed=%zu",
+	    created, kept, subs, refused, removed);
 	return NMQ_OK;
 }

@@ -185,6 +185,41 @@ class TestPresetStore(StoreCase):
         self.assertTrue(a2.session_present)
         self.assertEqual([m.payload for m in drain(a2)], [b"new-filter"])
 
+    # A preset removed from the configuration: its session, if no client
+    # took it over, ends at the next start (it stayed, never expiring,
+    # queueing for nobody until disk_cache_size evicted other sessions'
+    # messages for it); one a client took over is the client's and stays.
+    def test_removed_preset_ends(self):
+        b = self.start()
+        a = self.client(b, "dev-a", version=5)  # taken over: the client's now
+        a.connect()
+        self.assertTrue(a.session_present)
+        a.disconnect()
+        publish(b.port, "p/a/x", [b"for-a"])
+        publish(b.port, "p/b", [b"for-b"])
+        self.assertEqual(b.stop(), [])
+        self.CONF = NAMED.split("preset.session.3")[0].split("preset.session.2")[0] + (
+            "preset.session.3" + NAMED.split("preset.session.3")[1])  # dev-a, dev-m
+        b2 = self.start()
+        self.assertRegex(b2.log_text(), r"client_id=dev-b event=preset_session_ended")
+        self.assertIn("created=0 restored=2 subscriptions=0 refused=0 removed=1",
+                      b2.log_text())
+        publish(b2.port, "p/b", [b"nobody"])
+        self.kill9(b2)
+        b3 = self.start()
+        gone = self.client(b3, "dev-b", version=5, expiry=0)
+        gone.connect()
+        self.assertFalse(gone.session_present)
+        a2 = self.client(b3, "dev-a", version=5)
+        a2.connect()
+        self.assertTrue(a2.session_present)
+        self.assertEqual([m.payload for m in drain(a2)], [b"for-a"])
+        self.assertEqual(b3.stop(), [])
+        self.CONF = ""
+        b4 = self.start()
+        self.assertRegex(b4.log_text(), r"client_id=dev-m event=preset_session_ended")
+        self.assertNotRegex(b4.log_text(), r"client_id=dev-a event=preset_session_ended")
+
 
 if __name__ == "__main__":
     nmq.main()
