@@ -520,6 +520,33 @@ static void check_wal(const char *path)
 	    e == 0 ? "" : " error=", e == 0 ? "" : strerror(e));
 }
 
+// A write-ahead log left beside a database file that is missing or empty
+// (deleted or truncated to nothing by hand): SQLite takes such a log for
+// a stale one and deletes it without a word, with everything committed
+// since the last checkpoint (up to decisions/0047's 32 MB of it). Both
+// are moved aside (path.damaged-<UTC time>, with -wal and -shm) and the
+// loss logged at error, as for any damaged file; returns true then.
+static bool check_lone_wal(nmq_store *s)
+{
+	char        wal[4200];
+	struct stat db_st, wal_st;
+	snprintf(wal, sizeof(wal), "%s-wal", s->path);
+	bool db_empty = stat(s->path, &db_st) != 0 ? errno == ENOENT : db_st.st_size == 0;
+	if (!db_empty || stat(wal, &wal_st) != 0 || wal_st.st_size <= 32) {
+		return false;
+	}
+	char moved[4300];
+	int  e = move_aside(s->path, moved, sizeof(moved));
+	log_error("store",
+	    "path=%s event=recovered reason=\"the database file is missing or empty but its "
+	    "write-ahead log holds %lld bytes\" moved_to=%s lost=\"what was committed since the "
+	    "last checkpoint, and everything before it\"%s%s: starting with an empty store",
+	    s->path, (long long)wal_st.st_size, e == 0 ? moved : "none",
+	    e == 0 ? "" : " error=", e == 0 ? "" : strerror(e));
+	s->recovered = true;
+	return true;
+}
+
 // Opens path, moving a bad file aside once. Returns the handle or NULL
 // with err filled (*unwritable: because its directory, or the file, cannot
 // be written).
@@ -543,6 +570,7 @@ static sqlite3 *open_db(nmq_store *s, char *err, size_t errlen, bool *unwritable
 		return NULL;
 	}
 	check_wal(s->path);
+	check_lone_wal(s);
 	for (int attempt = 0; attempt < 2; attempt++) {
 		sqlite3 *db = NULL;
 		// NOMUTEX: one thread at a time uses the connection (the main

@@ -451,6 +451,38 @@ class TestDamagedFile(StoreCase):
                 f.write(b"\xff" * 300)
         self.bad_file_starts(make)
 
+    def test_emptied_or_deleted_beside_its_wal(self):
+        # After a kill -9 what was committed since the last checkpoint is
+        # in the WAL only. A database file truncated to nothing (or
+        # deleted) by hand made SQLite delete that WAL as a stale one,
+        # without a word: the broker started empty and logged nothing.
+        for how in ("truncated", "deleted"):
+            with self.subTest(how=how):
+                shutil.rmtree(self.db_dir, ignore_errors=True)
+                b = self.start()
+                c = self.client(b, "lost-" + how)
+                c.connect()
+                c.subscribe("l/#", qos=1)
+                c.disconnect()
+                self.kill9(b)
+                path = os.path.join(self.db_dir, "nanomq.db")
+                self.assertGreater(os.path.getsize(path + "-wal"), 32)
+                if how == "truncated":
+                    open(path, "wb").close()
+                else:
+                    os.unlink(path)
+                b2 = self.start()
+                self.assertRegex(b2.log_text(), r"error store: .*event=recovered reason=\"the "
+                                 r"database file is missing or empty but its write-ahead log "
+                                 r"holds \d+ bytes\" moved_to=\S*nanomq\.db\.damaged-")
+                moved = [f for f in os.listdir(self.db_dir) if ".damaged-" in f]
+                self.assertTrue(any(f.endswith("-wal") for f in moved), moved)
+                c2 = self.client(b2, "lost-" + how)
+                c2.connect()
+                self.assertFalse(c2.session_present)
+                c2.close()
+                self.assertEqual(b2.stop(), [])
+
     def test_foreign_database(self):
         def make(path):
             db = sqlite3.connect(path)
