@@ -626,6 +626,24 @@ void conf_check_bridges(conf_ctx *ctx, const cJSON *node)
 		if ((b->keyfile == NULL) != (b->certfile == NULL)) {
 			conf_key_msg(ctx, true, c, dpre, "ssl: keyfile and certfile go together");
 		}
+		if (b->server != NULL && !b->tls
+		    && (b->cacertfile != NULL || b->certfile != NULL || b->keyfile != NULL)) {
+			// TLS follows the URL: files for it beside no TLS URL are a
+			// mistake the link would only show as a failed connection.
+			bool any = false;
+			for (int i = 0; i < b->n_hybrid_servers && !any; i++) {
+				bool tls = false;
+				(void)conf_bridge_url(b->hybrid_servers[i], &tls, host,
+				    sizeof(host), &port, why, sizeof(why));
+				any = tls;
+			}
+			if (!any) {
+				conf_key_msg(ctx, false, c, dpre,
+				    "ssl files are set but no server is tls+mqtt-tcp://: the link "
+				    "is "
+				    "not TLS");
+			}
+		}
 	}
 }
 

@@ -171,6 +171,22 @@ class TestBridgeAudit(OpsTestCase):
         self.assertIn("event=client_id_refused reason=reserved_prefix", inst.output())
         self.assert_stops(inst)
 
+    # TLS follows the server URL: ssl files beside only mqtt-tcp:// URLs
+    # (a NanoMQ habit is `ssl { enable = true ... }`) made a plain link to
+    # a TLS port, seen only as failed connections. Now the check warns;
+    # a tls+mqtt-tcp:// failover server is TLS, so no warning then.
+    def test_ssl_files_without_tls_url_warned(self):
+        inst = self.instance()
+        port = free_port()
+        ssl = 'ssl { enable = true, cacertfile = "%s" }' % inst.path("ca.pem")
+        warn = "ssl files are set but no server is tls+mqtt-tcp://"
+        for hybrid, warned in (("", True), ('hybrid_servers = ["tls+mqtt-tcp://127.0.0.1:8883"]', False)):
+            conf = inst.conf(port, extra='bridges.mqtt.t {\n server = "mqtt-tcp://127.0.0.1:1883"\n'
+                             ' %s\n %s\n}\n' % (ssl, hybrid))
+            r = inst.run(["start", "--conf", conf, "--test"])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(warn in r.stderr, warned, r.stderr)
+
     # TLS to Debian's mosquitto by IP address, as the certificates of
     # scripts/gen-certs.sh allow (subjectAltName IP:127.0.0.1): mbed TLS
     # 2.28 only matched DNS names, so the right CA was refused too. Now the
