@@ -3048,10 +3048,11 @@ static void serve_locked(bridge *b)
 	while (!l->closed) {
 		uint64_t now = now_ms();
 		uint64_t ka  = (uint64_t)b->ka_s * 1000;
-		if (b->stop || b->restart || b->switched_off) {
+		if (!closing && (b->stop || b->restart || b->switched_off)) {
+			// b->restart stays set: the next attempt goes at once, with no
+			// backoff (it is cleared when that attempt starts).
 			closing = true;
 			conn_close(l->c);
-			b->restart = false;
 			set_error_locked(b,
 			    b->stop               ? "stopping"
 			        : b->switched_off ? "switched off"

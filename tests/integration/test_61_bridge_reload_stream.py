@@ -8,7 +8,13 @@ forwards' filters (keepalive, topic prefix) and changes of the filter
 itself (`s/#` and `s/+`, both matching the stream). Every message reaches
 Debian's mosquitto, the remote, in order. Before the fix, a reload took
 the forwards out of the topic tree before putting the new ones in, and a
-message published in between was acked locally and never forwarded."""
+message published in between was acked locally and never forwarded.
+
+A reload that changes a bridge reconnects it at once, whatever the
+backoff: the link had been up a moment (no ack, nothing received), which
+the backoff takes for a remote refusing us, so before the fix the new
+link waited up to the current backoff delay (minutes after a long
+outage)."""
 
 import shutil
 import signal
@@ -88,6 +94,31 @@ class TestBridgeReloadStream(OpsTestCase):
         missing = sorted(set(want) - set(got))
         self.assertEqual(missing, [], "%d of %d lost, first %r last %r\n%s" % (len(missing), n, missing[:1], missing[-1:], inst.output()[-3000:]))
         self.assertEqual(first_order(got), want)
+
+    def test_reload_reconnects_at_once(self):
+        inst = self.instance()
+        m = Mosquitto(inst.tmp)
+        self.addCleanup(m.stop)
+        port = free_port()
+
+        def conf(ka):
+            return inst.conf(port, extra=bridge_conf(
+                "g", "mqtt-tcp://127.0.0.1:%d" % m.port, 4, ka,
+                '{ local_topic = "s/#", remote_topic = "" }', extra="backoff_max = 60s"))
+
+        path = conf(3)
+        self.start_broker(inst, ["start", "--conf", path], port=port)
+        for i, ka in enumerate((4, 3, 4)):
+            self.assertTrue(inst.wait_output(r"event=link_up", timeout=10, count=i + 1),
+                            inst.output()[-2000:])
+            conf(ka)
+            inst.kill(signal.SIGHUP)
+            hits = inst.wait_output(r'reason="configuration changed" retry_in_ms=\d+',
+                                    timeout=5, count=i + 1)
+            self.assertEqual(len(hits), i + 1, inst.output()[-2000:])
+        self.assertEqual(inst.output().count('reason="configuration changed" retry_in_ms=0'), 3,
+                         inst.output()[-3000:])
+        self.assertTrue(inst.wait_output(r"event=link_up", timeout=10, count=4))
 
 
 if __name__ == "__main__":
