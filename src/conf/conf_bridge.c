@@ -311,12 +311,24 @@ static void walk_list(
 		} else {
 			b->n_subs = i + 1;
 		}
-		if (!cJSON_IsObject(e)) {
-			conf_key_msg(ctx, true, e, dkey, "expected an object");
+		if (fwd && cJSON_IsString(e)) {
+			// Older NanoMQ files: `forwards = ["a/#", ...]`, a filter
+			// forwarded under the topics as published.
+			conf_bridge_fwd *f = item;
+			f->local_topic     = strdup(e->valuestring);
+			f->remote_topic    = strdup("");
+			if (f->local_topic == NULL || f->remote_topic == NULL) {
+				conf_key_msg(ctx, true, e, dkey, "out of memory");
+				continue;
+			}
+		} else if (!cJSON_IsObject(e)) {
+			conf_key_msg(ctx, true, e, dkey,
+			    fwd ? "expected an object (or a filter string)" : "expected an object");
 			continue;
+		} else {
+			walk_obj(ctx, e, spre, dkey, item,
+			    fwd ? CONF_BASE_BRIDGE_FWD : CONF_BASE_BRIDGE_SUB, NULL);
 		}
-		walk_obj(ctx, e, spre, dkey, item,
-		    fwd ? CONF_BASE_BRIDGE_FWD : CONF_BASE_BRIDGE_SUB, NULL);
 		if (fwd) {
 			conf_bridge_fwd *f = item;
 			if (f->local_topic == NULL) {

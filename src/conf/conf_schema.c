@@ -678,7 +678,10 @@ const conf_key conf_schema[] = {
 	{ .path = BR "forwards", .type = CONF_T_ARRAY, .reload = true,
 	    .help = "Local topics sent to the remote broker: `[{local_topic, remote_topic, ...}]`." },
 	{ .path = BR "forwards.local_topic", .type = CONF_T_STR, .store = CONF_ST_STR,
-	    FF(local_topic), .reload = true, .help = "Required: the local filter." },
+	    FF(local_topic), .reload = true,
+	    .help = "Required: the local filter. A forward may also be written as that filter "
+	            "alone (`forwards = [\"a/#\"]`, older NanoMQ files): the remote topic is then "
+	            "the local one." },
 	{ .path = BR "forwards.remote_topic", .type = CONF_T_STR, .store = CONF_ST_STR,
 	    FF(remote_topic), .reload = true,
 	    .help = "Required: the remote topic; `\"\"` keeps the local topic." },
@@ -695,7 +698,8 @@ const conf_key conf_schema[] = {
 	{ .path = BR "subscription", .type = CONF_T_ARRAY, .reload = true,
 	    .help = "Remote filters published locally: `[{remote_topic, qos, local_topic, ...}]`." },
 	{ .path = BR "subscription.remote_topic", .type = CONF_T_STR, .store = CONF_ST_STR,
-	    SF(remote_topic), .reload = true, .help = "Required: the remote filter." },
+	    SF(remote_topic), .reload = true, .alias = BR "subscription.topic",
+	    .help = "Required: the remote filter." },
 	{ .path = BR "subscription.qos", .type = CONF_T_INT, .store = CONF_ST_INT, SF(qos),
 	    .def = "1", .min = 0, .max = 2, .reload = true, .help = "QoS of the subscription." },
 	{ .path = BR "subscription.local_topic", .type = CONF_T_STR, .store = CONF_ST_STR,

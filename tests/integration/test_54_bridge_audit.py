@@ -22,6 +22,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 import unittest
 
 import nmq
@@ -170,6 +171,36 @@ class TestBridgeAudit(OpsTestCase):
             r.expect_closed()
         self.assertIn("event=client_id_refused reason=reserved_prefix", inst.output())
         self.assert_stops(inst)
+
+    # Older NanoMQ files write a forward as its filter alone and a
+    # subscription's filter as `topic`: they were refused ("expected an
+    # object") and ignored ("unknown key"), so the broker did not start.
+    def test_older_nanomq_list_forms(self):
+        inst = self.instance()
+        m = Mosquitto(inst.tmp)
+        self.addCleanup(m.stop)
+        port = free_port()
+        conf = inst.conf(port, extra=(
+            'bridges.mqtt.old {\n server = "mqtt-tcp://127.0.0.1:%d"\n proto_ver = 4\n'
+            ' forwards = ["up/#", "more/#"]\n'
+            ' subscription = [{ topic = "down/#", qos = 1 }]\n}\n' % m.port))
+        r = inst.run(["start", "--conf", conf, "--test"])
+        self.assertEqual((r.returncode, "warning" in r.stderr), (0, False), r.stderr)
+        self.start_broker(inst, ["start", "--conf", conf], port=port)
+        self.assertTrue(inst.wait_output(r"event=link_up", timeout=10), inst.output()[-2000:])
+        remote = self.client(m.port, "remote")
+        remote.connect()
+        remote.subscribe("#", 1)
+        local = self.client(port, "local")
+        local.connect()
+        local.subscribe("down/#", 1)
+        time.sleep(0.3)  # the bridge's SUBSCRIBE is in place
+        local.publish("up/1", b"u", qos=1)
+        got = remote.wait_message(timeout=5)
+        self.assertEqual((got.topic, got.payload), ("up/1", b"u"))
+        remote.publish("down/2", b"d", qos=1)
+        got = local.wait_message(timeout=5)
+        self.assertEqual((got.topic, got.payload), ("down/2", b"d"))
 
     # TLS follows the server URL: ssl files beside only mqtt-tcp:// URLs
     # (a NanoMQ habit is `ssl { enable = true ... }`) made a plain link to
