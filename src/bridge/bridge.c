@@ -128,6 +128,9 @@ typedef struct bentry {
 	// (decisions/0041): counted in flight, not yet on the wire.
 	bool     held;
 	uint32_t hold_batch; // the store_sync barrier it waits for
+	// 1 + the index (server, hybrid_servers...) of the server whose PUBREC
+	// made it RELEASED; 0 when not known (read back from the cache).
+	uint8_t rel_srv;
 } bentry;
 
 typedef struct bridge bridge;
@@ -234,6 +237,7 @@ struct bridge {
 	bool    marker_retry; // reconnect at once, without it
 	char    last_error[200];
 	char    server_now[256];
+	int     srv_idx; // of server_now: 0 server, i hybrid_servers[i - 1]
 
 	// the send queue
 	bentry  *head, *tail, *next_unsent;
@@ -2385,10 +2389,22 @@ static void handle_connack_locked(bridge *b, const mqtt_connack *ca)
 	if (!ca->session_present) {
 		// The remote lost the session: a message whose PUBREC came back
 		// was received; the rest go again. Inbound QoS 2 state is void.
+		// After a failover, a message whose PUBREC came from another
+		// server is not on this one, and the other may hold it until our
+		// PUBREL (Mosquitto delivers then): it is sent again, as new.
 		rel_clear_locked(b);
 		for (bentry *e = b->head, *nx; e != NULL; e = nx) {
 			nx = e->next;
-			if (e->state == Q_RELEASED) {
+			if (e->state == Q_RELEASED && e->rel_srv != 0
+			    && e->rel_srv != (uint8_t)(b->srv_idx < 254 ? b->srv_idx + 1 : 255)) {
+				b->by_pid[e->pid] = NULL;
+				e->pid            = 0;
+				e->state          = Q_QUEUED;
+				e->dup            = false;
+				e->wire           = false;
+				e->rel_srv        = 0;
+				record_state(b, e);
+			} else if (e->state == Q_RELEASED) {
 				b->forwarded++;
 				entry_remove(b, e, true);
 			}
@@ -2506,7 +2522,8 @@ static int link_frame(void *upper, const uint8_t *frame, size_t len)
 				pump_locked(b);
 				break;
 			}
-			e->state = Q_RELEASED;
+			e->state   = Q_RELEASED;
+			e->rel_srv = (uint8_t)(b->srv_idx < 254 ? b->srv_idx + 1 : 255);
 			record_state(b, e);
 			send_pubrel_locked(b, e); // once that state has committed
 			if (reopen) {
@@ -3215,6 +3232,7 @@ static void *bridge_main(void *arg)
 		b->restart      = false;
 		b->cheap_fail   = false;
 		set_state_locked(b, BS_CONNECTING);
+		b->srv_idx = idx;
 		if (dial_locked(b, url)) {
 			serve_locked(b);
 			if (b->logged_up) {
