@@ -570,6 +570,7 @@ static sqlite3 *open_db(nmq_store *s, char *err, size_t errlen, bool *unwritable
 		return NULL;
 	}
 	check_wal(s->path);
+	store_wal_check_frames(s->path);
 	check_lone_wal(s);
 	for (int attempt = 0; attempt < 2; attempt++) {
 		sqlite3 *db = NULL;

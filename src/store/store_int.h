@@ -524,6 +524,11 @@ int store_hold_row(nmq_store *s, const char *cid, uint32_t sid, uint64_t seq, in
     uint8_t qos, bool retain, const uint32_t *ids, uint16_t n_ids);
 int store_hold_unref(nmq_store *s, int64_t msg_id);
 
+// At open, before SQLite reads it: a write-ahead log damaged in the
+// middle (commits after the damaged frame that SQLite would drop without
+// a word) is logged at error with a copy kept (store_walcheck.c).
+void store_wal_check_frames(const char *path);
+
 // True when a SQLite error (extended code) says the disk has no room or
 // refused a write (a full disk, a file size limit, no room for the WAL's
 // shared-memory file), as opposed to a damaged file: such a file is good
