@@ -638,6 +638,21 @@ void conf_check_bridges(conf_ctx *ctx, const cJSON *node)
 		if ((b->keyfile == NULL) != (b->certfile == NULL)) {
 			conf_key_msg(ctx, true, c, dpre, "ssl: keyfile and certfile go together");
 		}
+		for (int j = 0; j + 1 < ctx->conf->n_bridges; j++) {
+			// Two links with one client id on one remote take the session
+			// from each other, for ever (each connect closes the other).
+			const conf_bridge *o = &ctx->conf->bridges[j];
+			if (b->enable && o->enable && b->clientid != NULL && o->clientid != NULL
+			    && b->server != NULL && o->server != NULL
+			    && strcmp(b->clientid, o->clientid) == 0
+			    && strcmp(b->server, o->server) == 0) {
+				conf_key_msg(ctx, false, c, dpre,
+				    "clientid \"%.100s\" and server are those of bridge %.100s: "
+				    "the "
+				    "remote closes one link for the other, over and over",
+				    b->clientid, o->name != NULL ? o->name : "?");
+			}
+		}
 		if (b->server != NULL && !b->tls
 		    && (b->cacertfile != NULL || b->certfile != NULL || b->keyfile != NULL)) {
 			// TLS follows the URL: files for it beside no TLS URL are a

@@ -202,6 +202,23 @@ class TestBridgeAudit(OpsTestCase):
         got = local.wait_message(timeout=5)
         self.assertEqual((got.topic, got.payload), ("down/2", b"d"))
 
+    # Two bridges with one clientid on one remote take the session from
+    # each other for ever (seen: 8 link_up in 8 s against mosquitto): the
+    # check warns. Another server, or the default clientids, do not.
+    def test_same_clientid_same_server_warned(self):
+        inst = self.instance()
+        port = free_port()
+        warn = 'clientid "gw" and server are those of bridge a'
+        for srv_b, cid, warned in (("127.0.0.1:1883", 'clientid = "gw"', True),
+                                   ("127.0.0.1:1884", 'clientid = "gw"', False),
+                                   ("127.0.0.1:1883", "", False)):
+            conf = inst.conf(port, extra=(
+                'bridges.mqtt.a { server = "mqtt-tcp://127.0.0.1:1883"\n %s }\n'
+                'bridges.mqtt.b { server = "mqtt-tcp://%s"\n %s }\n' % (cid, srv_b, cid)))
+            r = inst.run(["start", "--conf", conf, "--test"])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(warn in r.stderr, warned, r.stderr)
+
     # TLS follows the server URL: ssl files beside only mqtt-tcp:// URLs
     # (a NanoMQ habit is `ssl { enable = true ... }`) made a plain link to
     # a TLS port, seen only as failed connections. Now the check warns;
