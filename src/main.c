@@ -1144,16 +1144,6 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	int ready_fd = -1;
-#ifdef NMQ_HAVE_STORE
-	{
-		// A relative sqlite.mounted_file_path is the start directory's,
-		// also for a daemon (which runs in "/").
-		char cwd[4096];
-		if (getcwd(cwd, sizeof(cwd)) != NULL) {
-			store_conf_base_dir(cwd);
-		}
-	}
-#endif
 	if (conf.daemon) {
 		if (daemonize(&ready_fd, err, sizeof(err)) != NMQ_OK) {
 			fprintf(stderr, "nanomq: %s\n", err);

@@ -111,8 +111,10 @@ const conf_key conf_schema[] = {
 	    .env = "NANOMQ_DAEMON", .flat = "daemon", OPT('d', "daemon", daemon),
 	    .type = CONF_T_BOOL, .store = CONF_ST_BOOL, CF(daemon),
 	    .def = "false",
-	    .help = "After validation, fork to the background and detach (also -d). Without it "
-	        "the broker stays in the foreground, which is the systemd mode." },
+	    .help = "After validation, fork to the background and detach (also -d); the daemon "
+	        "keeps the working directory, so relative paths in the file mean what they mean "
+	        "in the foreground. Without it the broker stays in the foreground, which is the "
+	        "systemd mode." },
 	{ .path = "system.num_taskq_thread",
 	    .env = "NANOMQ_NUM_TASKQ_THREAD", .flat = "num_taskq_thread",
 	    OPT('t', "tq_thread", num_taskq_thread),

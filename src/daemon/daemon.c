@@ -156,8 +156,11 @@ nmq_err daemonize(int *ready_fd, char *err, size_t errlen)
 		_exit(0);
 	}
 
-	// The daemon.
-	if (chdir("/") != 0 || daemon_null_stdio() != 0) {
+	// The daemon. It keeps the working directory it was started in: every
+	// relative path of the configuration (log.dir, certificate and key
+	// files, sqlite.mounted_file_path), read at start or at a reload, is
+	// that directory's, as in a foreground run.
+	if (daemon_null_stdio() != 0) {
 		snprintf(msg, sizeof(msg), "nanomq: daemonize: %s", strerror(errno));
 		daemon_ready(p[1], 1, msg);
 		_exit(1);

@@ -3,34 +3,12 @@
 
 #include <pthread.h>
 #include <stdbool.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "src/log/log.h"
 
 // The smallest cap of a group commit, in operations.
 #define STORE_GROUP_MIN 65536u
-
-static char base_dir[4096];
-
-void store_conf_base_dir(const char *dir)
-{
-	snprintf(base_dir, sizeof(base_dir), "%s", dir != NULL ? dir : "");
-}
-
-// dir made absolute against base_dir (in buf) when it is relative and a
-// base is known; else dir itself.
-static const char *absolute_dir(const char *dir, char *buf, size_t len)
-{
-	if (dir[0] == '/' || base_dir[0] == '\0') {
-		return dir;
-	}
-	if (strcmp(dir, ".") == 0) {
-		return base_dir;
-	}
-	int n = snprintf(buf, len, "%s/%s", base_dir, dir);
-	return n > 0 && (size_t)n < len ? buf : dir;
-}
 
 bool store_conf_persist(const nmq_conf *conf)
 {
@@ -77,7 +55,6 @@ nmq_err store_conf_open(nmq_store **sp, const nmq_conf                    *conf,
 		return NMQ_OK;
 	}
 	store_opts o;
-	char       abs_dir[4200];
 	memset(&o, 0, sizeof(o));
 	if (conf->sqlite_enable) {
 		o.dir        = conf->sqlite_path != NULL && conf->sqlite_path[0] != '\0'
@@ -102,8 +79,6 @@ nmq_err store_conf_open(nmq_store **sp, const nmq_conf                    *conf,
 		o.flush_max  = conf->bridge_cache_flush;
 		o.max_queued = conf->bridge_cache_disk_size;
 	}
-	// A daemon runs in "/": the directory is the one it was started in.
-	o.dir = absolute_dir(o.dir, abs_dir, sizeof(abs_dir));
 	// A group commit takes everything waiting when the previous commit
 	// ends (decisions/0020): flush_mem_threshold only raises the cap.
 	if (o.flush_max < STORE_GROUP_MIN) {

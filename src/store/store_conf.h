@@ -20,11 +20,6 @@ bool store_conf_wanted(const nmq_conf *conf);
 // True when conf asks for the persistence of sessions and messages.
 bool store_conf_persist(const nmq_conf *conf);
 
-// The directory a relative mounted_file_path (and the default, the
-// working directory) is taken from: the working directory at startup,
-// recorded before daemonize() changes to "/" (main thread, once).
-void store_conf_base_dir(const char *dir);
-
 // Opens the store conf asks for, with evicted(evicted_arg, ...) called for
 // every queued message evicted by the size bound (may be NULL). With the
 // sqlite section its settings (directory, durability, group size, bound)

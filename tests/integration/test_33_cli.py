@@ -21,6 +21,8 @@
 import os
 import re
 import signal
+import socket
+import ssl
 import subprocess
 import time
 import unittest
@@ -386,8 +388,7 @@ class TestDaemon(CliCase):
         self.assertRegex(r.stderr, r"bad\.conf:\d+: mqtt\.max_mqueue_len")
         self.assertFalse(port_accepts(port))
 
-    # The daemon changes to "/", yet a relative --conf given at start is
-    # re-read by a later reload.
+    # A relative --conf given at start is re-read by a later reload.
     def test_daemon_relative_conf_reload(self):
         inst = self.instance()
         port = free_port()
@@ -402,6 +403,45 @@ class TestDaemon(CliCase):
                 return "event=reloaded" in f.read()
         self.assertTrue(wait_for(reloaded))
         self.assertEqual(len(count_queued(port, "rel-2", "rel/b", 10)), 5)
+        r = inst.run(["stop"])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertTrue(wait_for(lambda: not pid_alive(pid), 5.0))
+
+
+    # The daemon keeps the directory it was started in, so relative paths
+    # in the file mean what they mean in the foreground: the log under
+    # logs/, the TLS listener's certificate and key under pki/, at start
+    # and at a reload. (It used to change to "/": the start failed with
+    # "cannot open /logs/nanomq.log".)
+    def test_daemon_relative_paths(self):
+        inst = self.instance()
+        port, sport = free_port(), free_port()
+        os.mkdir(inst.path("logs"))
+        subprocess.run(["bash", os.path.join(nmq_ops.SRC, "scripts", "gen-certs.sh"),
+                        inst.path("pki")], check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        extra = ('log { to = [file], level = info, dir = "logs" }\n'
+                 'listeners.ssl { bind = "127.0.0.1:%d", certfile = "pki/server.crt",'
+                 ' keyfile = "pki/server.key" }\n' % sport)
+        inst.write("nanomq.conf", nmq_ops.base_conf(port, inst.ipc_url, extra=extra))
+        r = inst.run(["start", "--conf", "nanomq.conf", "-d"], cwd=inst.tmp)
+        pid = self.started_daemon(inst, r)
+        with open("/proc/%d/cwd/nanomq.conf" % pid) as f:
+            self.assertIn("listeners.ssl", f.read())
+
+        def tls_ok():
+            ctx = ssl.create_default_context(cafile=inst.path("pki", "ca.crt"))
+            with socket.create_connection(("127.0.0.1", sport), 5) as raw:
+                with ctx.wrap_socket(raw, server_hostname="localhost") as t:
+                    return t.version() is not None
+        self.assertTrue(tls_ok())
+        os.kill(pid, signal.SIGHUP)
+
+        def reloaded():
+            with open(inst.path("logs", "nanomq.log")) as f:
+                return "event=reloaded" in f.read()
+        self.assertTrue(wait_for(reloaded))
+        self.assertTrue(tls_ok())
         r = inst.run(["stop"])
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertTrue(wait_for(lambda: not pid_alive(pid), 5.0))

@@ -22,9 +22,10 @@ user sets them up.
   Now it is left unchanged and the broker refuses to start, saying the
   disk is full; once there is room it starts with everything.
 * A relative `mounted_file_path` with the broker started as a daemon
-  (`start -d`): the daemon runs in "/", and the store went there (a
+  (`start -d`): the daemon ran in "/", and the store went there (a
   directory under "/"), not under the directory it was started from
-  where a foreground run finds it. It is now the start directory's."""
+  where a foreground run finds it. It is now the start directory's (the
+  daemon keeps its working directory)."""
 
 import os
 import resource
