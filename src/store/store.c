@@ -4,6 +4,7 @@
 #include "src/store/store.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 
 #include <stdatomic.h>
@@ -574,6 +575,15 @@ static sqlite3 *open_db(nmq_store *s, char *err, size_t errlen, bool *unwritable
 	check_lone_wal(s);
 	for (int attempt = 0; attempt < 2; attempt++) {
 		sqlite3 *db = NULL;
+		// A new file (also after a bad one was moved aside) is the broker
+		// user's alone, where SQLite would make it 0644 less the umask: it
+		// holds other people's messages. Its WAL and shared-memory files
+		// take the database file's mode. An existing file keeps the mode
+		// its owner gave it.
+		int nfd = open(s->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		if (nfd >= 0) {
+			close(nfd);
+		}
 		// NOMUTEX: one thread at a time uses the connection (the main
 		// thread until the store thread starts taking operations, which
 		// come only after store_load; then the store thread alone).

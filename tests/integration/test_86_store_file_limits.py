@@ -146,6 +146,47 @@ class TestUnwritableFile(StoreCase):
 
 
 
+class TestFileMode(StoreCase):
+    """A new store is readable by the broker's user alone: the database,
+    its WAL and its shared-memory file are 0600 whatever the umask (they
+    were 0644, other users' messages readable by any local account when
+    the directory was not the broker's 0700 one). An existing file keeps
+    the mode its owner gave it."""
+
+    def modes(self):
+        out = {}
+        for f in ("nanomq.db", "nanomq.db-wal", "nanomq.db-shm"):
+            p = os.path.join(self.db_dir, f)
+            if os.path.exists(p):
+                out[f] = os.stat(p).st_mode & 0o777
+        return out
+
+    def test_new_files_are_the_owners_alone(self):
+        old = os.umask(0o022)
+        try:
+            b = self.start()
+        finally:
+            os.umask(old)
+        s = self.client(b, "mode")
+        s.connect()
+        s.subscribe("mode/#", qos=1)
+        p = self.client(b, "pub", clean=True, expiry=0)
+        p.connect()
+        p.publish("mode/1", b"private", qos=1)
+        self.assertIsNotNone(s.wait_message(timeout=5))
+        m = self.modes()
+        self.assertEqual(set(m), {"nanomq.db", "nanomq.db-wal", "nanomq.db-shm"})
+        self.assertEqual(m, {f: 0o600 for f in m})
+        self.assertEqual(b.stop(), [])
+        os.chmod(os.path.join(self.db_dir, "nanomq.db"), 0o640)
+        b2 = self.start()
+        k = self.client(b2, "mode")
+        k.connect()
+        self.assertTrue(k.session_present)
+        self.assertEqual(self.modes()["nanomq.db"], 0o640)
+        self.assertEqual(b2.stop(), [])
+
+
 class TestFullDiskAtStart(TmpfsCase):
     def setUp(self):
         super().setUp()
