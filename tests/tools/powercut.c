@@ -294,16 +294,21 @@ int ftruncate64(int fd, off64_t len)
 	return do_truncate(fd, (uint64_t)len, 1);
 }
 
+// The lock is held across the sync: a write another thread makes while
+// it runs is logged after its mark, so it is not taken as synced (a sync
+// covers what was written before it began, not what it overlaps). Any
+// descriptor of the file counts: marks go by path.
 static int do_sync(int fd, int data)
 {
+	if (!watched(fd)) {
+		return data ? real_fdatasync(fd) : real_fsync(fd);
+	}
+	pthread_mutex_lock(&mtx);
 	int r = data ? real_fdatasync(fd) : real_fsync(fd);
 	if (r == 0 && watched(fd)) {
-		pthread_mutex_lock(&mtx);
-		if (watched(fd)) {
-			save_sync(fd);
-		}
-		pthread_mutex_unlock(&mtx);
+		save_sync(fd);
 	}
+	pthread_mutex_unlock(&mtx);
 	return r;
 }
 

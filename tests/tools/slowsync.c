@@ -8,7 +8,10 @@
 // number of milliseconds it holds replaces $NMQ_SLOWSYNC_MS (a disk that
 // turns slow after the start). While the file $NMQ_FAILSYNC_FILE exists,
 // those calls fail with EIO instead (a disk that fails under the store's
-// commits).
+// commits). With $NMQ_SLOWSYNC_LOG set, each watched sync that succeeded
+// appends a line "START END PATH" to that file (CLOCK_MONOTONIC, ns, when
+// the call began and returned): a test orders the broker's acks against
+// the syncs that made their messages durable.
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -72,15 +75,51 @@ static int delay(int fd)
 	return 0;
 }
 
+static long long mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+// Appends "start end path" to $NMQ_SLOWSYNC_LOG (one write: lines of
+// several threads do not mix).
+static void log_sync(int fd, long long start)
+{
+	const char *lp = getenv("NMQ_SLOWSYNC_LOG");
+	if (lp == NULL || lp[0] == '\0' || !watched(fd)) {
+		return;
+	}
+	long long end = mono_ns();
+	char      link[64], path[PATH_MAX], line[PATH_MAX + 64];
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	ssize_t n = readlink(link, path, sizeof(path) - 1);
+	if (n <= 0) {
+		return;
+	}
+	path[n]   = '\0';
+	int   len = snprintf(line, sizeof(line), "%lld %lld %s\n", start, end, path);
+	FILE *f   = fopen(lp, "a");
+	if (f != NULL) {
+		fwrite(line, 1, (size_t)len, f);
+		fclose(f);
+	}
+}
+
 int fsync(int fd)
 {
 	if (real_fsync == NULL) {
 		real_fsync = (int (*)(int))dlsym(RTLD_NEXT, "fsync");
 	}
+	long long start = mono_ns();
 	if (delay(fd) != 0) {
 		return -1;
 	}
-	return real_fsync(fd);
+	int r = real_fsync(fd);
+	if (r == 0) {
+		log_sync(fd, start);
+	}
+	return r;
 }
 
 int fdatasync(int fd)
@@ -88,8 +127,13 @@ int fdatasync(int fd)
 	if (real_fdatasync == NULL) {
 		real_fdatasync = (int (*)(int))dlsym(RTLD_NEXT, "fdatasync");
 	}
+	long long start = mono_ns();
 	if (delay(fd) != 0) {
 		return -1;
 	}
-	return real_fdatasync(fd);
+	int r = real_fdatasync(fd);
+	if (r == 0) {
+		log_sync(fd, start);
+	}
+	return r;
 }
