@@ -128,9 +128,10 @@ typedef struct bentry {
 	// (decisions/0041): counted in flight, not yet on the wire.
 	bool     held;
 	uint32_t hold_batch; // the store_sync barrier it waits for
-	// 1 + the index (server, hybrid_servers...) of the server whose PUBREC
-	// made it RELEASED; 0 when not known (read back from the cache).
-	uint8_t rel_srv;
+	// The tag (srv_tag) of the server whose PUBREC made it RELEASED,
+	// kept in its cache row with that state; 0 when not known (a row of
+	// a file written before the tag was kept).
+	uint32_t rel_srv;
 } bentry;
 
 typedef struct bridge bridge;
@@ -139,6 +140,7 @@ typedef struct bridge bridge;
 typedef struct staged {
 	nmq_msg *msg; // held
 	uint64_t seq;
+	uint32_t srv; // rel_srv
 	uint16_t pid;
 	uint8_t  qos;
 	uint8_t  state;
@@ -229,15 +231,16 @@ struct bridge {
 	uint32_t remote_max_packet;
 	// A v5 remote's CONNACK Maximum QoS and Retain Available (2 and true
 	// otherwise): what is sent is kept within them (pump_locked).
-	uint8_t remote_max_qos;
-	bool    remote_retain;
-	bool    logged_up; // link up was logged (once per change)
-	bool    marker_sent; // this CONNECT carried the v3 bridge marker
-	bool    marker_refused; // the remote refused it: plain CONNECT from now on
-	bool    marker_retry; // reconnect at once, without it
-	char    last_error[200];
-	char    server_now[256];
-	int     srv_idx; // of server_now: 0 server, i hybrid_servers[i - 1]
+	uint8_t  remote_max_qos;
+	bool     remote_retain;
+	bool     logged_up; // link up was logged (once per change)
+	bool     marker_sent; // this CONNECT carried the v3 bridge marker
+	bool     marker_refused; // the remote refused it: plain CONNECT from now on
+	bool     marker_retry; // reconnect at once, without it
+	char     last_error[200];
+	char     server_now[256];
+	uint32_t srv_tag; // of server_now (srv_tag())
+	bool     no_session; // the CONNACK of this link: session present 0
 
 	// the send queue
 	bentry  *head, *tail, *next_unsent;
@@ -675,7 +678,9 @@ static void record_state(bridge *b, bentry *e)
 	if (e->seq == 0 || b->store == NULL || e->qos != 2) {
 		return;
 	}
-	(void)store_queue_state(b->store, b->store_id, e->seq, e->state, e->pid, NULL, NULL);
+	// (The server of a PUBREC rides on the RELEASED state's write.)
+	(void)store_queue_state_srv(b->store, b->store_id, e->seq, e->state, e->pid,
+	    e->state == Q_RELEASED ? e->rel_srv : 0, NULL, NULL);
 }
 #else
 static void record_state(bridge *b, bentry *e)
@@ -773,6 +778,55 @@ static void enqueue_locked(bridge *b, nmq_msg *msg, uint8_t qos, bool retain)
 
 // ------------------------------------------------------------ the cache
 
+// A server's tag: a hash of its URL as configured (never 0), so that it
+// names the same server after a restart and after a reload that adds,
+// removes or reorders servers.
+static uint32_t srv_tag(const char *url)
+{
+	uint32_t h = 2166136261u; // FNV-1a
+	for (const unsigned char *p = (const unsigned char *)url; *p != '\0'; p++) {
+		h = (h ^ *p) * 16777619u;
+	}
+	return h != 0 ? h : 1;
+}
+
+// True when the QoS 2 forward e, RELEASED (its PUBREC came), must be sent
+// again as a new message on a link whose server has no session for us;
+// false when it is taken as received. It was received when its PUBREC
+// came from this server (a remote that lost the session after delivering
+// on the PUBLISH). When it came from another one (a failover), this one
+// never had it and the other may hold it until our PUBREL (Mosquitto
+// delivers then): sent again. Not known (a row of an older file): taken
+// as this server's when the bridge has only one, else sent again (at
+// least once rather than lost). docs/bridge.md, "Guarantees".
+static bool rel_resend(const bridge *b, const bentry *e)
+{
+	if (e->rel_srv == 0) {
+		return b->cfg->n_hybrid_servers > 0;
+	}
+	return e->rel_srv != b->srv_tag;
+}
+
+// e (RELEASED) on a link whose server has no session for us: queued again
+// as a new message, or counted received and removed (rel_resend).
+static void rel_lost_session_locked(bridge *b, bentry *e)
+{
+	if (rel_resend(b, e)) {
+		if (e->pid != 0 && b->by_pid[e->pid] == e) {
+			b->by_pid[e->pid] = NULL;
+		}
+		e->pid     = 0;
+		e->state   = Q_QUEUED;
+		e->dup     = false;
+		e->wire    = false;
+		e->rel_srv = 0;
+		record_state(b, e);
+	} else {
+		b->forwarded++;
+		entry_remove(b, e, true);
+	}
+}
+
 #ifdef NMQ_HAVE_STORE
 // Queues a row read back from the cache (mtx held).
 static void take_row_locked(bridge *b, const staged *q)
@@ -793,9 +847,15 @@ static void take_row_locked(bridge *b, const staged *q)
 				e->pid            = q->pid;
 				e->dup            = true;
 				e->wire           = true;
+				e->rel_srv        = q->state == Q_RELEASED ? q->srv : 0;
 				b->by_pid[q->pid] = e;
 			}
 			list_append(b, e);
+			if (e->state == Q_RELEASED && b->state == BS_UP && b->no_session) {
+				// Read after the CONNACK that said so (a row beyond
+				// what memory held then): as the CONNACK would have.
+				rel_lost_session_locked(b, e);
+			}
 		}
 		b->mem_last_seq = q->seq;
 		if (b->disk_only != DISK_UNKNOWN && b->disk_only > 0) {
@@ -815,7 +875,7 @@ static void take_row_locked(bridge *b, const staged *q)
 static void read_row(void *arg, const store_qmsg *q)
 {
 	bridge *b = arg;
-	staged  r = { q->msg, q->seq, q->packet_id, q->qos, q->state, q->retain };
+	staged  r = { q->msg, q->seq, q->server, q->packet_id, q->qos, q->state, q->retain };
 	if (b->stage != NULL) {
 		if (b->n_stage < b->read_asked) {
 			nmq_msg_hold(q->msg);
@@ -2392,24 +2452,16 @@ static void handle_connack_locked(bridge *b, const mqtt_connack *ca)
 		// After a failover, a message whose PUBREC came from another
 		// server is not on this one, and the other may hold it until our
 		// PUBREL (Mosquitto delivers then): it is sent again, as new.
+		// (rel_resend says which.)
 		rel_clear_locked(b);
 		for (bentry *e = b->head, *nx; e != NULL; e = nx) {
 			nx = e->next;
-			if (e->state == Q_RELEASED && e->rel_srv != 0
-			    && e->rel_srv != (uint8_t)(b->srv_idx < 254 ? b->srv_idx + 1 : 255)) {
-				b->by_pid[e->pid] = NULL;
-				e->pid            = 0;
-				e->state          = Q_QUEUED;
-				e->dup            = false;
-				e->wire           = false;
-				e->rel_srv        = 0;
-				record_state(b, e);
-			} else if (e->state == Q_RELEASED) {
-				b->forwarded++;
-				entry_remove(b, e, true);
+			if (e->state == Q_RELEASED) {
+				rel_lost_session_locked(b, e);
 			}
 		}
 	}
+	b->no_session = !ca->session_present;
 	if (!b->logged_up) {
 		log_info("bridge",
 		    "bridge=%s server=%s event=link_up session_present=%d backlog=%zu", b->name,
@@ -2523,7 +2575,7 @@ static int link_frame(void *upper, const uint8_t *frame, size_t len)
 				break;
 			}
 			e->state   = Q_RELEASED;
-			e->rel_srv = (uint8_t)(b->srv_idx < 254 ? b->srv_idx + 1 : 255);
+			e->rel_srv = b->srv_tag;
 			record_state(b, e);
 			send_pubrel_locked(b, e); // once that state has committed
 			if (reopen) {
@@ -3232,7 +3284,8 @@ static void *bridge_main(void *arg)
 		b->restart      = false;
 		b->cheap_fail   = false;
 		set_state_locked(b, BS_CONNECTING);
-		b->srv_idx = idx;
+		b->srv_tag    = srv_tag(url);
+		b->no_session = false;
 		if (dial_locked(b, url)) {
 			serve_locked(b);
 			if (b->logged_up) {

@@ -1415,6 +1415,19 @@ nmq_err store_queue_state(nmq_store *s, const char *client_id, uint64_t seq, uin
 	return store_queue_state_sid(s, client_id, 0, seq, state, packet_id, done, arg);
 }
 
+nmq_err store_queue_state_srv(nmq_store *s, const char *client_id, uint64_t seq, uint8_t state,
+    uint16_t packet_id, uint32_t server, store_done_fn done, void *arg)
+{
+	store_op *op = op_new(s, OP_QUEUE_STATE, client_id, NULL, NULL, 0);
+	if (op != NULL) {
+		op->u64   = seq;
+		op->state = state;
+		op->pid   = packet_id;
+		op->srv   = server;
+	}
+	return op_submit(s, op, done, arg);
+}
+
 nmq_err store_queue_del_sid(
     nmq_store *s, const char *client_id, uint32_t sid, uint64_t seq, store_done_fn done, void *arg)
 {
@@ -1901,7 +1914,7 @@ static int op_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 		}
 		if (store_is_bcache(op->s1)) {
 			return store_bcache_put(s, op->s1, op->u64, op->msg, op->qos, op->retain,
-			    op->state, op->pid, wall, mono);
+			    op->state, op->pid, op->srv, wall, mono);
 		}
 		int64_t id = msg_ref(s, op->msg, wall, mono);
 		if (id == 0) {
@@ -1923,7 +1936,7 @@ static int op_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 			}
 			if (store_is_bcache(op->arena + q->cid_off)) {
 				if (store_bcache_put(s, op->arena + q->cid_off, q->seq, op->msg,
-				        q->qos, q->retain, q->state, q->pid, wall, mono)
+				        q->qos, q->retain, q->state, q->pid, q->srv, wall, mono)
 				    < 0) {
 					return -1;
 				}
@@ -1951,7 +1964,7 @@ static int op_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 		return 0;
 	case OP_QUEUE_STATE:
 		if (store_is_bcache(op->s1)) {
-			return store_bcache_state(s, op->s1, op->u64, op->state, op->pid);
+			return store_bcache_state(s, op->s1, op->u64, op->state, op->pid, op->srv);
 		}
 		st = store_stmt(s, STMT_QUEUE_STATE);
 		sqlite3_bind_text(st, 1, op->s1, -1, SQLITE_STATIC);

@@ -127,6 +127,7 @@ typedef struct store_qmsg {
 	bool            retain;
 	uint8_t         state; // enum store_qstate
 	uint16_t        packet_id; // 0 while queued
+	uint32_t        server; // a bridge's row: store_queue_state_srv's (0: none)
 	uint32_t        n_sub_ids;
 	const uint32_t *sub_ids;
 } store_qmsg;
@@ -194,6 +195,12 @@ nmq_err store_session_del_sid(
 // Records the state and packet id of a queued message.
 nmq_err store_queue_state(nmq_store *s, const char *client_id, uint64_t seq, uint8_t state,
     uint16_t packet_id, store_done_fn done, void *arg);
+// As store_queue_state, for a bridge's cached forward (client id under
+// "$bridge/"): also records server, the bridge's tag of the server that
+// made that state (0: none; the low 32 bits are kept), read back in
+// store_qmsg.server. Other client ids ignore it.
+nmq_err store_queue_state_srv(nmq_store *s, const char *client_id, uint64_t seq, uint8_t state,
+    uint16_t packet_id, uint32_t server, store_done_fn done, void *arg);
 // Removes a queued message (acknowledged, expired or dropped).
 nmq_err store_queue_del(
     nmq_store *s, const char *client_id, uint64_t seq, store_done_fn done, void *arg);

@@ -18,6 +18,14 @@
 #include "src/store/store_bcache.h"
 #include "src/store/store_int.h"
 
+// packet_id holds the packet id in its low 16 bits and, above them (bits
+// 16-47), the bridge's tag of the server whose PUBREC made a QoS 2 row
+// RELEASED (store_queue_state_srv; 0: not known). Rows of files written
+// before it was kept have 0 there. It rides on the state write of the
+// PUBREC (no column, no migration, no second write), and a broker that
+// does not know it reads the packet id right: it keeps the low 16 bits.
+#define BC_PID(pid, srv) ((sqlite3_int64)(pid) | ((sqlite3_int64)(srv) << 16))
+
 const char store_bcache_schema_sql[]
     = "CREATE TABLE bcache_ids(bid INTEGER PRIMARY KEY, cid TEXT NOT NULL UNIQUE);"
       "CREATE TABLE bcache(bid INTEGER NOT NULL, seq INTEGER NOT NULL, qos INTEGER NOT NULL,"
@@ -237,7 +245,7 @@ static int64_t bid_of(nmq_store *s, const char *cid, bool create)
 }
 
 int store_bcache_put(nmq_store *s, const char *cid, uint64_t seq, const nmq_msg *m, uint8_t qos,
-    bool retain, uint8_t state, uint16_t pid, uint64_t wall, uint64_t mono)
+    bool retain, uint8_t state, uint16_t pid, uint32_t srv, uint64_t wall, uint64_t mono)
 {
 	int64_t bid = bid_of(s, cid, true);
 	if (bid <= 0) {
@@ -253,7 +261,7 @@ int store_bcache_put(nmq_store *s, const char *cid, uint64_t seq, const nmq_msg 
 	sqlite3_bind_int(st, 3, qos);
 	sqlite3_bind_int(st, 4, retain);
 	sqlite3_bind_int(st, 5, state);
-	sqlite3_bind_int(st, 6, pid);
+	sqlite3_bind_int64(st, 6, BC_PID(pid, srv));
 	sqlite3_bind_text(st, 7, m->topic, m->topic_len, SQLITE_STATIC);
 	sqlite3_bind_int(st, 8, m->qos);
 	sqlite3_bind_int(st, 9, m->retain);
@@ -274,7 +282,8 @@ int store_bcache_put(nmq_store *s, const char *cid, uint64_t seq, const nmq_msg 
 	return (rc & 0xff) == SQLITE_CONSTRAINT ? 1 : -1;
 }
 
-int store_bcache_state(nmq_store *s, const char *cid, uint64_t seq, uint8_t state, uint16_t pid)
+int store_bcache_state(
+    nmq_store *s, const char *cid, uint64_t seq, uint8_t state, uint16_t pid, uint32_t srv)
 {
 	int64_t bid = bid_of(s, cid, false);
 	if (bid <= 0) {
@@ -284,7 +293,7 @@ int store_bcache_state(nmq_store *s, const char *cid, uint64_t seq, uint8_t stat
 	sqlite3_bind_int64(st, 1, bid);
 	sqlite3_bind_int64(st, 2, (sqlite3_int64)seq);
 	sqlite3_bind_int(st, 3, state);
-	sqlite3_bind_int(st, 4, pid);
+	sqlite3_bind_int64(st, 4, BC_PID(pid, srv));
 	return store_step_done(st) == SQLITE_DONE ? 0 : -1;
 }
 
@@ -467,14 +476,16 @@ int store_bcache_read(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 			rc = SQLITE_NOMEM;
 			break;
 		}
-		store_qmsg q = {
-			.client_id = op->s1,
-			.seq       = seq,
-			.msg       = m,
-			.qos       = (uint8_t)sqlite3_column_int(st, 1),
-			.retain    = sqlite3_column_int(st, 2) != 0,
-			.state     = (uint8_t)sqlite3_column_int(st, 3),
-			.packet_id = (uint16_t)sqlite3_column_int(st, 4),
+		uint64_t   pk = (uint64_t)sqlite3_column_int64(st, 4);
+		store_qmsg q  = {
+			 .client_id = op->s1,
+			 .seq       = seq,
+			 .msg       = m,
+			 .qos       = (uint8_t)sqlite3_column_int(st, 1),
+			 .retain    = sqlite3_column_int(st, 2) != 0,
+			 .state     = (uint8_t)sqlite3_column_int(st, 3),
+			 .packet_id = (uint16_t)(pk & 0xffff),
+			 .server    = (uint32_t)(pk >> 16),
 		};
 		if (op->read_fn != NULL) {
 			op->read_fn(op->arg, &q);

@@ -207,10 +207,12 @@ static void pair_one(nmq_store *s, store_op *op, uint32_t idx, uint8_t kind, con
 		if (k->op->kind == OP_QUEUE_PUTM) {
 			k->op->ents[k->idx].state = op->state;
 			k->op->ents[k->idx].pid   = op->pid;
+			k->op->ents[k->idx].srv   = op->srv;
 			op->skip                  = true;
 		} else if (k->op->kind == OP_QUEUE_PUT) {
 			k->op->state = op->state;
 			k->op->pid   = op->pid;
+			k->op->srv   = op->srv;
 			op->skip     = true;
 		} else {
 			k->op->skip = true; // an earlier state, overwritten

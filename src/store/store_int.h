@@ -57,6 +57,7 @@ enum store_op_kind {
 typedef struct store_qent {
 	uint64_t seq;
 	uint32_t sid;
+	uint32_t srv; // a bridge's cache row: store_queue_state_srv's server
 	uint32_t cid_off; // client id in the op's arena
 	uint32_t ids_off; // sub ids in the arena (4-byte aligned)
 	uint16_t n_ids;
@@ -104,6 +105,7 @@ typedef struct store_op {
 	// The session's number (store_sid_new; 0: none, keyed by s1 alone):
 	// the group pairs a session's operations by (sid, seq).
 	uint32_t sid;
+	uint32_t srv; // OP_QUEUE_STATE (PUT folded): store_queue_state_srv's server
 	nmq_err  result;
 	uint16_t pid;
 	uint8_t  kind;
@@ -433,11 +435,12 @@ int               store_bcache_prepare(nmq_store *s);
 void              store_bcache_finalize(nmq_store *s);
 void              store_bcache_forget(nmq_store *s); // after a rollback
 int store_bcache_put(nmq_store *s, const char *cid, uint64_t seq, const nmq_msg *m, uint8_t qos,
-    bool retain, uint8_t state, uint16_t pid, uint64_t wall, uint64_t mono);
-int store_bcache_state(nmq_store *s, const char *cid, uint64_t seq, uint8_t state, uint16_t pid);
-int store_bcache_del_range(nmq_store *s, const char *cid, uint64_t lo, uint64_t hi);
-int store_bcache_purge(nmq_store *s, const char *cid);
-int store_bcache_read(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono);
+    bool retain, uint8_t state, uint16_t pid, uint32_t srv, uint64_t wall, uint64_t mono);
+int store_bcache_state(
+    nmq_store *s, const char *cid, uint64_t seq, uint8_t state, uint16_t pid, uint32_t srv);
+int     store_bcache_del_range(nmq_store *s, const char *cid, uint64_t lo, uint64_t hi);
+int     store_bcache_purge(nmq_store *s, const char *cid);
+int     store_bcache_read(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono);
 int64_t store_bcache_evict(nmq_store *s, uint64_t n);
 // Expiry while the broker runs: a sweep of at most STORE_BCACHE_EXPIRE_MAX
 // rows whose message expired, at most every STORE_BCACHE_EXPIRE_TICK_MS.

@@ -151,6 +151,7 @@ typedef struct reader {
 	char     payload[64][16];
 	uint8_t  state[64];
 	uint16_t pid[64];
+	uint32_t srv[64];
 	int      done;
 } reader;
 
@@ -163,6 +164,7 @@ static void on_read(void *arg, const store_qmsg *q)
 		r->seqs[r->n]  = q->seq;
 		r->state[r->n] = q->state;
 		r->pid[r->n]   = q->packet_id;
+		r->srv[r->n]   = q->server;
 		snprintf(r->payload[r->n], 16, "%.*s", (int)q->msg->payload_len,
 		    (const char *)q->msg->payload);
 	}
@@ -738,6 +740,53 @@ static void test_migration_v1(void **state)
 	assert_int_equal(query_int("SELECT COUNT(*) FROM bcache"), 3);
 }
 
+// The server of a RELEASED state (store_queue_state_srv) is kept with it
+// in the row's packet_id, above the packet id: read back as it was
+// written, also when folded into its put in one group; a broker that
+// does not know it (32-bit read, 16 bits kept) reads the packet id right;
+// a row written without it (by an older broker) reads server 0.
+static void test_state_server(void **state)
+{
+	(void)state;
+	nmq_store *s = open_store(0);
+	nmq_msg   *m = mk_msg("t", "x");
+	for (uint64_t i = 1; i <= 3; i++) {
+		store_queue_put(s, "$bridge/a", i, m, 2, false, NULL, 0, NULL, NULL);
+	}
+	sync_store(s);
+	store_queue_state_srv(s, "$bridge/a", 1, STORE_Q_RELEASED, 65532, 0xfedcba98u, NULL, NULL);
+	store_queue_state(s, "$bridge/a", 2, STORE_Q_SENT, 9, NULL, NULL);
+	sem_init(&gate, 0, 0);
+	block_store_thread(s);
+	store_queue_put(s, "$bridge/a", 4, m, 2, false, NULL, 0, NULL, NULL);
+	store_queue_state_srv(s, "$bridge/a", 4, STORE_Q_RELEASED, 12, 7, NULL, NULL);
+	sem_post(&gate);
+	sync_store(s);
+	store_close(s);
+	// As an older broker wrote a RELEASED row.
+	exec_sql("UPDATE bcache SET state = 2, packet_id = 5 WHERE seq = 3");
+	long long raw = query_int("SELECT packet_id FROM bcache WHERE seq = 1");
+	assert_int_equal((uint16_t)(uint32_t)raw, 65532);
+
+	s = open_store(0);
+	read_all(s, "$bridge/a", 0, 0);
+	assert_int_equal(R.n, 4);
+	assert_int_equal(R.state[0], STORE_Q_RELEASED);
+	assert_int_equal(R.pid[0], 65532);
+	assert_int_equal(R.srv[0], 0xfedcba98u);
+	assert_int_equal(R.state[1], STORE_Q_SENT);
+	assert_int_equal(R.pid[1], 9);
+	assert_int_equal(R.srv[1], 0);
+	assert_int_equal(R.state[2], STORE_Q_RELEASED);
+	assert_int_equal(R.pid[2], 5);
+	assert_int_equal(R.srv[2], 0);
+	assert_int_equal(R.state[3], STORE_Q_RELEASED);
+	assert_int_equal(R.pid[3], 12);
+	assert_int_equal(R.srv[3], 7);
+	store_close(s);
+	nmq_msg_release(m);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -750,6 +799,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_expired_at_open_and_list, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_crash_before_commit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_migration_v1, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_state_server, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
