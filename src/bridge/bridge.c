@@ -3259,7 +3259,9 @@ static void *bridge_main(void *arg)
 	unsigned attempt = 0;
 	int      idx     = 0;
 	uint32_t seed    = (uint32_t)wall_us() ^ (uint32_t)(uintptr_t)b;
-	bool     was_up  = false;
+	// The first attempt that fails after a change (the start, the link
+	// going down, switched on again) is logged at warn, the retries not.
+	bool log_fail = true;
 	pthread_mutex_lock(&b->mtx);
 	while (!b->stop) {
 		if (b->switched_off) {
@@ -3270,7 +3272,8 @@ static void *bridge_main(void *arg)
 			while (b->switched_off && !b->stop) {
 				wait_until_locked(b, now_ms() + 1000);
 			}
-			attempt = 0;
+			attempt  = 0;
+			log_fail = true;
 			continue;
 		}
 		if (b->rel_loading) {
@@ -3286,12 +3289,14 @@ static void *bridge_main(void *arg)
 		set_state_locked(b, BS_CONNECTING);
 		b->srv_tag    = srv_tag(url);
 		b->no_session = false;
+		// The link that was up and went down is logged once, with the
+		// delay before the next attempt (below), or without one when
+		// nothing follows.
+		bool down = false;
 		if (dial_locked(b, url)) {
 			serve_locked(b);
 			if (b->logged_up) {
-				log_info("bridge",
-				    "bridge=%s server=%s event=link_down reason=\"%s\"", b->name,
-				    b->server_now, b->last_error);
+				down         = true;
 				b->logged_up = false;
 				b->reconnects++;
 			}
@@ -3303,6 +3308,10 @@ static void *bridge_main(void *arg)
 		// refusing us, however soon it came (a flapping uplink).
 		bool fast = had_up
 		    && (up_ms >= FAST_RETRY_AFTER_UP_MS || b->link_acked || b->link_rx_pub);
+		if (down && (b->stop || b->switched_off)) {
+			log_info("bridge", "bridge=%s server=%s event=link_down reason=\"%s\"",
+			    b->name, b->server_now, b->last_error);
+		}
 		if (b->stop) {
 			break;
 		}
@@ -3310,9 +3319,6 @@ static void *bridge_main(void *arg)
 			continue;
 		}
 		set_state_locked(b, BS_DOWN);
-		if (had_up) {
-			was_up = true;
-		}
 		if (fast) {
 			attempt = 0;
 		}
@@ -3348,13 +3354,18 @@ static void *bridge_main(void *arg)
 			delay           = 0;
 			b->marker_retry = false;
 		}
-		if (was_up || attempt == 0) {
-			// First failure after a change: logged once.
+		if (down) {
+			log_info("bridge",
+			    "bridge=%s server=%s event=link_down reason=\"%s\" "
+			    "retry_in_ms=%" PRIu64,
+			    b->name, b->server_now, b->last_error, delay);
+			log_fail = true; // the next attempt that fails is logged
+		} else if (log_fail) {
 			log_warn("bridge",
 			    "bridge=%s server=%s event=connect_failed reason=\"%s\" "
 			    "retry_in_ms=%" PRIu64,
 			    b->name, url, b->last_error, delay);
-			was_up = false;
+			log_fail = false;
 		}
 		if (n > 1 && !had_up) {
 			idx = (idx + 1) % n;

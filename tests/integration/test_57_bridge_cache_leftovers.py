@@ -379,13 +379,16 @@ class TestBridgeCacheLeftovers(OpsTestCase):
             "f", "mqtt-tcp://127.0.0.1:%d" % fr.port, 5, 2,
             '{ local_topic = "q1/#", remote_topic = "" }', extra="backoff_max = 8s"))
         self.start_broker(inst, ["start", "--conf", conf], port=port)
-        rx = r"bridge=f server=\S+ event=connect_failed reason=.* retry_in_ms=(\d+)"
+        # The delay is on the link_down line of each drop, the one line
+        # logged for it: no attempt failed, so no connect_failed.
+        rx = r"bridge=f server=\S+ event=link_down reason=.* retry_in_ms=(\d+)"
         m = inst.wait_output(rx, timeout=12, count=3)
         self.assertEqual(len(m), 3, inst.output()[-2000:])
         self.assertGreaterEqual(len(fr.connects), 3)
         d = [int(x) for x in m]
         self.assertTrue(500 <= d[0] <= 1000 and 1000 <= d[1] <= 2000 and 2000 <= d[2] <= 4000,
                         d)
+        self.assertNotIn("event=connect_failed", inst.output())
         self.assert_stops(inst)
 
     def test_fast_first_retry_after_long_link(self):
@@ -395,7 +398,7 @@ class TestBridgeCacheLeftovers(OpsTestCase):
         conf = inst.conf(port, extra=self.fwd("f", px, ver=4))
         self.start_broker(inst, ["start", "--conf", conf], port=port)
         self.assertTrue(inst.wait_output(r"event=link_up", timeout=10))
-        rx = r"bridge=f server=\S+ event=connect_failed reason=.* retry_in_ms=(\d+)"
+        rx = r"bridge=f server=\S+ event=link_down reason=.* retry_in_ms=(\d+)"
         # Dropped right after it came up: backs off from 1 s (50-100 %).
         px.cut()
         m = inst.wait_output(rx, timeout=5)
@@ -417,6 +420,31 @@ class TestBridgeCacheLeftovers(OpsTestCase):
         wait_for(lambda: any(x.payload == b"after" for x in col.received), 10)
         self.assertTrue(any(x.topic == "f/q1/s" and x.payload == b"after"
                             for x in col.received))
+        self.assert_stops(inst)
+
+    # One line per change of the link: its drop is logged once, at info
+    # with the delay before the next attempt (link_down), and the first
+    # attempt that then fails at warn with that attempt's own reason
+    # (connect_failed: refused, the remote being gone), the retries not.
+    # Before, the drop also logged connect_failed with the drop's reason.
+    def test_one_line_per_link_change(self):
+        inst = self.instance()
+        px, col = self.remote(inst)
+        port = free_port()
+        conf = inst.conf(port, extra=self.fwd("f", px, ver=4))
+        self.start_broker(inst, ["start", "--conf", conf], port=port)
+        self.assertTrue(inst.wait_output(r"event=link_up", timeout=10))
+        px.close()  # gone: its port refuses connections from now on
+        down = inst.wait_output(r"bridge=f server=\S+ event=link_down reason=\"[^\"]*\" "
+                                r"retry_in_ms=\d+", timeout=5)
+        self.assertEqual(len(down), 1, inst.output()[-2000:])
+        rx = r"bridge=f server=\S+ event=connect_failed reason=\"([^\"]*)\" retry_in_ms=\d+"
+        failed = inst.wait_output(rx, timeout=5)
+        self.assertEqual(len(failed), 1, inst.output()[-2000:])
+        self.assertIn("refused", failed[0], inst.output()[-2000:])
+        time.sleep(2.0)  # more attempts (0.5-1 s apart), none logged
+        self.assertEqual(len(re.findall(rx, inst.output())), 1, inst.output()[-2000:])
+        self.assertEqual(inst.output().count("event=link_down"), 1)
         self.assert_stops(inst)
 
 
