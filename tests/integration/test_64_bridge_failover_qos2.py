@@ -15,7 +15,12 @@ The same with the offline cache and a kill -9 of our broker after the
 PUBRECs: the server of each PUBREC is kept in the cache row with the
 RELEASED state, so that the restarted broker, which finds the first
 server down, sends them again to the second. Before, a row read back
-had no server ("unknown") and was counted as received there."""
+had no server ("unknown") and was counted as received there.
+
+And with a reload that swaps the servers while the messages wait for
+their PUBREL: the server of a PUBREC is known by its URL, not by its
+place in the list, so the second server, now first, is not taken for
+the one that sent the PUBRECs."""
 
 import shutil
 import signal
@@ -127,6 +132,51 @@ class TestBridgeFailoverQos2(OpsTestCase):
         self.assertEqual([x.payload for x in got], [b"%d" % i for i in range(n)],
                          inst.output()[-2000:])
         c2.expect_no_message(1.0)
+        self.assertIsNone(c1.wait_message(timeout=0.2))
+
+    def test_released_forwards_sent_again_after_reload_swapping_servers(self):
+        inst = self.instance()
+        m1 = Mosquitto(inst.tmp)
+        self.addCleanup(m1.stop)
+        m2 = Mosquitto(inst.tmp)
+        self.addCleanup(m2.stop)
+        px1 = FaultProxy(m1.port, mqtt_up=True)
+        self.addCleanup(px1.close)
+        px1.drop_up = {PUBREL}
+        c1 = self.client(m1.port, "c1", version=5)
+        c1.connect()
+        c1.subscribe("s/#", 2)
+        c2 = self.client(m2.port, "c2", version=5)
+        c2.connect()
+        c2.subscribe("s/#", 2)
+        port = free_port()
+        u1 = "mqtt-tcp://127.0.0.1:%d" % px1.port
+        u2 = "mqtt-tcp://127.0.0.1:%d" % m2.port
+
+        def conf(first, second):
+            return inst.conf(port, extra=bridge_conf(
+                "hy", first, 4, 3, '{ local_topic = "s/#", remote_topic = "", qos = 2 }',
+                extra='clean_start = false\nhybrid_servers = ["%s"]' % second))
+        path = conf(u1, u2)
+        self.start_broker(inst, ["start", "--conf", path], port=port)
+        self.assertTrue(inst.wait_output(r"event=link_up", timeout=10), inst.output()[-2000:])
+        p = self.client(port, "p")
+        p.connect()
+        n = 5
+        for i in range(n):
+            p.publish("s/y", b"%d" % i, qos=2)
+        deadline = time.monotonic() + 5
+        while px1.dropped_up < n and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertEqual(px1.dropped_up, n)
+        conf(u2, u1)  # the second server first now
+        inst.kill(signal.SIGHUP)
+        self.assertTrue(inst.wait_output(r"127.0.0.1:%d event=link_up" % m2.port, timeout=15),
+                        inst.output()[-2000:])
+        got = c2.wait_messages(n, timeout=10)
+        self.assertEqual([x.payload for x in got], [b"%d" % i for i in range(n)],
+                         inst.output()[-2000:])
+        c2.expect_no_message(0.5)
         self.assertIsNone(c1.wait_message(timeout=0.2))
 
 
