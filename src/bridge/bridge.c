@@ -1108,6 +1108,7 @@ static void drop_too_large_locked(bridge *b, bentry *e)
 // What follows a held entry in the queue waits behind it (the order),
 // except more QoS 2 forwards, held with it.
 //
+#ifdef NMQ_HAVE_STORE
 // Releases the entries held for barrier batch or an earlier one (mtx
 // held): each one still counted on the current link is sent; one whose
 // link has gone since (dup) is resent by the next link's pump.
@@ -1161,7 +1162,6 @@ static void release_held_locked(bridge *b, uint32_t batch)
 	}
 }
 
-#ifdef NMQ_HAVE_STORE
 typedef struct hold_out {
 	bridge  *b; // held
 	uint32_t batch;

@@ -356,6 +356,7 @@ static size_t collect(rest_api *api, metric *v, size_t cap)
 	    "Kept-alive REST API connections idle over 1 s closed at http_server.limit_conn for a "
 	    "waiting client.",
 	    hst.closed_idle);
+#ifdef NMQ_HAVE_STORE // (a build without it has no store)
 	if (api->env.store != NULL) {
 		store_stats st;
 		store_stats_get(api->env.store, &st);
@@ -377,6 +378,7 @@ static size_t collect(rest_api *api, metric *v, size_t cap)
 		M("store_pending_writes", "gauge", "Operations waiting for the store's thread now.",
 		    st.pending);
 	}
+#endif
 #undef M
 #undef ML
 	if (api->env.counters != NULL && n < cap) {
