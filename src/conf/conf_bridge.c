@@ -443,7 +443,7 @@ static void read_user_props(conf_ctx *ctx, const cJSON *obj, const char *dkey, c
 		} else if (cJSON_IsBool(c)) {
 			v = cJSON_IsTrue(c) ? "true" : "false";
 		}
-		char key[CONF_PATH_MAX];
+		char key[CONF_PATH_MAX + 72];
 		snprintf(key, sizeof(key), "%s.%.64s", dkey, c->string);
 		if (v == NULL) {
 			conf_key_msg(ctx, true, c, key, "a user property's value is a string");

@@ -15,7 +15,7 @@ static bool member_int(conf_ctx *ctx, const cJSON *obj, const char *name, const 
     long lo, long hi, long *out)
 {
 	char         buf[64];
-	char         k[320];
+	char         k[544];
 	const cJSON *n = cJSON_GetObjectItemCaseSensitive(obj, name);
 	*out           = def;
 	if (n == NULL) {
@@ -43,7 +43,7 @@ static bool member_bool(
     conf_ctx *ctx, const cJSON *obj, const char *name, const char *key, bool *out)
 {
 	char         buf[64];
-	char         k[320];
+	char         k[544];
 	const cJSON *n = cJSON_GetObjectItemCaseSensitive(obj, name);
 	*out           = false;
 	if (n == NULL) {
@@ -69,7 +69,7 @@ static bool member_bool(
 // retain_handling} and appends its normal form to topics.
 static void check_topic(conf_ctx *ctx, const cJSON *t, const char *key, cJSON *topics)
 {
-	char k[320];
+	char k[544];
 	if (!cJSON_IsObject(t)) {
 		conf_key_msg(ctx, true, t, key,
 		    "expected {remote_topic = \"filter\", qos = 0|1|2, retain_as_published, "
@@ -119,7 +119,7 @@ static void check_topic(conf_ctx *ctx, const cJSON *t, const char *key, cJSON *t
 // normal form to out.
 static void check_session(conf_ctx *ctx, const cJSON *s, const char *key, cJSON *out)
 {
-	char k[320];
+	char k[448];
 	if (!cJSON_IsObject(s)) {
 		conf_key_msg(ctx, true, s, key, "expected {clientid = \"...\", topic = [...]}");
 		return;
@@ -173,7 +173,7 @@ static void check_session(conf_ctx *ctx, const cJSON *s, const char *key, cJSON 
 		return;
 	}
 	int  i = 0;
-	char tk[340];
+	char tk[464];
 	for (const cJSON *t = tl != NULL ? tl->child : NULL; t != NULL; t = t->next, i++) {
 		snprintf(tk, sizeof(tk), "%s[%d]", k, i);
 		check_topic(ctx, t, tk, topics);
