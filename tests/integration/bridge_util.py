@@ -18,15 +18,29 @@ times, then is dropped (counted in dropped_down).
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
 import threading
 import time
+import unittest
 
 import nmq
 from nmq import HOST, free_port
+import nmq_ops
 from nmq_ops import port_accepts, wait_for
+
+
+def need_mosquitto_remote():
+    """The setUpModule of a test of our bridges with Debian's mosquitto as
+    the remote: skipped when the suite runs against mosquitto itself or
+    when mosquitto is not installed."""
+    if nmq.USE_MOSQUITTO:
+        raise unittest.SkipTest("bridges of our broker only")
+    nmq_ops.nanomq_bin()
+    if shutil.which("mosquitto") is None:
+        raise unittest.SkipTest("Debian's mosquitto is needed as the remote broker")
 
 
 class FaultProxy:

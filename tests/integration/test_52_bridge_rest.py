@@ -17,7 +17,7 @@ import unittest
 
 import nmq
 import nmq_ops
-from bridge_util import FakeRemote, FaultProxy, Mosquitto, bridge_conf
+from bridge_util import FakeRemote, FaultProxy, Mosquitto, bridge_conf, need_mosquitto_remote
 from nmq import free_port
 from nmq_ops import OpsTestCase, wait_for
 
@@ -25,11 +25,7 @@ USER, PASSWORD = "admin", "public"
 
 
 def setUpModule():
-    if nmq.USE_MOSQUITTO:
-        raise unittest.SkipTest("bridges of our broker only")
-    nmq_ops.nanomq_bin()
-    if shutil.which("mosquitto") is None:
-        raise unittest.SkipTest("Debian's mosquitto is needed as the remote broker")
+    need_mosquitto_remote()
     if shutil.which("curl") is None:
         raise unittest.SkipTest("curl is needed")
 

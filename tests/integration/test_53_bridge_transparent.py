@@ -19,19 +19,14 @@ import unittest
 
 import nmq
 import nmq_ops
-from bridge_util import Mosquitto, bridge_conf
+from bridge_util import Mosquitto, bridge_conf, need_mosquitto_remote
 from nmq import free_port
 from nmq_ops import OpsTestCase, wait_for
 
 GW = "tb-gw"  # the bridge's client id on the remote (bridge_conf: <name>-gw)
 
 
-def setUpModule():
-    if nmq.USE_MOSQUITTO:
-        raise unittest.SkipTest("bridges of our broker only")
-    nmq_ops.nanomq_bin()
-    if shutil.which("mosquitto") is None:
-        raise unittest.SkipTest("Debian's mosquitto is needed as the remote broker")
+setUpModule = need_mosquitto_remote
 
 
 class Remote(Mosquitto):

@@ -32,17 +32,12 @@ import unittest
 import nmq
 import nmq_ops
 from bridge_util import (FakeRemote, FaultProxy, Mosquitto, RawRemote, bridge_conf, first_order,
-                         health)
+                         health, need_mosquitto_remote)
 from nmq import free_port
 from nmq_ops import OpsTestCase, wait_for
 
 
-def setUpModule():
-    if nmq.USE_MOSQUITTO:
-        raise unittest.SkipTest("bridges of our broker only")
-    nmq_ops.nanomq_bin()
-    if shutil.which("mosquitto") is None:
-        raise unittest.SkipTest("Debian's mosquitto is needed as the remote broker")
+setUpModule = need_mosquitto_remote
 
 
 def cache_conf(inst, size=100000):

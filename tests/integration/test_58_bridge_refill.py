@@ -18,19 +18,14 @@ import unittest
 
 import nmq
 import nmq_ops
-from bridge_util import FaultProxy, Mosquitto, bridge_conf, first_order
+from bridge_util import FaultProxy, Mosquitto, bridge_conf, first_order, need_mosquitto_remote
 from nmq import free_port
 from nmq_ops import OpsTestCase, wait_for
 
 PUBACK = 4
 
 
-def setUpModule():
-    if nmq.USE_MOSQUITTO:
-        raise unittest.SkipTest("bridges of our broker only")
-    nmq_ops.nanomq_bin()
-    if shutil.which("mosquitto") is None:
-        raise unittest.SkipTest("Debian's mosquitto is needed as the remote broker")
+setUpModule = need_mosquitto_remote
 
 
 class TestBridgeRefill(OpsTestCase):
