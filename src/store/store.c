@@ -1396,8 +1396,10 @@ nmq_err store_queue_put(nmq_store *s, const char *client_id, uint64_t seq, nmq_m
 	    s, client_id, 0, seq, msg, qos, retain, sub_ids, n_sub_ids, done, arg);
 }
 
-nmq_err store_queue_state_sid(nmq_store *s, const char *client_id, uint32_t sid, uint64_t seq,
-    uint8_t state, uint16_t packet_id, store_done_fn done, void *arg)
+// A queue row's state (and, for a bridge's cached forward, the server of
+// its PUBREC).
+static nmq_err queue_state_op(nmq_store *s, const char *client_id, uint32_t sid, uint64_t seq,
+    uint8_t state, uint16_t packet_id, uint32_t server, store_done_fn done, void *arg)
 {
 	store_op *op = op_new(s, OP_QUEUE_STATE, client_id, NULL, NULL, 0);
 	if (op != NULL) {
@@ -1405,27 +1407,27 @@ nmq_err store_queue_state_sid(nmq_store *s, const char *client_id, uint32_t sid,
 		op->u64   = seq;
 		op->state = state;
 		op->pid   = packet_id;
+		op->srv   = server;
 	}
 	return op_submit(s, op, done, arg);
+}
+
+nmq_err store_queue_state_sid(nmq_store *s, const char *client_id, uint32_t sid, uint64_t seq,
+    uint8_t state, uint16_t packet_id, store_done_fn done, void *arg)
+{
+	return queue_state_op(s, client_id, sid, seq, state, packet_id, 0, done, arg);
 }
 
 nmq_err store_queue_state(nmq_store *s, const char *client_id, uint64_t seq, uint8_t state,
     uint16_t packet_id, store_done_fn done, void *arg)
 {
-	return store_queue_state_sid(s, client_id, 0, seq, state, packet_id, done, arg);
+	return queue_state_op(s, client_id, 0, seq, state, packet_id, 0, done, arg);
 }
 
 nmq_err store_queue_state_srv(nmq_store *s, const char *client_id, uint64_t seq, uint8_t state,
     uint16_t packet_id, uint32_t server, store_done_fn done, void *arg)
 {
-	store_op *op = op_new(s, OP_QUEUE_STATE, client_id, NULL, NULL, 0);
-	if (op != NULL) {
-		op->u64   = seq;
-		op->state = state;
-		op->pid   = packet_id;
-		op->srv   = server;
-	}
-	return op_submit(s, op, done, arg);
+	return queue_state_op(s, client_id, 0, seq, state, packet_id, server, done, arg);
 }
 
 nmq_err store_queue_del_sid(
