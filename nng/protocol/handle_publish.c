@@ -95,28 +95,43 @@ out:
 // connection; the link itself may be gone when the commit is done, so the
 // job finds it again through the session (same connection, or no ack:
 // the client resends after reconnecting).
+//
+// A plain PUBACK or PUBREC (no property: what almost every waiting ack is)
+// is kept as its type, packet id and reason and rebuilt when sent, so
+// that the tens of thousands a flood of QoS 1 publishers keeps waiting
+// cost about 100 bytes each, not a whole mqtt_packet (over 300); any
+// other packet is copied whole into `full`, allocated for it (a SUBACK's
+// or UNSUBACK's codes, or a CONNACK's assigned client id and response
+// information, copied behind it).
 typedef struct store_ack {
 	workq_job         job;
 	struct store_ack *next_free; // in its thread's pool (ack_pool)
 	nmq_proto        *p;
 	nmq_session      *s; // held
 	nmq_conn         *conn; // held
-	mqtt_packet       pk;
+	mqtt_packet      *full; // NULL: a plain ack (type, pid, reason below)
 	nmq_err           err;
 	int               worker;
-	// Owned copy of a SUBACK's or UNSUBACK's codes, or of a CONNACK's
-	// assigned client id and response information.
-	uint8_t      *codes;
-	link_after_fn after; // run once the ack is sent or given up (unlocked)
-	void         *after_arg;
+	uint16_t          pid;
+	uint8_t           type, reason;
+	link_after_fn     after; // run once the ack is sent or given up (unlocked)
+	void             *after_arg;
 } store_ack;
+
+// Whether pkt can wait as a plain ack (store_ack.full NULL).
+static inline bool ack_is_plain(const mqtt_packet *pkt)
+{
+	return (pkt->type == MQTT_PUBACK || pkt->type == MQTT_PUBREC) && pkt->flags == 0
+	    && pkt->u.ack.props.present == 0 && pkt->u.ack.props.n_user_props == 0
+	    && pkt->u.ack.props.raw.p == NULL;
+}
 
 // Free store_acks, per thread, so that an ack waiting for the store costs
 // no allocation: taken on the receive path, given back by the job that
 // sends the ack, which runs on the connection's owner worker (the same
 // thread for a socket). Bounded: beyond ACK_POOL_MAX one is freed. A
 // thread's pool is freed when it exits (the key's destructor).
-#define ACK_POOL_MAX 4096
+#define ACK_POOL_MAX 1024
 static _Thread_local store_ack *ack_pool;
 static _Thread_local uint32_t   ack_pool_len;
 static pthread_key_t            ack_pool_key;
@@ -204,9 +219,18 @@ static void connack_strings_copy(mqtt_props *pr, uint8_t *buf)
 // gather send for all of them, in commit order.
 static void store_ack_job(workq_job *job)
 {
-	store_ack *a       = (store_ack *)job;
-	bool       end     = false;
-	bool       durable = a->err == NMQ_OK;
+	store_ack   *a       = (store_ack *)job;
+	bool         end     = false;
+	bool         durable = a->err == NMQ_OK;
+	mqtt_packet  plain;
+	mqtt_packet *pk = a->full;
+	if (pk == NULL) {
+		memset(&plain, 0, offsetof(mqtt_packet, u) + sizeof(mqtt_ack));
+		plain.type            = a->type;
+		plain.u.ack.packet_id = a->pid;
+		plain.u.ack.reason    = a->reason;
+		pk                    = &plain;
+	}
 	session_lock(a->s);
 	nmq_link *l = session_link_locked(a->s);
 	if (l != NULL && l->conn == a->conn) {
@@ -218,8 +242,8 @@ static void store_ack_job(workq_job *job)
 			// after reconnecting.
 			durable = false;
 		} else if (a->err == NMQ_OK) {
-			link_send_packet(l, &a->pk);
-		} else if (a->pk.type == MQTT_SUBACK || a->pk.type == MQTT_UNSUBACK) {
+			link_send_packet(l, pk);
+		} else if (pk->type == MQTT_SUBACK || pk->type == MQTT_UNSUBACK) {
 			// A subscription change that is not durable has already
 			// taken effect in memory (the subscription stands, the
 			// filter is gone), so no code of a SUBACK (UNSUBACK) would
@@ -228,10 +252,10 @@ static void store_ack_job(workq_job *job)
 			// after reconnecting.
 			link_send_disconnect(l, MQTT_RC_UNSPECIFIED);
 			end = true;
-		} else if (l->ver == MQTT_PROTO_V5 && a->pk.type != MQTT_CONNACK) {
+		} else if (l->ver == MQTT_PROTO_V5 && pk->type != MQTT_CONNACK) {
 			// Not durable: a v5 client is told (0x80) and may resend.
-			a->pk.u.ack.reason = MQTT_RC_UNSPECIFIED;
-			link_send_packet(l, &a->pk);
+			pk->u.ack.reason = MQTT_RC_UNSPECIFIED;
+			link_send_packet(l, pk);
 		} else {
 			// A 3.1.1 client has no way to be told, so its connection
 			// ends without the ack (it resends after reconnecting). A
@@ -251,7 +275,7 @@ static void store_ack_job(workq_job *job)
 	}
 	nmq_session_release(a->s);
 	conn_release(a->conn);
-	free(a->codes);
+	free(a->full); // and the codes behind it
 	store_ack_put(a);
 }
 
@@ -279,7 +303,8 @@ bool link_ack_then(
 		link_send_packet(l, pkt);
 		return false;
 	}
-	store_ack *a = store_ack_get();
+	store_ack *a     = store_ack_get();
+	bool       plain = ack_is_plain(pkt);
 	bool       coded
 	    = (pkt->type == MQTT_SUBACK || pkt->type == MQTT_UNSUBACK) && pkt->u.suback.count > 0;
 	// What the packet refers to that may be on the caller's stack: a
@@ -289,12 +314,15 @@ bool link_ack_then(
 	if (pkt->type == MQTT_CONNACK) {
 		own = connack_strings_len(&pkt->u.connack.props);
 	}
-	uint8_t *codes = NULL;
-	if (a != NULL && own > 0) {
-		codes = malloc(own);
-		if (codes == NULL) {
+	mqtt_packet *full  = NULL;
+	uint8_t     *codes = NULL;
+	if (a != NULL && !plain) {
+		full = malloc(sizeof(*full) + own);
+		if (full == NULL) {
 			store_ack_put(a);
 			a = NULL;
+		} else if (own > 0) {
+			codes = (uint8_t *)(full + 1);
 		}
 	}
 	if (a == NULL) {
@@ -303,7 +331,7 @@ bool link_ack_then(
 		return false;
 	}
 	a->next_free = NULL;
-	a->codes     = codes;
+	a->full      = full;
 	a->err       = NMQ_OK;
 	a->after     = after;
 	a->after_arg = after_arg;
@@ -312,12 +340,18 @@ bool link_ack_then(
 	a->p         = p;
 	a->s         = l->session;
 	a->conn      = l->conn;
-	a->pk        = *pkt;
-	if (coded) {
-		memcpy(a->codes, pkt->u.suback.codes, pkt->u.suback.count);
-		a->pk.u.suback.codes = a->codes;
-	} else if (codes != NULL) {
-		connack_strings_copy(&a->pk.u.connack.props, codes);
+	if (plain) {
+		a->type   = pkt->type;
+		a->pid    = pkt->u.ack.packet_id;
+		a->reason = pkt->u.ack.reason;
+	} else {
+		*full = *pkt;
+		if (coded) {
+			memcpy(codes, pkt->u.suback.codes, pkt->u.suback.count);
+			full->u.suback.codes = codes;
+		} else if (codes != NULL) {
+			connack_strings_copy(&full->u.connack.props, codes);
+		}
 	}
 	// One worker per connection, so that its acks run in commit order:
 	// the socket's owner (whose thread reads and flushes it, and took
@@ -339,7 +373,7 @@ bool link_ack_then(
 		conn_close(l->conn);
 		nmq_session_release(a->s);
 		conn_release(a->conn);
-		free(a->codes);
+		free(a->full);
 		store_ack_put(a);
 		return false;
 	}

@@ -5,6 +5,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <pthread.h>
 
 #include <stdatomic.h>
@@ -713,6 +716,16 @@ static sqlite3 *open_db(nmq_store *s, char *err, size_t errlen, bool *unwritable
 // so that store_close frees those still cached by some thread.
 #define POOL_TAKE 256
 #define POOL_KEEP 16384
+// What a burst leaves is given back once the store thread has been idle
+// for STORE_TRIM_IDLE_MS after a group of STORE_TRIM_GROUP operations or
+// more: free pooled operations beyond POOL_IDLE_KEEP, the group's tables
+// beyond STORE_TRIM_TABLE slots, and the allocator's free pages
+// (malloc_trim: the objects kept by pools and free lists are scattered
+// over the heap the burst grew, and would pin most of its pages).
+#define STORE_TRIM_IDLE_MS 1000
+#define STORE_TRIM_GROUP   4096
+#define STORE_TRIM_TABLE   16384
+#define POOL_IDLE_KEEP     1024
 
 static _Atomic uint64_t store_uids = 1;
 
@@ -964,6 +977,34 @@ static void batch_after_run(void)
 	free(heap);
 }
 
+// The rows of a multi-put grow by doubling; once its store_batch is
+// complete they stay as they are until the store thread has written them
+// (under a flood, tens of thousands of publishes at once), so the room
+// beyond them is given back: a message routed to 100 sessions kept 6 kB
+// of rows (128 of 32 bytes, a 2 kB arena) for 4.4 kB used.
+static void putm_fit(store_op *op)
+{
+	for (; op != NULL; op = op->next) {
+		if (op->kind != OP_QUEUE_PUTM) {
+			continue;
+		}
+		if (op->ents_cap > 16 && op->ents_cap > op->u32) {
+			store_qent *v = realloc(op->ents, (size_t)op->u32 * sizeof(*v));
+			if (v != NULL) {
+				op->ents     = v;
+				op->ents_cap = op->u32;
+			}
+		}
+		if (op->arena_cap > 256 && op->arena_cap > op->arena_len) {
+			char *a = realloc(op->arena, op->arena_len);
+			if (a != NULL) {
+				op->arena     = a;
+				op->arena_cap = op->arena_len;
+			}
+		}
+	}
+}
+
 void store_batch_begin(nmq_store *s)
 {
 	if (tl_batch.depth++ == 0) {
@@ -987,6 +1028,7 @@ void store_batch_end(nmq_store *s)
 		return;
 	}
 	tl_batch.tail->more = false;
+	putm_fit(tl_batch.head);
 	pthread_mutex_lock(&s->mtx);
 	if (s->exited || tl_batch.failed) {
 		// Closed meanwhile, or failed (store_batch_after): fail them as
@@ -1528,6 +1570,21 @@ nmq_err store_rels_read(nmq_store *s, const char            *client_id,
 
 nmq_err store_sync(nmq_store *s, store_done_fn done, void *arg)
 {
+	// Inside a store_batch whose last operation has no completion of its
+	// own (a publish's queue rows, before the ack's barrier): the barrier
+	// rides on it, in the same group, at the same place in the order of
+	// completions, and costs no operation of its own (a waiting QoS 1 ack
+	// under a flood was one pooled operation, some 290 bytes, each).
+	if (tl_batch.s == s && !tl_batch.failed && tl_batch.tail != NULL
+	    && tl_batch.tail->done == NULL) {
+		if (atomic_load_explicit(&s->stopping, memory_order_relaxed)) {
+			return NMQ_ECLOSED;
+		}
+		tl_batch.tail->done    = done;
+		tl_batch.tail->arg     = arg;
+		tl_batch.tail->barrier = true;
+		return NMQ_OK;
+	}
 	return op_submit(s, op_new(s, OP_SYNC, NULL, NULL, NULL, 0), done, arg);
 }
 
@@ -2328,7 +2385,7 @@ static void run_batch(nmq_store *s, store_op *batch, size_t nb, bool marks)
 		store_op *op = batch;
 		batch        = op->next;
 		if (op->done != NULL) {
-			op->done(op->arg, ok ? op->result : NMQ_EIO);
+			op->done(op->arg, !ok ? NMQ_EIO : op->barrier ? NMQ_OK : op->result);
 		}
 		op_drop_data(op);
 		if (!op->pooled) {
@@ -2360,6 +2417,42 @@ static void run_batch(nmq_store *s, store_op *batch, size_t nb, bool marks)
 	store_checkpoint(s);
 }
 
+// The idle store thread gives back what a burst left (see STORE_TRIM_*).
+static void store_trim(nmq_store *s)
+{
+	store_op *drop = NULL;
+	pthread_mutex_lock(&s->mtx);
+	while (s->free_n > POOL_IDLE_KEEP && s->free_ops != NULL) {
+		store_op *c = s->free_ops;
+		s->free_ops = c->chain_next;
+		s->free_n -= c->chain_n;
+		for (store_op *op = c, *nx; op != NULL; op = nx) {
+			nx = op->next;
+			// Off the all_ops list under the lock, freed after it.
+			if (op->all_prev != NULL) {
+				op->all_prev->all_next = op->all_next;
+			} else {
+				s->all_ops = op->all_next;
+			}
+			if (op->all_next != NULL) {
+				op->all_next->all_prev = op->all_prev;
+			}
+			op->next = drop;
+			drop     = op;
+		}
+	}
+	pthread_mutex_unlock(&s->mtx);
+	while (drop != NULL) {
+		store_op *nx = drop->next;
+		free(drop);
+		drop = nx;
+	}
+	store_group_shrink(s, STORE_TRIM_TABLE);
+#ifdef __GLIBC__
+	malloc_trim(0);
+#endif
+}
+
 // What op counts against max_pending and flush_max.
 static inline uint32_t op_weight(const store_op *op)
 {
@@ -2389,6 +2482,18 @@ static void *store_thread(void *arg)
 					pthread_mutex_lock(&s->mtx);
 				}
 				continue;
+			}
+			if (s->trim_due != 0) {
+				if (store_mono_ms() >= s->trim_due) {
+					s->trim_due = 0;
+					pthread_mutex_unlock(&s->mtx);
+					store_trim(s);
+					pthread_mutex_lock(&s->mtx);
+					continue;
+				}
+				if (exp_wake == 0 || s->trim_due < exp_wake) {
+					exp_wake = s->trim_due;
+				}
 			}
 			if (store_alive_wait(s, exp_wake)) {
 				pthread_mutex_unlock(&s->mtx);
@@ -2436,6 +2541,9 @@ static void *store_thread(void *arg)
 		pthread_mutex_unlock(&s->mtx);
 		run_batch(s, batch, n, marks);
 		pthread_mutex_lock(&s->mtx);
+		if (n >= STORE_TRIM_GROUP) {
+			s->trim_due = store_mono_ms() + STORE_TRIM_IDLE_MS;
+		}
 	}
 	s->exited = true;
 	pthread_mutex_unlock(&s->mtx);
@@ -2445,8 +2553,28 @@ static void *store_thread(void *arg)
 // ---------------------------------------------------------------------------
 // Open and close.
 
+#ifdef __GLIBC__
+// glibc raises its mmap and trim thresholds each time a chunk it mapped is
+// freed (up to 32 MB and 64 MB): after the first burst had freed the
+// group's tables, the free tops of the workers' arenas, tens of MB after
+// a flood, were neither unmapped nor trimmed any more, and malloc_trim
+// does not trim an arena's top but the main one's. Fixed thresholds keep
+// the group's tables mapped (given back whole when freed) and the free
+// tops at most 1 MB per arena, so that store_trim gives a burst back
+// every time, not only the first (docs/benchmarks.md).
+static void malloc_tune(void)
+{
+	(void)mallopt(M_MMAP_THRESHOLD, 1 << 20);
+	(void)mallopt(M_TRIM_THRESHOLD, 1 << 20);
+}
+static pthread_once_t malloc_tune_once = PTHREAD_ONCE_INIT;
+#endif
+
 nmq_err store_open(nmq_store **sp, const store_opts *opts, char *err, size_t errlen)
 {
+#ifdef __GLIBC__
+	(void)pthread_once(&malloc_tune_once, malloc_tune);
+#endif
 	*sp = NULL;
 	if (store_sqlite_load(err, errlen) != NMQ_OK) {
 		return NMQ_ENOTSUP;

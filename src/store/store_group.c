@@ -101,7 +101,12 @@ static struct store_ckey *ckey_find(
 
 int store_group_begin(nmq_store *s, size_t n_ops)
 {
-	size_t want = pow2_at_least(n_ops * 2);
+	// The pairs' table at a load of at most 2/3 (linear probing), the
+	// reference counts' at most 1/2 (store_group_ref). A group is at most
+	// flush_max rows and the rest of its last store_batch, so a group of
+	// just over a power of two does not get a table of twice the size.
+	size_t want  = pow2_at_least(n_ops + n_ops / 2);
+	size_t rwant = pow2_at_least(n_ops * 2);
 	// Clear what the last group used (not the whole table).
 	for (size_t i = 0; i < s->ckeys_len; i++) {
 		s->ckeys[s->ckeys_used[i]].cid = NULL;
@@ -114,7 +119,7 @@ int store_group_begin(nmq_store *s, size_t n_ops)
 	}
 	if (want > s->ckeys_cap) {
 		struct store_ckey *v = malloc(want * sizeof(*v));
-		uint32_t          *u = malloc(want / 2 * sizeof(*u));
+		uint32_t          *u = malloc(want * sizeof(*u));
 		if (v == NULL || u == NULL) {
 			free(v);
 			free(u);
@@ -128,9 +133,9 @@ int store_group_begin(nmq_store *s, size_t n_ops)
 		s->ckeys_cap  = want;
 	}
 	s->ckeys_gen = 1;
-	if (want > s->rrefs_cap) {
-		struct store_rref *v = realloc(s->rrefs, want * sizeof(*v));
-		uint32_t          *u = realloc(s->rrefs_used, want * sizeof(*u));
+	if (rwant > s->rrefs_cap) {
+		struct store_rref *v = realloc(s->rrefs, rwant * sizeof(*v));
+		uint32_t          *u = realloc(s->rrefs_used, rwant * sizeof(*u));
 		if (v != NULL) {
 			s->rrefs = v;
 		}
@@ -140,8 +145,8 @@ int store_group_begin(nmq_store *s, size_t n_ops)
 		if (v == NULL || u == NULL) {
 			return -1;
 		}
-		s->rrefs_cap = want;
-		memset(s->rrefs, 0, want * sizeof(*s->rrefs));
+		s->rrefs_cap = rwant;
+		memset(s->rrefs, 0, rwant * sizeof(*s->rrefs));
 	}
 	s->rrefs_len = 0;
 	return 0;
@@ -648,6 +653,26 @@ int store_group_flush_refs(nmq_store *s)
 	}
 	s->rrefs_len = 0;
 	return ret;
+}
+
+void store_group_shrink(nmq_store *s, size_t keep)
+{
+	if (s->ckeys_cap > keep) {
+		free(s->ckeys);
+		free(s->ckeys_used);
+		s->ckeys      = NULL;
+		s->ckeys_used = NULL;
+		s->ckeys_cap  = 0;
+		s->ckeys_len  = 0;
+	}
+	if (s->rrefs_cap > keep) {
+		free(s->rrefs);
+		free(s->rrefs_used);
+		s->rrefs      = NULL;
+		s->rrefs_used = NULL;
+		s->rrefs_cap  = 0;
+		s->rrefs_len  = 0;
+	}
 }
 
 void store_group_forget(nmq_store *s)

@@ -117,6 +117,10 @@ typedef struct store_op {
 	bool     more; // not the last op of a store_batch: same group as the next
 	bool     pooled; // from the pool (else allocated for itself)
 	bool     live; // OP_QUEUE_PUT for a connected client (store_hold.c)
+	// done is a store_sync barrier's that rides on this operation (the
+	// last of its store_batch): called with NMQ_OK once the group commits,
+	// whatever the operation's own result.
+	bool     barrier;
 	uint64_t data[]; // aligned storage for sub ids, then strings
 } store_op;
 
@@ -338,6 +342,10 @@ struct nmq_store {
 	uint64_t      alive_mono;
 	uint32_t      alive_idle_ms; // idle write interval; 0: none needed
 	bool          alive_recheck;
+
+	// When the idle store thread gives back what a burst left (store_trim:
+	// monotonic ms, 0: nothing to give back).
+	uint64_t trim_due;
 };
 
 uint64_t               store_wall_ms(void);
@@ -383,6 +391,9 @@ bool store_group_range_empty(const nmq_store *s, uint32_t sid, uint64_t lo);
 int  store_group_ref(nmq_store *s, int64_t id, int64_t delta);
 int  store_group_flush_refs(nmq_store *s);
 void store_group_forget(nmq_store *s); // after a rollback
+// Idle store thread, outside a group: frees the group's tables if they
+// have more than keep slots (the next group sizes them again).
+void store_group_shrink(nmq_store *s, size_t keep);
 
 // store_alive.c (see there). A group commit rewrites the alive row when
 // it is STORE_ALIVE_STEP_MS old; an idle store thread, while a stored
