@@ -717,8 +717,8 @@ static sqlite3 *open_db(nmq_store *s, char *err, size_t errlen, bool *unwritable
 #define POOL_TAKE 256
 #define POOL_KEEP 16384
 // What a burst leaves is given back once the store thread has been idle
-// for STORE_TRIM_IDLE_MS after a group of STORE_TRIM_GROUP operations or
-// more: free pooled operations beyond POOL_IDLE_KEEP, the group's tables
+// for STORE_TRIM_IDLE_MS after a group of STORE_TRIM_GROUP rows or more
+// (operations' weight, op_weight): free pooled operations beyond POOL_IDLE_KEEP, the group's tables
 // beyond STORE_TRIM_TABLE slots, and the allocator's free pages
 // (malloc_trim: the objects kept by pools and free lists are scattered
 // over the heap the burst grew, and would pin most of its pages).
