@@ -126,10 +126,11 @@ int conf_apply_key(conf_ctx *ctx, const conf_key *k, const char *key, const cJSO
 {
 	char        buf[64];
 	char        why[256];
-	conf_val    v;
+	conf_val    v; // (zeroed: an empty list of flags parses no value into it)
 	unsigned    flags = 0;
 	const char *text;
 
+	memset(&v, 0, sizeof(v));
 	hocon_loc(ctx->doc, node, NULL, NULL, NULL, &flags);
 	if (k->type == CONF_T_FLAGS && cJSON_IsArray(node)) {
 		int64_t bits = 0;
