@@ -486,6 +486,42 @@ static int held_restored(sqlite3 *db, const char *path)
 	return 0;
 }
 
+// Restores the segments a crash left in db (store_oseg_restore), as
+// held_restored does the held rows: the indexes rebuilt and a second try
+// when the first fails, then the segments dropped, logged at error with
+// how many messages they held. Same returns.
+static int segments_restored(sqlite3 *db, const char *path)
+{
+	long r = store_oseg_restore(db, path);
+	if (r >= 0 || r == -2 || r == -3) {
+		return r >= 0 ? 0 : (int)r;
+	}
+	int rc = sqlite3_exec(db, "REINDEX", NULL, NULL, NULL);
+	log_error("store", "path=%s event=indexes_rebuilt reason=segments_restore_failed result=%s",
+	    path, rc == SQLITE_OK ? "ok" : sqlite3_errmsg(db));
+	if ((rc & 0xff) == SQLITE_BUSY || (rc & 0xff) == SQLITE_LOCKED) {
+		return -2;
+	}
+	if (rc == SQLITE_OK && (r = store_oseg_restore(db, path)) >= 0) {
+		return 0;
+	}
+	if (r == -2 || r == -3) {
+		return (int)r;
+	}
+	long long n = 0, segs = 0;
+	exec_int(db, "SELECT COALESCE(SUM(n), 0) FROM oseg", &n);
+	exec_int(db, "SELECT COUNT(*) FROM oseg", &segs);
+	rc = sqlite3_exec(db, "DELETE FROM oseg", NULL, NULL, NULL);
+	if (rc != SQLITE_OK) {
+		return (rc & 0xff) == SQLITE_BUSY || (rc & 0xff) == SQLITE_LOCKED ? -2 : -1;
+	}
+	log_error("store",
+	    "path=%s event=segments_dropped segments=%lld messages=%lld reason=damaged: the "
+	    "messages they held for offline persistent sessions are lost",
+	    path, segs, n);
+	return 0;
+}
+
 // A write-ahead log whose header is not one (damaged by hand or by the
 // disk): SQLite would take it for an empty log and write over it, so that
 // what was committed since the last checkpoint would be gone without a
@@ -629,9 +665,17 @@ static sqlite3 *open_db(nmq_store *s, char *err, size_t errlen, bool *unwritable
 			if (rc == SQLITE_OK) {
 				rc = sqlite3_exec(db, store_hold_schema_sql, NULL, NULL, NULL);
 			}
+			if (rc == SQLITE_OK) {
+				rc = sqlite3_exec(db, store_oseg_schema_sql, NULL, NULL, NULL);
+			}
 			// Rows held back by the last group before a crash
 			// (store_hold.c) become queue rows before anything reads.
 			int held = rc == SQLITE_OK && !fresh ? held_restored(db, s->path) : 0;
+			// And so do the segments of messages queued for offline
+			// sessions (store_oseg.c) that a crash or kill left.
+			if (held == 0 && rc == SQLITE_OK && !fresh) {
+				held = segments_restored(db, s->path);
+			}
 			if (held == -2) {
 				snprintf(err, errlen,
 				    "store: %s: another process holds the file locked; the rows "
@@ -1684,6 +1728,11 @@ static int64_t msg_ref(nmq_store *s, nmq_msg *m, uint64_t now_wall, uint64_t now
 	return id;
 }
 
+int64_t store_msg_ref(nmq_store *s, nmq_msg *m, uint64_t now_wall, uint64_t now_mono)
+{
+	return msg_ref(s, m, now_wall, now_mono);
+}
+
 // Drops one reference to message row id, deleting the row with the last
 // (inside a group: at the end of the group).
 static int msg_unref(nmq_store *s, int64_t id)
@@ -1898,6 +1947,10 @@ static int op_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 		if (store_hold_flush_all(s) != 0) {
 			return -1;
 		}
+		// And the session's offline segments (store_oseg.c).
+		if (store_oseg_expand(s, op->s1) != 0) {
+			return -1;
+		}
 		break;
 	default:
 		break;
@@ -1974,6 +2027,9 @@ static int op_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 		if (store_is_bcache(op->s1)) {
 			return store_bcache_put(s, op->s1, op->u64, op->msg, op->qos, op->retain,
 			    op->state, op->pid, op->srv, wall, mono);
+		}
+		if (store_oseg_take(s, op)) {
+			return 0; // written with its session's segment at the group's end
 		}
 		int64_t id = msg_ref(s, op->msg, wall, mono);
 		if (id == 0) {
@@ -2109,6 +2165,26 @@ static int op_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 
 // Deletes up to n of the sessions' oldest queued (not yet sent) rows.
 // Records them for the evicted callback after the commit.
+int store_evict_note(nmq_store *s, const char *cid, uint64_t seq)
+{
+	if (s->evict_len == s->evict_cap) {
+		size_t       cap = s->evict_cap ? s->evict_cap * 2 : 16;
+		store_evict *v   = realloc(s->evicts, cap * sizeof(*v));
+		if (v == NULL) {
+			return -1;
+		}
+		s->evicts    = v;
+		s->evict_cap = cap;
+	}
+	store_evict *e = &s->evicts[s->evict_len++];
+	memset(e, 0, sizeof(*e));
+	cid = cid != NULL ? cid : "";
+	snprintf(e->cid, sizeof(e->cid), "%s", cid);
+	e->cid_full = strlen(cid) < sizeof(e->cid) ? NULL : strdup(cid);
+	e->seq      = seq;
+	return 0;
+}
+
 static int evict_queue(nmq_store *s, uint64_t n)
 {
 	size_t        first = s->evict_len;
@@ -2116,23 +2192,14 @@ static int evict_queue(nmq_store *s, uint64_t n)
 	sqlite3_bind_int64(st, 1, (sqlite3_int64)n);
 	int rc;
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-		if (s->evict_len == s->evict_cap) {
-			size_t       cap = s->evict_cap ? s->evict_cap * 2 : 16;
-			store_evict *v   = realloc(s->evicts, cap * sizeof(*v));
-			if (v == NULL) {
-				break;
-			}
-			s->evicts    = v;
-			s->evict_cap = cap;
+		if (store_evict_note(s, (const char *)sqlite3_column_text(st, 1),
+		        (uint64_t)sqlite3_column_int64(st, 2))
+		    != 0) {
+			break;
 		}
-		store_evict *e = &s->evicts[s->evict_len++];
+		store_evict *e = &s->evicts[s->evict_len - 1];
 		e->row         = sqlite3_column_int64(st, 0);
-		snprintf(e->cid, sizeof(e->cid), "%s", (const char *)sqlite3_column_text(st, 1));
-		e->cid_full = (size_t)sqlite3_column_bytes(st, 1) < sizeof(e->cid)
-		    ? NULL
-		    : strdup((const char *)sqlite3_column_text(st, 1));
-		e->seq      = (uint64_t)sqlite3_column_int64(st, 2);
-		e->msg_id   = sqlite3_column_int64(st, 3);
+		e->msg_id      = sqlite3_column_int64(st, 3);
 	}
 	sqlite3_reset(st);
 	if (rc != SQLITE_DONE && rc != SQLITE_ROW) {
@@ -2145,6 +2212,44 @@ static int evict_queue(nmq_store *s, uint64_t n)
 			return -1;
 		}
 		s->queued_rows--;
+	}
+	return 0;
+}
+
+// n of the sessions' oldest queued messages go: queue rows and entries of
+// offline segments (store_oseg.c), oldest first (a segment is ordered
+// against the queue rows by the highest queue row id when it was written).
+static int evict_sessions(nmq_store *s, uint64_t n)
+{
+	if (!store_oseg_has_rows(s)) {
+		return evict_queue(s, n);
+	}
+	while (n > 0) {
+		int64_t oldest_q = store_oseg_oldest_queued(s);
+		if (oldest_q < 0) {
+			return -1;
+		}
+		int64_t k = store_oseg_evict(s, n, oldest_q);
+		if (k < 0) {
+			return -1;
+		}
+		if (k > 0) {
+			n -= (uint64_t)k < n ? (uint64_t)k : n;
+			continue;
+		}
+		if (oldest_q == 0) {
+			break; // nothing queued at all
+		}
+		// Queue rows older than the oldest segment: a few at a time.
+		uint64_t before = s->queued_rows;
+		if (evict_queue(s, n < 64 ? n : 64) != 0) {
+			return -1;
+		}
+		uint64_t got = before - s->queued_rows;
+		if (got == 0) {
+			break;
+		}
+		n -= got < n ? got : n;
 	}
 	return 0;
 }
@@ -2164,7 +2269,7 @@ static int evict(nmq_store *s)
 			if (store_bcache_evict(s, n) < 0) {
 				return -1;
 			}
-		} else if (evict_queue(s, n) != 0) {
+		} else if (evict_sessions(s, n) != 0) {
 			return -1;
 		}
 	}
@@ -2313,6 +2418,10 @@ static void run_batch(nmq_store *s, store_op *batch, size_t nb, bool marks)
 	if (ok) {
 		ok = store_hold_group_start(s) == 0;
 	}
+	store_oseg_group_start(s, wall, mono);
+	if (ok && s->oseg_final) {
+		ok = store_oseg_expand_all(s) == 0;
+	}
 	for (store_op *op = batch; ok && op != NULL; op = op->next, n++) {
 		int r = op_apply(s, op, wall, mono);
 		if (r < 0) {
@@ -2327,6 +2436,9 @@ static void run_batch(nmq_store *s, store_op *batch, size_t nb, bool marks)
 		} else {
 			nskip += op->skip;
 		}
+	}
+	if (ok) {
+		ok = store_oseg_end_group(s) == 0;
 	}
 	if (ok) {
 		ok = evict(s) == 0;
@@ -2364,6 +2476,7 @@ static void run_batch(nmq_store *s, store_op *batch, size_t nb, bool marks)
 	s->in_group       = false;
 	s->batch_msgs_len = 0;
 	store_hold_after_group(s, ok);
+	store_oseg_after_group(s, ok);
 	if (corrupt) {
 		store_repair_indexes(s);
 	}
@@ -2504,8 +2617,9 @@ static void *store_thread(void *arg)
 		if (s->head == NULL) {
 			// Stopping: every row held back is written now (an older
 			// build would not read the held rows).
-			if (store_hold_pending(s)) {
+			if (store_hold_pending(s) || store_oseg_any(s)) {
 				s->hold_final = true;
+				s->oseg_final = true;
 				pthread_mutex_unlock(&s->mtx);
 				run_batch(s, NULL, 0, false);
 				pthread_mutex_lock(&s->mtx);
@@ -2623,7 +2737,8 @@ nmq_err store_open(nmq_store **sp, const store_opts *opts, char *err, size_t err
 			return NMQ_EIO;
 		}
 	}
-	if (store_bcache_prepare(s) != 0 || store_hold_prepare(s) != 0) {
+	if (store_bcache_prepare(s) != 0 || store_hold_prepare(s) != 0
+	    || store_oseg_prepare(s) != 0) {
 		snprintf(err, errlen, "store: %s: %s", s->path, sqlite3_errmsg(s->db));
 		store_db_close(s);
 		free(s);
@@ -2664,6 +2779,7 @@ void store_db_close(nmq_store *s)
 	s->alive_online_q = NULL;
 	store_bcache_finalize(s);
 	store_hold_finalize(s);
+	store_oseg_finalize(s);
 	for (int i = 0; i < STMT_COUNT_; i++) {
 		sqlite3_finalize(s->stmts[i]);
 		s->stmts[i] = NULL;

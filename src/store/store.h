@@ -78,6 +78,9 @@ typedef struct store_opts {
 	// Pages of write-ahead log between two checkpoints (0 = 8000, about
 	// 32 MB; see store_checkpoint in store.c).
 	uint32_t ckpt_frames;
+	// Messages for offline sessions written as queue rows, not as
+	// segments (store_oseg.c): for tests of the queue rows themselves.
+	bool no_segments;
 } store_opts;
 
 // Runs on the store thread once the transaction holding the operation has

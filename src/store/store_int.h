@@ -120,8 +120,11 @@ typedef struct store_op {
 	// done is a store_sync barrier's that rides on this operation (the
 	// last of its store_batch): called with NMQ_OK once the group commits,
 	// whatever the operation's own result.
-	bool     barrier;
-	uint64_t data[]; // aligned storage for sub ids, then strings
+	bool barrier;
+	// OP_QUEUE_PUT taken into the running group's offline segment of its
+	// client id (store_oseg.c): the next one of that client id.
+	struct store_op *oseg_next;
+	uint64_t         data[]; // aligned storage for sub ids, then strings
 } store_op;
 
 enum store_stmt {
@@ -328,7 +331,10 @@ struct nmq_store {
 	store_hdgen *hold_dgens, *hold_dpending;
 	uint64_t     hold_groupno; // committed groups
 	bool         hold_final; // stopping: the next group writes them all
-	uint64_t     held_written, held_dropped;
+	// Offline segments (store_oseg.c, store thread).
+	struct store_oseg *oseg;
+	bool               oseg_final; // stopping: the next group writes them all
+	uint64_t           held_written, held_dropped;
 
 	_Atomic uint64_t commits, ops, failed, coalesced, evicted, expired, queued_rows_pub;
 	_Atomic unsigned test_group_oom; // store_test_group_oom
@@ -472,6 +478,69 @@ int store_bcache_migrate(sqlite3 *db, int to_version);
 // store_group.c: pairs the seqs of an OP_QUEUE_DEL_RANGES with the
 // group's earlier puts and state updates (those are then not written).
 void store_group_pair_ranges(nmq_store *s, store_op *op);
+
+// store_oseg.c: messages queued for offline sessions written as one row
+// per client id and group (see there). Store thread, inside the group's
+// transaction unless said.
+typedef struct store_oseg store_oseg;
+// One entry of a segment, as store_oseg_parse gives it (topic not
+// terminated; ids valid until the next entry).
+typedef struct store_oent {
+	uint64_t        seq;
+	uint64_t        expiry_wall;
+	uint32_t        expiry_interval;
+	uint32_t        topic_len, props_len, payload_len;
+	uint16_t        n_ids;
+	uint8_t         qos, mqos; // the delivery's and the message's
+	bool            retain, mretain;
+	const char     *topic;
+	const uint8_t  *props, *payload;
+	const uint32_t *ids;
+	size_t          end; // offset in the blob just past this entry
+} store_oent;
+extern const char store_oseg_schema_sql[];
+// Parses a segment blob: fn for each entry (stops when it returns non
+// zero). Returns the entries, or -1 if malformed or fn stopped (the
+// entries before were given). _ids: with a caller's buffer for the ids.
+long store_oseg_parse(
+    const uint8_t *p, size_t len, int (*fn)(void *arg, const store_oent *e), void *arg);
+long store_oseg_parse_ids(const uint8_t *p, size_t len, uint32_t **ids, size_t *ids_cap,
+    int (*fn)(void *arg, const store_oent *e), void *arg);
+int  store_oseg_prepare(nmq_store *s);
+void store_oseg_finalize(nmq_store *s);
+// At a group's start: its clocks (for the entries' expiry).
+void store_oseg_group_start(nmq_store *s, uint64_t wall, uint64_t mono);
+// An OP_QUEUE_PUT for an offline session: true if taken into the running
+// group's segment of its client id (counted in queued_rows), false if it
+// is to be written as rows.
+bool store_oseg_take(nmq_store *s, store_op *op);
+// Before an operation that reads or deletes cid's queue rows by SQL: its
+// segments become queue rows. 0 or -1.
+int store_oseg_expand(nmq_store *s, const char *cid);
+// Every segment becomes queue rows (stopping). 0 or -1.
+int store_oseg_expand_all(nmq_store *s);
+// Before the commit: the running group's segments are written. 0 or -1.
+int store_oseg_end_group(nmq_store *s);
+// After the commit (ok) or the rollback: the index follows.
+void store_oseg_after_group(nmq_store *s, bool ok);
+// Whether any segment is indexed (the stop writes them).
+bool store_oseg_any(const nmq_store *s);
+// Whether any segment row exists (committed, or written by this group).
+bool store_oseg_has_rows(const nmq_store *s);
+// The id of the oldest queued (state 0) queue row, 0 if none, -1.
+int64_t store_oseg_oldest_queued(nmq_store *s);
+// Evicts up to n entries from the oldest segment if it is older than
+// queue row oldest_q (0: none). Returns the entries evicted (0: none
+// was older), or -1.
+int64_t store_oseg_evict(nmq_store *s, uint64_t n, int64_t oldest_q);
+// At open, before anything reads (own transaction): segments left by a
+// crash become queue rows. Returns the rows, -1 (damaged beyond the
+// segments), -2 (locked) or -3 (no room), as store_hold_expand.
+long store_oseg_restore(sqlite3 *db, const char *path);
+// store.c, for store_oseg.c: a message row for m (or a reference to its
+// row); its id, 0 on error. And an evicted entry for the report.
+int64_t store_msg_ref(nmq_store *s, nmq_msg *m, uint64_t now_wall, uint64_t now_mono);
+int     store_evict_note(nmq_store *s, const char *cid, uint64_t seq);
 
 // store_hold.c: QoS 1 rows for connected clients held back one group
 // (see there). Store thread, inside the group's transaction unless said.

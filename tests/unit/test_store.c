@@ -29,11 +29,24 @@
 
 static char tmpdir[256];
 
+// Messages for offline sessions as queue rows rather than segments
+// (store_oseg.c): for the tests that read the queue rows of such puts by
+// SQL (setup_rows).
+static bool rows_only;
+
 static int setup(void **state)
 {
+	rows_only = false;
 	snprintf(tmpdir, sizeof(tmpdir), "/tmp/nmq-store-XXXXXX");
 	assert_non_null(mkdtemp(tmpdir));
 	return 0;
+}
+
+static int setup_rows(void **state)
+{
+	int r     = setup(state);
+	rows_only = true;
+	return r;
 }
 
 static int teardown(void **state)
@@ -57,10 +70,11 @@ static int teardown(void **state)
 static nmq_store *open_store(uint64_t max_queued)
 {
 	store_opts o = {
-		.dir        = tmpdir,
-		.durability = STORE_DURABLE_OS,
-		.flush_max  = 100,
-		.max_queued = max_queued,
+		.dir         = tmpdir,
+		.durability  = STORE_DURABLE_OS,
+		.flush_max   = 100,
+		.max_queued  = max_queued,
+		.no_segments = rows_only,
 	};
 	nmq_store *s = NULL;
 	char       err[256];
@@ -2314,6 +2328,302 @@ static void test_checkpoint_interval(void **state)
 	assert_int_equal(query_int("SELECT MIN(seq) * 1000 + MAX(seq) FROM queue"), 1400);
 }
 
+// ---------------------------------------------------------------------------
+// Offline segments (store_oseg.c, decisions/0053).
+
+typedef struct seg_reader {
+	int      n;
+	uint64_t seqs[16];
+	uint8_t  qos[16], mqos[16];
+	bool     retain[16];
+	char     payload[16][32], topic[16][32];
+	uint32_t expiry[16], n_ids[16], ids[16][2];
+	uint32_t props_len[16];
+} seg_reader;
+
+static seg_reader SG;
+
+static void on_seg_read(void *arg, const store_qmsg *q)
+{
+	seg_reader *r = arg;
+	int         i = r->n++;
+	assert_true(i < 16);
+	r->seqs[i]   = q->seq;
+	r->qos[i]    = q->qos;
+	r->mqos[i]   = q->msg->qos;
+	r->retain[i] = q->retain;
+	snprintf(r->payload[i], sizeof(r->payload[i]), "%.*s", (int)q->msg->payload_len,
+	    (const char *)q->msg->payload);
+	snprintf(r->topic[i], sizeof(r->topic[i]), "%s", q->msg->topic);
+	r->expiry[i]    = q->msg->expiry_interval;
+	r->props_len[i] = q->msg->props_len;
+	r->n_ids[i]     = q->n_sub_ids;
+	for (uint32_t k = 0; k < q->n_sub_ids && k < 2; k++) {
+		r->ids[i][k] = q->sub_ids[k];
+	}
+}
+
+static void seg_read(nmq_store *s, const char *cid, uint64_t after, uint32_t max)
+{
+	memset(&SG, 0, sizeof(SG));
+	waiter_reset();
+	assert_int_equal(store_queue_read(s, cid, after, max, on_seg_read, on_done, &SG), NMQ_OK);
+	wait_calls(1);
+	assert_int_equal(W.errors, 0);
+}
+
+// Puts n messages "<cid>-<seq>" for cid (sid) at seqs first.., each its own
+// message (so not one multi-put), in one group.
+static void seg_put(nmq_store *s, const char *cid, uint32_t sid, uint64_t first, int n)
+{
+	store_batch_begin(s);
+	for (int i = 0; i < n; i++) {
+		char p[32];
+		snprintf(p, sizeof(p), "%s-%llu", cid, (unsigned long long)(first + (uint64_t)i));
+		nmq_msg *m = mk_msg("seg/t", p, 1, NULL);
+		assert_int_equal(store_queue_put_sid(s, cid, sid, first + (uint64_t)i, m, 1, false,
+		                     NULL, 0, NULL, NULL),
+		    NMQ_OK);
+		nmq_msg_release(m);
+	}
+	store_batch_end(s);
+	sync_store(s);
+}
+
+// Messages for an offline session are one segment row per group and
+// client id, no message or queue row; a backlog read gives them back in
+// order with every field, as queue rows from then on; a clean stop
+// leaves none.
+static void test_segments_round_trip(void **state)
+{
+	nmq_store *s = open_store(0);
+	uint32_t   a = store_sid_new(s), b = store_sid_new(s);
+	uint32_t   ids[2]   = { 7, 300000 };
+	nmq_msg   *m1       = mk_msg("seg/one", "first", 2, "\x01\x01");
+	nmq_msg   *m2       = mk_msg("seg/two", "second", 1, NULL);
+	m1->retain          = true;
+	m1->expiry_at_ms    = nmq_clock_ms() + 3600 * 1000;
+	m1->expiry_interval = 3600;
+	store_batch_begin(s);
+	store_queue_put_sid(s, "a", a, 1, m1, 2, true, ids, 2, NULL, NULL);
+	store_queue_put_sid(s, "b", b, 1, m2, 1, false, NULL, 0, NULL, NULL);
+	store_queue_put_sid(s, "a", a, 2, m2, 1, false, ids, 1, NULL, NULL);
+	store_batch_end(s);
+	sync_store(s);
+	seg_put(s, "a", a, 3, 3);
+	// m2 went to two sessions in a row: one multi-put, written as rows
+	// (b/1, a/2) with one message row; a/1 and a/3..5 are segments.
+	assert_int_equal(count_rows("queue"), 2);
+	assert_int_equal(count_rows("msgs"), 1);
+	assert_int_equal(count_rows("oseg"), 2);
+	assert_int_equal(query_int("SELECT SUM(n) FROM oseg"), 4);
+	store_stats st;
+	store_stats_get(s, &st);
+	assert_int_equal(st.queued_rows, 6);
+
+	// Read from seq 1 on, two at a time: in order, whole.
+	seg_read(s, "a", 1, 2);
+	assert_int_equal(SG.n, 2);
+	assert_int_equal(SG.seqs[0], 2);
+	assert_int_equal(SG.seqs[1], 3);
+	assert_string_equal(SG.payload[0], "second");
+	assert_string_equal(SG.payload[1], "a-3");
+	assert_int_equal(SG.n_ids[0], 1);
+	assert_int_equal(SG.ids[0][0], 7);
+	seg_read(s, "a", 0, 0);
+	assert_int_equal(SG.n, 5);
+	for (int i = 0; i < 5; i++) {
+		assert_int_equal(SG.seqs[i], (uint64_t)i + 1);
+	}
+	assert_string_equal(SG.topic[0], "seg/one");
+	assert_string_equal(SG.payload[0], "first");
+	assert_int_equal(SG.qos[0], 2);
+	assert_int_equal(SG.mqos[0], 2);
+	assert_true(SG.retain[0]);
+	assert_int_equal(SG.expiry[0], 3600);
+	assert_int_equal(SG.props_len[0], 2);
+	assert_int_equal(SG.n_ids[0], 2);
+	assert_int_equal(SG.ids[0][0], 7);
+	assert_int_equal(SG.ids[0][1], 300000);
+	assert_string_equal(SG.payload[4], "a-5");
+	// a's are all queue rows now.
+	assert_int_equal(query_int("SELECT COUNT(*) FROM queue WHERE cid = 'a'"), 5);
+	assert_int_equal(count_rows("oseg"), 0);
+	store_stats_get(s, &st);
+	assert_int_equal(st.queued_rows, 6);
+	// Acked: deleted by seq as any queue row.
+	store_queue_del_sid(s, "a", a, 1, NULL, NULL);
+	sync_store(s);
+	assert_int_equal(query_int("SELECT COUNT(*) FROM queue WHERE cid = 'a'"), 4);
+	// b's next ones are a segment; the stop writes it as queue rows.
+	seg_put(s, "b", b, 2, 2);
+	assert_int_equal(count_rows("oseg"), 1);
+	store_close(s);
+	assert_int_equal(count_rows("oseg"), 0);
+	assert_int_equal(query_int("SELECT COUNT(*) FROM queue WHERE cid = 'b'"), 3);
+	s = open_store(0);
+	seg_read(s, "b", 0, 0);
+	assert_int_equal(SG.n, 3);
+	assert_string_equal(SG.payload[0], "second");
+	assert_string_equal(SG.payload[2], "b-3");
+	store_close(s);
+	nmq_msg_release(m1);
+	nmq_msg_release(m2);
+}
+
+static void test_segments_crash_work(nmq_store *s)
+{
+	store_session a = { .client_id = "a", .expiry_s = 600 };
+	store_session_put(s, &a, NULL, NULL);
+	uint32_t sid = store_sid_new(s);
+	seg_put(s, "a", sid, 1, 4);
+	seg_put(s, "a", sid, 5, 3);
+	// What a crash leaves: segments, no queue rows.
+	if (count_rows("oseg") != 2 || count_rows("queue") != 0) {
+		_exit(4);
+	}
+}
+
+// Segments a kill -9 left become queue rows at the next open, before the
+// load reads the sessions: every message back, in order, and the session's
+// highest seq with them.
+static void test_segments_crash(void **state)
+{
+	kill9_after(test_segments_crash_work);
+	assert_int_equal(count_rows("oseg"), 2);
+	nmq_store *s = open_store(0);
+	assert_int_equal(count_rows("oseg"), 0);
+	assert_int_equal(count_rows("queue"), 7);
+	loaded l = { 0 };
+	assert_int_equal(store_load(s, (uint64_t)time(NULL) * 1000, &load_all, &l), NMQ_OK);
+	assert_int_equal(l.sessions, 1);
+	assert_int_equal(l.sess_max_seq[0], 7);
+	loaded_free(&l);
+	seg_read(s, "a", 0, 0);
+	assert_int_equal(SG.n, 7);
+	for (int i = 0; i < 7; i++) {
+		char p[32];
+		snprintf(p, sizeof(p), "a-%d", i + 1);
+		assert_int_equal(SG.seqs[i], (uint64_t)i + 1);
+		assert_string_equal(SG.payload[i], p);
+	}
+	store_close(s);
+}
+
+static void test_segments_damaged_work(nmq_store *s)
+{
+	uint32_t sid = store_sid_new(s);
+	seg_put(s, "a", sid, 1, 3);
+	seg_put(s, "a", sid, 4, 3);
+}
+
+// A damaged segment (cut short by hand after a kill -9): the entries
+// before the damage come back, the rest is dropped and logged; the store
+// opens with everything else.
+static void test_segments_damaged(void **state)
+{
+	kill9_after(test_segments_damaged_work);
+	char path[512];
+	snprintf(path, sizeof(path), "%s/nanomq.db", tmpdir);
+	sqlite3 *db = NULL;
+	assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+	// The first segment loses its last entry's tail; the second's blob is
+	// garbage.
+	assert_int_equal(
+	    sqlite3_exec(db,
+	        "UPDATE oseg SET ents = substr(ents, 1, length(ents) - 2) WHERE id = "
+	        "(SELECT MIN(id) FROM oseg);"
+	        "UPDATE oseg SET ents = x'00112233' WHERE id = (SELECT MAX(id) FROM oseg);",
+	        NULL, NULL, NULL),
+	    SQLITE_OK);
+	sqlite3_close(db);
+	nmq_store *s = open_store(0);
+	assert_int_equal(count_rows("oseg"), 0);
+	seg_read(s, "a", 0, 0);
+	assert_int_equal(SG.n, 2);
+	assert_string_equal(SG.payload[0], "a-1");
+	assert_string_equal(SG.payload[1], "a-2");
+	store_close(s);
+}
+
+// Past max_queued, the oldest queued messages go first whether they are
+// queue rows or segment entries: an entry is cut from the front of its
+// segment, a segment evicted whole is deleted.
+static void test_segments_eviction(void **state)
+{
+	store_opts o = { .dir = tmpdir, .flush_max = 100, .max_queued = 5, .evicted = on_evicted };
+	nmq_store *s = NULL;
+	char       err[256];
+	assert_int_equal(store_open(&s, &o, err, sizeof(err)), NMQ_OK);
+	uint32_t a = store_sid_new(s), c = store_sid_new(s);
+	nmq_msg *m = mk_msg("t", "p", 1, NULL);
+	n_evicted  = 0;
+	// c's two rows, for a connected client: queue rows, the oldest.
+	store_queue_put_live(s, "c", c, 1, m, 1, false, NULL, 0);
+	store_queue_put_live(s, "c", c, 2, m, 1, false, NULL, 0);
+	sync_store(s);
+	seg_put(s, "a", a, 1, 3); // 5 queued
+	assert_int_equal(n_evicted, 0);
+	seg_put(s, "a", a, 4, 3); // 8: c/1, c/2 and a/1 go
+	assert_int_equal(n_evicted, 3);
+	assert_int_equal(evicted_seqs[0], 1);
+	assert_int_equal(evicted_seqs[1], 2);
+	assert_int_equal(evicted_seqs[2], 1);
+	assert_int_equal(count_rows("queue"), 0);
+	assert_int_equal(query_int("SELECT SUM(n) FROM oseg"), 5);
+	seg_put(s, "a", a, 7, 2); // 7: a/2 and a/3, the rest of the first segment
+	assert_int_equal(n_evicted, 5);
+	assert_int_equal(evicted_seqs[3], 2);
+	assert_int_equal(evicted_seqs[4], 3);
+	assert_int_equal(count_rows("oseg"), 2);
+	store_stats st;
+	store_stats_get(s, &st);
+	assert_int_equal(st.evicted, 5);
+	assert_int_equal(st.queued_rows, 5);
+	seg_read(s, "a", 0, 0);
+	assert_int_equal(SG.n, 5);
+	for (int i = 0; i < 5; i++) {
+		assert_int_equal(SG.seqs[i], (uint64_t)i + 4);
+	}
+	nmq_msg_release(m);
+	store_close(s);
+}
+
+// A session deleted (clean start, expiry) takes its segments with it,
+// the running group's too; puts after the delete in the same group
+// belong to the new session.
+static void test_segments_session_del(void **state)
+{
+	nmq_store *s = open_store(0);
+	uint32_t   a = store_sid_new(s);
+	seg_put(s, "a", a, 1, 3);
+	store_batch_begin(s);
+	nmq_msg *m1 = mk_msg("t", "old", 1, NULL);
+	nmq_msg *m2 = mk_msg("t", "new", 1, NULL);
+	store_queue_put_sid(s, "a", a, 4, m1, 1, false, NULL, 0, NULL, NULL);
+	store_session_del(s, "a", NULL, NULL);
+	uint32_t a2 = store_sid_new(s);
+	store_queue_put_sid(s, "a", a2, 1, m2, 1, false, NULL, 0, NULL, NULL);
+	store_batch_end(s);
+	sync_store(s);
+	assert_int_equal(count_rows("queue"), 0);
+	assert_int_equal(query_int("SELECT SUM(n) FROM oseg"), 1);
+	store_stats st;
+	store_stats_get(s, &st);
+	assert_int_equal(st.queued_rows, 1);
+	seg_read(s, "a", 0, 0);
+	assert_int_equal(SG.n, 1);
+	assert_string_equal(SG.payload[0], "new");
+	store_session_del(s, "a", NULL, NULL);
+	sync_store(s);
+	assert_int_equal(count_rows("queue"), 0);
+	assert_int_equal(count_rows("msgs"), 0);
+	assert_int_equal(count_rows("oseg"), 0);
+	nmq_msg_release(m1);
+	nmq_msg_release(m2);
+	store_close(s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -2337,15 +2647,15 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_batch_after, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_batch_after_oom, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_crash_before_group_commit, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_sid_coalescing, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_sid_coalescing, setup_rows, teardown),
 		cmocka_unit_test_setup_teardown(test_multi_put, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_done_ranges, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_done_ranges, setup_rows, teardown),
 		cmocka_unit_test_setup_teardown(test_done_crash_before_commit, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_done_ranges_group_oom, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_done_ranges_peek, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_done_ranges_group_oom, setup_rows, teardown),
+		cmocka_unit_test_setup_teardown(test_done_ranges_peek, setup_rows, teardown),
 		cmocka_unit_test_setup_teardown(test_subs_read, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_rels_read, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_held_rows_acked, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_held_rows_acked, setup_rows, teardown),
 		cmocka_unit_test_setup_teardown(test_held_rows_aged, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_held_rows_before_sql, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_held_rows_close, setup, teardown),
@@ -2353,6 +2663,11 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_held_rows_damaged, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_held_rows_locked_at_open, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_checkpoint_interval, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_segments_round_trip, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_segments_crash, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_segments_damaged, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_segments_eviction, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_segments_session_del, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
