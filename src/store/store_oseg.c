@@ -1068,9 +1068,26 @@ static int restore_ent(void *arg, const store_oent *e)
 	return 0;
 }
 
+typedef struct rseg {
+	int64_t id;
+	char   *cid;
+} rseg;
+
+static int rseg_cmp(const void *a, const void *b)
+{
+	const rseg *x = a, *y = b;
+	int         c = strcmp(x->cid, y->cid);
+	return c != 0 ? c : (x->id > y->id) - (x->id < y->id);
+}
+
+// Every restored row is committed in transactions of about this many,
+// each followed by a checkpoint: the WAL stays bounded however much the
+// crash left.
+#define RESTORE_CHUNK 65536
+
 long store_oseg_restore(sqlite3 *db, const char *path)
 {
-	sqlite3_stmt *sel = NULL;
+	sqlite3_stmt *sel = NULL, *get = NULL, *del = NULL;
 	int           any = 0;
 	if (sqlite3_prepare_v2(db, "SELECT EXISTS (SELECT 1 FROM oseg)", -1, &sel, NULL)
 	    != SQLITE_OK) {
@@ -1082,15 +1099,51 @@ long store_oseg_restore(sqlite3 *db, const char *path)
 	if (any <= 0) {
 		return any;
 	}
+	// The segments by client id, then age: each session's rows are then
+	// inserted in seq order, next to each other in the queue's index.
+	rseg  *segs  = NULL;
+	size_t nsegs = 0, cap = 0;
+	int    rc = sqlite3_prepare_v2(db, "SELECT id, cid FROM oseg", -1, &sel, NULL);
+	while (rc == SQLITE_OK && (rc = sqlite3_step(sel)) == SQLITE_ROW) {
+		if (nsegs == cap) {
+			size_t nc = cap ? cap * 2 : 1024;
+			rseg  *v  = realloc(segs, nc * sizeof(*v));
+			if (v == NULL) {
+				rc = SQLITE_NOMEM;
+				break;
+			}
+			segs = v;
+			cap  = nc;
+		}
+		const unsigned char *c = sqlite3_column_text(sel, 1);
+		segs[nsegs].id         = sqlite3_column_int64(sel, 0);
+		segs[nsegs].cid        = strdup(c != NULL ? (const char *)c : "");
+		if (segs[nsegs].cid == NULL) {
+			rc = SQLITE_NOMEM;
+			break;
+		}
+		nsegs++;
+		rc = SQLITE_OK;
+	}
+	sqlite3_finalize(sel);
+	sel = NULL;
+	if (rc == SQLITE_DONE) {
+		rc = SQLITE_OK;
+	}
+	if (nsegs > 1) {
+		qsort(segs, nsegs, sizeof(*segs), rseg_cmp);
+	}
 	restore_ctx x    = { .db = db };
 	uint32_t   *ids  = NULL;
 	size_t      icap = 0;
-	long        segs = 0, bad = 0, lost = 0;
-	int         rc   = sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
-	bool        open = rc == SQLITE_OK;
+	long        bad = 0, lost = 0, since = 0;
+	bool        open = false;
 	if (rc == SQLITE_OK) {
 		rc = sqlite3_prepare_v2(
-		    db, "SELECT id, cid, n, ents FROM oseg ORDER BY id", -1, &sel, NULL);
+		    db, "SELECT n, ents FROM oseg WHERE id = ?1", -1, &get, NULL);
+	}
+	if (rc == SQLITE_OK) {
+		rc = sqlite3_prepare_v2(db, "DELETE FROM oseg WHERE id = ?1", -1, &del, NULL);
 	}
 	if (rc == SQLITE_OK) {
 		rc = sqlite3_prepare_v2(db,
@@ -1108,38 +1161,59 @@ long store_oseg_restore(sqlite3 *db, const char *path)
 	if (rc == SQLITE_OK) {
 		rc = sqlite3_prepare_v2(db, "DELETE FROM msgs WHERE id = ?1", -1, &x.gc, NULL);
 	}
-	while (rc == SQLITE_OK && (rc = sqlite3_step(sel)) == SQLITE_ROW) {
-		const unsigned char *cid    = sqlite3_column_text(sel, 1);
-		const uint8_t       *p      = sqlite3_column_blob(sel, 3);
-		size_t               len    = (size_t)sqlite3_column_bytes(sel, 3);
-		long                 before = x.rows + x.dup;
-		x.cid                       = (const char *)cid;
-		segs++;
-		long r = cid != NULL && cid[0] != '\0' && p != NULL
-		    ? store_oseg_parse_ids(p, len, &ids, &icap, restore_ent, &x)
-		    : -1;
+	if (rc == SQLITE_OK) {
+		rc   = sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+		open = rc == SQLITE_OK;
+	}
+	for (size_t i = 0; rc == SQLITE_OK && i < nsegs; i++) {
+		sqlite3_bind_int64(get, 1, segs[i].id);
+		rc = sqlite3_step(get);
+		if (rc != SQLITE_ROW) {
+			sqlite3_reset(get);
+			rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
+			continue;
+		}
+		int64_t        n      = sqlite3_column_int64(get, 0);
+		const uint8_t *p      = sqlite3_column_blob(get, 1);
+		size_t         len    = (size_t)sqlite3_column_bytes(get, 1);
+		long           before = x.rows + x.dup;
+		x.cid                 = segs[i].cid;
+		long r                = segs[i].cid[0] != '\0' && p != NULL
+		                   ? store_oseg_parse_ids(p, len, &ids, &icap, restore_ent, &x)
+		                   : -1;
+		sqlite3_reset(get);
 		if (x.sqlerr) {
-			rc = SQLITE_ERROR;
+			rc = sqlite3_extended_errcode(db) & 0xff;
+			rc = rc == SQLITE_OK ? SQLITE_ERROR : rc;
 			break;
 		}
 		if (r < 0) {
 			// A damaged segment: the entries before the damage are
 			// restored, the rest is lost (logged with how many).
-			int64_t n   = sqlite3_column_int64(sel, 2);
-			long    got = x.rows + x.dup - before;
+			long got = x.rows + x.dup - before;
 			bad++;
 			lost += n > got ? (long)(n - got) : 0;
 			log_error("store",
 			    "path=%s client_id=%s event=segment_damaged row=%lld messages=%lld "
 			    "restored=%ld action=rest_dropped",
-			    path, cid != NULL ? (const char *)cid : "",
-			    (long long)sqlite3_column_int64(sel, 0), (long long)n, got);
+			    path, segs[i].cid, (long long)segs[i].id, (long long)n, got);
 		}
-		rc = SQLITE_OK;
-	}
-	if (rc == SQLITE_DONE) {
-		sqlite3_reset(sel);
-		rc = sqlite3_exec(db, "DELETE FROM oseg", NULL, NULL, NULL);
+		sqlite3_bind_int64(del, 1, segs[i].id);
+		rc = sqlite3_step(del);
+		sqlite3_reset(del);
+		rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
+		since += n > 0 ? (long)n : 1;
+		if (rc == SQLITE_OK && since >= RESTORE_CHUNK) {
+			since = 0;
+			rc    = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
+			open  = false;
+			if (rc == SQLITE_OK) {
+				sqlite3_wal_checkpoint_v2(
+				    db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+				rc   = sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+				open = rc == SQLITE_OK;
+			}
+		}
 	}
 	char why[256] = "";
 	int  code     = 0;
@@ -1147,19 +1221,27 @@ long store_oseg_restore(sqlite3 *db, const char *path)
 		snprintf(why, sizeof(why), "%s", sqlite3_errmsg(db));
 		code = sqlite3_extended_errcode(db);
 	}
-	sqlite3_finalize(sel);
+	sqlite3_finalize(get);
+	sqlite3_finalize(del);
 	sqlite3_finalize(x.msg);
 	sqlite3_finalize(x.q);
 	sqlite3_finalize(x.gc);
 	free(ids);
-	if (rc == SQLITE_OK) {
-		rc = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
+	for (size_t i = 0; i < nsegs; i++) {
+		free(segs[i].cid);
+	}
+	free(segs);
+	if (rc == SQLITE_OK && open) {
+		rc   = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
+		open = rc != SQLITE_OK;
 		if (rc != SQLITE_OK) {
 			snprintf(why, sizeof(why), "%s", sqlite3_errmsg(db));
 			code = sqlite3_extended_errcode(db);
 		}
 	}
 	if (rc != SQLITE_OK) {
+		// (What earlier chunks committed stays: each segment became its
+		// rows in the transaction that deleted it.)
 		log_error("store", "path=%s event=segments_restore_failed error=\"%s\"", path, why);
 		if (open) {
 			sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
@@ -1172,8 +1254,8 @@ long store_oseg_restore(sqlite3 *db, const char *path)
 		return store_no_room(rc) || store_no_room(code) ? -3 : -1;
 	}
 	log_info("store",
-	    "path=%s event=segments_restored segments=%ld rows=%ld already_queued=%ld damaged=%ld "
+	    "path=%s event=segments_restored segments=%zu rows=%ld already_queued=%ld damaged=%ld "
 	    "lost=%ld",
-	    path, segs, x.rows, x.dup, bad, lost);
+	    path, nsegs, x.rows, x.dup, bad, lost);
 	return x.rows;
 }
