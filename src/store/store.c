@@ -445,80 +445,46 @@ static const char *file_unwritable(const char *path, char *buf, size_t len)
 	return NULL;
 }
 
-// Restores the held rows a crash left in db (store_hold_expand). When
-// that fails (an index that no longer matches its table, which the
-// quick_check does not see, is the likely cause) the indexes are rebuilt
-// and it is tried again; when it fails still, the held rows are dropped,
-// logged at error with how many, so that the rest of the store is kept.
-// Returns 0, -1 if even that fails (the file is then moved aside), -2
-// when another process holds the file locked past the busy timeout, or
-// -3 when the disk has no room for the writes: in both, nothing was
+// What a crash left in db beside the queue (the held rows of
+// store_hold.c, the offline segments of store_oseg.c) becomes queue rows
+// (restore: the rows, or -1, -2, -3 as below). When that fails (an index
+// that no longer matches its table, which the quick_check does not see,
+// is the likely cause) the indexes are rebuilt and it is tried again; when
+// it fails still, table's rows are dropped, logged at error with how many
+// (count_sql) and what they held (lost), so that the rest of the store is
+// kept. Returns 0, -1 if even that fails (the file is then moved aside),
+// -2 when another process holds the file locked past the busy timeout, or
+// -3 when the disk has no room for the writes: in both, nothing more was
 // changed, and the broker does not start (the cause is likely passing;
 // the file is good).
-static int held_restored(sqlite3 *db, const char *path)
+static int left_restored(sqlite3 *db, const char *path, long (*restore)(sqlite3 *, const char *),
+    const char *table, const char *count_sql, const char *event, const char *lost)
 {
-	long r = store_hold_expand(db, path);
+	long r = restore(db, path);
 	if (r >= 0 || r == -2 || r == -3) {
 		return r >= 0 ? 0 : (int)r;
 	}
 	int rc = sqlite3_exec(db, "REINDEX", NULL, NULL, NULL);
-	log_error("store", "path=%s event=indexes_rebuilt reason=held_restore_failed result=%s",
-	    path, rc == SQLITE_OK ? "ok" : sqlite3_errmsg(db));
+	log_error("store", "path=%s event=indexes_rebuilt reason=%s_restore_failed result=%s", path,
+	    table, rc == SQLITE_OK ? "ok" : sqlite3_errmsg(db));
 	if ((rc & 0xff) == SQLITE_BUSY || (rc & 0xff) == SQLITE_LOCKED) {
 		return -2;
 	}
-	if (rc == SQLITE_OK && (r = store_hold_expand(db, path)) >= 0) {
-		return 0;
-	}
-	if (r == -2) {
-		return -2;
-	}
-	long long n = 0;
-	exec_int(db, "SELECT COUNT(*) FROM held", &n);
-	rc = sqlite3_exec(db, "DELETE FROM held", NULL, NULL, NULL);
-	if (rc != SQLITE_OK) {
-		return (rc & 0xff) == SQLITE_BUSY || (rc & 0xff) == SQLITE_LOCKED ? -2 : -1;
-	}
-	log_error("store",
-	    "path=%s event=held_rows_dropped rows=%lld reason=damaged: the QoS 1 deliveries they "
-	    "held for connected persistent sessions at the crash are lost",
-	    path, n);
-	return 0;
-}
-
-// Restores the segments a crash left in db (store_oseg_restore), as
-// held_restored does the held rows: the indexes rebuilt and a second try
-// when the first fails, then the segments dropped, logged at error with
-// how many messages they held. Same returns.
-static int segments_restored(sqlite3 *db, const char *path)
-{
-	long r = store_oseg_restore(db, path);
-	if (r >= 0 || r == -2 || r == -3) {
-		return r >= 0 ? 0 : (int)r;
-	}
-	int rc = sqlite3_exec(db, "REINDEX", NULL, NULL, NULL);
-	log_error("store", "path=%s event=indexes_rebuilt reason=segments_restore_failed result=%s",
-	    path, rc == SQLITE_OK ? "ok" : sqlite3_errmsg(db));
-	if ((rc & 0xff) == SQLITE_BUSY || (rc & 0xff) == SQLITE_LOCKED) {
-		return -2;
-	}
-	if (rc == SQLITE_OK && (r = store_oseg_restore(db, path)) >= 0) {
+	if (rc == SQLITE_OK && (r = restore(db, path)) >= 0) {
 		return 0;
 	}
 	if (r == -2 || r == -3) {
 		return (int)r;
 	}
-	long long n = 0, segs = 0;
-	exec_int(db, "SELECT COALESCE(SUM(n), 0) FROM oseg", &n);
-	exec_int(db, "SELECT COUNT(*) FROM oseg", &segs);
-	rc = sqlite3_exec(db, "DELETE FROM oseg", NULL, NULL, NULL);
+	long long n = 0;
+	char      del[64];
+	exec_int(db, count_sql, &n);
+	snprintf(del, sizeof(del), "DELETE FROM %s", table);
+	rc = sqlite3_exec(db, del, NULL, NULL, NULL);
 	if (rc != SQLITE_OK) {
 		return (rc & 0xff) == SQLITE_BUSY || (rc & 0xff) == SQLITE_LOCKED ? -2 : -1;
 	}
-	log_error("store",
-	    "path=%s event=segments_dropped segments=%lld messages=%lld reason=damaged: the "
-	    "messages they held for offline persistent sessions are lost",
-	    path, segs, n);
+	log_error("store", "path=%s event=%s rows=%lld reason=damaged: %s", path, event, n, lost);
 	return 0;
 }
 
@@ -670,11 +636,20 @@ static sqlite3 *open_db(nmq_store *s, char *err, size_t errlen, bool *unwritable
 			}
 			// Rows held back by the last group before a crash
 			// (store_hold.c) become queue rows before anything reads.
-			int held = rc == SQLITE_OK && !fresh ? held_restored(db, s->path) : 0;
+			int held = rc == SQLITE_OK && !fresh
+			    ? left_restored(db, s->path, store_hold_expand, "held",
+			        "SELECT COUNT(*) FROM held", "held_rows_dropped",
+			        "the QoS 1 deliveries they held for connected persistent sessions "
+			        "at the crash are lost")
+			    : 0;
 			// And so do the segments of messages queued for offline
-			// sessions (store_oseg.c) that a crash or kill left.
+			// sessions (store_oseg.c) that a crash or kill left (rows:
+			// the messages they held).
 			if (held == 0 && rc == SQLITE_OK && !fresh) {
-				held = segments_restored(db, s->path);
+				held = left_restored(db, s->path, store_oseg_restore, "oseg",
+				    "SELECT COALESCE(SUM(n), 0) FROM oseg", "segments_dropped",
+				    "the messages they held for offline persistent sessions are "
+				    "lost");
 			}
 			if (held == -2) {
 				snprintf(err, errlen,

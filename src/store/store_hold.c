@@ -57,39 +57,6 @@ static const char *const hold_sql[HS_COUNT_] = {
 // ---------------------------------------------------------------------------
 // Encoding.
 
-static size_t varint_put(uint8_t *p, uint64_t v)
-{
-	size_t n = 0;
-	while (v >= 0x80) {
-		p[n++] = (uint8_t)(v | 0x80);
-		v >>= 7;
-	}
-	p[n++] = (uint8_t)v;
-	return n;
-}
-
-// Reads a varint of at most 10 bytes from p[*off..len). False if it runs
-// past the end or is too long.
-static bool varint_get(const uint8_t *p, size_t len, size_t *off, uint64_t *v)
-{
-	uint64_t r = 0;
-	for (unsigned shift = 0, i = 0; i < 10; i++, shift += 7) {
-		if (*off >= len) {
-			return false;
-		}
-		uint8_t b = p[(*off)++];
-		if (shift == 63 && b > 1) {
-			return false;
-		}
-		r |= (uint64_t)(b & 0x7f) << shift;
-		if (b < 0x80) {
-			*v = r;
-			return true;
-		}
-	}
-	return false;
-}
-
 static uint64_t zigzag(int64_t v)
 {
 	return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
@@ -152,9 +119,9 @@ static bool ent_read(
     const uint8_t *p, size_t len, size_t *off, uint64_t n_cids, int64_t *msg, hent *e)
 {
 	uint64_t d, v;
-	if (!varint_get(p, len, off, &e->cid) || e->cid >= n_cids
-	    || !varint_get(p, len, off, &e->seq) || e->seq > INT64_MAX
-	    || !varint_get(p, len, off, &d) || *off >= len) {
+	if (!store_varint_get(p, len, off, &e->cid) || e->cid >= n_cids
+	    || !store_varint_get(p, len, off, &e->seq) || e->seq > INT64_MAX
+	    || !store_varint_get(p, len, off, &d) || *off >= len) {
 		return false;
 	}
 	int64_t delta = unzigzag(d);
@@ -172,13 +139,13 @@ static bool ent_read(
 	e->n_ids  = 0;
 	e->ids    = NULL;
 	if (flags & HOLD_IDS) {
-		if (!varint_get(p, len, off, &v) || v == 0 || v > HOLD_IDS_MAX) {
+		if (!store_varint_get(p, len, off, &v) || v == 0 || v > HOLD_IDS_MAX) {
 			return false;
 		}
 		e->n_ids = (uint32_t)v;
 		e->ids   = p + *off;
 		for (uint32_t i = 0; i < e->n_ids; i++) {
-			if (!varint_get(p, len, off, &v) || v > UINT32_MAX) {
+			if (!store_varint_get(p, len, off, &v) || v > UINT32_MAX) {
 				return false;
 			}
 		}
@@ -192,7 +159,7 @@ static void ent_ids(const hent *e, uint32_t *ids)
 	size_t off = 0;
 	for (uint32_t i = 0; i < e->n_ids; i++) {
 		uint64_t v = 0;
-		varint_get(e->ids, SIZE_MAX, &off, &v); // checked by ent_read
+		store_varint_get(e->ids, SIZE_MAX, &off, &v); // checked by ent_read
 		ids[i] = (uint32_t)v;
 	}
 }
@@ -206,8 +173,8 @@ static bool head_read(
 	size_t off = 4;
 	*cids      = NULL;
 	*lens      = NULL;
-	if (magic_of(p, len) != HOLD_MAGIC || !varint_get(p, len, &off, n_cids) || *n_cids == 0
-	    || *n_cids > len) {
+	if (magic_of(p, len) != HOLD_MAGIC || !store_varint_get(p, len, &off, n_cids)
+	    || *n_cids == 0 || *n_cids > len) {
 		return false;
 	}
 	*cids = malloc(*n_cids * sizeof(**cids));
@@ -217,7 +184,7 @@ static bool head_read(
 	}
 	for (uint64_t i = 0; i < *n_cids; i++) {
 		uint64_t l;
-		if (!varint_get(p, len, &off, &l) || l == 0 || l > UINT16_MAX || l > len - off
+		if (!store_varint_get(p, len, &off, &l) || l == 0 || l > UINT16_MAX || l > len - off
 		    || memchr(p + off, '\0', l) != NULL) {
 			goto bad;
 		}
@@ -294,13 +261,13 @@ long store_hold_parse_dones(const uint8_t *p, size_t                            
 	long n = 0;
 	for (size_t off = 4; off < len;) {
 		uint64_t l, hi;
-		if (!varint_get(p, len, &off, &l) || l == 0 || l > UINT16_MAX || l > len - off
+		if (!store_varint_get(p, len, &off, &l) || l == 0 || l > UINT16_MAX || l > len - off
 		    || memchr(p + off, '\0', l) != NULL) {
 			return -1;
 		}
 		const char *cid = (const char *)p + off;
 		off += l;
-		if (!varint_get(p, len, &off, &hi)) {
+		if (!store_varint_get(p, len, &off, &hi)) {
 			return -1;
 		}
 		n++;
@@ -394,10 +361,10 @@ void store_hold_note_done(nmq_store *s, const char *cid, uint64_t hi)
 		magic_put(s->hold_dp, HOLD_DMAGIC);
 		s->hold_dlen = 4;
 	}
-	s->hold_dlen += varint_put(s->hold_dp + s->hold_dlen, cl);
+	s->hold_dlen += store_varint_put(s->hold_dp + s->hold_dlen, cl);
 	memcpy(s->hold_dp + s->hold_dlen, cid, cl);
 	s->hold_dlen += cl;
-	s->hold_dlen += varint_put(s->hold_dp + s->hold_dlen, hi);
+	s->hold_dlen += store_varint_put(s->hold_dp + s->hold_dlen, hi);
 }
 
 // The index of sid's client id in the running group's table, added if
@@ -447,7 +414,7 @@ static uint32_t cur_cid(store_hcur *c, uint32_t sid, const char *cid, size_t cl)
 		return UINT32_MAX;
 	}
 	uint32_t i = c->n_cids++;
-	c->cids_len += varint_put(c->cids + c->cids_len, cl);
+	c->cids_len += store_varint_put(c->cids + c->cids_len, cl);
 	c->sids[i]    = sid;
 	c->cid_at[i]  = (uint32_t)c->cids_len;
 	c->cid_len[i] = (uint16_t)cl;
@@ -473,14 +440,14 @@ int store_hold_add(nmq_store *s, const char *cid, uint32_t sid, uint64_t seq, in
 		return -1;
 	}
 	uint8_t *q = c->ents + c->ents_len;
-	size_t   n = varint_put(q, idx);
-	n += varint_put(q + n, seq);
-	n += varint_put(q + n, zigzag(msg_id - c->last_msg));
+	size_t   n = store_varint_put(q, idx);
+	n += store_varint_put(q + n, seq);
+	n += store_varint_put(q + n, zigzag(msg_id - c->last_msg));
 	q[n++] = (uint8_t)(qos | (retain ? HOLD_RETAIN : 0) | (n_ids ? HOLD_IDS : 0));
 	if (n_ids) {
-		n += varint_put(q + n, n_ids);
+		n += store_varint_put(q + n, n_ids);
 		for (uint16_t i = 0; i < n_ids; i++) {
-			n += varint_put(q + n, ids[i]);
+			n += store_varint_put(q + n, ids[i]);
 		}
 	}
 	c->ents_len += n;
@@ -738,7 +705,7 @@ int store_hold_end_group(nmq_store *s)
 	size_t      hl = 4;
 	store_hgen *g  = calloc(1, sizeof(*g));
 	magic_put(hdr, HOLD_MAGIC);
-	hl += varint_put(hdr + 4, c->n_cids);
+	hl += store_varint_put(hdr + 4, c->n_cids);
 	size_t len = hl + c->cids_len + c->ents_len;
 	if (g != NULL) {
 		g->p       = malloc(len);

@@ -479,6 +479,41 @@ int store_bcache_migrate(sqlite3 *db, int to_version);
 // group's earlier puts and state updates (those are then not written).
 void store_group_pair_ranges(nmq_store *s, store_op *op);
 
+// Varints (7 bits a byte, low first) of the store's blobs (held rows,
+// offline segments). store_varint_put writes at most 10 bytes;
+// store_varint_get reads one of at most 10 bytes from p[*off..len), false
+// if it runs past the end or is too long.
+static inline size_t store_varint_put(uint8_t *p, uint64_t v)
+{
+	size_t n = 0;
+	while (v >= 0x80) {
+		p[n++] = (uint8_t)(v | 0x80);
+		v >>= 7;
+	}
+	p[n++] = (uint8_t)v;
+	return n;
+}
+
+static inline bool store_varint_get(const uint8_t *p, size_t len, size_t *off, uint64_t *v)
+{
+	uint64_t r = 0;
+	for (unsigned shift = 0, i = 0; i < 10; i++, shift += 7) {
+		if (*off >= len) {
+			return false;
+		}
+		uint8_t b = p[(*off)++];
+		if (shift == 63 && b > 1) {
+			return false;
+		}
+		r |= (uint64_t)(b & 0x7f) << shift;
+		if (b < 0x80) {
+			*v = r;
+			return true;
+		}
+	}
+	return false;
+}
+
 // store_oseg.c: messages queued for offline sessions written as one row
 // per client id and group (see there). Store thread, inside the group's
 // transaction unless said.

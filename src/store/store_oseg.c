@@ -119,42 +119,11 @@ struct store_oseg {
 // ---------------------------------------------------------------------------
 // Encoding and parsing.
 
-static size_t varint_put(uint8_t *p, uint64_t v)
-{
-	size_t n = 0;
-	while (v >= 0x80) {
-		p[n++] = (uint8_t)(v | 0x80);
-		v >>= 7;
-	}
-	p[n++] = (uint8_t)v;
-	return n;
-}
-
-static bool varint_get(const uint8_t *p, size_t len, size_t *off, uint64_t *v)
-{
-	uint64_t r = 0;
-	for (unsigned shift = 0, i = 0; i < 10; i++, shift += 7) {
-		if (*off >= len) {
-			return false;
-		}
-		uint8_t b = p[(*off)++];
-		if (shift == 63 && b > 1) {
-			return false;
-		}
-		r |= (uint64_t)(b & 0x7f) << shift;
-		if (b < 0x80) {
-			*v = r;
-			return true;
-		}
-	}
-	return false;
-}
-
 static bool bytes_get(
     const uint8_t *p, size_t len, size_t *off, uint64_t max, const uint8_t **out, uint32_t *out_len)
 {
 	uint64_t n;
-	if (!varint_get(p, len, off, &n) || n > max || n > len - *off) {
+	if (!store_varint_get(p, len, off, &n) || n > max || n > len - *off) {
 		return false;
 	}
 	*out     = p + *off;
@@ -173,14 +142,15 @@ long store_oseg_parse_ids(const uint8_t *p, size_t len, uint32_t **ids, size_t *
 	    = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 	size_t   off = 4;
 	uint64_t count;
-	if (magic != OSEG_MAGIC || !varint_get(p, len, &off, &count) || count == 0 || count > len) {
+	if (magic != OSEG_MAGIC || !store_varint_get(p, len, &off, &count) || count == 0
+	    || count > len) {
 		return -1;
 	}
 	for (uint64_t i = 0; i < count; i++) {
 		store_oent e;
 		uint64_t   v;
 		memset(&e, 0, sizeof(e));
-		if (!varint_get(p, len, &off, &v) || v > INT64_MAX) {
+		if (!store_varint_get(p, len, &off, &v) || v > INT64_MAX) {
 			return -1;
 		}
 		e.seq = v;
@@ -195,7 +165,7 @@ long store_oseg_parse_ids(const uint8_t *p, size_t len, uint32_t **ids, size_t *
 		if ((f >> 6) != 0 || e.qos == 0 || e.qos > 2 || e.mqos > 2) {
 			return -1;
 		}
-		if (!varint_get(p, len, &off, &v) || v > OSEG_IDS_MAX) {
+		if (!store_varint_get(p, len, &off, &v) || v > OSEG_IDS_MAX) {
 			return -1;
 		}
 		e.n_ids = (uint16_t)v;
@@ -208,17 +178,17 @@ long store_oseg_parse_ids(const uint8_t *p, size_t len, uint32_t **ids, size_t *
 			*ids_cap = e.n_ids;
 		}
 		for (uint16_t k = 0; k < e.n_ids; k++) {
-			if (!varint_get(p, len, &off, &v) || v > UINT32_MAX) {
+			if (!store_varint_get(p, len, &off, &v) || v > UINT32_MAX) {
 				return -1;
 			}
 			(*ids)[k] = (uint32_t)v;
 		}
 		e.ids = e.n_ids ? *ids : NULL;
-		if (!varint_get(p, len, &off, &v) || v > UINT32_MAX) {
+		if (!store_varint_get(p, len, &off, &v) || v > UINT32_MAX) {
 			return -1;
 		}
 		e.expiry_interval = (uint32_t)v;
-		if (!varint_get(p, len, &off, &v) || v > INT64_MAX) {
+		if (!store_varint_get(p, len, &off, &v) || v > INT64_MAX) {
 			return -1;
 		}
 		e.expiry_wall = v;
@@ -278,28 +248,28 @@ static bool encode_op(store_oseg *o, size_t *len, const store_op *op)
 		return false;
 	}
 	uint8_t *p = o->buf + *len;
-	size_t   n = varint_put(p, op->u64);
+	size_t   n = store_varint_put(p, op->u64);
 	p[n++]     = (uint8_t)((op->qos & 3) | (op->retain ? 4 : 0) | (m->qos & 3) << 3
             | (m->retain ? 32 : 0));
-	n += varint_put(p + n, op->n_sub_ids);
+	n += store_varint_put(p + n, op->n_sub_ids);
 	for (uint32_t i = 0; i < op->n_sub_ids; i++) {
-		n += varint_put(p + n, op->sub_ids[i]);
+		n += store_varint_put(p + n, op->sub_ids[i]);
 	}
 	uint64_t expiry_wall = 0;
 	if (m->expiry_at_ms != 0) {
 		expiry_wall = o->wall + (m->expiry_at_ms > o->mono ? m->expiry_at_ms - o->mono : 0);
 	}
-	n += varint_put(p + n, m->expiry_interval);
-	n += varint_put(p + n, expiry_wall);
-	n += varint_put(p + n, m->topic_len);
+	n += store_varint_put(p + n, m->expiry_interval);
+	n += store_varint_put(p + n, expiry_wall);
+	n += store_varint_put(p + n, m->topic_len);
 	memcpy(p + n, m->topic, m->topic_len);
 	n += m->topic_len;
-	n += varint_put(p + n, m->props_len);
+	n += store_varint_put(p + n, m->props_len);
 	if (m->props_len) {
 		memcpy(p + n, m->props, m->props_len);
 	}
 	n += m->props_len;
-	n += varint_put(p + n, m->payload_len);
+	n += store_varint_put(p + n, m->payload_len);
 	if (m->payload_len) {
 		memcpy(p + n, m->payload, m->payload_len);
 	}
@@ -740,7 +710,7 @@ static int write_seg(nmq_store *s, obucket *b, int64_t qmark, size_t len, uint32
 	hdr[1]       = (uint8_t)(OSEG_MAGIC >> 8);
 	hdr[2]       = (uint8_t)(OSEG_MAGIC >> 16);
 	hdr[3]       = (uint8_t)(OSEG_MAGIC >> 24);
-	size_t hn    = 4 + varint_put(hdr + 4, n);
+	size_t hn    = 4 + store_varint_put(hdr + 4, n);
 	size_t start = 9 - hn;
 	memcpy(o->buf + start, hdr, hn);
 	sqlite3_stmt *st = o->st[OS_INS];
@@ -965,7 +935,7 @@ int64_t store_oseg_evict(nmq_store *s, uint64_t n, int64_t oldest_q)
 		hdr[1]    = (uint8_t)(OSEG_MAGIC >> 8);
 		hdr[2]    = (uint8_t)(OSEG_MAGIC >> 16);
 		hdr[3]    = (uint8_t)(OSEG_MAGIC >> 24);
-		size_t hn = 4 + varint_put(hdr + 4, (uint64_t)cnt - x.i);
+		size_t hn = 4 + store_varint_put(hdr + 4, (uint64_t)cnt - x.i);
 		if (!buf_fit(o, hn + (len - x.cut))) {
 			x.oom = true;
 		} else {
