@@ -2328,6 +2328,10 @@ static void evicts_clear(nmq_store *s, bool report)
 // the idle alive writes). opts.ckpt_frames sets the interval (tests).
 #define STORE_CKPT_FRAMES 8000
 
+// Offline segment rows (store_oseg.c) written as queue rows by one group
+// of a clean stop: up to about 64 MB of messages, then a checkpoint.
+#define STORE_OSEG_STOP_ROWS 2048
+
 static int wal_checkpoint(nmq_store *s, sqlite3 *db, const char *name)
 {
 	int log = 0, done = 0;
@@ -2395,7 +2399,7 @@ static void run_batch(nmq_store *s, store_op *batch, size_t nb, bool marks)
 	}
 	store_oseg_group_start(s, wall, mono);
 	if (ok && s->oseg_final) {
-		ok = store_oseg_expand_all(s) == 0;
+		ok = store_oseg_expand_all(s, STORE_OSEG_STOP_ROWS) == 0;
 	}
 	for (store_op *op = batch; ok && op != NULL; op = op->next, n++) {
 		int r = op_apply(s, op, wall, mono);
@@ -2592,11 +2596,19 @@ static void *store_thread(void *arg)
 		if (s->head == NULL) {
 			// Stopping: every row held back is written now (an older
 			// build would not read the held rows).
+			// So are the offline segments (store_oseg.c), a bounded
+			// number per group, so that the WAL is checkpointed between
+			// them; a group that makes no progress (a failed commit: the
+			// rest stays in the file, restored at the next open) ends it.
 			if (store_hold_pending(s) || store_oseg_any(s)) {
 				s->hold_final = true;
 				s->oseg_final = true;
 				pthread_mutex_unlock(&s->mtx);
-				run_batch(s, NULL, 0, false);
+				uint64_t before;
+				do {
+					before = store_oseg_rows(s);
+					run_batch(s, NULL, 0, false);
+				} while (store_oseg_any(s) && store_oseg_rows(s) < before);
 				pthread_mutex_lock(&s->mtx);
 			}
 			break;

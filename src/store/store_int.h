@@ -552,8 +552,12 @@ bool store_oseg_take(nmq_store *s, store_op *op);
 // Before an operation that reads or deletes cid's queue rows by SQL: its
 // segments become queue rows. 0 or -1.
 int store_oseg_expand(nmq_store *s, const char *cid);
-// Every segment becomes queue rows (stopping). 0 or -1.
-int store_oseg_expand_all(nmq_store *s);
+// The segments of client ids, in turn, become queue rows until about
+// max_rows segment rows were (all of those of the last client id taken),
+// and so do the running group's (stopping). 0 or -1.
+int store_oseg_expand_all(nmq_store *s, uint32_t max_rows);
+// Segment rows in the index (committed).
+uint64_t store_oseg_rows(const nmq_store *s);
 // Before the commit: the running group's segments are written. 0 or -1.
 int store_oseg_end_group(nmq_store *s);
 // After the commit (ok) or the rollback: the index follows.

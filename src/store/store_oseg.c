@@ -668,16 +668,20 @@ int store_oseg_expand(nmq_store *s, const char *cid)
 	return 0;
 }
 
-int store_oseg_expand_all(nmq_store *s)
+int store_oseg_expand_all(nmq_store *s, uint32_t max_rows)
 {
 	store_oseg *o = s->oseg;
 	if (o == NULL) {
 		return 0;
 	}
-	for (size_t i = 0; i < o->nslots; i++) {
+	uint32_t done = 0;
+	for (size_t i = 0; i < o->nslots && done < max_rows; i++) {
 		oslot *sl = &o->slots[i];
-		if (sl->cid != NULL && sl->gone < sl->n && store_oseg_expand(s, sl->cid) != 0) {
-			return -1;
+		if (sl->cid != NULL && sl->gone < sl->n) {
+			done += sl->n - sl->gone;
+			if (store_oseg_expand(s, sl->cid) != 0) {
+				return -1;
+			}
 		}
 	}
 	for (size_t k = 0; k < o->bk_used; k++) {
@@ -687,6 +691,11 @@ int store_oseg_expand_all(nmq_store *s)
 		}
 	}
 	return 0;
+}
+
+uint64_t store_oseg_rows(const nmq_store *s)
+{
+	return s->oseg != NULL ? s->oseg->rows : 0;
 }
 
 // Writes o->buf[9..len) as a segment of b with n entries (the header is

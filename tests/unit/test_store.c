@@ -2624,6 +2624,37 @@ static void test_segments_session_del(void **state)
 	store_close(s);
 }
 
+// A clean stop writes the segments as queue rows in several groups
+// (STORE_OSEG_STOP_ROWS segment rows each, a checkpoint between): all of
+// them, whatever their number.
+static void test_segments_stop_in_groups(void **state)
+{
+	nmq_store *s = open_store(0);
+	store_batch_begin(s);
+	for (int i = 0; i < 5000; i++) {
+		char cid[16], p[16];
+		snprintf(cid, sizeof(cid), "c%d", i);
+		snprintf(p, sizeof(p), "m%d", i);
+		nmq_msg *m = mk_msg("t", p, 1, NULL);
+		assert_int_equal(store_queue_put_sid(
+		                     s, cid, store_sid_new(s), 1, m, 1, false, NULL, 0, NULL, NULL),
+		    NMQ_OK);
+		nmq_msg_release(m);
+	}
+	store_batch_end(s);
+	sync_store(s);
+	assert_int_equal(count_rows("oseg"), 5000);
+	store_stats st0;
+	store_stats_get(s, &st0);
+	store_close(s);
+	assert_int_equal(count_rows("oseg"), 0);
+	assert_int_equal(count_rows("queue"), 5000);
+	assert_int_equal(count_rows("msgs"), 5000);
+	assert_int_equal(query_int("SELECT COUNT(*) FROM queue q JOIN msgs m ON m.id = q.msg_id"
+	                           " WHERE m.payload = CAST('m' || substr(q.cid, 2) AS BLOB)"),
+	    5000);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -2668,6 +2699,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_segments_damaged, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_segments_eviction, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_segments_session_del, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_segments_stop_in_groups, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
