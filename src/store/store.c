@@ -286,6 +286,7 @@ static bool shape_ok(sqlite3 *db)
 	    || sqlite3_exec(ref, store_bcache_schema_sql, NULL, NULL, NULL) != SQLITE_OK
 	    || sqlite3_exec(ref, index_sql, NULL, NULL, NULL) != SQLITE_OK
 	    || sqlite3_exec(ref, store_hold_schema_sql, NULL, NULL, NULL) != SQLITE_OK
+	    || sqlite3_exec(ref, store_oseg_schema_sql, NULL, NULL, NULL) != SQLITE_OK
 	    || sqlite3_prepare_v2(
 	           ref, "SELECT name FROM sqlite_schema WHERE type = 'table'", -1, &st, NULL)
 	        != SQLITE_OK) {

@@ -562,11 +562,14 @@ class TestDamagedFile(StoreCase):
 
     def test_tables_changed_by_hand(self):
         # Our tables under the same names but of another shape (a table of
-        # held rows made a view, one without the columns we write): the
-        # statements could not be prepared and the broker did not start.
+        # held rows or of offline segments made a view, one without the
+        # columns we write): the statements could not be prepared and the
+        # broker did not start.
         for i, change in enumerate([
                 ["drop table held", "create view held as select 1 as id, x'00' as ents"],
                 ["drop table held", "create table held(a, b)", "insert into held values (1, 2)"],
+                ["drop table oseg", "create view oseg as select 1 as id, 'c' as cid"],
+                ["drop table oseg", "create table oseg(id, cid, ents)"],
                 ["drop table retained", "create table retained(topic, payload)"]]):
             with self.subTest(change=change[:2]):
                 for f in os.listdir(self.db_dir):
