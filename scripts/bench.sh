@@ -36,7 +36,8 @@ scenarios_all=(fanout_q0 fanout_q1 fanout_q0_20 fanout_q1_20 four_q0 four_q1 pai
 	tls_pairs_q1_1hz bridge_fwd_q1 bridge_fwd_q1_tls bridge_drain_100k bridge_drain_100k_mem
 	bridge_drain_100k_nocache bridge_drain_100k_fastremote bridge_drain_100k_mem_fastremote
 	four_q1_scraped fanout_q1_scraped
-	four_q1_webhook four_q1_4k four_q1_4k_webhook store_fanout_q1 store_pairs_q1 offline_q1 store_offline_q1)
+	four_q1_webhook four_q1_4k four_q1_4k_webhook store_fanout_q1 store_pairs_q1 offline_q1 store_offline_q1
+	offline_q1_keep store_offline_q1_keep)
 duration=10
 repeat=1
 brokers=nanomq,mosquitto
@@ -78,6 +79,10 @@ scenario_args() {
 	store_pairs_q1) echo "STORE pubsub --pubs 1000 --subs 1000 -t bench/pair/%i -q 1 -I 0 -C false" ;;
 	offline_q1) echo "OFFLINE pub -c 1000 -t bench/off/%i -q 1 -I 0" ;;
 	store_offline_q1) echo "STORE OFFLINE pub -c 1000 -t bench/off/%i -q 1 -I 0" ;;
+	# KEEP: the queues are large enough for the whole run (BENCH_KEEP_QUEUE
+	# per session, 20,000): nothing is dropped or evicted.
+	offline_q1_keep) echo "KEEP OFFLINE pub -c 1000 -t bench/off/%i -q 1 -I 0" ;;
+	store_offline_q1_keep) echo "KEEP STORE OFFLINE pub -c 1000 -t bench/off/%i -q 1 -I 0" ;;
 	fanout_q1_scraped) echo "SCRAPE pubsub --pubs 1 --subs 1000 -t bench/fan -q 1 -I 0" ;;
 	idle_10k) echo "conn -c 10000" ;;
 	startup) echo "startup" ;; # scripts/startup-rss.sh, not the generator
@@ -128,6 +133,8 @@ scenario_doc() {
 	store_pairs_q1) echo "store on: 1,000 publisher/subscriber pairs (own topic each), persistent subscribers, QoS 1, flat out" ;;
 	offline_q1) echo "1,000 publishers -> 1,000 offline persistent sessions, QoS 1, flat out (no store)" ;;
 	store_offline_q1) echo "store on: 1,000 publishers -> 1,000 offline persistent sessions, QoS 1" ;;
+	offline_q1_keep) echo "offline_q1 with queues that keep the whole run (max_mqueue_len BENCH_KEEP_QUEUE, 20,000): nothing dropped" ;;
+	store_offline_q1_keep) echo "store_offline_q1 with disk_cache_size 20,000 x 1,000 (mosquitto: max_queued_messages 20,000): nothing evicted" ;;
 	esac
 }
 
@@ -383,6 +390,12 @@ run_one() {
 	port=$(free_port)
 	read -r -a args <<<"$(scenario_args "$s")"
 	local tls="" tlsargs=() hport="" spid="" store="" offline="" hook="" rpid=""
+	# (start_broker sees this function's queue.)
+	local queue=$queue
+	if [ "${args[0]}" = KEEP ]; then
+		queue=${BENCH_KEEP_QUEUE:-20000}
+		args=("${args[@]:1}")
+	fi
 	if [ "${args[0]}" = STORE ]; then
 		store=1
 		args=("${args[@]:1}")
