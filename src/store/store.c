@@ -1904,6 +1904,35 @@ int store_hold_unref(nmq_store *s, int64_t msg_id)
 // Applies one operation inside the open transaction. Returns 0, 1 if only
 // this operation failed (a constraint: it is answered NMQ_EINVAL and the
 // batch goes on), or -1 if the transaction must be rolled back.
+// The offline segments (store_oseg.c) of op's client id that op reads or
+// changes become queue rows first.
+static int oseg_expand_for(nmq_store *s, store_op *op)
+{
+	uint64_t max_seq = 0;
+	switch (op->kind) {
+	case OP_QUEUE_READ:
+		return store_oseg_expand_to(s, op->s1, 0, op->u32 != 0 ? op->u32 : UINT32_MAX);
+	case OP_QUEUE_STATE:
+	case OP_QUEUE_DEL:
+		max_seq = op->u64;
+		break;
+	case OP_QUEUE_DEL_RANGES:
+		for (uint32_t i = 0; i < op->u32; i++) {
+			max_seq = op->data[2 * i + 1] > max_seq ? op->data[2 * i + 1] : max_seq;
+		}
+		break;
+	case OP_QUEUE_DEL_MANY:
+		for (uint32_t i = 0; i < op->u32; i++) {
+			max_seq = op->data[i] > max_seq ? op->data[i] : max_seq;
+		}
+		break;
+	default: // a session deleted: all of them
+		max_seq = UINT64_MAX;
+		break;
+	}
+	return store_oseg_expand_to(s, op->s1, max_seq, 0);
+}
+
 static int op_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 {
 	sqlite3_stmt *st;
@@ -1923,8 +1952,11 @@ static int op_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 		if (store_hold_flush_all(s) != 0) {
 			return -1;
 		}
-		// And the session's offline segments (store_oseg.c).
-		if (store_oseg_expand(s, op->s1) != 0) {
+		// And the session's offline segments (store_oseg.c), as far as
+		// the operation reaches: a read, enough for its rows; an update
+		// or delete by seq, up to its highest seq (the session's older
+		// seqs are queue rows, the newer ones segments).
+		if (oseg_expand_for(s, op) != 0) {
 			return -1;
 		}
 		break;
@@ -2085,6 +2117,11 @@ static int op_apply(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 		store_hold_note_done(s, op->s1, op->u64b);
 		if (store_group_range_empty(s, op->sid, op->u64)) {
 			return 0; // no row of it can be there (only held ones, dropped)
+		}
+		// (Acks are of what the session read: queue rows; a segment it
+		// covers all the same is made rows first.)
+		if (store_oseg_expand_to(s, op->s1, op->u64b, 0) != 0) {
+			return -1;
 		}
 		return queue_del_range(s, op->s1, op->u64, op->u64b);
 	case OP_QUEUE_DEL_MANY:

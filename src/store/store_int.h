@@ -550,7 +550,10 @@ void store_oseg_group_start(nmq_store *s, uint64_t wall, uint64_t mono);
 // is to be written as rows.
 bool store_oseg_take(nmq_store *s, store_op *op);
 // Before an operation that reads or deletes cid's queue rows by SQL: its
-// segments become queue rows. 0 or -1.
+// segments become queue rows, oldest first, those whose first seq is at
+// most max_seq and at least enough for min_rows entries (the running
+// group's, the newest, last). 0 or -1. _expand: all of them.
+int store_oseg_expand_to(nmq_store *s, const char *cid, uint64_t max_seq, uint32_t min_rows);
 int store_oseg_expand(nmq_store *s, const char *cid);
 // The segments of client ids, in turn, become queue rows until about
 // max_rows segment rows were (all of those of the last client id taken),

@@ -64,13 +64,21 @@ static const char *const oseg_sql[OS_COUNT_] = {
 	[OS_QOLD]   = "SELECT id FROM queue WHERE state = 0 ORDER BY id LIMIT 1",
 };
 
+// One committed segment row: its id, the seq of its first entry and its
+// entries.
+typedef struct oref {
+	int64_t  row;
+	uint64_t first;
+	uint32_t n;
+} oref;
+
 // A client id's committed segments, oldest first. gone: how many of the
 // first were expanded or evicted by the running group (removed when it
 // commits).
 typedef struct oslot {
 	char    *cid; // NULL: free
 	uint64_t hash;
-	int64_t *ids;
+	oref    *ids;
 	uint32_t n, cap, gone;
 	bool     touched;
 } oslot;
@@ -90,7 +98,7 @@ typedef struct obucket {
 typedef struct oadd {
 	const char *cid;
 	uint64_t    hash;
-	int64_t     row;
+	oref        ref; // row 0: evicted meanwhile
 } oadd;
 
 struct store_oseg {
@@ -632,26 +640,34 @@ static int expand_row(nmq_store *s, const char *cid, int64_t row)
 	return store_step_done(st) == SQLITE_DONE ? 0 : -1;
 }
 
-int store_oseg_expand(nmq_store *s, const char *cid)
+int store_oseg_expand_to(nmq_store *s, const char *cid, uint64_t max_seq, uint32_t min_rows)
 {
 	store_oseg *o = s->oseg;
 	if (o == NULL || cid == NULL || (o->used == 0 && o->bk_used == 0)) {
 		return 0;
 	}
-	uint64_t h  = cid_hash(cid);
-	oslot   *sl = slot_find(o, cid, h);
+	uint64_t h    = cid_hash(cid);
+	oslot   *sl   = slot_find(o, cid, h);
+	uint64_t rows = 0; // entries made rows by this call
+	// Oldest first, so that the session's queue rows always hold its
+	// older seqs and its segments the newer ones.
 	if (sl != NULL && sl->gone < sl->n) {
 		if (!touch(o, sl)) {
 			return -1;
 		}
-		for (; sl->gone < sl->n; sl->gone++) {
-			if (expand_row(s, sl->cid, sl->ids[sl->gone]) != 0) {
+		for (; sl->gone < sl->n && (sl->ids[sl->gone].first <= max_seq || rows < min_rows);
+		     sl->gone++) {
+			if (expand_row(s, sl->cid, sl->ids[sl->gone].row) != 0) {
 				return -1;
 			}
+			rows += sl->ids[sl->gone].n;
+		}
+		if (sl->gone < sl->n) {
+			return 0; // (the running group's are newer still)
 		}
 	}
 	obucket *b = bucket_find(o, cid, h);
-	if (b != NULL && b->n > 0) {
+	if (b != NULL && b->n > 0 && (b->head->u64 <= max_seq || rows < min_rows)) {
 		for (store_op *op = b->head; op != NULL; op = op->oseg_next) {
 			s->queued_rows--;
 			int64_t id = store_msg_ref(s, op->msg, o->wall, o->mono);
@@ -666,6 +682,11 @@ int store_oseg_expand(nmq_store *s, const char *cid)
 		b->n              = 0;
 	}
 	return 0;
+}
+
+int store_oseg_expand(nmq_store *s, const char *cid)
+{
+	return store_oseg_expand_to(s, cid, UINT64_MAX, 0);
 }
 
 int store_oseg_expand_all(nmq_store *s, uint32_t max_rows)
@@ -700,7 +721,8 @@ uint64_t store_oseg_rows(const nmq_store *s)
 
 // Writes o->buf[9..len) as a segment of b with n entries (the header is
 // put in front of them) and notes the row for the index. 0 or -1.
-static int write_seg(nmq_store *s, obucket *b, int64_t qmark, size_t len, uint32_t n)
+static int write_seg(
+    nmq_store *s, obucket *b, int64_t qmark, size_t len, uint32_t n, uint64_t first)
 {
 	store_oseg *o = s->oseg;
 	if (o->nadds == o->adds_cap) {
@@ -731,8 +753,11 @@ static int write_seg(nmq_store *s, obucket *b, int64_t qmark, size_t len, uint32
 	if (store_step_done(st) != SQLITE_DONE) {
 		return -1;
 	}
-	o->adds[o->nadds++]
-	    = (oadd) { .cid = b->cid, .hash = b->hash, .row = sqlite3_last_insert_rowid(s->db) };
+	o->adds[o->nadds++] = (oadd) {
+		.cid  = b->cid,
+		.hash = b->hash,
+		.ref  = { .row = sqlite3_last_insert_rowid(s->db), .first = first, .n = n },
+	};
 	return 0;
 }
 
@@ -762,8 +787,9 @@ int store_oseg_end_group(nmq_store *s)
 		// Entries after a 9-byte room for the header; a segment is cut
 		// at OSEG_ROW_BYTES, so that rows stay small (read whole when
 		// expanded) and so does the buffer.
-		size_t   len = 9;
-		uint32_t n   = 0;
+		size_t   len   = 9;
+		uint32_t n     = 0;
+		uint64_t first = b->head->u64;
 		if (!buf_fit(o, len)) {
 			return -1;
 		}
@@ -773,14 +799,15 @@ int store_oseg_end_group(nmq_store *s)
 			}
 			n++;
 			if (len >= OSEG_ROW_BYTES && op->oseg_next != NULL) {
-				if (write_seg(s, b, qmark, len, n) != 0) {
+				if (write_seg(s, b, qmark, len, n, first) != 0) {
 					return -1;
 				}
-				len = 9;
-				n   = 0;
+				len   = 9;
+				n     = 0;
+				first = op->oseg_next->u64;
 			}
 		}
-		if (write_seg(s, b, qmark, len, n) != 0) {
+		if (write_seg(s, b, qmark, len, n, first) != 0) {
 			return -1;
 		}
 	}
@@ -803,8 +830,8 @@ void store_oseg_after_group(nmq_store *s, bool ok)
 		oslot *sl   = o->touched[i];
 		sl->touched = false;
 		if (ok && sl->gone > 0) {
-			memmove(sl->ids, sl->ids + sl->gone,
-			    (size_t)(sl->n - sl->gone) * sizeof(int64_t));
+			memmove(
+			    sl->ids, sl->ids + sl->gone, (size_t)(sl->n - sl->gone) * sizeof(oref));
 			o->rows -= sl->gone;
 			sl->n -= sl->gone;
 		}
@@ -815,13 +842,13 @@ void store_oseg_after_group(nmq_store *s, bool ok)
 	if (ok) {
 		for (size_t i = 0; i < o->nadds; i++) {
 			oadd *a = &o->adds[i];
-			if (a->row == 0) {
+			if (a->ref.row == 0) {
 				continue;
 			}
 			oslot *sl = slot_get(o, a->cid, a->hash);
 			if (sl != NULL && sl->n == sl->cap) {
 				uint32_t cap = sl->cap ? sl->cap * 2 : 4;
-				int64_t *v   = realloc(sl->ids, (size_t)cap * sizeof(*v));
+				oref    *v   = realloc(sl->ids, (size_t)cap * sizeof(*v));
 				if (v == NULL) {
 					sl = NULL;
 				} else {
@@ -835,10 +862,10 @@ void store_oseg_after_group(nmq_store *s, bool ok)
 				log_error("store",
 				    "path=%s client_id=%s event=segment_unindexed row=%lld "
 				    "reason=out_of_memory",
-				    s->path, a->cid, (long long)a->row);
+				    s->path, a->cid, (long long)a->ref.row);
 				continue;
 			}
-			sl->ids[sl->n++] = a->row;
+			sl->ids[sl->n++] = a->ref;
 			o->rows++;
 		}
 		for (size_t i = 0; i < o->nslots;) {
@@ -897,13 +924,13 @@ bool store_oseg_has_rows(const nmq_store *s)
 static void forget_row(store_oseg *o, const char *cid, int64_t row)
 {
 	oslot *sl = slot_find(o, cid, cid_hash(cid));
-	if (sl != NULL && sl->gone < sl->n && sl->ids[sl->gone] == row && touch(o, sl)) {
+	if (sl != NULL && sl->gone < sl->n && sl->ids[sl->gone].row == row && touch(o, sl)) {
 		sl->gone++;
 		return;
 	}
 	for (size_t i = 0; i < o->nadds; i++) {
-		if (o->adds[i].row == row) {
-			o->adds[i].row = 0;
+		if (o->adds[i].ref.row == row) {
+			o->adds[i].ref.row = 0;
 			return;
 		}
 	}

@@ -2655,6 +2655,51 @@ static void test_segments_stop_in_groups(void **state)
 	    5000);
 }
 
+// A read expands only the oldest segments it needs (at least its rows),
+// an update or delete by seq only those reaching its seq: a client back
+// with a large backlog does not have it all rewritten at its first read,
+// holding up every other group meanwhile; what is left stays segments.
+static void test_segments_partial_expansion(void **state)
+{
+	nmq_store *s = open_store(0);
+	uint32_t   a = store_sid_new(s);
+	seg_put(s, "a", a, 1, 4);
+	seg_put(s, "a", a, 5, 4);
+	seg_put(s, "a", a, 9, 4);
+	assert_int_equal(count_rows("oseg"), 3);
+	seg_read(s, "a", 0, 2);
+	assert_int_equal(SG.n, 2);
+	assert_int_equal(SG.seqs[0], 1);
+	assert_int_equal(SG.seqs[1], 2);
+	assert_int_equal(count_rows("oseg"), 2);
+	assert_int_equal(count_rows("queue"), 4);
+	// Acks of what was read touch no segment.
+	store_queue_del_sid(s, "a", a, 1, NULL, NULL);
+	store_queue_state_sid(s, "a", a, 2, STORE_Q_SENT, 7, NULL, NULL);
+	sync_store(s);
+	assert_int_equal(count_rows("oseg"), 2);
+	assert_int_equal(count_rows("queue"), 3);
+	// The next reads go on in order, segment by segment.
+	seg_read(s, "a", 2, 4);
+	assert_int_equal(SG.n, 4);
+	assert_int_equal(SG.seqs[0], 3);
+	assert_int_equal(SG.seqs[3], 6);
+	assert_int_equal(count_rows("oseg"), 1);
+	// A delete reaching into the last segment makes it rows first.
+	store_queue_del_sid(s, "a", a, 10, NULL, NULL);
+	sync_store(s);
+	assert_int_equal(count_rows("oseg"), 0);
+	seg_read(s, "a", 6, 0);
+	assert_int_equal(SG.n, 5);
+	assert_int_equal(SG.seqs[0], 7);
+	assert_int_equal(SG.seqs[2], 9);
+	assert_int_equal(SG.seqs[3], 11);
+	store_stats st;
+	store_stats_get(s, &st);
+	assert_int_equal(st.queued_rows, 10);
+	store_close(s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -2700,6 +2745,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_segments_eviction, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_segments_session_del, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_segments_stop_in_groups, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_segments_partial_expansion, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
