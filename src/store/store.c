@@ -182,6 +182,18 @@ static void describe_loss(sqlite3 *db, char *out, size_t outlen)
 			snprintf(out, outlen, "its contents are unreadable");
 			return;
 		}
+		if (i == 1) {
+			// And the messages of offline segments (store_oseg.c), when
+			// that table can be read (it may be the damaged part).
+			st = NULL;
+			if (sqlite3_prepare_v2(db,
+			        "SELECT COALESCE(SUM(n), 0) FROM oseg WHERE n > 0", -1, &st, NULL)
+			        == SQLITE_OK
+			    && sqlite3_step(st) == SQLITE_ROW) {
+				n += sqlite3_column_int64(st, 0);
+			}
+			sqlite3_finalize(st);
+		}
 		off += (size_t)snprintf(out + off, off < outlen ? outlen - off : 0, "%s%s=%lld",
 		    i ? " " : "", i == 1 ? "queued_messages" : what[i], n);
 	}
@@ -273,7 +285,7 @@ static bool table_shape(sqlite3 *db, const char *t, char *kind, size_t kl, char 
 // this code writes (a file whose tables were changed by hand, or by
 // another program that took the same names, cannot have its statements
 // prepared: it would stop the broker from starting). Tables added to
-// older files at open (alive, held; the bridges' cache when migrating)
+// older files at open (alive, held, oseg; the bridges' cache when migrating)
 // may be missing; the others were checked to be there.
 static bool shape_ok(sqlite3 *db)
 {
