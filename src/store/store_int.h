@@ -555,9 +555,9 @@ bool store_oseg_take(nmq_store *s, store_op *op);
 // group's, the newest, last). 0 or -1. _expand: all of them.
 int store_oseg_expand_to(nmq_store *s, const char *cid, uint64_t max_seq, uint32_t min_rows);
 int store_oseg_expand(nmq_store *s, const char *cid);
-// The segments of client ids, in turn, become queue rows until about
-// max_rows segment rows were (all of those of the last client id taken),
-// and so do the running group's (stopping). 0 or -1.
+// The oldest max_rows committed segment rows, in the order they were
+// written whatever their client id, become queue rows, and so do the
+// running group's (stopping). 0 or -1.
 int store_oseg_expand_all(nmq_store *s, uint32_t max_rows);
 // Segment rows in the index (committed).
 uint64_t store_oseg_rows(const nmq_store *s);

@@ -689,21 +689,77 @@ int store_oseg_expand(nmq_store *s, const char *cid)
 	return store_oseg_expand_to(s, cid, UINT64_MAX, 0);
 }
 
+// The next (oldest) segment row of a slot with some left.
+static int64_t slot_next(const oslot *sl)
+{
+	return sl->ids[sl->gone].row;
+}
+
+static void heap_down(oslot **h, size_t n, size_t i)
+{
+	for (;;) {
+		size_t l = 2 * i + 1, m = i;
+		if (l < n && slot_next(h[l]) < slot_next(h[m])) {
+			m = l;
+		}
+		if (l + 1 < n && slot_next(h[l + 1]) < slot_next(h[m])) {
+			m = l + 1;
+		}
+		if (m == i) {
+			return;
+		}
+		oslot *t = h[i];
+		h[i]     = h[m];
+		h[m]     = t;
+		i        = m;
+	}
+}
+
 int store_oseg_expand_all(nmq_store *s, uint32_t max_rows)
 {
 	store_oseg *o = s->oseg;
 	if (o == NULL) {
 		return 0;
 	}
-	uint32_t done = 0;
-	for (size_t i = 0; i < o->nslots && done < max_rows; i++) {
-		oslot *sl = &o->slots[i];
-		if (sl->cid != NULL && sl->gone < sl->n) {
-			done += sl->n - sl->gone;
-			if (store_oseg_expand(s, sl->cid) != 0) {
-				return -1;
+	// The oldest max_rows committed segment rows, in the order they were
+	// written (row id) whatever their client id (a heap of the slots by
+	// their next row: a slot's rows are in increasing order): the queue
+	// rows they become are then in the order of their messages' age,
+	// which eviction (the lowest queue row id first) takes as oldest
+	// first. Slot by slot (in the index's hash order), a session could
+	// have its newest messages evicted before another's older ones after
+	// the restart. (Slots do not move during the group: slot_get and
+	// slot_del run after it.)
+	size_t nh = 0;
+	for (size_t i = 0; i < o->nslots; i++) {
+		nh += o->slots[i].cid != NULL && o->slots[i].gone < o->slots[i].n;
+	}
+	if (nh > 0) {
+		oslot **h = malloc(nh * sizeof(*h));
+		if (h == NULL) {
+			return -1;
+		}
+		size_t k = 0;
+		for (size_t i = 0; i < o->nslots; i++) {
+			if (o->slots[i].cid != NULL && o->slots[i].gone < o->slots[i].n) {
+				h[k++] = &o->slots[i];
 			}
 		}
+		for (size_t i = nh / 2; i-- > 0;) {
+			heap_down(h, nh, i);
+		}
+		for (uint32_t done = 0; nh > 0 && done < max_rows; done++) {
+			oslot *sl = h[0];
+			if (!touch(o, sl) || expand_row(s, sl->cid, slot_next(sl)) != 0) {
+				free(h);
+				return -1;
+			}
+			if (++sl->gone == sl->n) {
+				h[0] = h[--nh];
+			}
+			heap_down(h, nh, 0);
+		}
+		free(h);
 	}
 	for (size_t k = 0; k < o->bk_used; k++) {
 		obucket *b = &o->bk[o->bk_list[k]];
@@ -1079,13 +1135,6 @@ typedef struct rseg {
 	char   *cid;
 } rseg;
 
-static int rseg_cmp(const void *a, const void *b)
-{
-	const rseg *x = a, *y = b;
-	int         c = strcmp(x->cid, y->cid);
-	return c != 0 ? c : (x->id > y->id) - (x->id < y->id);
-}
-
 // Every restored row is committed in transactions of about this many,
 // each followed by a checkpoint: the WAL stays bounded however much the
 // crash left.
@@ -1105,11 +1154,16 @@ long store_oseg_restore(sqlite3 *db, const char *path)
 	if (any <= 0) {
 		return any;
 	}
-	// The segments by client id, then age: each session's rows are then
-	// inserted in seq order, next to each other in the queue's index.
+	// The segments in the order they were written (row id), whatever
+	// their client id: the queue rows they become are then in the order
+	// of their messages' age (each session's in seq order), which
+	// eviction at disk_cache_size (the lowest queue row id first) takes
+	// as oldest first. (Restored client id by client id, a session whose
+	// id sorts first had its newest messages evicted before another
+	// session's older ones.)
 	rseg  *segs  = NULL;
 	size_t nsegs = 0, cap = 0;
-	int    rc = sqlite3_prepare_v2(db, "SELECT id, cid FROM oseg", -1, &sel, NULL);
+	int    rc = sqlite3_prepare_v2(db, "SELECT id, cid FROM oseg ORDER BY id", -1, &sel, NULL);
 	while (rc == SQLITE_OK && (rc = sqlite3_step(sel)) == SQLITE_ROW) {
 		if (nsegs == cap) {
 			size_t nc = cap ? cap * 2 : 1024;
@@ -1135,9 +1189,6 @@ long store_oseg_restore(sqlite3 *db, const char *path)
 	sel = NULL;
 	if (rc == SQLITE_DONE) {
 		rc = SQLITE_OK;
-	}
-	if (nsegs > 1) {
-		qsort(segs, nsegs, sizeof(*segs), rseg_cmp);
 	}
 	restore_ctx x    = { .db = db };
 	uint32_t   *ids  = NULL;

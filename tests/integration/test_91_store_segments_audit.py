@@ -42,7 +42,7 @@ class SegCase(StoreCase):
         got = []
         while True:
             try:
-                m = s.expect(PUBLISH, timeout=1.5)
+                m = s.expect(PUBLISH, timeout=1.0)
             except AssertionError:
                 break
             s.ack(m)
@@ -90,6 +90,56 @@ class TestSegmentsTableChanged(SegCase):
                 ca, got = self.drain(b)
                 self.assertFalse(ca.session_present)
                 self.assertEqual(b.stop(), [])
+
+
+class TestEvictionOrderAfterRestart(SegCase):
+    """disk_cache_size evicts the oldest queued message first. After a
+    kill -9 the segments became queue rows client id by client id (and
+    at a clean stop in the index's hash order): the queue rows' order,
+    which eviction follows, was no longer the messages' age, and a
+    session whose client id sorted first lost its newest messages
+    before another session's older ones."""
+
+    EXTRA = "  disk_cache_size = 24\n"
+    CIDS = ["ev-f", "ev-e", "ev-d", "ev-c", "ev-b", "ev-a"]  # offline oldest first
+
+    def run_case(self, stop):
+        b = self.start()
+        for cid in self.CIDS:
+            s = RawClient(b.port, 4)
+            self.assertEqual(s.connect(cid, clean=False).rc, 0)
+            s.subscribe([("ev/%s" % cid, 1)])
+            s.close()
+            b.wait_disconnected(cid)
+        p = RawClient(b.port, 4)
+        p.connect("ev-pub")
+        n = 0
+        for cid in self.CIDS:
+            for i in range(4):
+                self.assertEqual(p.publish("ev/%s" % cid, b"%04d" % n, qos=1).rc, 0)
+                n += 1
+        p.close()
+        self.assertEqual(self.segments()[1], 24)
+        stop(b)
+        b = self.start()
+        p = RawClient(b.port, 4)
+        p.connect("ev-pub")
+        for i in range(4):
+            self.assertEqual(p.publish("ev/ev-a", b"%04d" % n, qos=1).rc, 0)
+            n += 1
+        p.close()
+        got = {cid: self.drain(b, cid)[1] for cid in self.CIDS}
+        # The 4 oldest (ev-f's) went, nothing else.
+        self.assertEqual(got["ev-f"], [], got)
+        for k, cid in enumerate(self.CIDS[1:-1], 1):
+            self.assertEqual(got[cid], list(range(4 * k, 4 * k + 4)), got)
+        self.assertEqual(got["ev-a"], list(range(20, 28)), got)
+
+    def test_after_kill9(self):
+        self.run_case(self.kill9)
+
+    def test_after_clean_stop(self):
+        self.run_case(lambda b: self.assertEqual(b.stop(), []))
 
 
 if __name__ == "__main__":
