@@ -131,5 +131,54 @@ class TestEvictionOrderAfterRestart(SegCase):
         self.run_case(lambda b: self.assertEqual(b.stop(), []))
 
 
+class TestExpiredBacklog(SegCase):
+    """A backlog read back in chunks of 256 whose first chunk held only
+    expired messages: the read found nothing to deliver, which the
+    session takes for the end of its backlog, and the messages after
+    them, acked to their publisher, stayed on disk undelivered."""
+
+    def run_case(self, restart):
+        b = self.start()
+        s = RawClient(b.port, 5)
+        self.assertEqual(s.connect(SUB, clean=False, props={"SessionExpiryInterval": 999}).rc, 0)
+        s.subscribe([("x/#", 1)])
+        s.close()
+        b.wait_disconnected(SUB)
+        p = RawClient(b.port, 5)
+        self.assertEqual(p.connect("audit-pub").rc, 0)
+        for i in range(300):
+            p.publish("x/t", b"e%d" % i, qos=1, pid=i + 1, props={"MessageExpiryInterval": 1},
+                      complete=False)
+        for i in range(300):
+            self.assertEqual(p.expect(PUBACK, timeout=10).rc, 0)
+        for i in range(50):
+            self.assertEqual(p.publish("x/t", b"k%d" % i, qos=1).rc, 0)
+        p.close()
+        if restart:
+            self.kill9(b)
+        time.sleep(2.2)
+        if restart:
+            b = self.start()
+        s = RawClient(b.port, 5)
+        self.assertTrue(s.connect(SUB, clean=False,
+                                  props={"SessionExpiryInterval": 999}).session_present)
+        got = []
+        while True:
+            try:
+                m = s.expect(PUBLISH, timeout=1.0)
+            except AssertionError:
+                break
+            s.ack(m)
+            got.append(m.payload)
+        s.close()
+        self.assertEqual(got, [b"k%d" % i for i in range(50)])
+
+    def test_expired_first_chunk(self):
+        self.run_case(False)
+
+    def test_expired_first_chunk_after_kill9(self):
+        self.run_case(True)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
