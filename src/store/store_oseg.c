@@ -551,6 +551,14 @@ bool store_oseg_take(nmq_store *s, store_op *op)
 	if (b == NULL) {
 		return false; // out of memory: written as rows
 	}
+	if (b->n == 0) {
+		// (Emptied by an expansion: the session may have been deleted
+		// and a new one of the client id begun in the same group. Its
+		// entries are written with its own number; with the old one,
+		// their expansion noted rows for a session gone, whose entry of
+		// the group's done table was then never freed.)
+		b->sid = op->sid;
+	}
 	op->oseg_next = NULL;
 	if (b->tail != NULL) {
 		b->tail->oseg_next = op;

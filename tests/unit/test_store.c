@@ -2608,6 +2608,9 @@ static void test_segments_session_del(void **state)
 	sync_store(s);
 	assert_int_equal(count_rows("queue"), 0);
 	assert_int_equal(query_int("SELECT SUM(n) FROM oseg"), 1);
+	// Written with the new session's number, not the deleted one's (the
+	// group's entry for the client id kept the first number it saw).
+	assert_int_equal(query_int("SELECT sid FROM oseg"), (int)a2);
 	store_stats st;
 	store_stats_get(s, &st);
 	assert_int_equal(st.queued_rows, 1);
