@@ -53,7 +53,9 @@ def conf_for(inst, port, remote_port):
 class TestMigrateBridgeCache(OpsTestCase):
 
     def test_v1_backlog_drains_in_order(self):
-        with sqlite3.connect(FIXTURE) as db:
+        # Read as an immutable file: no -wal or -shm left beside the
+        # fixture in the source tree.
+        with sqlite3.connect("file:%s?immutable=1" % FIXTURE, uri=True) as db:
             self.assertEqual(db.execute("PRAGMA user_version").fetchone()[0], 1)
             self.assertEqual(db.execute(
                 "SELECT COUNT(*) FROM queue WHERE cid = '$bridge/f'").fetchone()[0], N1 + N2)
