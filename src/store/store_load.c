@@ -135,6 +135,52 @@ static int unref_gone(nmq_store *s)
 	    "DELETE FROM temp.gone_m;");
 }
 
+// Queue rows of a client id that has no session row (the row deleted or
+// damaged by hand, or a session whose record never committed): no session
+// reads them, and a new session of that client id, numbering its queue
+// from 1, would find its seqs taken and its own messages refused as
+// duplicates (acked to their publishers, then lost). They are deleted
+// with their messages' references, logged at error with how many. (A
+// bridge's rows, '$bridge/...', are the bridges'.) 0 or -1.
+#define ORPHAN_WHERE                                                                               \
+	" FROM queue AS q WHERE NOT EXISTS (SELECT 1 FROM sessions s WHERE s.cid = q.cid)"         \
+	" AND NOT (q.cid >= '$bridge/' AND q.cid < '$bridge0')"
+static int drop_orphans(nmq_store *s)
+{
+	sqlite3_stmt *st = NULL;
+	long long     n  = 0;
+	if (sqlite3_prepare_v2(s->db, "SELECT COUNT(*)" ORPHAN_WHERE, -1, &st, NULL) != SQLITE_OK) {
+		return -1;
+	}
+	int rc = sqlite3_step(st);
+	if (rc == SQLITE_ROW) {
+		n = sqlite3_column_int64(st, 0);
+	}
+	sqlite3_finalize(st);
+	if (rc != SQLITE_ROW) {
+		return -1;
+	}
+	if (n == 0) {
+		return 0;
+	}
+	if (exec(s,
+	        "CREATE TEMP TABLE IF NOT EXISTS gone_m(msg_id INTEGER PRIMARY KEY, n INTEGER NOT "
+	        "NULL);"
+	        "DELETE FROM temp.gone_m;"
+	        "INSERT INTO temp.gone_m SELECT q.msg_id, COUNT(*)" ORPHAN_WHERE
+	        " GROUP BY q.msg_id")
+	        != 0
+	    || unref_gone(s) != 0 || exec(s, "DELETE" ORPHAN_WHERE) != 0) {
+		return -1;
+	}
+	s->queued_rows -= (uint64_t)n <= s->queued_rows ? (uint64_t)n : s->queued_rows;
+	log_error("store",
+	    "path=%s event=orphan_rows_dropped rows=%lld reason=no_session: queued messages of "
+	    "client ids with no stored session (its row deleted or damaged) are deleted",
+	    s->path, n);
+	return 0;
+}
+
 // The wills of the sessions drop_expired found expired, handed to the
 // caller of store_load after everything else. Such a session's record
 // stays (with its will, nothing else) until the caller deletes it in the
@@ -697,7 +743,7 @@ nmq_err store_load(nmq_store *s, uint64_t now_wall_ms, const store_load_ops *ops
 	// replace it: a COMMIT that failed on a full disk was rolled back.)
 	if ((n_on = store_alive_load(s, &alive)) < 0
 	    || drop_expired(s, now_wall_ms, mono, ops->expired_will != NULL ? &wills : NULL) != 0
-	    || exec(s, "COMMIT") != 0) {
+	    || drop_orphans(s) != 0 || exec(s, "COMMIT") != 0) {
 		snprintf(why, sizeof(why), "%s%s", sqlite3_errmsg(s->db),
 		    store_no_room(sqlite3_extended_errcode(s->db))
 		        ? "; the file is left unchanged: start again once there is room"

@@ -840,6 +840,24 @@ static void test_pending_bound(void **state)
 	assert_int_equal(count_rows("rel"), 4);
 }
 
+// Gives every client id with queue rows a session row, as the broker's
+// sessions have (store_load drops the rows of a client id without one).
+static void sessions_of_queue(void)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/nanomq.db", tmpdir);
+	sqlite3 *db = NULL;
+	assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+	char sql[512];
+	snprintf(sql, sizeof(sql),
+	    "INSERT OR IGNORE INTO sessions(cid, username, expiry_s, proto, offline_wall_ms,"
+	    " will_msg, will_delay_s) SELECT DISTINCT cid, NULL, 100000, 5, %lld, NULL, 0 FROM "
+	    "queue",
+	    (long long)time(NULL) * 1000);
+	assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+	sqlite3_close(db);
+}
+
 // Runs a one-value query on the file through a second connection.
 static long long query_int(const char *sql)
 {
@@ -1186,6 +1204,7 @@ static void test_del_ranges(void **state)
 	assert_int_equal(count_rows("msgs"), 2); // c and d
 	store_close(s);
 	sem_destroy(&gate);
+	sessions_of_queue(); // (the load drops rows of no session)
 	s        = open_store(0);
 	loaded l = { 0 };
 	assert_int_equal(store_load(s, (uint64_t)time(NULL) * 1000, &load_all, &l), NMQ_OK);
@@ -1529,6 +1548,7 @@ static void test_multi_put(void **state)
 	store_close(s);
 	sem_destroy(&gate);
 	// Read back: the sub ids of a row kept, in order.
+	sessions_of_queue(); // (the load drops rows of no session)
 	s        = open_store(0);
 	loaded l = { 0 };
 	assert_int_equal(store_load(s, (uint64_t)time(NULL) * 1000, &load_all, &l), NMQ_OK);
@@ -1759,6 +1779,7 @@ static void test_done_crash_before_commit_work(nmq_store *s)
 static void test_done_crash_before_commit(void **state)
 {
 	kill9_after(test_done_crash_before_commit_work);
+	sessions_of_queue(); // (the load drops rows of no session)
 	nmq_store *s = open_store(0);
 	loaded     l = { 0 };
 	assert_int_equal(store_load(s, (uint64_t)time(NULL) * 1000, &load_all, &l), NMQ_OK);
@@ -2071,6 +2092,7 @@ static void test_held_rows_aged(void **state)
 	store_close(s);
 	nmq_msg_release(m);
 	// Read back as stored.
+	sessions_of_queue(); // (the load drops rows of no session)
 	s        = open_store(0);
 	loaded l = { 0 };
 	assert_int_equal(store_load(s, (uint64_t)time(NULL) * 1000, &load_all, &l), NMQ_OK);
@@ -2191,6 +2213,7 @@ static void test_held_rows_crash(void **state)
 	assert_int_equal(query_int("SELECT COUNT(*) FROM msgs m WHERE refs !="
 	                           " (SELECT COUNT(*) FROM queue q WHERE q.msg_id = m.id)"),
 	    0);
+	sessions_of_queue(); // (the load drops rows of no session)
 	loaded l = { 0 };
 	assert_int_equal(store_load(s, (uint64_t)time(NULL) * 1000, &load_all, &l), NMQ_OK);
 	assert_int_equal(l.qmsgs, 4 + (int)a12);
@@ -2703,6 +2726,59 @@ static void test_segments_partial_expansion(void **state)
 	store_close(s);
 }
 
+// Queue rows of a client id with no session row (the row deleted by hand)
+// are dropped at load with their messages' references: a new session of
+// that client id numbers its queue from 1 again, and its messages must
+// not be refused as duplicates of the stale rows.
+static void test_orphan_rows_dropped(void **state)
+{
+	nmq_store    *s = open_store(0);
+	store_session a = { .client_id = "a", .expiry_s = 600 };
+	store_session g = { .client_id = "ghost", .expiry_s = 600 };
+	store_session_put(s, &a, NULL, NULL);
+	store_session_put(s, &g, NULL, NULL);
+	nmq_msg *m = mk_msg("t", "stale", 1, NULL);
+	for (uint64_t q = 1; q <= 3; q++) {
+		store_queue_put(s, "a", q, m, 1, false, NULL, 0, NULL, NULL);
+		store_queue_put(s, "ghost", q, m, 1, false, NULL, 0, NULL, NULL);
+	}
+	sync_store(s);
+	store_close(s);
+	char path[512];
+	snprintf(path, sizeof(path), "%s/nanomq.db", tmpdir);
+	sqlite3 *db = NULL;
+	assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+	assert_int_equal(
+	    sqlite3_exec(db, "DELETE FROM sessions WHERE cid = 'ghost'", NULL, NULL, NULL),
+	    SQLITE_OK);
+	sqlite3_close(db);
+	s        = open_store(0);
+	loaded l = { 0 };
+	assert_int_equal(store_load(s, (uint64_t)time(NULL) * 1000, &load_all, &l), NMQ_OK);
+	assert_int_equal(l.sessions, 1);
+	assert_int_equal(l.qmsgs, 3);
+	loaded_free(&l);
+	assert_int_equal(query_int("SELECT COUNT(*) FROM queue WHERE cid = 'ghost'"), 0);
+	assert_int_equal(query_int("SELECT SUM(refs) FROM msgs"), 3);
+	store_stats st;
+	store_stats_get(s, &st);
+	assert_int_equal(st.queued_rows, 3);
+	// A new session of that client id: its seq 1 is stored.
+	nmq_msg *fresh = mk_msg("t", "fresh", 1, NULL);
+	store_session_put(s, &g, NULL, NULL);
+	waiter_reset();
+	store_queue_put(s, "ghost", 1, fresh, 1, false, NULL, 0, on_done, NULL);
+	wait_calls(1);
+	assert_int_equal(W.errors, 0);
+	memset(&R, 0, sizeof(R));
+	seg_read(s, "ghost", 0, 0);
+	assert_int_equal(SG.n, 1);
+	assert_string_equal(SG.payload[0], "fresh");
+	nmq_msg_release(m);
+	nmq_msg_release(fresh);
+	store_close(s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -2749,6 +2825,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_segments_session_del, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_segments_stop_in_groups, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_segments_partial_expansion, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_orphan_rows_dropped, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
