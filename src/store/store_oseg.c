@@ -228,6 +228,31 @@ long store_oseg_parse(
 	return r;
 }
 
+// A blob's header (magic, entry count) into hdr (9 bytes at most); its
+// length.
+static size_t hdr_put(uint8_t *hdr, uint64_t n)
+{
+	hdr[0] = (uint8_t)OSEG_MAGIC;
+	hdr[1] = (uint8_t)(OSEG_MAGIC >> 8);
+	hdr[2] = (uint8_t)(OSEG_MAGIC >> 16);
+	hdr[3] = (uint8_t)(OSEG_MAGIC >> 24);
+	return 4 + store_varint_put(hdr + 4, n);
+}
+
+// Binds entry e's message to an INSERT INTO msgs(refs, topic, qos,
+// retain, expiry_interval, expiry_wall_ms, props, payload) VALUES (1,
+// ?1 .. ?7) (the store's STMT_MSG_INSERT, and the restore's own).
+static void bind_msg(sqlite3_stmt *st, const store_oent *e)
+{
+	sqlite3_bind_text(st, 1, e->topic, (int)e->topic_len, SQLITE_STATIC);
+	sqlite3_bind_int(st, 2, e->mqos);
+	sqlite3_bind_int(st, 3, e->mretain);
+	sqlite3_bind_int64(st, 4, e->expiry_interval);
+	sqlite3_bind_int64(st, 5, (sqlite3_int64)e->expiry_wall);
+	sqlite3_bind_blob(st, 6, e->props, (int)e->props_len, SQLITE_STATIC);
+	sqlite3_bind_blob(st, 7, e->payload, (int)e->payload_len, SQLITE_STATIC);
+}
+
 static bool buf_fit(store_oseg *o, size_t need)
 {
 	if (need <= o->buf_cap) {
@@ -584,13 +609,7 @@ static int expand_ent(void *arg, const store_oent *e)
 {
 	expand_ctx   *x  = arg;
 	sqlite3_stmt *st = store_stmt(x->s, STMT_MSG_INSERT);
-	sqlite3_bind_text(st, 1, e->topic, (int)e->topic_len, SQLITE_STATIC);
-	sqlite3_bind_int(st, 2, e->mqos);
-	sqlite3_bind_int(st, 3, e->mretain);
-	sqlite3_bind_int64(st, 4, e->expiry_interval);
-	sqlite3_bind_int64(st, 5, (sqlite3_int64)e->expiry_wall);
-	sqlite3_bind_blob(st, 6, e->props, (int)e->props_len, SQLITE_STATIC);
-	sqlite3_bind_blob(st, 7, e->payload, (int)e->payload_len, SQLITE_STATIC);
+	bind_msg(st, e);
 	if (store_step_done(st) != SQLITE_DONE) {
 		x->sqlerr = true;
 		return -1;
@@ -801,12 +820,8 @@ static int write_seg(
 	// The count's varint is at most 5 bytes: the header ends where the
 	// entries begin.
 	uint8_t hdr[9];
-	hdr[0]       = (uint8_t)OSEG_MAGIC;
-	hdr[1]       = (uint8_t)(OSEG_MAGIC >> 8);
-	hdr[2]       = (uint8_t)(OSEG_MAGIC >> 16);
-	hdr[3]       = (uint8_t)(OSEG_MAGIC >> 24);
-	size_t hn    = 4 + store_varint_put(hdr + 4, n);
-	size_t start = 9 - hn;
+	size_t  hn    = hdr_put(hdr, n);
+	size_t  start = 9 - hn;
 	memcpy(o->buf + start, hdr, hn);
 	sqlite3_stmt *st = o->st[OS_INS];
 	sqlite3_bind_text(st, 1, b->cid, -1, SQLITE_STATIC);
@@ -1031,11 +1046,7 @@ int64_t store_oseg_evict(nmq_store *s, uint64_t n, int64_t oldest_q)
 	if (!whole) {
 		// What is kept: a new count, then the entries after the cut.
 		uint8_t hdr[16];
-		hdr[0]    = (uint8_t)OSEG_MAGIC;
-		hdr[1]    = (uint8_t)(OSEG_MAGIC >> 8);
-		hdr[2]    = (uint8_t)(OSEG_MAGIC >> 16);
-		hdr[3]    = (uint8_t)(OSEG_MAGIC >> 24);
-		size_t hn = 4 + store_varint_put(hdr + 4, (uint64_t)cnt - x.i);
+		size_t  hn = hdr_put(hdr, (uint64_t)cnt - x.i);
 		if (!buf_fit(o, hn + (len - x.cut))) {
 			x.oom = true;
 		} else {
@@ -1091,13 +1102,7 @@ typedef struct restore_ctx {
 static int restore_ent(void *arg, const store_oent *e)
 {
 	restore_ctx *x = arg;
-	sqlite3_bind_text(x->msg, 1, e->topic, (int)e->topic_len, SQLITE_STATIC);
-	sqlite3_bind_int(x->msg, 2, e->mqos);
-	sqlite3_bind_int(x->msg, 3, e->mretain);
-	sqlite3_bind_int64(x->msg, 4, e->expiry_interval);
-	sqlite3_bind_int64(x->msg, 5, (sqlite3_int64)e->expiry_wall);
-	sqlite3_bind_blob(x->msg, 6, e->props, (int)e->props_len, SQLITE_STATIC);
-	sqlite3_bind_blob(x->msg, 7, e->payload, (int)e->payload_len, SQLITE_STATIC);
+	bind_msg(x->msg, e);
 	int rc = sqlite3_step(x->msg);
 	sqlite3_reset(x->msg);
 	if (rc != SQLITE_DONE) {
