@@ -842,20 +842,26 @@ static void test_pending_bound(void **state)
 
 // Gives every client id with queue rows a session row, as the broker's
 // sessions have (store_load drops the rows of a client id without one).
-static void sessions_of_queue(void)
+// Runs sql on the file through a second connection (as a hand would).
+static void db_exec(const char *sql)
 {
 	char path[512];
 	snprintf(path, sizeof(path), "%s/nanomq.db", tmpdir);
 	sqlite3 *db = NULL;
 	assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+	assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+	sqlite3_close(db);
+}
+
+static void sessions_of_queue(void)
+{
 	char sql[512];
 	snprintf(sql, sizeof(sql),
 	    "INSERT OR IGNORE INTO sessions(cid, username, expiry_s, proto, offline_wall_ms,"
 	    " will_msg, will_delay_s) SELECT DISTINCT cid, NULL, 100000, 5, %lld, NULL, 0 FROM "
 	    "queue",
 	    (long long)time(NULL) * 1000);
-	assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
-	sqlite3_close(db);
+	db_exec(sql);
 }
 
 // Runs a one-value query on the file through a second connection.
@@ -2546,20 +2552,11 @@ static void test_segments_damaged_work(nmq_store *s)
 static void test_segments_damaged(void **state)
 {
 	kill9_after(test_segments_damaged_work);
-	char path[512];
-	snprintf(path, sizeof(path), "%s/nanomq.db", tmpdir);
-	sqlite3 *db = NULL;
-	assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
 	// The first segment loses its last entry's tail; the second's blob is
 	// garbage.
-	assert_int_equal(
-	    sqlite3_exec(db,
-	        "UPDATE oseg SET ents = substr(ents, 1, length(ents) - 2) WHERE id = "
+	db_exec("UPDATE oseg SET ents = substr(ents, 1, length(ents) - 2) WHERE id = "
 	        "(SELECT MIN(id) FROM oseg);"
-	        "UPDATE oseg SET ents = x'00112233' WHERE id = (SELECT MAX(id) FROM oseg);",
-	        NULL, NULL, NULL),
-	    SQLITE_OK);
-	sqlite3_close(db);
+	        "UPDATE oseg SET ents = x'00112233' WHERE id = (SELECT MAX(id) FROM oseg);");
 	nmq_store *s = open_store(0);
 	assert_int_equal(count_rows("oseg"), 0);
 	seg_read(s, "a", 0, 0);
@@ -2744,14 +2741,7 @@ static void test_orphan_rows_dropped(void **state)
 	}
 	sync_store(s);
 	store_close(s);
-	char path[512];
-	snprintf(path, sizeof(path), "%s/nanomq.db", tmpdir);
-	sqlite3 *db = NULL;
-	assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
-	assert_int_equal(
-	    sqlite3_exec(db, "DELETE FROM sessions WHERE cid = 'ghost'", NULL, NULL, NULL),
-	    SQLITE_OK);
-	sqlite3_close(db);
+	db_exec("DELETE FROM sessions WHERE cid = 'ghost'");
 	s        = open_store(0);
 	loaded l = { 0 };
 	assert_int_equal(store_load(s, (uint64_t)time(NULL) * 1000, &load_all, &l), NMQ_OK);
