@@ -11,15 +11,16 @@
 // entry in every session's part of the queue's index.
 //
 // The queue table stays what every reader reads: before an operation that
-// reads, updates or deletes a session's queue rows by SQL (a backlog read,
-// a state update, a delete, a session delete), that session's segments
-// (committed, and those of the running group) become queue and message
-// rows, in seq order, in the operation's transaction (store_oseg_expand).
+// reads, updates or deletes a session's queue rows by SQL, that session's
+// oldest segments (committed, then those of the running group) become
+// queue and message rows, in seq order, in the operation's transaction,
+// as far as it reaches: a backlog read, at least its rows; an update or
+// delete, up to its seq; a session delete, all (store_oseg_expand_to).
 // The rows of the running group's entries are noted as written
 // (store_group_note_row), as queue rows would be.
 //
-// Which segments a client id has is kept in memory (an 8-byte row id per
-// segment), changed only when the group commits: a rolled-back group
+// Which segments a client id has is kept in memory (row id, first seq and
+// count per segment), changed only when the group commits: a rolled-back group
 // leaves it as it was. At open, segments a crash or a kill left in the
 // file become queue rows before anything reads (store_oseg_restore); a
 // clean stop writes them all as queue rows, so that an older build reads
