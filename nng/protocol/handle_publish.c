@@ -96,13 +96,16 @@ out:
 // job finds it again through the session (same connection, or no ack:
 // the client resends after reconnecting).
 //
-// A plain PUBACK or PUBREC (no property: what almost every waiting ack is)
-// is kept as its type, packet id and reason and rebuilt when sent, so
-// that the tens of thousands a flood of QoS 1 publishers keeps waiting
-// cost about 100 bytes each, not a whole mqtt_packet (over 300); any
+// A plain PUBACK or PUBREC (no property: what almost every waiting ack
+// is) is kept as its type, packet id and reason and rebuilt when sent;
+// the PUBACKs of one read of the socket share a store_ack (up to
+// ACK_BATCH), so that the tens of thousands a flood of QoS 1 publishers
+// keeps waiting cost a few bytes each, not a whole mqtt_packet (over
+// 300), and one barrier in the store and one job per read; any
 // other packet is copied whole into `full`, allocated for it (a SUBACK's
 // or UNSUBACK's codes, or a CONNACK's assigned client id and response
 // information, copied behind it).
+#define ACK_BATCH 16
 typedef struct store_ack {
 	workq_job         job;
 	struct store_ack *next_free; // in its thread's pool (ack_pool)
@@ -112,11 +115,21 @@ typedef struct store_ack {
 	mqtt_packet      *full; // NULL: a plain ack (type, pid, reason below)
 	nmq_err           err;
 	int               worker;
-	uint16_t          pid;
-	uint8_t           type, reason;
 	link_after_fn     after; // run once the ack is sent or given up (unlocked)
 	void             *after_arg;
+	uint8_t           n; // plain acks in ent (full NULL), 1..ACK_BATCH
+	struct {
+		uint16_t pid;
+		uint8_t  type, reason;
+	} ent[ACK_BATCH];
 } store_ack;
+
+// The plain PUBACKs of one connection that one read of its socket asked
+// for wait together: one store_ack, one store barrier, one job for up to
+// ACK_BATCH of them (link_ack_then, link_acks_flush).
+static _Thread_local store_ack *open_ack; // not yet given to the store
+static _Thread_local nmq_link  *open_link; // the link whose frames this thread handles
+static _Thread_local uint64_t   open_mark; // the store's sync mark when they began
 
 // Whether pkt can wait as a plain ack (store_ack.full NULL).
 static inline bool ack_is_plain(const mqtt_packet *pkt)
@@ -219,21 +232,22 @@ static void connack_strings_copy(mqtt_props *pr, uint8_t *buf)
 // gather send for all of them, in commit order.
 static void store_ack_job(workq_job *job)
 {
-	store_ack   *a       = (store_ack *)job;
-	bool         end     = false;
-	bool         durable = a->err == NMQ_OK;
-	mqtt_packet  plain;
-	mqtt_packet *pk = a->full;
-	if (pk == NULL) {
-		memset(&plain, 0, offsetof(mqtt_packet, u) + sizeof(mqtt_ack));
-		plain.type            = a->type;
-		plain.u.ack.packet_id = a->pid;
-		plain.u.ack.reason    = a->reason;
-		pk                    = &plain;
-	}
+	store_ack  *a       = (store_ack *)job;
+	bool        end     = false;
+	bool        durable = a->err == NMQ_OK;
+	mqtt_packet plain;
+	unsigned    n = a->full != NULL ? 1 : a->n;
 	session_lock(a->s);
 	nmq_link *l = session_link_locked(a->s);
-	if (l != NULL && l->conn == a->conn) {
+	for (unsigned i = 0; i < n && l != NULL && l->conn == a->conn; i++) {
+		mqtt_packet *pk = a->full;
+		if (pk == NULL) {
+			memset(&plain, 0, offsetof(mqtt_packet, u) + sizeof(mqtt_ack));
+			plain.type            = a->ent[i].type;
+			plain.u.ack.packet_id = a->ent[i].pid;
+			plain.u.ack.reason    = a->ent[i].reason;
+			pk                    = &plain;
+		}
 		if (l->tx_ended) {
 			// The connection ends (v5: after a DISCONNECT, which
 			// nothing follows [MQTT-3.14.4-1]), e.g. by an earlier ack:
@@ -263,6 +277,8 @@ static void store_ack_job(workq_job *job)
 			end = true;
 		}
 		l->tx_ended |= end;
+	}
+	if (l != NULL && l->conn == a->conn) {
 		atomic_fetch_sub(&l->acks_waiting, 1);
 	}
 	session_unlock(a->s);
@@ -295,6 +311,66 @@ void link_ack(nmq_link *l, const mqtt_packet *pkt, bool stored)
 	(void)link_ack_then(l, pkt, stored, NULL, NULL);
 }
 
+// Gives a waiting ack to the store: its job runs once everything queued
+// in the store so far has committed (gathered: and no group failed since
+// open_mark). Returns false if it could not wait (the connection is
+// closed).
+static bool ack_submit(nmq_link *l, store_ack *a, bool gathered)
+{
+	nmq_proto *p = l->p;
+	nmq_err    e = gathered
+	       ? p->ack_store->sync_since(p->ack_store_arg, open_mark, store_ack_done, a)
+	       : p->ack_store->sync(p->ack_store_arg, store_ack_done, a);
+	if (e != NMQ_OK) {
+		// The store is saturated or closing: the ack cannot be made
+		// durable nor sent ahead of those waiting. The connection ends
+		// without it; the client resends after reconnecting.
+		atomic_fetch_sub(&l->acks_waiting, 1);
+		proto_store_failed(p, "sync", nmq_session_client_id(a->s), e);
+		conn_close(l->conn);
+		nmq_session_release(a->s);
+		conn_release(a->conn);
+		free(a->full);
+		store_ack_put(a);
+		return false;
+	}
+	atomic_fetch_add_explicit(
+	    &p->m.acks_after_store, a->full != NULL ? 1 : a->n, memory_order_relaxed);
+	return true;
+}
+
+// Gives the gathered PUBACKs to the store.
+static void open_ack_submit(void)
+{
+	store_ack *a = open_ack;
+	open_ack     = NULL;
+	if (a != NULL) {
+		(void)ack_submit(open_link, a, true);
+	}
+}
+
+// See link.h. The store's mark is taken before any frame of the read is
+// handled, hence before any write of their messages is queued.
+void link_acks_begin(nmq_link *l)
+{
+	if (open_link == l) {
+		return;
+	}
+	link_acks_flush();
+	nmq_proto *p = l->p;
+	if (p->ack_store != NULL && p->ack_store->sync_since != NULL) {
+		open_link = l;
+		open_mark = p->ack_store->sync_mark(p->ack_store_arg);
+	}
+}
+
+// See link.h.
+void link_acks_flush(void)
+{
+	open_ack_submit();
+	open_link = NULL;
+}
+
 bool link_ack_then(
     nmq_link *l, const mqtt_packet *pkt, bool stored, link_after_fn after, void *after_arg)
 {
@@ -303,8 +379,28 @@ bool link_ack_then(
 		link_send_packet(l, pkt);
 		return false;
 	}
-	store_ack *a     = store_ack_get();
-	bool       plain = ack_is_plain(pkt);
+	bool plain = ack_is_plain(pkt);
+	// Inside a read of l's socket (link_acks_begin), a plain PUBACK joins
+	// the others of the read: one barrier, given to the store at its end
+	// (link_acks_flush), after every write of their messages. It fails if
+	// any group since the read began failed, not only one of theirs: a
+	// QoS 1 message is then sent again, which QoS 1 allows; the PUBREC
+	// and PUBCOMP of QoS 2 keep a barrier of their own, in their
+	// message's group.
+	bool gather = plain && pkt->type == MQTT_PUBACK && after == NULL && open_link == l;
+	if (open_ack != NULL) {
+		if (gather && open_ack->n < ACK_BATCH) {
+			store_ack *o        = open_ack;
+			o->ent[o->n].type   = pkt->type;
+			o->ent[o->n].pid    = pkt->u.ack.packet_id;
+			o->ent[o->n].reason = pkt->u.ack.reason;
+			o->n++;
+			return true;
+		}
+		// Full, or this ack cannot join: those gathered go first.
+		open_ack_submit();
+	}
+	store_ack *a = store_ack_get();
 	bool       coded
 	    = (pkt->type == MQTT_SUBACK || pkt->type == MQTT_UNSUBACK) && pkt->u.suback.count > 0;
 	// What the packet refers to that may be on the caller's stack: a
@@ -340,10 +436,12 @@ bool link_ack_then(
 	a->p         = p;
 	a->s         = l->session;
 	a->conn      = l->conn;
+	a->n         = 0;
 	if (plain) {
-		a->type   = pkt->type;
-		a->pid    = pkt->u.ack.packet_id;
-		a->reason = pkt->u.ack.reason;
+		a->ent[0].type   = pkt->type;
+		a->ent[0].pid    = pkt->u.ack.packet_id;
+		a->ent[0].reason = pkt->u.ack.reason;
+		a->n             = 1;
 	} else {
 		*full = *pkt;
 		if (coded) {
@@ -362,23 +460,13 @@ bool link_ack_then(
 	}
 	nmq_session_hold(a->s);
 	conn_hold(a->conn);
+	// Counted from now: the acks after it wait behind it, gathered or not.
 	atomic_fetch_add(&l->acks_waiting, 1);
-	nmq_err e = p->ack_store->sync(p->ack_store_arg, store_ack_done, a);
-	if (e != NMQ_OK) {
-		// The store is saturated or closing: the ack cannot be made
-		// durable nor sent ahead of those waiting. The connection ends
-		// without it; the client resends after reconnecting.
-		atomic_fetch_sub(&l->acks_waiting, 1);
-		proto_store_failed(p, "sync", nmq_session_client_id(a->s), e);
-		conn_close(l->conn);
-		nmq_session_release(a->s);
-		conn_release(a->conn);
-		free(a->full);
-		store_ack_put(a);
-		return false;
+	if (gather) {
+		open_ack = a;
+		return true;
 	}
-	atomic_fetch_add_explicit(&p->m.acks_after_store, 1, memory_order_relaxed);
-	return true;
+	return ack_submit(l, a, false);
 }
 
 // Handles one PUBLISH (verdicts: the acl_ask answer when replayed). Returns

@@ -16,6 +16,7 @@
 #define OUT_ALIAS_MAX 64
 
 static int  link_frame(void *upper, const uint8_t *frame, size_t len);
+static void link_frames_end(void *upper);
 static int  link_header(void *upper, uint8_t first_byte, uint32_t size);
 static void link_too_large(void *upper, uint32_t size);
 static void link_closed(void *upper);
@@ -24,11 +25,12 @@ static void link_timer_cb(tw_timer *t);
 static void link_bp_cb(tw_timer *t);
 
 static const conn_ops link_conn_ops = {
-	.frame     = link_frame,
-	.header    = link_header,
-	.too_large = link_too_large,
-	.closed    = link_closed,
-	.writable  = link_writable,
+	.frame      = link_frame,
+	.frames_end = link_frames_end,
+	.header     = link_header,
+	.too_large  = link_too_large,
+	.closed     = link_closed,
+	.writable   = link_writable,
 };
 
 // Takes over an accepted connection: CONNECT deadline, then reading.
@@ -615,6 +617,7 @@ static int link_frame(void *upper, const uint8_t *frame, size_t len)
 {
 	nmq_link *l = upper;
 	atomic_store_explicit(&l->last_rx_ms, nmq_clock_ms(), memory_order_relaxed);
+	link_acks_begin(l);
 	if (__atomic_load_n(&l->pending, __ATOMIC_ACQUIRE) != NULL) {
 		int r = link_pending_hold(l, frame, len);
 		if (r != 0) {
@@ -622,6 +625,13 @@ static int link_frame(void *upper, const uint8_t *frame, size_t len)
 		}
 	}
 	return link_dispatch(l, frame, len);
+}
+
+// The acks that the read's frames gathered wait for the store.
+static void link_frames_end(void *upper)
+{
+	(void)upper;
+	link_acks_flush();
 }
 
 // Hands one frame to its handler; see link.h.

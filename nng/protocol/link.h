@@ -119,6 +119,12 @@ void link_ack(nmq_link *l, const mqtt_packet *pkt, bool stored);
 typedef void (*link_after_fn)(nmq_session *s, void *arg, bool durable);
 bool link_ack_then(
     nmq_link *l, const mqtt_packet *pkt, bool stored, link_after_fn after, void *after_arg);
+// The frames of one read of l's socket are handled on this thread from
+// now on: the plain PUBACKs that wait for the store are gathered
+// (link_ack_then) until link_acks_flush, called when the read is handled,
+// gives them to the store together.
+void link_acks_begin(nmq_link *l);
+void link_acks_flush(void);
 
 // Sends a control packet from the receive path of an attached link, under
 // the session lock (so that it is ordered with the session's PUBLISH

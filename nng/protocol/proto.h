@@ -303,6 +303,11 @@ typedef struct proto_store_ops {
 	// A barrier: done(arg, err) runs on the store's thread once everything
 	// queued before it has committed (it must not block).
 	nmq_err (*sync)(void *st, proto_store_done_fn done, void *arg);
+	// A barrier for the writes queued (by any thread) since sync_mark
+	// returned mark: done as sync's, but failed too if any group since
+	// the mark failed, not only its own. NULL: not supported.
+	uint64_t (*sync_mark)(void *st);
+	nmq_err (*sync_since)(void *st, uint64_t mark, proto_store_done_fn done, void *arg);
 	// Reads client_id's stored messages with seq > after_seq in seq order,
 	// at most max of them (expired ones are skipped and deleted), after
 	// everything queued before: row(arg, r) for each, then done(arg, err).

@@ -267,7 +267,7 @@ bool conn_rx_reserve(nmq_conn *c, size_t need)
 }
 
 // Cuts and dispatches every complete frame; see conn_int.h.
-bool conn_dispatch_frames(nmq_conn *c, const uint8_t *buf, size_t len, size_t *used, size_t *want)
+static bool dispatch_frames(nmq_conn *c, const uint8_t *buf, size_t len, size_t *used, size_t *want)
 {
 	size_t off = 0;
 	*want      = 0; // size of an incomplete frame at the end, if known
@@ -305,6 +305,15 @@ bool conn_dispatch_frames(nmq_conn *c, const uint8_t *buf, size_t len, size_t *u
 	}
 	*used = off;
 	return true;
+}
+
+bool conn_dispatch_frames(nmq_conn *c, const uint8_t *buf, size_t len, size_t *used, size_t *want)
+{
+	bool ok = dispatch_frames(c, buf, len, used, want);
+	if (c->ops->frames_end != NULL) {
+		c->ops->frames_end(c->upper);
+	}
+	return ok;
 }
 
 // Sizes the connection's buffer, which holds rx_len bytes, for the next

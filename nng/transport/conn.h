@@ -38,6 +38,9 @@ typedef struct conn_ops {
 	// -1 to stop reading (the callee has called conn_close or
 	// conn_shutdown).
 	int (*frame)(void *upper, const uint8_t *frame, size_t len);
+	// The frames of one read have been handed over (frame), or reading
+	// stopped in them. May be NULL.
+	void (*frames_end)(void *upper);
 	// The fixed header of the next frame has arrived (its body may not
 	// have). Returns 0 to wait for the body, -1 to stop reading (the callee
 	// has closed). May be NULL.

@@ -1620,6 +1620,21 @@ nmq_err store_sync(nmq_store *s, store_done_fn done, void *arg)
 	return op_submit(s, op_new(s, OP_SYNC, NULL, NULL, NULL, 0), done, arg);
 }
 
+uint64_t store_sync_mark(nmq_store *s)
+{
+	return atomic_load_explicit(&s->takes, memory_order_acquire);
+}
+
+nmq_err store_sync_since(nmq_store *s, uint64_t mark, store_done_fn done, void *arg)
+{
+	store_op *op = op_new(s, OP_SYNC, NULL, NULL, NULL, 0);
+	if (op != NULL) {
+		op->since = true;
+		op->u64   = mark;
+	}
+	return op_submit(s, op, done, arg);
+}
+
 nmq_err store_queue_read(nmq_store *s, const char *client_id, uint64_t after_seq, uint32_t max,
     void (*fn)(void *arg, const store_qmsg *q), store_done_fn done, void *arg)
 {
@@ -2481,12 +2496,18 @@ static void run_batch(nmq_store *s, store_op *batch, size_t nb, bool marks)
 	if (ok) {
 		ok = store_alive_in_group(s, wall) == 0;
 	}
+	unsigned tfail = atomic_load(&s->test_group_fail);
+	if (ok && tfail > 0
+	    && atomic_compare_exchange_strong(&s->test_group_fail, &tfail, tfail - 1)) {
+		ok = false;
+	}
 	if (ok) {
 		ok = store_step_done(store_stmt(s, STMT_COMMIT)) == SQLITE_DONE;
 	}
 	bool corrupt = false;
 	if (!ok) {
-		corrupt = (sqlite3_extended_errcode(s->db) & 0xff) == SQLITE_CORRUPT;
+		s->fail_take = s->take_gen;
+		corrupt      = (sqlite3_extended_errcode(s->db) & 0xff) == SQLITE_CORRUPT;
 		log_error("store", "path=%s event=commit_failed ops=%zu error=\"%s\"", s->path, n,
 		    sqlite3_errmsg(s->db));
 		if (!sqlite3_get_autocommit(s->db)) {
@@ -2527,7 +2548,11 @@ static void run_batch(nmq_store *s, store_op *batch, size_t nb, bool marks)
 		store_op *op = batch;
 		batch        = op->next;
 		if (op->done != NULL) {
-			op->done(op->arg, !ok ? NMQ_EIO : op->barrier ? NMQ_OK : op->result);
+			nmq_err err = !ok ? NMQ_EIO : op->barrier ? NMQ_OK : op->result;
+			if (op->since && s->fail_take > op->u64) {
+				err = NMQ_EIO;
+			}
+			op->done(op->arg, err);
 		}
 		op_drop_data(op);
 		if (!op->pooled) {
@@ -2683,6 +2708,7 @@ static void *store_thread(void *arg)
 			s->pdone_len = 0; // their ranges are in the group now
 		}
 		s->take_gen++; // what was queued before is no longer extended
+		atomic_store_explicit(&s->takes, s->take_gen, memory_order_release);
 		s->head    = last->next;
 		last->next = NULL;
 		if (s->head == NULL) {
@@ -2895,4 +2921,9 @@ void store_test_group_oom(nmq_store *s, unsigned n)
 void store_test_after_oom(nmq_store *s, unsigned n)
 {
 	atomic_store(&s->test_after_oom, n);
+}
+
+void store_test_group_fail(nmq_store *s, unsigned n)
+{
+	atomic_store(&s->test_group_fail, n);
 }

@@ -228,6 +228,14 @@ nmq_err store_retain_put(
     nmq_store *s, const char *topic, nmq_msg *msg, store_done_fn done, void *arg);
 // A barrier: done runs after everything queued before it has committed.
 nmq_err store_sync(nmq_store *s, store_done_fn done, void *arg);
+// A barrier for writes queued since store_sync_mark returned mark (on
+// any thread, in any store_batch): done runs after everything queued
+// before it has committed, with NMQ_EIO if any group that took one of
+// them (or another group since the mark) failed. Cheaper than a barrier
+// per write for acks that a spurious failure only makes the client send
+// again (QoS 1).
+uint64_t store_sync_mark(nmq_store *s);
+nmq_err  store_sync_since(nmq_store *s, uint64_t mark, store_done_fn done, void *arg);
 
 // The operations this thread submits to s between store_batch_begin and
 // store_batch_end are queued together at the end and committed in one
@@ -358,5 +366,8 @@ void store_test_group_oom(nmq_store *s, unsigned n);
 // Tests: the next n growths of a thread's store_batch_after list fail as
 // out of memory.
 void store_test_after_oom(nmq_store *s, unsigned n);
+// Tests: the next n groups fail at their commit (rolled back), as on a
+// full disk.
+void store_test_group_fail(nmq_store *s, unsigned n);
 
 #endif // NMQ_STORE_H

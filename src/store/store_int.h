@@ -121,6 +121,9 @@ typedef struct store_op {
 	// last of its store_batch): called with NMQ_OK once the group commits,
 	// whatever the operation's own result.
 	bool barrier;
+	// OP_SYNC of store_sync_since: fails if a group taken after take u64
+	// failed.
+	bool since;
 	// OP_QUEUE_PUT taken into the running group's offline segment of its
 	// client id (store_oseg.c): the next one of that client id.
 	struct store_op *oseg_next;
@@ -258,6 +261,10 @@ struct nmq_store {
 	// queued at take_gen is still in the queue (and may be extended) while
 	// take_gen has not moved.
 	uint64_t take_gen;
+	// take_gen for any thread (store_sync_mark), and the take of the last
+	// group that failed (store thread only).
+	_Atomic uint64_t takes;
+	uint64_t         fail_take;
 	// OP_QUEUE_DONE and numbered OP_SESSION_DEL operations queued since
 	// the store thread last took the whole queue (under mtx).
 	uint32_t         mark_ops;
@@ -338,6 +345,7 @@ struct nmq_store {
 
 	_Atomic uint64_t commits, ops, failed, coalesced, evicted, expired, queued_rows_pub;
 	_Atomic unsigned test_group_oom; // store_test_group_oom
+	_Atomic unsigned test_group_fail; // store_test_group_fail
 	_Atomic unsigned test_after_oom; // store_test_after_oom
 
 	// The alive row (store_alive.c), store thread only: its statements,

@@ -75,6 +75,16 @@ static nmq_err sp_sync(void *st, proto_store_done_fn done, void *arg)
 	return store_sync(st, done, arg);
 }
 
+static uint64_t sp_sync_mark(void *st)
+{
+	return store_sync_mark(st);
+}
+
+static nmq_err sp_sync_since(void *st, uint64_t mark, proto_store_done_fn done, void *arg)
+{
+	return store_sync_since(st, mark, done, arg);
+}
+
 // A read in flight: the protocol layer's callbacks.
 typedef struct sp_read {
 	void (*row)(void *arg, const proto_store_row *r);
@@ -161,6 +171,8 @@ const proto_store_ops store_proto_ops = {
 	.rel_put        = sp_rel_put,
 	.rel_del        = sp_rel_del,
 	.sync           = sp_sync,
+	.sync_mark      = sp_sync_mark,
+	.sync_since     = sp_sync_since,
 	.queue_read     = sp_queue_read,
 	.backlog        = sp_backlog,
 	.batch          = sp_batch,

@@ -397,6 +397,44 @@ static void test_completion_after_commit(void **state)
 	store_close(s);
 }
 
+// store_sync_since: a barrier for writes queued since a mark fails when
+// any group since the mark failed, not only its own; one from a mark
+// taken after the failure does not. A plain barrier answers for its own
+// group only.
+static void test_sync_since(void **state)
+{
+	(void)state;
+	nmq_store *s  = open_store(0);
+	nmq_msg   *m  = mk_msg("t", "p", 1, NULL);
+	uint64_t   m0 = store_sync_mark(s);
+	store_test_group_fail(s, 1);
+	waiter_reset();
+	store_batch_begin(s); // one group
+	assert_int_equal(store_queue_put(s, "c", 1, m, 1, false, NULL, 0, NULL, NULL), NMQ_OK);
+	assert_int_equal(store_sync(s, on_done, NULL), NMQ_OK);
+	store_batch_end(s);
+	wait_calls(1);
+	assert_int_equal(W.errors, 1); // that group failed
+	uint64_t m1 = store_sync_mark(s);
+	assert_true(m1 > m0);
+	waiter_reset();
+	assert_int_equal(store_queue_put(s, "c", 2, m, 1, false, NULL, 0, NULL, NULL), NMQ_OK);
+	assert_int_equal(store_sync_since(s, m0, on_done, (void *)1), NMQ_OK);
+	wait_calls(1);
+	assert_int_equal(W.errors, 1); // its own group committed, an earlier one since m0 not
+	waiter_reset();
+	assert_int_equal(store_queue_put(s, "c", 3, m, 1, false, NULL, 0, NULL, NULL), NMQ_OK);
+	assert_int_equal(store_sync_since(s, m1, on_done, (void *)2), NMQ_OK);
+	assert_int_equal(store_sync(s, on_done, (void *)3), NMQ_OK);
+	wait_calls(2);
+	assert_int_equal(W.errors, 0);
+	assert_int_equal(W.order[0], 2);
+	assert_int_equal(W.order[1], 3);
+	assert_int_equal(count_rows("queue"), 2); // seq 2 and 3, not 1
+	nmq_msg_release(m);
+	store_close(s);
+}
+
 // Rows of messages go away with their last reference: acks, a session's
 // end and a cleared retained message leave no orphan.
 static void test_reference_counting(void **state)
@@ -2774,6 +2812,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_completion_after_commit, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_sync_since, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_reference_counting, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_eviction, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_expiry_at_load, setup, teardown),
