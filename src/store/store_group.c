@@ -447,8 +447,32 @@ void store_group_peek(nmq_store *s)
 	pthread_mutex_unlock(&s->mtx);
 }
 
+// Whether the group holds an operation that can cancel or fold an
+// earlier put (a state update or a delete by seq).
+static bool group_pairs(const store_op *batch)
+{
+	for (const store_op *op = batch; op != NULL; op = op->next) {
+		switch (op->kind) {
+		case OP_QUEUE_STATE:
+		case OP_QUEUE_DEL:
+		case OP_QUEUE_DEL_MANY:
+		case OP_QUEUE_DEL_RANGES:
+			return true;
+		default:
+			break;
+		}
+	}
+	return false;
+}
+
 void store_group_coalesce(nmq_store *s, store_op *batch, bool marks)
 {
+	if (!group_pairs(batch)) {
+		// Only puts (a flood into offline sessions): nothing to pair,
+		// the done ranges still apply.
+		store_group_dones_only(s, batch, marks);
+		return;
+	}
 	if (marks) {
 		note_marks(s, batch);
 	}
