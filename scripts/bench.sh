@@ -657,6 +657,18 @@ if wrote:
             print("%-17s %-9s %12.0f %14.0f %11.2f %11.2f" % (
                 s, b, n, r["_write_bytes"] / max(n, 1), ack.get("p50", float("nan")) / 1e3,
                 ack.get("p99", float("nan")) / 1e3))
+# Our broker with the store against itself without it, in the same run.
+pairs = [(s, s[len("store_"):]) for s in scen if s.startswith("store_")
+         and (s, "nanomq") in rows and (s[len("store_"):], "nanomq") in rows]
+if pairs:
+    print()
+    print("%-22s %-17s %11s %14s" % ("store on", "store off", "msg/s ratio", "CPU/msg ratio"))
+    for a, b in pairs:
+        ma, mb = metrics(rows[(a, "nanomq")]), metrics(rows[(b, "nanomq")])
+        print("%-22s %-17s %11s %14s%s" % (a, b, ratio(ma["rate"], mb["rate"]),
+                                        ratio(ma["cpu_m"], mb["cpu_m"]),
+                                        "  (store off drops at its queue cap)"
+                                        if b == "offline_q1" else ""))
 print()
 print("deliv msg/s: messages delivered to subscribers per second of the window (pub")
 print("mode, e.g. *offline_q1: acknowledged publishes per second; CPU s/M per acked);")

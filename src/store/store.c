@@ -2218,10 +2218,14 @@ int store_evict_note(nmq_store *s, const char *cid, uint64_t seq)
 	}
 	store_evict *e = &s->evicts[s->evict_len++];
 	memset(e, 0, sizeof(*e));
-	cid = cid != NULL ? cid : "";
-	snprintf(e->cid, sizeof(e->cid), "%s", cid);
-	e->cid_full = strlen(cid) < sizeof(e->cid) ? NULL : strdup(cid);
-	e->seq      = seq;
+	cid        = cid != NULL ? cid : "";
+	size_t len = strlen(cid);
+	if (len < sizeof(e->cid)) {
+		memcpy(e->cid, cid, len + 1);
+	} else if ((e->cid_full = strdup(cid)) == NULL) {
+		memcpy(e->cid, cid, sizeof(e->cid) - 1); // cut (zeroed above)
+	}
+	e->seq = seq;
 	return 0;
 }
 
