@@ -36,9 +36,11 @@ class SegCase(StoreCase):
             p.expect(PUBACK, timeout=10)
         p.close()
 
-    def drain(self, b, cid=SUB):
-        s = RawClient(b.port, 4)
-        ca = s.connect(cid, clean=False)
+    def drain(self, b, cid=SUB, version=4, key=lambda p: int(p[:4]), **kw):
+        """Connects cid (clean start 0) and acks what comes until a second
+        passes without a PUBLISH: the CONNACK and key(payload) of each."""
+        s = RawClient(b.port, version)
+        ca = s.connect(cid, clean=False, **kw)
         got = []
         while True:
             try:
@@ -46,7 +48,7 @@ class SegCase(StoreCase):
             except AssertionError:
                 break
             s.ack(m)
-            got.append(int(m.payload[:4]))
+            got.append(key(m.payload))
         s.close()
         return ca, got
 
@@ -159,18 +161,9 @@ class TestExpiredBacklog(SegCase):
         time.sleep(2.2)
         if restart:
             b = self.start()
-        s = RawClient(b.port, 5)
-        self.assertTrue(s.connect(SUB, clean=False,
-                                  props={"SessionExpiryInterval": 999}).session_present)
-        got = []
-        while True:
-            try:
-                m = s.expect(PUBLISH, timeout=1.0)
-            except AssertionError:
-                break
-            s.ack(m)
-            got.append(m.payload)
-        s.close()
+        ca, got = self.drain(b, SUB, version=5, key=bytes,
+                             props={"SessionExpiryInterval": 999})
+        self.assertTrue(ca.session_present)
         self.assertEqual(got, [b"k%d" % i for i in range(50)])
 
     def test_expired_first_chunk(self):
