@@ -58,7 +58,7 @@ static const char *const bs_sql[BS_COUNT_] = {
 	[BS_DEL_RANGE] = "DELETE FROM bcache WHERE bid = ?1 AND seq BETWEEN ?2 AND ?3",
 	[BS_READ]      = "SELECT seq, qos, retain, state, packet_id, topic, mqos, mretain,"
 	                 " expiry_interval, expiry_wall_ms, props, payload FROM bcache"
-	                 " WHERE bid = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+	                 " WHERE bid = ?1 AND seq > ?2 ORDER BY seq",
 	[BS_PURGE]     = "DELETE FROM bcache WHERE bid = ?1",
 	[BS_OLDEST] = "SELECT b.bid, b.seq, i.cid FROM bcache b JOIN bcache_ids i ON i.bid = b.bid"
 	              " WHERE b.state = 0 ORDER BY b.bid, b.seq LIMIT ?1",
@@ -450,10 +450,10 @@ int store_bcache_read(nmq_store *s, store_op *op, uint64_t wall, uint64_t mono)
 	sqlite3_stmt *st = bs(s, BS_READ);
 	sqlite3_bind_int64(st, 1, bid);
 	sqlite3_bind_int64(st, 2, (sqlite3_int64)op->u64);
-	// The limit counts the rows given, not the expired ones passed: a
-	// bridge takes a short read for the end of its cache, and forgot the
-	// rows behind an expired one (acked, then never sent).
-	sqlite3_bind_int64(st, 3, -1);
+	// No SQL LIMIT: the read stops after the rows it gives, not counting
+	// the expired ones it passes (a bridge takes a short read for the end
+	// of its cache, and forgot the rows behind an expired one: acked,
+	// then never sent).
 	uint64_t *gone  = NULL;
 	size_t    ngone = 0, cap = 0;
 	uint32_t  given = 0;
