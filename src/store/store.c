@@ -1622,7 +1622,7 @@ nmq_err store_sync(nmq_store *s, store_done_fn done, void *arg)
 
 uint64_t store_sync_mark(nmq_store *s)
 {
-	return atomic_load_explicit(&s->takes, memory_order_acquire);
+	return atomic_load_explicit(&s->take_gen, memory_order_acquire);
 }
 
 nmq_err store_sync_since(nmq_store *s, uint64_t mark, store_done_fn done, void *arg)
@@ -2712,7 +2712,6 @@ static void *store_thread(void *arg)
 			s->pdone_len = 0; // their ranges are in the group now
 		}
 		s->take_gen++; // what was queued before is no longer extended
-		atomic_store_explicit(&s->takes, s->take_gen, memory_order_release);
 		s->head    = last->next;
 		last->next = NULL;
 		if (s->head == NULL) {

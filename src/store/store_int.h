@@ -257,14 +257,12 @@ struct nmq_store {
 	uint32_t  free_n;
 	store_op *all_ops;
 	uint64_t  uid; // distinguishes this store from an earlier one at the same address
-	// Counts the store thread's takes from the queue: an OP_QUEUE_DONE
-	// queued at take_gen is still in the queue (and may be extended) while
-	// take_gen has not moved.
-	uint64_t take_gen;
-	// take_gen for any thread (store_sync_mark), and the take of the last
-	// group that failed (store thread only).
-	_Atomic uint64_t takes;
-	uint64_t         fail_take;
+	// Counts the store thread's takes from the queue (changed under mtx,
+	// read by any thread: store_sync_mark): an OP_QUEUE_DONE queued at
+	// take_gen is still in the queue (and may be extended) while take_gen
+	// has not moved.
+	_Atomic uint64_t take_gen;
+	uint64_t         fail_take; // take of the last group that failed (store thread)
 	// OP_QUEUE_DONE and numbered OP_SESSION_DEL operations queued since
 	// the store thread last took the whole queue (under mtx).
 	uint32_t         mark_ops;
