@@ -24,6 +24,8 @@
 
 #include <cmocka.h>
 
+#include "tmpdir_util.h"
+
 #include "nng/protocol/timer_wheel.h"
 #include "src/store/store.h"
 
@@ -51,19 +53,7 @@ static int setup_rows(void **state)
 
 static int teardown(void **state)
 {
-	DIR *d = opendir(tmpdir);
-	if (d != NULL) {
-		struct dirent *e;
-		while ((e = readdir(d)) != NULL) {
-			if (e->d_name[0] != '.') {
-				char p[600];
-				snprintf(p, sizeof(p), "%s/%s", tmpdir, e->d_name);
-				unlink(p);
-			}
-		}
-		closedir(d);
-	}
-	rmdir(tmpdir);
+	tmpdir_remove(tmpdir);
 	return 0;
 }
 
