@@ -3387,9 +3387,19 @@ static void *bridge_main(void *arg)
 			publish_health(b);
 			pthread_mutex_lock(&b->mtx);
 		}
-		uint64_t until = now_ms() + delay;
+		// While it waits (up to backoff_max) the health is published
+		// every SYS_PERIOD_MS too, as while the link is up: the backlog
+		// grows, and expires, without a connect attempt to tell of it.
+		uint64_t until    = now_ms() + delay;
+		uint64_t next_sys = now_ms() + SYS_PERIOD_MS;
 		while (!b->stop && !b->restart && !b->switched_off && now_ms() < until) {
-			wait_until_locked(b, until);
+			wait_until_locked(b, until < next_sys ? until : next_sys);
+			if (now_ms() >= next_sys && now_ms() < until && !b->stop) {
+				pthread_mutex_unlock(&b->mtx);
+				publish_health(b);
+				pthread_mutex_lock(&b->mtx);
+				next_sys = now_ms() + SYS_PERIOD_MS;
+			}
 		}
 	}
 	set_state_locked(b, BS_STOPPED);

@@ -10,7 +10,12 @@ other failure (here a CONNACK refusing the bridge) up to backoff_max.
 Every bridge below has backoff_max = 2s: cheap failures are retried
 within 250-500 ms, the others within 1-2 s once the delay has doubled.
 Attempts are counted, not timed: the bounds hold on a loaded machine
-(a late wake-up only makes fewer attempts)."""
+(a late wake-up only makes fewer attempts).
+
+While a bridge waits to try again (up to backoff_max, 60 s by default)
+its health on $SYS/brokers/bridges/<name> is published every 10 s, as
+while the link is up: a subscriber sees the backlog grow between two
+attempts."""
 
 import socket
 import threading
@@ -19,7 +24,7 @@ import unittest
 
 import nmq
 import nmq_ops
-from bridge_util import FaultProxy, bridge_conf
+from bridge_util import FaultProxy, bridge_conf, health
 from nmq import HOST, free_port
 from nmq_ops import OpsTestCase, wait_for
 
@@ -128,6 +133,44 @@ class TestBridgeBackoff(OpsTestCase):
         m = inst.wait_output(RX_FAILED % "b", timeout=1)
         self.assertTrue(m and "CONNACK refused" in m[0][0], m)
         self.assertTrue(500 <= int(m[0][1]) < 1000, m)
+        self.assert_stops(inst)
+
+    # backoff_max 60 s against a remote that refuses the bridge in its
+    # CONNACK: after the 6th attempt the wait is 16-32 s. A message
+    # published locally right after that attempt goes to the backlog; a
+    # health document within 13 s shows it, before any new attempt (only
+    # the periodic publication can have sent it). Before the change the
+    # health came only at attempts, so up to 60 s old.
+    def test_health_published_while_waiting(self):
+        inst = self.instance()
+        rf = ConnackRefuser()
+        self.addCleanup(rf.close)
+        port = free_port()
+        conf = inst.conf(port, extra=bridge_conf(
+            "w", "mqtt-tcp://127.0.0.1:%d" % rf.port, 4, 4,
+            '{ local_topic = "q1/#", remote_topic = "" }', extra="backoff_max = 60s"))
+        self.start_broker(inst, ["start", "--conf", conf], port=port)
+        mon = self.client(port, "mon")
+        mon.connect()
+        mon.subscribe("$SYS/brokers/bridges/w", 0)
+        pub = self.client(port, "pub")
+        pub.connect()
+        # Attempts 1-6 are 0.5-1, 1-2, 2-4, 4-8 and 8-16 s apart.
+        self.assertTrue(wait_for(lambda: rf.accepted >= 6, 45), rf.accepted)
+        time.sleep(1.0)  # the 6th attempt fails and its wait begins
+        # Every document so far (the last one is the wait's).
+        h = health(mon, "w", timeout=2, pred=lambda h: False)
+        self.assertIsNotNone(h, inst.output()[-2000:])
+        self.assertEqual(h["state"], "backing_off", h)
+        self.assertEqual(h["backlog"], 0, h)
+        pub.publish("q1/a", b"while down", qos=1)
+        t0 = time.monotonic()
+        h = health(mon, "w", timeout=13, pred=lambda h: h["backlog"] >= 1)
+        self.assertIsNotNone(h, "no health within 13 s of the publish")
+        self.assertGreaterEqual(h["backlog"], 1, h)
+        self.assertEqual(h["state"], "backing_off", h)
+        self.assertLess(time.monotonic() - t0, 13.5)
+        self.assertEqual(rf.accepted, 6, "an attempt, not the period, published it")
         self.assert_stops(inst)
 
 
