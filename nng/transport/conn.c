@@ -266,7 +266,7 @@ bool conn_rx_reserve(nmq_conn *c, size_t need)
 	return true;
 }
 
-// Cuts and dispatches every complete frame; see conn_int.h.
+// Cuts and dispatches every complete frame (conn_dispatch_frames).
 static bool dispatch_frames(nmq_conn *c, const uint8_t *buf, size_t len, size_t *used, size_t *want)
 {
 	size_t off = 0;
@@ -307,6 +307,7 @@ static bool dispatch_frames(nmq_conn *c, const uint8_t *buf, size_t len, size_t 
 	return true;
 }
 
+// See conn_int.h.
 bool conn_dispatch_frames(nmq_conn *c, const uint8_t *buf, size_t len, size_t *used, size_t *want)
 {
 	bool ok = dispatch_frames(c, buf, len, used, want);

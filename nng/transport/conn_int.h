@@ -355,8 +355,10 @@ void conn_close_locked(nmq_conn *c);
 bool conn_rx_reserve(nmq_conn *c, size_t need);
 // Sizes the receive buffer for the next read (see conn.c).
 bool conn_rx_size(nmq_conn *c, size_t want);
-// Cuts and dispatches every complete frame of buf; *used gets the bytes
-// consumed, *want the size of an incomplete frame at the end (0 if
+// Cuts and dispatches every complete frame of buf (ops->frame), then
+// tells the upper layer that the read's frames are handed over
+// (ops->frames_end, also when reading stopped in them); *used gets the
+// bytes consumed, *want the size of an incomplete frame at the end (0 if
 // unknown). Returns false if reading must stop.
 bool conn_dispatch_frames(nmq_conn *c, const uint8_t *buf, size_t len, size_t *used, size_t *want);
 // Dispatches the new bytes of the connection's own buffer (through the
