@@ -656,6 +656,17 @@ static void store_evicted(void *arg, const char *client_id, uint64_t seq)
 // written (read-only file system, no permission): the broker then runs
 // without the store, logged at error. A directory that cannot be created for another reason
 // does stop it. Returns 0 or -1 with a message in err.
+#ifdef NMQ_HAVE_STORE
+// The store's measure of the broker's work (store_set_activity): messages
+// received and sent.
+static uint64_t store_activity(void *arg)
+{
+	proto_metrics *m = proto_metrics_get(arg);
+	return (uint64_t)atomic_load_explicit(&m->msgs_received, memory_order_relaxed)
+	    + (uint64_t)atomic_load_explicit(&m->msgs_sent, memory_order_relaxed);
+}
+#endif
+
 static int open_store(server *srv, char *err, size_t errlen)
 {
 #ifdef NMQ_HAVE_STORE
@@ -681,6 +692,7 @@ static int open_store(server *srv, char *err, size_t errlen)
 		snprintf(err, errlen, "cannot open the durable store: %s", why);
 		return -1;
 	}
+	store_set_activity(srv->store, store_activity, srv->proto);
 	if (broker_store_attach(srv->broker, srv->proto, srv->store, store_conf_persist(&srv->conf))
 	    != NMQ_OK) {
 		snprintf(err, errlen, "sqlite: cannot restore the store %s (see the log)",
@@ -700,6 +712,18 @@ static int open_store(server *srv, char *err, size_t errlen)
 	}
 	return 0;
 #endif
+}
+
+// Frees the protocol layer; the store, still open, stops reading its
+// message counters first (store_set_activity).
+static void free_proto(server *srv)
+{
+#ifdef NMQ_HAVE_STORE
+	if (srv->store != NULL) {
+		store_set_activity(srv->store, NULL, NULL);
+	}
+#endif
+	proto_free(srv->proto);
 }
 
 // Commits what the store still has queued and closes it (after the
@@ -888,7 +912,7 @@ static int run(const cli_args *args, nmq_conf *conf, const char *argv0, int read
 #endif
 		workq_free(srv.wq);
 		srv.wq = NULL;
-		proto_free(srv.proto);
+		free_proto(&srv);
 		close_store(&srv);
 		broker_free(srv.broker);
 		timer_wheel_free(srv.tw);
@@ -937,7 +961,7 @@ fail:
 	if (srv.wq != NULL) {
 		workq_free(srv.wq);
 	}
-	proto_free(srv.proto);
+	free_proto(&srv);
 	close_store(&srv);
 	broker_free(srv.broker);
 	if (srv.tw != NULL) {

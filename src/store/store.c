@@ -2624,6 +2624,80 @@ static void store_trim(nmq_store *s)
 #endif
 }
 
+// Under load, the store thread waits before it takes the next group, up
+// to STORE_GROUP_GAP_MS after the previous group began, while the rest of
+// the broker is busy (decisions/0056). A commit costs about the same
+// however many operations it carries (an fsync, and the pages at the
+// tables' ends that every group rewrites), and the store thread used to
+// take the next group as soon as the last one was committed: with a fast
+// disk, a flood was committed in groups a few milliseconds apart, and the
+// commits took a third of the broker's CPU (on a virtual machine each
+// fsync is a few exits to the host). Larger groups also pair off more rows
+// unwritten (a delivery and its PUBACK in the same group).
+//
+// Waiting is only worth it while work keeps coming. When the senders wait
+// for the acks this group will give (publishers with one message in
+// flight), the broker falls idle and a wait only slows them down. So the
+// thread waits in steps of STORE_GAP_STEP_US and stops after a step in
+// which the broker received and sent fewer than STORE_GAP_STEP_MSGS
+// messages (store_set_activity; the process's CPU clock would not do:
+// it sees the time of a thread running on another core only at the
+// scheduler's tick, every few milliseconds). Without an activity count
+// (a store used alone) it does not wait. After a group of fewer than
+// STORE_GAP_MIN_OPS operations (a light load) it does not wait at all, nor
+// after a group whose commit took longer than the gap (a slow disk); a
+// close ends the wait at the next step. The steps are plain sleeps: on the
+// condition variable the workers signal with each batch they queue, the
+// thread would be woken by each of them.
+#define STORE_GROUP_GAP_MS  5
+#define STORE_GAP_MIN_OPS   64
+#define STORE_GAP_STEP_US   500
+#define STORE_GAP_STEP_MSGS 8
+
+static uint64_t store_mono_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
+static void store_group_pace(nmq_store *s)
+{
+	if (s->group_last_n < STORE_GAP_MIN_OPS || s->opts.group_gap_ms == UINT32_MAX
+	    || s->activity == NULL) {
+		return;
+	}
+	uint64_t due  = s->group_start_us + (uint64_t)s->opts.group_gap_ms * 1000;
+	uint64_t now  = store_mono_us();
+	uint64_t seen = s->activity(s->activity_arg);
+	while (!s->stopping && now < due) {
+		uint64_t until     = now + STORE_GAP_STEP_US < due ? now + STORE_GAP_STEP_US : due;
+		struct timespec ts = { .tv_sec = 0, .tv_nsec = (long)(until - now) * 1000 };
+		pthread_mutex_unlock(&s->mtx);
+		(void)nanosleep(&ts, NULL);
+		pthread_mutex_lock(&s->mtx);
+		now = store_mono_us();
+		if (s->activity == NULL) {
+			return; // store_set_activity(NULL) meanwhile
+		}
+		if (now >= until) {
+			uint64_t a = s->activity(s->activity_arg);
+			if (a - seen < STORE_GAP_STEP_MSGS) {
+				return; // the broker fell idle: nothing more is coming
+			}
+			seen = a;
+		}
+	}
+}
+
+void store_set_activity(nmq_store *s, uint64_t (*fn)(void *arg), void *arg)
+{
+	pthread_mutex_lock(&s->mtx);
+	s->activity     = fn;
+	s->activity_arg = arg;
+	pthread_mutex_unlock(&s->mtx);
+}
+
 // What op counts against max_pending and flush_max.
 static inline uint32_t op_weight(const store_op *op)
 {
@@ -2692,6 +2766,8 @@ static void *store_thread(void *arg)
 			}
 			break;
 		}
+		store_group_pace(s);
+		s->group_start_us = store_mono_us();
 		// Everything waiting, up to flush_max: one transaction, one sync.
 		// (The whole list without walking it, under the lock the workers
 		// queue with, when it fits.)
@@ -2721,6 +2797,7 @@ static void *store_thread(void *arg)
 		pthread_mutex_unlock(&s->mtx);
 		run_batch(s, batch, n, marks);
 		pthread_mutex_lock(&s->mtx);
+		s->group_last_n = n;
 		if (n >= STORE_TRIM_GROUP) {
 			s->trim_due = store_mono_ms() + STORE_TRIM_IDLE_MS;
 		}
@@ -2772,6 +2849,9 @@ nmq_err store_open(nmq_store **sp, const store_opts *opts, char *err, size_t err
 	}
 	if (s->opts.max_pending == 0) {
 		s->opts.max_pending = 65536;
+	}
+	if (s->opts.group_gap_ms == 0) {
+		s->opts.group_gap_ms = STORE_GROUP_GAP_MS;
 	}
 	if (s->opts.ckpt_frames == 0 || s->opts.ckpt_frames > INT32_MAX / 2) {
 		s->opts.ckpt_frames = STORE_CKPT_FRAMES;

@@ -78,6 +78,11 @@ typedef struct store_opts {
 	// Pages of write-ahead log between two checkpoints (0 = 8000, about
 	// 32 MB; see store_checkpoint in store.c).
 	uint32_t ckpt_frames;
+	// Under load, how long in ms after a group commit began the next
+	// may wait for more work while the broker is busy (0 =
+	// STORE_GROUP_GAP_MS, 5; UINT32_MAX = never; store_group_pace in
+	// store.c).
+	uint32_t group_gap_ms;
 	// Messages for offline sessions written as queue rows, not as
 	// segments (store_oseg.c): for tests of the queue rows themselves.
 	bool no_segments;
@@ -140,6 +145,14 @@ typedef struct store_qmsg {
 // directory or a new database cannot be created (a damaged database is
 // moved aside instead, see above); NMQ_ENOMEM.
 nmq_err store_open(nmq_store **sp, const store_opts *opts, char *err, size_t errlen);
+
+// Gives the store a count of the messages the broker received and sent
+// (any monotonic count of its work; read on the store thread). Under load
+// the store thread waits up to opts.group_gap_ms after a group began before
+// it takes the next, while this count keeps growing (store_group_pace in
+// store.c). Without it the store does not wait. fn(NULL) withdraws it:
+// once this returns, the old fn is not called again.
+void store_set_activity(nmq_store *s, uint64_t (*fn)(void *arg), void *arg);
 // Commits everything queued (completions run), stops the thread, closes
 // the database (checkpointing the WAL) and frees s.
 void store_close(nmq_store *s);

@@ -358,6 +358,13 @@ struct nmq_store {
 	// When the idle store thread gives back what a burst left (store_trim:
 	// monotonic ms, 0: nothing to give back).
 	uint64_t trim_due;
+	// Pacing (store_group_pace): when the last group started (monotonic
+	// us), its operations (weight), and the broker's activity count
+	// (store_set_activity).
+	uint64_t group_start_us;
+	uint32_t group_last_n;
+	uint64_t (*activity)(void *arg);
+	void *activity_arg;
 };
 
 uint64_t               store_wall_ms(void);

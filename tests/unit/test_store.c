@@ -964,6 +964,104 @@ static void test_batch_one_group(void **state)
 	assert_int_equal(count_rows("rel"), 8);
 }
 
+static uint64_t mono_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+// The broker's activity as the store sees it (store_set_activity): while
+// act_busy is set, messages keep moving.
+static atomic_bool act_busy;
+static uint64_t    act_count; // store thread only
+
+static uint64_t act_fn(void *arg)
+{
+	(void)arg;
+	if (atomic_load(&act_busy)) {
+		act_count += 1000;
+	}
+	return act_count;
+}
+
+// Queues 100 puts from seq as one group and waits for their completions.
+static void put_group_100(nmq_store *s, nmq_msg *m, uint64_t seq)
+{
+	waiter_reset();
+	store_batch_begin(s);
+	for (int i = 0; i < 100; i++) {
+		assert_int_equal(
+		    store_queue_put(s, "c", seq + (uint64_t)i, m, 1, false, NULL, 0, on_done, NULL),
+		    NMQ_OK);
+	}
+	store_batch_end(s);
+	wait_calls(100);
+}
+
+// Group pacing (decisions/0056): after a group of 100 operations, while
+// the broker is busy, the next group (a single put) waits until
+// opts.group_gap_ms after the first began, so it completes no sooner than
+// the gap after the first was queued. With the broker idle it does not
+// wait out the gap; after a group of one operation it does not wait at
+// all; a close ends the wait.
+static void test_group_pacing(void **state)
+{
+	(void)state;
+	const uint64_t gap = 400;
+	store_opts     o   = { .dir = tmpdir,
+		      .durability   = STORE_DURABLE_OS,
+		      .flush_max    = 100,
+		      .group_gap_ms = (uint32_t)gap };
+	nmq_store     *s   = NULL;
+	char           err[256];
+	assert_int_equal(store_open(&s, &o, err, sizeof(err)), NMQ_OK);
+	store_set_activity(s, act_fn, NULL);
+	nmq_msg *m = mk_msg("t", "p", 1, NULL);
+	// Busy: the next group waits for the gap.
+	atomic_store(&act_busy, true);
+	uint64_t t0 = mono_now_ms();
+	put_group_100(s, m, 1);
+	assert_int_equal(store_queue_put(s, "c", 101, m, 1, false, NULL, 0, on_done, NULL), NMQ_OK);
+	wait_calls(101);
+	uint64_t t1 = mono_now_ms();
+	assert_true(t1 - t0 >= gap);
+	// Idle: the wait ends after a step in which no message moved.
+	atomic_store(&act_busy, false);
+	put_group_100(s, m, 201);
+	t0 = mono_now_ms();
+	assert_int_equal(store_queue_put(s, "c", 301, m, 1, false, NULL, 0, on_done, NULL), NMQ_OK);
+	wait_calls(101);
+	t1 = mono_now_ms();
+	assert_true(t1 - t0 < gap / 2);
+	// Light load: the last group held one operation; two more single
+	// puts, one after the other's commit, wait for no gap even while the
+	// broker is busy.
+	atomic_store(&act_busy, true);
+	waiter_reset();
+	t0 = mono_now_ms();
+	assert_int_equal(store_queue_put(s, "c", 302, m, 1, false, NULL, 0, on_done, NULL), NMQ_OK);
+	wait_calls(1);
+	assert_int_equal(store_queue_put(s, "c", 303, m, 1, false, NULL, 0, on_done, NULL), NMQ_OK);
+	wait_calls(2);
+	t1 = mono_now_ms();
+	assert_true(t1 - t0 < gap / 2);
+	// A close while the thread waits for the gap ends the wait: the last
+	// put is written at once.
+	put_group_100(s, m, 401);
+	t0 = mono_now_ms();
+	assert_int_equal(store_queue_put(s, "c", 501, m, 1, false, NULL, 0, on_done, NULL), NMQ_OK);
+	usleep(50 * 1000); // the thread is waiting for the gap by now
+	store_close(s);
+	t1 = mono_now_ms();
+	atomic_store(&act_busy, false);
+	assert_int_equal(W.calls, 101);
+	assert_int_equal(W.errors, 0);
+	assert_true(t1 - t0 < gap / 2);
+	assert_int_equal(count_rows("queue"), 101 + 101 + 2 + 101);
+	nmq_msg_release(m);
+}
+
 // store_batch_after: NONE (nothing registered) with no batch open; in a
 // batch, each function runs once at the outermost end, after the batch's
 // operations are queued (past the inline slots too).
@@ -2802,6 +2900,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_completion_after_commit, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_group_pacing, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sync_since, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_reference_counting, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_eviction, setup, teardown),
