@@ -648,14 +648,6 @@ static void store_evicted(void *arg, const char *client_id, uint64_t seq)
 }
 #endif
 
-// Opens the durable store the configuration asks for (the sqlite section,
-// the bridges' offline cache)
-// and restores what it holds into the broker, before any listener opens.
-// A damaged file does not stop the broker (the store moves it aside and
-// starts empty); nor does a directory or a database file that cannot be
-// written (read-only file system, no permission): the broker then runs
-// without the store, logged at error. A directory that cannot be created for another reason
-// does stop it. Returns 0 or -1 with a message in err.
 #ifdef NMQ_HAVE_STORE
 // The store's measure of the broker's work (store_set_activity): messages
 // received and sent.
@@ -667,6 +659,14 @@ static uint64_t store_activity(void *arg)
 }
 #endif
 
+// Opens the durable store the configuration asks for (the sqlite section,
+// the bridges' offline cache)
+// and restores what it holds into the broker, before any listener opens.
+// A damaged file does not stop the broker (the store moves it aside and
+// starts empty); nor does a directory or a database file that cannot be
+// written (read-only file system, no permission): the broker then runs
+// without the store, logged at error. A directory that cannot be created for another reason
+// does stop it. Returns 0 or -1 with a message in err.
 static int open_store(server *srv, char *err, size_t errlen)
 {
 #ifdef NMQ_HAVE_STORE

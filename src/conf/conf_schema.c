@@ -742,7 +742,7 @@ const conf_key conf_schema[] = {
 	    CF(bridge_cache_flush), .def = "100", .min = 1, .max = 1000000,
 	    .help = "Largest group commit, in operations, when above 65536: a group takes "
 	            "everything waiting when the previous commit ends (under load, up to 5 ms after the "
-	            "previous group began while messages keep moving), up to 65536 operations or "
+	            "previous group began while the broker moves messages fast), up to 65536 operations or "
 	            "this value if larger." },
 	{ .path = "bridges.mqtt.cache.resend_interval", .type = CONF_T_DUR_MS, .store = CONF_ST_U32,
 	    CF(bridge_cache_resend_ms), .def = "5000", .min = 0, .max = 3600000,
@@ -769,7 +769,7 @@ const conf_key conf_schema[] = {
 	    CF(sqlite_flush_mem_threshold), .def = "100", .min = 1, .max = 1000000,
 	    .help = "Largest group commit, in operations, when above 65536: a group takes "
 	            "everything waiting when the previous commit ends (under load, up to 5 ms after the "
-	            "previous group began while messages keep moving), up to 65536 operations or "
+	            "previous group began while the broker moves messages fast), up to 65536 operations or "
 	            "this value if larger. A QoS 1/2 message that is stored (for a persistent "
 	            "session, or retained) is acknowledged only after its commit." },
 	{ .path = "sqlite.resend_interval", .type = CONF_T_DUR_MS, .store = CONF_ST_U32,

@@ -2626,12 +2626,12 @@ static void store_trim(nmq_store *s)
 
 // Under load, the store thread waits before it takes the next group, up
 // to STORE_GROUP_GAP_MS after the previous group began, while the rest of
-// the broker is busy (decisions/0056). A commit costs about the same
-// however many operations it carries (an fsync, and the pages at the
-// tables' ends that every group rewrites), and the store thread used to
-// take the next group as soon as the last one was committed: with a fast
-// disk, a flood was committed in groups a few milliseconds apart, and the
-// commits took a third of the broker's CPU (on a virtual machine each
+// the broker moves messages fast (decisions/0056). A commit costs about
+// the same however many operations it carries (an fsync, and the pages at
+// the tables' ends that every group rewrites), and the store thread used
+// to take the next group as soon as the last one was committed: with a
+// fast disk, a flood was committed in groups a few milliseconds apart, and
+// the commits took a third of the broker's CPU (on a virtual machine each
 // fsync is a few exits to the host). Larger groups also pair off more rows
 // unwritten (a delivery and its PUBACK in the same group).
 //
@@ -2640,19 +2640,24 @@ static void store_trim(nmq_store *s)
 // flight), the broker falls idle and a wait only slows them down. So the
 // thread waits in steps of STORE_GAP_STEP_US and stops after a step in
 // which the broker received and sent fewer than STORE_GAP_STEP_MSGS
-// messages (store_set_activity; the process's CPU clock would not do:
-// it sees the time of a thread running on another core only at the
-// scheduler's tick, every few milliseconds). Without an activity count
-// (a store used alone) it does not wait. After a group of fewer than
-// STORE_GAP_MIN_OPS operations (a light load) it does not wait at all, nor
-// after a group whose commit took longer than the gap (a slow disk); a
-// close ends the wait at the next step. The steps are plain sleeps: on the
-// condition variable the workers signal with each batch they queue, the
-// thread would be woken by each of them.
+// messages, about 500,000 a second (store_set_activity). Below that rate
+// what keeps coming during a wait is mostly the senders' answers to the
+// acks just given, and 100 publishers with one message in flight each
+// lost a third of their rate on two cores with a threshold of 8; the
+// fan-out floods that gain from the wait move millions a second. (The
+// process's CPU clock would not do as the measure: it sees the time of a
+// thread running on another core only at the scheduler's tick, every few
+// milliseconds.) Without an activity count (a store used alone) it does
+// not wait. After a group of fewer than STORE_GAP_MIN_OPS operations (a
+// light load) it does not wait at all, nor after a group whose commit took
+// longer than the gap (a slow disk); a close ends the wait at the next
+// step. The steps are plain sleeps: on the condition variable the workers
+// signal with each batch they queue, the thread would be woken by each of
+// them.
 #define STORE_GROUP_GAP_MS  5
 #define STORE_GAP_MIN_OPS   64
 #define STORE_GAP_STEP_US   500
-#define STORE_GAP_STEP_MSGS 8
+#define STORE_GAP_STEP_MSGS 256
 
 static uint64_t store_mono_us(void)
 {
@@ -2683,7 +2688,7 @@ static void store_group_pace(nmq_store *s)
 		if (now >= until) {
 			uint64_t a = s->activity(s->activity_arg);
 			if (a - seen < STORE_GAP_STEP_MSGS) {
-				return; // the broker fell idle: nothing more is coming
+				return; // the traffic fell below the rate: waiting would slow it
 			}
 			seen = a;
 		}

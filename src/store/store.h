@@ -149,9 +149,9 @@ nmq_err store_open(nmq_store **sp, const store_opts *opts, char *err, size_t err
 // Gives the store a count of the messages the broker received and sent
 // (any monotonic count of its work; read on the store thread). Under load
 // the store thread waits up to opts.group_gap_ms after a group began before
-// it takes the next, while this count keeps growing (store_group_pace in
-// store.c). Without it the store does not wait. fn(NULL) withdraws it:
-// once this returns, the old fn is not called again.
+// it takes the next, while this count grows by 256 or more every 0.5 ms
+// (store_group_pace in store.c). Without it the store does not wait. A
+// NULL fn withdraws it: once this returns, the old fn is not called again.
 void store_set_activity(nmq_store *s, uint64_t (*fn)(void *arg), void *arg);
 // Commits everything queued (completions run), stops the thread, closes
 // the database (checkpointing the WAL) and frees s.
