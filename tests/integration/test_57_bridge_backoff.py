@@ -78,12 +78,15 @@ class ConnackRefuser:
 
 class TestBridgeBackoff(OpsTestCase):
 
-    def start_bridge(self, inst, server_port):
+    def start_bridge(self, inst, server_port, extra=""):
+        """Starts inst with bridge "b" to server_port; returns the MQTT
+        port. extra: more keys of the bridge (a later key wins)."""
         port = free_port()
         conf = inst.conf(port, extra=bridge_conf(
             "b", "mqtt-tcp://127.0.0.1:%d" % server_port, 4, 2,
-            '{ local_topic = "q1/#", remote_topic = "" }'))
+            '{ local_topic = "q1/#", remote_topic = "" }', extra=extra))
         self.start_broker(inst, ["start", "--conf", conf], port=port)
+        return port
 
     def attempts_in_window(self, counter):
         """Attempts counted over WINDOW_S seconds from the first one."""
@@ -145,27 +148,23 @@ class TestBridgeBackoff(OpsTestCase):
         inst = self.instance()
         rf = ConnackRefuser()
         self.addCleanup(rf.close)
-        port = free_port()
-        conf = inst.conf(port, extra=bridge_conf(
-            "w", "mqtt-tcp://127.0.0.1:%d" % rf.port, 4, 4,
-            '{ local_topic = "q1/#", remote_topic = "" }', extra="backoff_max = 60s"))
-        self.start_broker(inst, ["start", "--conf", conf], port=port)
+        port = self.start_bridge(inst, rf.port, extra="backoff_max = 60s")
         mon = self.client(port, "mon")
         mon.connect()
-        mon.subscribe("$SYS/brokers/bridges/w", 0)
+        mon.subscribe("$SYS/brokers/bridges/b", 0)
         pub = self.client(port, "pub")
         pub.connect()
         # Attempts 1-6 are 0.5-1, 1-2, 2-4, 4-8 and 8-16 s apart.
         self.assertTrue(wait_for(lambda: rf.accepted >= 6, 45), rf.accepted)
         time.sleep(1.0)  # the 6th attempt fails and its wait begins
         # Every document so far (the last one is the wait's).
-        h = health(mon, "w", timeout=2, pred=lambda h: False)
+        h = health(mon, "b", timeout=2, pred=lambda h: False)
         self.assertIsNotNone(h, inst.output()[-2000:])
         self.assertEqual(h["state"], "backing_off", h)
         self.assertEqual(h["backlog"], 0, h)
         pub.publish("q1/a", b"while down", qos=1)
         t0 = time.monotonic()
-        h = health(mon, "w", timeout=13, pred=lambda h: h["backlog"] >= 1)
+        h = health(mon, "b", timeout=13, pred=lambda h: h["backlog"] >= 1)
         self.assertIsNotNone(h, "no health within 13 s of the publish")
         self.assertGreaterEqual(h["backlog"], 1, h)
         self.assertEqual(h["state"], "backing_off", h)

@@ -964,13 +964,6 @@ static void test_batch_one_group(void **state)
 	assert_int_equal(count_rows("rel"), 8);
 }
 
-static uint64_t mono_now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 // The broker's activity as the store sees it (store_set_activity): while
 // act_busy is set, messages keep moving.
 static atomic_bool act_busy;
@@ -1020,40 +1013,40 @@ static void test_group_pacing(void **state)
 	nmq_msg *m = mk_msg("t", "p", 1, NULL);
 	// Busy: the next group waits for the gap.
 	atomic_store(&act_busy, true);
-	uint64_t t0 = mono_now_ms();
+	uint64_t t0 = nmq_clock_ms();
 	put_group_100(s, m, 1);
 	assert_int_equal(store_queue_put(s, "c", 101, m, 1, false, NULL, 0, on_done, NULL), NMQ_OK);
 	wait_calls(101);
-	uint64_t t1 = mono_now_ms();
+	uint64_t t1 = nmq_clock_ms();
 	assert_true(t1 - t0 >= gap);
 	// Idle: the wait ends after a step in which no message moved.
 	atomic_store(&act_busy, false);
 	put_group_100(s, m, 201);
-	t0 = mono_now_ms();
+	t0 = nmq_clock_ms();
 	assert_int_equal(store_queue_put(s, "c", 301, m, 1, false, NULL, 0, on_done, NULL), NMQ_OK);
 	wait_calls(101);
-	t1 = mono_now_ms();
+	t1 = nmq_clock_ms();
 	assert_true(t1 - t0 < gap / 2);
 	// Light load: the last group held one operation; two more single
 	// puts, one after the other's commit, wait for no gap even while the
 	// broker is busy.
 	atomic_store(&act_busy, true);
 	waiter_reset();
-	t0 = mono_now_ms();
+	t0 = nmq_clock_ms();
 	assert_int_equal(store_queue_put(s, "c", 302, m, 1, false, NULL, 0, on_done, NULL), NMQ_OK);
 	wait_calls(1);
 	assert_int_equal(store_queue_put(s, "c", 303, m, 1, false, NULL, 0, on_done, NULL), NMQ_OK);
 	wait_calls(2);
-	t1 = mono_now_ms();
+	t1 = nmq_clock_ms();
 	assert_true(t1 - t0 < gap / 2);
 	// A close while the thread waits for the gap ends the wait: the last
 	// put is written at once.
 	put_group_100(s, m, 401);
-	t0 = mono_now_ms();
+	t0 = nmq_clock_ms();
 	assert_int_equal(store_queue_put(s, "c", 501, m, 1, false, NULL, 0, on_done, NULL), NMQ_OK);
 	usleep(50 * 1000); // the thread is waiting for the gap by now
 	store_close(s);
-	t1 = mono_now_ms();
+	t1 = nmq_clock_ms();
 	atomic_store(&act_busy, false);
 	assert_int_equal(W.calls, 101);
 	assert_int_equal(W.errors, 0);
